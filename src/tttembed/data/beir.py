@@ -1,0 +1,220 @@
+"""BEIR-layout folders: corpus.jsonl, queries.jsonl, qrels/<split>.tsv, with strict checks.
+
+A folder looks like::
+
+    <name>/corpus.jsonl      {"_id", "title", "text"} per line (title optional)
+    <name>/queries.jsonl     {"_id", "text"} per line, all splits together
+    <name>/qrels/<split>.tsv query-id<TAB>corpus-id<TAB>score (integer grade), header optional
+
+Every problem is a DataError with the file, the 1-based line and how to fix it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tttembed.data.jsonl import duplicate, get_id, get_str, iter_objects, read_lines, shown
+from tttembed.errors import DataError
+
+LAYOUT = ("a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv "
+          "(query-id<TAB>corpus-id<TAB>score)")
+_QID_HEADERS = frozenset({"query-id", "query_id", "qid", "query", "query-ids"})
+_FINGERPRINT_VERSION = b"tttembed-corpus-v1\n"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One retrieval task: a corpus, the queries of one split and their judgments."""
+
+    name: str
+    root: Path
+    corpus: dict[str, dict[str, str]] = field(repr=False)
+    queries: dict[str, str] = field(repr=False)
+    qrels: dict[str, dict[str, int]] = field(repr=False)
+    split: str | None
+
+    def fingerprint(self) -> str:
+        """corpus_fingerprint(self.corpus)."""
+        return corpus_fingerprint(self.corpus)
+
+
+def doc_text(doc: Mapping[str, str]) -> str:
+    """The text that gets embedded and scored: title and text joined by a space."""
+    return (doc.get("title", "") + " " + doc["text"]).strip()
+
+
+def corpus_fingerprint(corpus: Mapping[str, Mapping[str, str]]) -> str:
+    """sha256 hex over the documents sorted by id; independent of file and dict order."""
+    digest = hashlib.sha256(_FINGERPRINT_VERSION)
+    for doc_id in sorted(corpus):
+        doc = corpus[doc_id]
+        title = doc.get("title", "")
+        text = doc["text"]
+        # Length prefixes keep (id, title, text) boundaries unambiguous.
+        digest.update(f"{len(doc_id)}:{len(title)}:{len(text)}:".encode())
+        digest.update((doc_id + title + text).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def load_corpus(path: str | Path, *, allow_empty: bool = True) -> dict[str, dict[str, str]]:
+    """corpus.jsonl -> {doc_id: {"title", "text"}} in file order.
+
+    "text" is required (it may be empty when the title is not); "title" may be missing.
+    A document whose title and text are both empty is kept when allow_empty (real
+    collections have them: Cranfield 471 and 995, one of them judged), an error otherwise;
+    a corpus in which every document is empty is always an error.
+    """
+    path = Path(path)
+    corpus: dict[str, dict[str, str]] = {}
+    lines: dict[str, int] = {}
+    empty = 0
+    for line, obj in iter_objects(path, what="documents",
+                                  missing_fix=f"expected a corpus file; {LAYOUT}"):
+        doc_id = get_id(obj, "_id", path, line)
+        title = get_str(obj, "title", path, line, required=False)
+        text = get_str(obj, "text", path, line)
+        if doc_id in lines:
+            raise duplicate("document _id", doc_id, lines[doc_id], path, line)
+        if not text.strip() and not title.strip():
+            if not allow_empty:
+                raise DataError(f"document {shown(doc_id)} has an empty title and text",
+                                path=path, line=line,
+                                fix="give it a non-empty 'text' or remove the line")
+            empty += 1
+        lines[doc_id] = line
+        corpus[doc_id] = {"title": title, "text": text}
+    if empty == len(corpus):
+        raise DataError("every document has an empty title and text", path=path,
+                        fix="put the document text in the 'text' field")
+    return corpus
+
+
+def load_beir_queries(path: str | Path) -> dict[str, str]:
+    """queries.jsonl -> {query_id: text} in file order; empty text is an error."""
+    path = Path(path)
+    queries: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for line, obj in iter_objects(path, what="queries",
+                                  missing_fix=f"expected a queries file; {LAYOUT}"):
+        qid = get_id(obj, "_id", path, line)
+        text = get_str(obj, "text", path, line, nonempty=True)
+        if qid in lines:
+            raise duplicate("query _id", qid, lines[qid], path, line)
+        lines[qid] = line
+        queries[qid] = text
+    return queries
+
+
+def load_qrels(path: str | Path, *, corpus_ids: Collection[str] | None = None,
+               query_ids: Collection[str] | None = None) -> dict[str, dict[str, int]]:
+    """qrels/<split>.tsv -> {qid: {doc_id: grade}}; ids are checked when given."""
+    path = Path(path)
+    rows = read_lines(path, missing_fix=f"expected a judgments file; {LAYOUT}")
+    qrels: dict[str, dict[str, int]] = {}
+    for index, (line, raw) in enumerate(rows):
+        cols = raw.split("\t")
+        if len(cols) != 3:
+            raise DataError(f"expected 3 tab-separated columns (query-id, corpus-id, score), "
+                            f"found {len(cols)}", path=path, line=line, fix=_columns_fix(cols))
+        qid, doc_id, grade_text = cols[0].strip(), cols[1].strip(), cols[2].strip()
+        if index == 0 and qid.lower() in _QID_HEADERS and not _is_int(grade_text):
+            continue  # header line
+        if not qid or not doc_id:
+            raise DataError("empty query-id or corpus-id", path=path, line=line,
+                            fix="fill both id columns")
+        if not _is_int(grade_text):
+            raise DataError(f"score {shown(grade_text)} is not an integer", path=path,
+                            line=line, fix="write integer relevance grades such as 0, 1, 2")
+        if query_ids is not None and qid not in query_ids:
+            raise DataError(f"unknown query-id {shown(qid)}", path=path, line=line,
+                            fix="add the query to queries.jsonl or remove the line")
+        if corpus_ids is not None and doc_id not in corpus_ids:
+            raise DataError(f"unknown corpus-id {shown(doc_id)}", path=path, line=line,
+                            fix="add the document to corpus.jsonl or remove the line")
+        judged = qrels.setdefault(qid, {})
+        if doc_id in judged:
+            first = _first_line(rows, qid, doc_id)
+            raise DataError(f"duplicate judgment ({shown(qid)}, {shown(doc_id)}) "
+                            f"(first on line {first})", path=path, line=line,
+                            fix="keep one line per query-id and corpus-id")
+        judged[doc_id] = int(grade_text)
+    if not qrels:
+        raise DataError("empty file: no judgments", path=path,
+                        fix="write query-id<TAB>corpus-id<TAB>score lines")
+    return qrels
+
+
+def _is_int(text: str) -> bool:
+    body = text[1:] if text[:1] in "+-" else text
+    return body.isascii() and body.isdigit()
+
+
+def _columns_fix(cols: list[str]) -> str:
+    if len(cols) == 1 and len(cols[0].split()) >= 3:
+        return "separate the columns with tabs, not spaces"
+    if len(cols) == 4:
+        return "TREC 'qid 0 docid grade' lines must become query-id<TAB>corpus-id<TAB>score"
+    return "write query-id<TAB>corpus-id<TAB>score"
+
+
+def _first_line(rows: list[tuple[int, str]], qid: str, doc_id: str) -> int:
+    for line, raw in rows:
+        cols = raw.split("\t")
+        if cols[0].strip() == qid and cols[1].strip() == doc_id:
+            return line
+    raise AssertionError("unreachable: duplicate without a first occurrence")
+
+
+def load_task(path: str | Path, split: str | None = "test", name: str | None = None) -> Task:
+    """A BEIR folder as a Task.
+
+    split=None, or a folder without qrels/: all queries and no judgments (Task.split is
+    None). Otherwise the queries that appear in qrels/<split>.tsv, in queries.jsonl order;
+    a split without its qrels file is an error listing the available splits.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        what = "does not exist" if not root.exists() else "is a file, not a folder"
+        raise DataError(f"task folder {what}", path=root, fix=LAYOUT)
+    corpus = load_corpus(root / "corpus.jsonl")
+    all_queries = load_beir_queries(root / "queries.jsonl")
+    task_name = name if name is not None else root.resolve().name
+    qrels_dir = root / "qrels"
+    if split is None or not qrels_dir.is_dir():
+        return Task(task_name, root, corpus, all_queries, {}, None)
+    if not split or "/" in split or "\\" in split or split.startswith("."):
+        raise DataError(f"bad split name {shown(split)}", path=qrels_dir,
+                        fix="use a split name such as 'test'")
+    qrels_path = qrels_dir / f"{split}.tsv"
+    if not qrels_path.is_file():
+        available = sorted(p.stem for p in qrels_dir.glob("*.tsv"))
+        listed = ", ".join(available) if available else "none"
+        raise DataError(f"no judgments for split {split!r} (available splits: {listed})",
+                        path=qrels_path, fix="choose one of the available splits")
+    qrels = load_qrels(qrels_path, corpus_ids=corpus, query_ids=all_queries)
+    queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
+    return Task(task_name, root, corpus, queries, qrels, split)
+
+
+def resolve_task_path(name_or_path: str, data_root: str | Path | None = None) -> Path:
+    """An existing path as given; else <root>/<name> for data_root, or $TTTEMBED_DATA then ./data.
+    """
+    given = Path(name_or_path)
+    if given.exists():
+        return given
+    if data_root is not None:
+        roots = [Path(data_root)]
+    else:
+        roots = [Path(r) for r in (os.environ.get("TTTEMBED_DATA"), "data") if r]
+    tried = [str(given)]
+    for root in roots:
+        candidate = root / name_or_path
+        if candidate.exists():
+            return candidate
+        tried.append(str(candidate))
+    raise DataError(f"no dataset {name_or_path!r}; tried: {', '.join(tried)}",
+                    fix="pass a BEIR folder path, or set TTTEMBED_DATA to the folder that holds it")

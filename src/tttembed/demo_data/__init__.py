@@ -1,0 +1,1 @@
+"""Shipped demo questions and graded labels over Python standard-library docstrings."""

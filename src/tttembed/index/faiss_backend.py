@@ -1,0 +1,73 @@
+"""FAISS index types. Inner product over unit vectors (= cosine).
+
+``flat`` (exact, default), ``hnsw`` (graph; params ``m``, ``ef_construction``,
+``ef_search``), ``ivf`` (inverted lists over a k-means coarse quantiser; params ``nlist``,
+``nprobe``). Approximate types keep exact vectors, so results are re-scorable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tttembed.errors import ConfigError, MissingDependency
+
+INDEX_TYPES = ("flat", "hnsw", "ivf")
+DEFAULT_PARAMS: dict[str, dict[str, int]] = {
+    "flat": {},
+    "hnsw": {"m": 32, "ef_construction": 200, "ef_search": 128},
+    "ivf": {"nlist": 0, "nprobe": 16},  # nlist 0 = 4 * sqrt(n_docs)
+}
+
+
+def faiss_module() -> Any:
+    try:
+        import faiss
+    except ImportError as exc:  # pragma: no cover - faiss-cpu is a core dependency
+        raise MissingDependency("faiss-cpu", "st") from exc
+    return faiss
+
+
+def resolve_params(index_type: str, params: dict[str, int] | None, n_docs: int) -> dict[str, int]:
+    if index_type not in INDEX_TYPES:
+        raise ConfigError(f"unknown index type {index_type!r}; known: {', '.join(INDEX_TYPES)}")
+    merged = dict(DEFAULT_PARAMS[index_type])
+    for key, value in (params or {}).items():
+        if key not in merged:
+            raise ConfigError(f"unknown parameter {key!r} for index type {index_type!r}; "
+                              f"known: {', '.join(merged) or 'none'}")
+        merged[key] = int(value)
+    if index_type == "ivf":
+        if merged["nlist"] <= 0:
+            merged["nlist"] = max(1, int(4 * np.sqrt(n_docs)))
+        merged["nlist"] = min(merged["nlist"], max(1, n_docs // 39 or 1))
+    return merged
+
+
+def build_faiss(vectors: np.ndarray, index_type: str, params: dict[str, int]) -> Any:
+    faiss = faiss_module()
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    d = vectors.shape[1]
+    if index_type == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(d, params["m"], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = params["ef_construction"]
+        index.hnsw.efSearch = params["ef_search"]
+    else:
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFFlat(quantizer, d, params["nlist"], faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.nprobe = params["nprobe"]
+    index.add(vectors)
+    return index
+
+
+def configure(index: Any, index_type: str, params: dict[str, int]) -> None:
+    """Re-apply search-time parameters after reading an index from disk."""
+    faiss = faiss_module()
+    if index_type == "hnsw":
+        faiss.downcast_index(index).hnsw.efSearch = params["ef_search"]
+    elif index_type == "ivf":
+        faiss.extract_index_ivf(index).nprobe = params["nprobe"]

@@ -1,0 +1,126 @@
+"""Raw search: encode queries in batches, search the index, return BEIR runs.
+
+``SearchResult`` keeps FAISS's arrays (``scores``, ``rows`` of shape (nq, k)) next to the
+query ids, so later stages (reward allocation, adaptation) work on arrays; ``to_run``
+turns it into the BEIR dict ``{qid: {doc_id: score}}`` at the edge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tttembed.errors import ConfigError
+from tttembed.index.store import IndexHandle
+
+RUN_FORMATS = ("trec", "jsonl")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    qids: list[str]
+    scores: np.ndarray  # (nq, k) float32
+    rows: np.ndarray  # (nq, k) int64 row ids into index.doc_ids; -1 = none
+    doc_ids: list[str]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_run(self) -> dict[str, dict[str, float]]:
+        run: dict[str, dict[str, float]] = {}
+        for i, qid in enumerate(self.qids):
+            run[qid] = {self.doc_ids[r]: float(s)
+                        for r, s in zip(self.rows[i], self.scores[i]) if r >= 0}
+        return run
+
+    def candidates(self) -> dict[str, list[str]]:
+        return {qid: [self.doc_ids[r] for r in self.rows[i] if r >= 0]
+                for i, qid in enumerate(self.qids)}
+
+
+def encode_queries(embedder: Any, texts: list[str], batch_size: int = 256,
+                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Encode query texts in batches (each batch goes through the embedder's cache)."""
+    if not texts:
+        return np.zeros((0, int(embedder.dim)), dtype=np.float32)
+    out = []
+    for start in range(0, len(texts), batch_size):
+        out.append(embedder.encode(texts[start:start + batch_size], "query"))
+        if progress is not None:
+            progress(min(batch_size, len(texts) - start))
+    return np.concatenate(out, axis=0).astype(np.float32, copy=False)
+
+
+def search_vectors(index: IndexHandle, qids: list[str], vectors: np.ndarray, k: int,
+                   batch_size: int = 4096) -> SearchResult:
+    if k < 1:
+        raise ConfigError(f"top-k must be >= 1, got {k}")
+    t0 = time.perf_counter()
+    scores, rows = [], []
+    for start in range(0, len(qids), batch_size):
+        d, i = index.search(vectors[start:start + batch_size], k)
+        scores.append(d)
+        rows.append(i)
+    k_eff = min(k, len(index))
+    d_all = np.concatenate(scores) if scores else np.zeros((0, k_eff), np.float32)
+    i_all = np.concatenate(rows) if rows else np.zeros((0, k_eff), np.int64)
+    return SearchResult(qids=list(qids), scores=d_all, rows=i_all, doc_ids=index.doc_ids,
+                        timings={"search_s": time.perf_counter() - t0})
+
+
+def search(index: IndexHandle, queries: Mapping[str, str], embedder: Any, k: int = 100,
+           batch_size: int = 256, progress: Callable[[int], None] | None = None) -> SearchResult:
+    """Encode ``queries`` ({qid: text}) and search the index; timings split encode/search."""
+    qids = list(queries)
+    t0 = time.perf_counter()
+    vectors = encode_queries(embedder, [queries[q] for q in qids], batch_size, progress)
+    encode_s = time.perf_counter() - t0
+    result = search_vectors(index, qids, vectors, k)
+    result.timings["encode_s"] = encode_s
+    return result
+
+
+def write_run(run: Mapping[str, Mapping[str, float]], path: str | os.PathLike[str],
+              fmt: str | None = None, tag: str = "tttembed") -> Path:
+    """Write a run as TREC (``qid Q0 doc rank score tag``) or JSONL, atomically."""
+    path = Path(path)
+    fmt = fmt or ("jsonl" if path.suffix in (".jsonl", ".json") else "trec")
+    if fmt not in RUN_FORMATS:
+        raise ConfigError(f"unknown run format {fmt!r}; known: {', '.join(RUN_FORMATS)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for qid, docs in run.items():
+            ranked = sorted(docs.items(), key=lambda kv: -kv[1])
+            if fmt == "trec":
+                for rank, (did, score) in enumerate(ranked, 1):
+                    fh.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+            else:
+                fh.write(json.dumps({"query_id": qid, "results": [
+                    {"doc_id": did, "rank": r, "score": round(float(s), 6)}
+                    for r, (did, s) in enumerate(ranked, 1)]}, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
+    """Read a run written by ``write_run`` (TREC or JSONL)."""
+    path = Path(path)
+    run: dict[str, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as fh:
+        if path.suffix in (".jsonl", ".json"):
+            for line in fh:
+                if line.strip():
+                    rec = json.loads(line)
+                    run[rec["query_id"]] = {r["doc_id"]: r["score"] for r in rec["results"]}
+        else:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 5:
+                    run.setdefault(parts[0], {})[parts[2]] = float(parts[4])
+    return run

@@ -1,0 +1,188 @@
+"""Index directories: build atomically, open with a manifest check, search.
+
+An index directory holds::
+
+    manifest.json   embedder identity, dim, metric, normalisation, corpus fingerprint,
+                    index type and parameters, versions
+    index.faiss     the FAISS index
+    doc_ids.json    row -> document id
+    vectors.npy     float32 (n_docs, dim) unit document vectors (memory-mapped on open;
+                    the adaptation step reads candidate vectors from here)
+
+It is written into a temporary sibling folder and renamed into place, so a crash never
+leaves a half index behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tttembed import __version__
+from tttembed.errors import ConfigError, DataError, StateMismatch
+from tttembed.index.faiss_backend import build_faiss, configure, faiss_module, resolve_params
+
+MANIFEST = "manifest.json"
+FORMAT = "tttembed-index"
+FORMAT_VERSION = 1
+FILES = (MANIFEST, "index.faiss", "doc_ids.json", "vectors.npy")
+
+
+@dataclass(frozen=True)
+class IndexHandle:
+    """An opened index: FAISS object, row -> doc id, unit doc vectors, manifest."""
+
+    path: Path
+    manifest: dict[str, Any]
+    doc_ids: list[str]
+    vectors: np.ndarray
+    faiss_index: Any
+
+    @property
+    def identity(self) -> str:
+        return str(self.manifest["embedder"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS contract: (D, I) of shape (nq, k); I = -1 where fewer than k exist."""
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise StateMismatch(f"query vectors have shape {q.shape}, index dim is {self.dim}")
+        k = min(int(k), len(self.doc_ids))
+        return self.faiss_index.search(q, k)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+
+
+def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.ndarray, *,
+                embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
+                index_type: str = "flat", index_params: dict[str, int] | None = None,
+                overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
+    """Write an index directory from document vectors (atomic: temp folder + rename)."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ConfigError(f"{out} already exists; pass --overwrite to replace it")
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(vectors) != len(doc_ids) or len(doc_ids) == 0:
+        raise DataError(f"need one vector per document, got {vectors.shape} for "
+                        f"{len(doc_ids)} ids")
+    norms = np.linalg.norm(vectors, axis=1)
+    if not np.allclose(norms, 1.0, atol=1e-3):
+        raise DataError("document vectors must be L2-normalised")
+    params = resolve_params(index_type, index_params, len(doc_ids))
+    faiss = faiss_module()
+    index = build_faiss(vectors, index_type, params)
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "embedder": embedder_identity, "embedder_spec": embedder_spec,
+        "dim": int(vectors.shape[1]), "metric": "inner_product", "normalized": True,
+        "n_docs": len(doc_ids), "corpus_fingerprint": corpus_fingerprint,
+        "index_type": index_type, "index_params": params,
+        "tttembed_version": __version__, "faiss_version": getattr(faiss, "__version__", "?"),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **(extra or {}),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        faiss.write_index(index, str(tmp / "index.faiss"))
+        np.save(tmp / "vectors.npy", vectors, allow_pickle=False)
+        _write_json(tmp / "doc_ids.json", doc_ids)
+        _write_json(tmp / MANIFEST, manifest)
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not path.is_dir():
+        raise DataError(f"index directory {path} does not exist", fix="build it with "
+                        "'tttembed index DATA --out DIR'")
+    if not mpath.exists():
+        raise DataError(f"{path} is not a tttembed index (no {MANIFEST})",
+                        fix="build it with 'tttembed index DATA --out DIR'")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"corrupt manifest: {exc}", path=mpath, fix="rebuild the index") from exc
+    if manifest.get("format") != FORMAT:
+        raise DataError("not a tttembed index manifest", path=mpath, fix="rebuild the index")
+    return manifest
+
+
+def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = None,
+               expected_dim: int | None = None) -> IndexHandle:
+    """Open an index directory, refusing one built by another embedder or dimension."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    if expected_identity is not None and manifest["embedder"] != expected_identity:
+        raise StateMismatch(
+            f"index {path} was built with embedder {manifest['embedder']!r}, not "
+            f"{expected_identity!r}; use the same --embedder or rebuild the index")
+    if expected_dim is not None and int(manifest["dim"]) != int(expected_dim):
+        raise StateMismatch(f"index {path} has dimension {manifest['dim']}, the embedder "
+                            f"gives {expected_dim}; rebuild the index with this embedder")
+    for name in FILES:
+        if not (path / name).exists():
+            raise DataError(f"index {path} is incomplete: {name} is missing",
+                            fix="rebuild the index")
+    faiss = faiss_module()
+    index = faiss.read_index(str(path / "index.faiss"))
+    configure(index, manifest["index_type"], manifest["index_params"])
+    doc_ids = json.loads((path / "doc_ids.json").read_text(encoding="utf-8"))
+    vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
+    if index.ntotal != len(doc_ids) or len(vectors) != len(doc_ids):
+        raise DataError(f"index {path} is inconsistent ({index.ntotal} vectors in FAISS, "
+                        f"{len(doc_ids)} ids)", fix="rebuild the index")
+    return IndexHandle(path=path, manifest=manifest, doc_ids=doc_ids, vectors=vectors,
+                       faiss_index=index)
+
+
+def build_index(corpus: dict[str, dict[str, str]], embedder: Any,
+                out: str | os.PathLike[str], *, index_type: str = "flat",
+                index_params: dict[str, int] | None = None, overwrite: bool = False,
+                progress: Callable[[int], None] | None = None,
+                extra: dict[str, Any] | None = None) -> Path:
+    """Embed a BEIR corpus (through the cache when ``embedder`` is a CachedEmbedder) and
+    write the index directory."""
+    from tttembed.data.beir import corpus_fingerprint, doc_text
+
+    if not corpus:
+        raise DataError("the corpus is empty")
+    doc_ids = list(corpus)
+    texts = [doc_text(corpus[d]) for d in doc_ids]
+    kwargs = {"progress": progress} if progress is not None else {}
+    vectors = embedder.encode(texts, "document", **kwargs)
+    return write_index(out, doc_ids, vectors, embedder_identity=embedder.identity,
+                       embedder_spec=embedder.spec,
+                       corpus_fingerprint=corpus_fingerprint(corpus), index_type=index_type,
+                       index_params=index_params, overwrite=overwrite, extra=extra)

@@ -1,0 +1,87 @@
+"""Spec strings -> backends, through one registry per role.
+
+A spec is ``scheme:rest`` split on the first colon (``st:all-MiniLM-L6-v2``,
+``openai:text-embedding-3-small@http://127.0.0.1:8000/v1``). The scheme is a registry
+key; factories are given as ``"module:function"`` strings so that looking up a backend
+imports nothing heavy until it is built. Third parties add backends through the
+entry-point groups ``tttembed.embedders`` and ``tttembed.scorers``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from tttembed.errors import ConfigError
+
+ROLES = ("embedder", "scorer")
+
+_BUILTIN: dict[str, dict[str, str]] = {
+    "embedder": {
+        "st": "tttembed.embed.st:from_spec",
+        "openai": "tttembed.embed.openai:from_spec",
+    },
+    "scorer": {
+        "qwen3-reranker": "tttembed.score.qwen3:from_spec",
+        "cross-encoder": "tttembed.score.cross_encoder:from_spec",
+        "llm": "tttembed.score.llm_judge:from_spec",
+        "qrels": "tttembed.score.qrels:from_spec",
+        "bm25": "tttembed.score.bm25:from_spec",
+    },
+}
+_EXTRA: dict[str, dict[str, str | Callable[..., Any]]] = {role: {} for role in ROLES}
+_ENTRY_GROUPS = {"embedder": "tttembed.embedders", "scorer": "tttembed.scorers"}
+
+
+def register(role: str, scheme: str, factory: str | Callable[..., Any]) -> None:
+    """Register a backend factory (a callable or a ``"module:function"`` string)."""
+    _check_role(role)
+    _EXTRA[role][scheme] = factory
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """Split ``scheme:rest`` on the first colon. ``rest`` may be empty (``bm25``)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError("empty backend spec; expected 'scheme:rest', e.g. 'st:all-MiniLM-L6-v2'")
+    scheme, _, rest = spec.strip().partition(":")
+    return scheme, rest
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; known: {', '.join(ROLES)}")
+
+
+def _table(role: str) -> dict[str, str | Callable[..., Any]]:
+    table: dict[str, str | Callable[..., Any]] = dict(_BUILTIN[role])
+    for ep in entry_points(group=_ENTRY_GROUPS[role]):
+        table.setdefault(ep.name, ep.value)
+    table.update(_EXTRA[role])
+    return table
+
+
+def known_schemes(role: str) -> list[str]:
+    _check_role(role)
+    return sorted(_table(role))
+
+
+def _resolve(factory: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(factory):
+        return factory
+    module, _, attr = factory.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def create(role: str, spec: str, **options: Any) -> Any:
+    """Build the backend for ``spec``. Unknown schemes list the known ones."""
+    _check_role(role)
+    scheme, rest = split_spec(spec)
+    table = _table(role)
+    if scheme not in table:
+        raise ConfigError(
+            f"unknown {role} scheme {scheme!r} in spec {spec!r}; known schemes: "
+            + ", ".join(sorted(table))
+        )
+    return _resolve(table[scheme])(rest, **options)

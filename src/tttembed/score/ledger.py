@@ -1,0 +1,284 @@
+"""The reward ledger: every paid (query, document) pair, in SQLite, so no pair is paid twice.
+
+A row is keyed by (scorer key, sha256(query text), sha256(document text)) and holds the
+reward (REAL on [0, 1]; NULL = the scorer returned nan, a missing reward) and the time it
+was written. The scorer key is the scorer's ``identity`` when it has one (the spec plus
+any option that changes rewards, e.g. a Qwen3 instruction or a BM25 corpus fingerprint),
+else its ``spec``.
+
+``LedgerScorer`` wraps any Scorer: pairs already in the ledger are served from it; the
+others are sent to the inner scorer in chunks of ``chunk_size``, each chunk committed as
+soon as it is scored, so a killed process loses at most the chunk in flight. A missing
+(nan) result is recorded and counted as paid; it is not asked again unless
+``retry_missing=True``. A stored reward is never overwritten by a missing one.
+
+The database is in WAL mode (``synchronous=NORMAL``: a committed chunk survives the
+process being killed; a power cut may lose the last commits): any number of readers, one
+writer at a time (others wait up to ``timeout`` seconds). Default location:
+``$TTTEMBED_CACHE_DIR/ledger.sqlite``, else ``~/.cache/tttembed/ledger.sqlite``. The file is
+a cache of paid work: safe to copy; deleting it means paying again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tttembed.errors import BackendError, ConfigError, StateMismatch
+from tttembed.score.base import Item, Scorer
+
+SCHEMA_VERSION = 1
+_MAX_VARS = 500  # host parameters per SELECT ... IN (...)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS specs (
+    id INTEGER PRIMARY KEY,
+    spec TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS rewards (
+    spec_id INTEGER NOT NULL REFERENCES specs(id),
+    query_hash BLOB NOT NULL,
+    doc_hash BLOB NOT NULL,
+    reward REAL,
+    created REAL NOT NULL,
+    PRIMARY KEY (spec_id, query_hash, doc_hash)
+) WITHOUT ROWID;
+"""
+_UPSERT = """
+INSERT INTO rewards (spec_id, query_hash, doc_hash, reward, created) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (spec_id, query_hash, doc_hash) DO UPDATE
+SET reward = excluded.reward, created = excluded.created
+WHERE excluded.reward IS NOT NULL OR rewards.reward IS NULL
+"""
+
+
+def cache_dir() -> Path:
+    """``$TTTEMBED_CACHE_DIR``, else ``~/.cache/tttembed``."""
+    root = os.environ.get("TTTEMBED_CACHE_DIR")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "tttembed"
+
+
+def default_ledger_path() -> Path:
+    return cache_dir() / "ledger.sqlite"
+
+
+def text_digest(text: str) -> bytes:
+    """sha256 of the UTF-8 text (32 bytes); ``.hex()`` gives the public hash."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def text_hash(text: str) -> str:
+    """sha256 of the UTF-8 text, hex (the keys of ``Ledger.get_many``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def scorer_key(scorer: Any) -> str:
+    """What keys a scorer's rows: its ``identity`` if it has one, else its ``spec``."""
+    return str(getattr(scorer, "identity", None) or scorer.spec)
+
+
+class Ledger:
+    """SQLite store of paid rewards. Thread-safe; reopens itself after a fork."""
+
+    def __init__(self, path: str | Path | None = None, *, timeout: float = 30.0) -> None:
+        self.path = Path(path) if path is not None else default_ledger_path()
+        self.timeout = float(timeout)
+        self._lock = threading.Lock()
+        self._spec_ids: dict[str, int] = {}
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self._connect()
+
+    # -- connection ---------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self.timeout, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StateMismatch(
+                    f"reward ledger {self.path} has schema version {version}, this tttembed "
+                    f"reads version {SCHEMA_VERSION}; use another ledger path")
+            if version == 0:  # a new file (readers of an existing one write nothing)
+                with conn:
+                    conn.executescript(_SCHEMA)
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"cannot open reward ledger {self.path}: {exc} "
+                              "(give a writable path to an SQLite file, or delete a corrupt one)"
+                              ) from exc
+        self._conn, self._pid = conn, os.getpid()
+        self._spec_ids = {}
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Ledger:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spec_id(self, conn: sqlite3.Connection, spec: str, create: bool) -> int | None:
+        sid = self._spec_ids.get(spec)
+        if sid is None:
+            if create:
+                with conn:
+                    conn.execute("INSERT OR IGNORE INTO specs (spec) VALUES (?)", (spec,))
+            row = conn.execute("SELECT id FROM specs WHERE spec = ?", (spec,)).fetchone()
+            if row is None:
+                return None
+            sid = self._spec_ids[spec] = int(row[0])
+        return sid
+
+    # -- digest-level API (used by LedgerScorer) -----------------------------------
+    def get_digests(self, spec: str, query: bytes, docs: Iterable[bytes]) -> dict[bytes, float]:
+        """Stored rewards of the given document digests (nan = recorded as missing)."""
+        wanted = list(dict.fromkeys(docs))
+        found: dict[bytes, float] = {}
+        with self._lock:
+            conn = self._connect()
+            sid = self._spec_id(conn, spec, create=False)
+            if sid is None:
+                return found
+            for start in range(0, len(wanted), _MAX_VARS):
+                part = wanted[start: start + _MAX_VARS]
+                marks = ",".join("?" * len(part))
+                rows = conn.execute(
+                    "SELECT doc_hash, reward FROM rewards WHERE spec_id = ? AND query_hash = ? "
+                    f"AND doc_hash IN ({marks})", (sid, query, *part)).fetchall()
+                for doc, reward in rows:
+                    found[bytes(doc)] = math.nan if reward is None else float(reward)
+        return found
+
+    def put_digests(self, spec: str, query: bytes, docs: Sequence[bytes],
+                    rewards: Sequence[float]) -> None:
+        """Record rewards (nan = missing) in one committed transaction."""
+        if len(docs) != len(rewards):
+            raise ValueError(f"{len(docs)} documents but {len(rewards)} rewards")
+        now = time.time()
+        rows = []
+        for doc, r in zip(docs, rewards):
+            r = float(r)
+            rows.append((query, doc, None if math.isnan(r) else r, now))
+        with self._lock:
+            conn = self._connect()
+            sid = self._spec_id(conn, spec, create=True)
+            with conn:
+                conn.executemany(_UPSERT, [(sid, *row) for row in rows])
+
+    # -- text-level API -----------------------------------------------------------
+    def get_many(self, spec: str, query_text: str, doc_texts: Iterable[str]) -> dict[str, float]:
+        """``{sha256(doc text) hex: reward}`` for the pairs already recorded (nan = missing)."""
+        found = self.get_digests(spec, text_digest(query_text),
+                                 (text_digest(t) for t in doc_texts))
+        return {k.hex(): v for k, v in found.items()}
+
+    def put_many(self, spec: str, query_text: str, doc_texts: Sequence[str],
+                 rewards: Sequence[float]) -> None:
+        self.put_digests(spec, text_digest(query_text), [text_digest(t) for t in doc_texts],
+                         list(rewards))
+
+    def count(self, spec: str | None = None) -> int:
+        """Number of recorded pairs (for one scorer key, or all)."""
+        with self._lock:
+            conn = self._connect()
+            if spec is None:
+                return int(conn.execute("SELECT COUNT(*) FROM rewards").fetchone()[0])
+            sid = self._spec_id(conn, spec, create=False)
+            if sid is None:
+                return 0
+            return int(conn.execute("SELECT COUNT(*) FROM rewards WHERE spec_id = ?",
+                                    (sid,)).fetchone()[0])
+
+    def specs(self) -> list[str]:
+        with self._lock:
+            conn = self._connect()
+            return [r[0] for r in conn.execute("SELECT spec FROM specs ORDER BY spec")]
+
+
+@dataclass(frozen=True)
+class LedgerCounts:
+    requested: int
+    cached: int
+    paid: int
+    missing: int
+
+
+class LedgerScorer:
+    """A Scorer that pays its inner scorer only for pairs the ledger does not hold yet.
+
+    Counters: ``requested`` pairs asked for; ``cached`` served without paying (from the
+    ledger, or a duplicate document text within one call); ``paid`` sent to the inner
+    scorer; ``missing`` paid pairs that came back nan.
+    """
+
+    def __init__(self, scorer: Scorer, ledger: Ledger | None = None, *, chunk_size: int = 16,
+                 retry_missing: bool = False) -> None:
+        if int(chunk_size) < 1:
+            raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        self.inner = scorer
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.chunk_size = int(chunk_size)
+        self.retry_missing = bool(retry_missing)
+        self.spec = scorer.spec
+        self.mapping = scorer.mapping
+        self.identity = scorer_key(scorer)
+        self.requested = self.cached = self.paid = self.missing = 0
+
+    def counts(self) -> LedgerCounts:
+        return LedgerCounts(self.requested, self.cached, self.paid, self.missing)
+
+    def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
+        docs = list(docs)
+        out = np.full(len(docs), np.nan, dtype=np.float64)
+        qd = text_digest(query.text)
+        digests = [text_digest(d.text) for d in docs]
+        known = self.ledger.get_digests(self.identity, qd, digests)
+        todo: dict[bytes, int] = {}  # digest -> first position, in request order
+        for i, dg in enumerate(digests):
+            if dg in known and not (self.retry_missing and math.isnan(known[dg])):
+                continue
+            todo.setdefault(dg, i)
+        fresh: dict[bytes, float] = {}
+        pending = list(todo.items())
+        for start in range(0, len(pending), self.chunk_size):
+            chunk = pending[start: start + self.chunk_size]
+            rewards = self._pay(query, [docs[i] for _, i in chunk])
+            self.ledger.put_digests(self.identity, qd, [dg for dg, _ in chunk], rewards)
+            self.paid += len(chunk)
+            self.missing += int(np.isnan(rewards).sum())
+            fresh.update(zip((dg for dg, _ in chunk), rewards.tolist()))
+        for i, dg in enumerate(digests):
+            out[i] = fresh[dg] if dg in fresh else known[dg]
+        self.requested += len(docs)
+        self.cached += len(docs) - len(pending)
+        return out
+
+    def _pay(self, query: Item, docs: list[Item]) -> np.ndarray:
+        rewards = np.asarray(self.inner.score(query, docs), dtype=np.float64)
+        if rewards.shape != (len(docs),):
+            raise BackendError(f"scorer {self.spec} returned shape {rewards.shape} for "
+                               f"{len(docs)} documents; a scorer must return (n,)")
+        bad = ~np.isnan(rewards) & ((rewards < 0) | (rewards > 1))
+        if bad.any():
+            raise BackendError(f"scorer {self.spec} returned rewards outside [0, 1] "
+                               f"(e.g. {rewards[bad][0]!r}); map raw scores to [0, 1]")
+        return rewards

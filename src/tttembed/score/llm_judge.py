@@ -1,0 +1,163 @@
+"""``llm:MODEL[@BASE_URL]``: an LLM judge over an OpenAI-compatible ``/chat/completions``.
+
+Each (query, document) pair is one chat request at temperature 0 with a fixed 0-5
+relevance rubric; the model reasons briefly and ends with ``Score: X``. The last
+``Score: X`` in the answer is read (X an integer or decimal in [0, 5]) and the reward is
+``X / 5`` (``mapping = "score/5"``). An answer without a valid score is asked again once;
+if the second answer is no better the pair is recorded as missing (``nan``) with a
+warning that names the query and document ids. Transport failures follow the shared
+:class:`~tttembed.http.RetryPolicy` and end in :class:`~tttembed.errors.BackendError`.
+
+Options: ``max_concurrency`` (4 pairs in flight), ``api_key_env`` (default
+``OPENAI_API_KEY``; unset is fine for local servers), ``max_tokens`` (sent when given),
+``retry``, ``max_retries``, ``timeout``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from tttembed.errors import BackendError
+from tttembed.http import (
+    DEFAULT_API_KEY_ENV,
+    JSONClient,
+    RetryPolicy,
+    map_ordered,
+    split_model_url,
+)
+from tttembed.score.base import Item
+
+MAX_SCORE = 5.0
+
+RUBRIC = """You judge how relevant a document is to a search query.
+Use this scale:
+5 = perfectly relevant: the document fully answers the query.
+4 = highly relevant: it answers most of the query.
+3 = relevant: it answers part of the query or gives important context.
+2 = somewhat relevant: it is on the topic but does not answer the query.
+1 = barely relevant: it shares a few terms or a loose connection.
+0 = unrelated.
+Reason briefly (at most three sentences), then end your answer with a last line of the
+form `Score: X`, where X is a number from 0 to 5."""
+
+_SCORE = re.compile(r"\bscore\s*:\s*[*_`]*\s*([^\s*_`]+)", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+class JudgeWarning(RuntimeWarning):
+    """A pair the judge could not score (recorded as nan)."""
+
+
+def parse_score(answer: str | None) -> float | None:
+    """The value of the last ``Score: X`` in ``answer`` if it is in [0, 5], else None."""
+    if not answer:
+        return None
+    matches = _SCORE.findall(answer)
+    if not matches:
+        return None
+    token = matches[-1].rstrip(".,;:!)]")
+    token = token.removesuffix("/5")
+    if not _NUMBER.fullmatch(token):
+        return None
+    value = float(token)
+    return value if 0.0 <= value <= MAX_SCORE else None
+
+
+def user_message(query: str, document: str) -> str:
+    return f"Query:\n{query}\n\nDocument:\n{document}\n\nHow relevant is the document?"
+
+
+class LLMJudge:
+    """Scorer that asks a chat model for a 0-5 relevance grade per (query, doc) pair."""
+
+    mapping = "score/5"
+
+    def __init__(self, model: str, base_url: str, *, spec: str | None = None,
+                 max_concurrency: int = 4, api_key_env: str | None = DEFAULT_API_KEY_ENV,
+                 max_tokens: int | None = None, retry: RetryPolicy | None = None,
+                 max_retries: int | None = None, timeout: float | None = None,
+                 sleep: Callable[[float], None] | None = None,
+                 rng: random.Random | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.spec = spec or f"llm:{model}@{self.base_url}"
+        self.max_concurrency = int(max_concurrency)
+        self.max_tokens = None if max_tokens is None else int(max_tokens)
+        policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
+                                                          timeout=timeout)
+        self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,
+                                 sleep=sleep, rng=rng, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"LLMJudge(spec={self.spec!r})"
+
+    @property
+    def calls(self) -> int:
+        """HTTP requests that succeeded so far."""
+        return self.client.calls
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> LLMJudge:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ask(self, query: str, document: str) -> str | None:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [
+                {"role": "system", "content": RUBRIC},
+                {"role": "user", "content": user_message(query, document)},
+            ],
+        }
+        if self.max_tokens is not None:
+            payload["max_tokens"] = self.max_tokens
+        body = self.client.post("/chat/completions", payload)
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (TypeError, KeyError, IndexError):
+            raise BackendError(
+                f"{self.base_url}/chat/completions returned JSON without "
+                "choices[0].message.content (is it an OpenAI-compatible chat endpoint?)"
+            ) from None
+        return content if isinstance(content, str) else None
+
+    def _judge(self, query: str, document: str) -> tuple[float, str | None]:
+        answer = None
+        for _ in range(2):
+            answer = self._ask(query, document)
+            value = parse_score(answer)
+            if value is not None:
+                return value / MAX_SCORE, None
+        return float("nan"), answer
+
+    def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
+        docs = list(docs)
+        results = map_ordered(lambda d: self._judge(query.text, d.text), docs,
+                              self.max_concurrency)
+        out = np.array([r for r, _ in results], dtype=np.float64)
+        for doc, (value, answer) in zip(docs, results):
+            if np.isnan(value):
+                excerpt = " ".join((answer or "(empty answer)").split())[-80:]
+                message = (f"{self.spec}: no valid 'Score: X' (0-5) for query {query.id!r}, "
+                           f"doc {doc.id!r} after 2 requests; recorded as missing. "
+                           f"Answer ended: {excerpt!r}")
+                warnings.warn(message, JudgeWarning, stacklevel=2)
+        return out
+
+
+def from_spec(rest: str, **options: Any) -> LLMJudge:
+    model, base_url = split_model_url(rest, "llm")
+    return LLMJudge(model, base_url, spec=f"llm:{rest}", **options)

@@ -1,0 +1,233 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for the HTTP backend tests.
+
+``LocalOpenAIServer`` runs ``http.server.ThreadingHTTPServer`` on port 0 in a background
+thread and speaks the OpenAI wire format:
+
+* ``POST /v1/embeddings``: the bundled MiniLM (a SentenceTransformer) encodes ``input``
+  with ``normalize_embeddings=False``. MiniLM ends in a Normalize layer, so the server
+  multiplies every row by ``scale`` (default 3.0) to send unnormalised vectors, as many
+  real servers do; client-side normalisation is therefore exercised. ``dimensions``
+  truncates the vectors (Matryoshka-style).
+* ``POST /v1/chat/completions``: answered by ``server.chat(payload) -> str``.
+
+Fault injection: ``server.script(Reply(...), ...)`` queues replies; each incoming request
+takes the next one (then the queue falls back to normal answers). A ``Reply`` with a
+``body`` is sent as-is with its status; without a body, status 200 means "answer normally,
+optionally passed through ``mutate``" and any other status sends an OpenAI-style error.
+``delay`` waits before answering (for timeouts). Every request is logged in
+``server.requests`` (method, path, lower-cased headers, raw body, decoded JSON).
+
+Fixtures ``openai_server`` (needs the session ``minilm`` fixture) and ``chat_server``
+(no model) are defined here; test modules import them explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted reply (see the module docstring)."""
+
+    status: int = 200
+    body: bytes | str | dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client gave up (timeout test): nothing to report
+        super().handle_error(request, client_address)
+
+
+class LocalOpenAIServer:
+    """OpenAI-compatible test server; use as a context manager."""
+
+    def __init__(self, model: Any = None,
+                 chat: Callable[[dict[str, Any]], str] | None = None,
+                 scale: float = 3.0) -> None:
+        self.model = model
+        self.chat = chat
+        self.scale = scale
+        self.requests: list[Request] = []
+        self._queue: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._model_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), self._handler_class())
+        self.port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> LocalOpenAIServer:  # noqa: PYI034
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    def count(self, path: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for r in self.requests if path is None or r.path.endswith(path))
+
+    # -- request handling -------------------------------------------------------------
+
+    def _record(self, request: Request) -> Reply | None:
+        with self._lock:
+            self.requests.append(request)
+            return self._queue.popleft() if self._queue else None
+
+    def _answer(self, path: str, payload: Any) -> tuple[int, dict[str, Any]]:
+        if not isinstance(payload, dict):
+            return 400, _error("request body must be a JSON object")
+        if path == "/v1/embeddings":
+            return self._embeddings(payload)
+        if path == "/v1/chat/completions":
+            return self._chat(payload)
+        return 404, _error(f"no route {path}")
+
+    def _embeddings(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.model is None:
+            return 500, _error("this test server has no embedding model")
+        texts = payload.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return 400, _error("'input' must be a string or a list of strings")
+        with self._model_lock:
+            vecs = self.model.encode(texts, normalize_embeddings=False, convert_to_numpy=True,
+                                     show_progress_bar=False, batch_size=64)
+        vecs = np.asarray(vecs, dtype=np.float32) * np.float32(self.scale)
+        if payload.get("dimensions") is not None:
+            vecs = vecs[:, : int(payload["dimensions"])]
+        data = [{"object": "embedding", "index": i, "embedding": v.tolist()}
+                for i, v in enumerate(vecs)]
+        return 200, {"object": "list", "data": data, "model": payload.get("model"),
+                     "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+
+    def _chat(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.chat is None:
+            return 500, _error("this test server has no chat function")
+        content = self.chat(payload)
+        return 200, {
+            "id": "chatcmpl-local", "object": "chat.completion", "model": payload.get("model"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes,
+                      headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    payload = json.loads(raw) if raw else None
+                except ValueError:
+                    payload = None
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                reply = server._record(Request("POST", self.path, headers, raw, payload))
+                if reply is not None and reply.delay:
+                    server._stop.wait(reply.delay)
+                if reply is not None and reply.body is not None:
+                    body = reply.body
+                    if isinstance(body, dict):
+                        body = json.dumps(body)
+                    if isinstance(body, str):
+                        body = body.encode()
+                    self._send(reply.status, body, reply.headers)
+                    return
+                if reply is not None and reply.status != 200:
+                    message = _error(f"scripted HTTP {reply.status}")
+                    self._send(reply.status, json.dumps(message).encode(), reply.headers)
+                    return
+                status, answer = server._answer(self.path, payload)
+                if reply is not None and reply.mutate is not None and status == 200:
+                    answer = reply.mutate(answer)
+                self._send(status, json.dumps(answer).encode(),
+                           reply.headers if reply is not None else None)
+
+        return Handler
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error"}}
+
+
+def closed_port_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens (connection refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+class Sleeps(list[float]):
+    """An injectable ``sleep`` that records the delays instead of sleeping."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def openai_server(minilm: Any) -> Iterator[LocalOpenAIServer]:
+    """A fresh local server whose /v1/embeddings is the bundled MiniLM."""
+    with LocalOpenAIServer(model=minilm.model) as server:
+        yield server
+
+
+@pytest.fixture
+def chat_server() -> Iterator[LocalOpenAIServer]:
+    """A fresh local server without a model; set ``chat_server.chat`` in the test."""
+    with LocalOpenAIServer() as server:
+        yield server
