@@ -11,9 +11,9 @@ ENV_CACHE = "TTTEMBED_CACHE_DIR"
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """The cache root: the override, else $TTTEMBED_CACHE_DIR, else ~/.cache/tttembed."""
     if override:
-        root = Path(override)
+        root = Path(override).expanduser()
     elif os.environ.get(ENV_CACHE):
-        root = Path(os.environ[ENV_CACHE])
+        root = Path(os.environ[ENV_CACHE]).expanduser()
     else:
         base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
         root = Path(base) / "tttembed"

@@ -68,8 +68,13 @@ def test_default_path_follows_the_cache_dir(monkeypatch, tmp_path):
     led = Ledger()
     assert led.path == tmp_path / "c" / "ledger.sqlite" and led.path.exists()
     led.close()
+    assert default_ledger_path(tmp_path / "flag") == tmp_path / "flag" / "ledger.sqlite"
     monkeypatch.delenv("TTTEMBED_CACHE_DIR")
-    assert default_ledger_path() == Path.home() / ".cache" / "tttembed" / "ledger.sqlite"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_ledger_path() == tmp_path / "xdg" / "tttembed" / "ledger.sqlite"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_ledger_path() == tmp_path / "home" / ".cache" / "tttembed" / "ledger.sqlite"
 
 
 def test_get_many_put_many_and_wal(ledger):

@@ -12,7 +12,15 @@ from tests import servers
 from tests.servers import Reply, Sleeps
 from tttembed.errors import BackendError
 from tttembed.score.base import Item, Scorer, get_scorer
-from tttembed.score.llm_judge import RUBRIC, JudgeWarning, LLMJudge, from_spec, parse_score
+from tttembed.score.ledger import scorer_key
+from tttembed.score.llm_judge import (
+    RUBRIC,
+    RUBRIC_HASH,
+    JudgeWarning,
+    LLMJudge,
+    from_spec,
+    parse_score,
+)
 
 chat_server = servers.chat_server  # the local OpenAI-compatible server fixture
 
@@ -160,3 +168,23 @@ def test_empty_docs_and_registry(chat_server, monkeypatch):
     scorer.score(QUERY, [Item("d1", "x")])
     assert chat_server.requests[0].headers["authorization"] == "Bearer sk-judge-SECRET"
     assert "SECRET" not in repr(scorer) + repr(scorer.client)
+
+
+def test_identity_names_what_changes_rewards(chat_server, monkeypatch):
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-SECRET")
+    base = judge(chat_server)
+    assert base.identity == f"llm:judge@{chat_server.url} rubric={RUBRIC_HASH}"
+    assert len(RUBRIC_HASH) == 12 and int(RUBRIC_HASH, 16) >= 0
+    assert isinstance(base, Scorer) and scorer_key(base) == base.identity
+    same = judge(chat_server, max_concurrency=1, max_retries=0, timeout=3.0,
+                 api_key_env="JUDGE_KEY")
+    assert same.identity == base.identity and "SECRET" not in same.identity
+    assert judge(chat_server, max_tokens=64).identity == base.identity + " max_tokens=64"
+    other = from_spec("other-model@http://127.0.0.1:9/v1/")
+    _MADE.append(other)
+    assert other.identity == f"llm:other-model@http://127.0.0.1:9/v1 rubric={RUBRIC_HASH}"
+    default = from_spec("judge")
+    _MADE.append(default)
+    assert default.spec == "llm:judge"
+    assert default.identity.startswith(f"llm:judge@{default.base_url} ")
+    assert default.identity != default.spec and default.base_url.startswith("http")

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_dataset
+from tttembed.data.beir import corpus_fingerprint, doc_text, load_qrels
 from tttembed.errors import ConfigError, DataError
 from tttembed.score.base import Item, Scorer, get_scorer
-from tttembed.score.bm25 import BM25Scorer, corpus_fingerprint
-from tttembed.score.qrels import QrelsScorer, read_qrels_tsv
+from tttembed.score.bm25 import BM25Scorer
+from tttembed.score.qrels import QrelsScorer
 
 # --------------------------------------------------------------------------- qrels
 
@@ -53,8 +54,11 @@ def test_qrels_headerless_and_beir_folder_with_split(tmp_path):
 
 @pytest.mark.parametrize("text, message, line", [
     ("q1\td1\n", "3 tab-separated columns", 1),
-    ("q1\td1\t1\nq1\td2\tgood\n", "not a number", 2),
-    ("q1\td1\t1\nq1\td1\t2\n", "different grades", 2),
+    ("q1\t0\td1\t1\n", "3 tab-separated columns", 1),
+    ("q1\td1\t1\nq1\td2\tgood\n", "not an integer", 2),
+    ("q1\td1\t1\nq1\td2\t0.5\n", "not an integer", 2),
+    ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t2\n", "first on line 2", 3),
+    ("q1\td1\t1\nq1\td1\t1\n", "duplicate judgment", 2),
     ("q1\td1\t0\n", "no positive grade", None),
     ("\n\n", "no judgments", None),
 ])
@@ -73,7 +77,7 @@ def test_qrels_missing_file(tmp_path):
 @pytest.mark.data
 def test_qrels_on_scifact():
     path = shared_dataset("scifact")
-    qrels = read_qrels_tsv(path / "qrels" / "test.tsv")
+    qrels = load_qrels(path / "qrels" / "test.tsv")
     scorer = QrelsScorer(str(path))
     assert scorer.mapping == "grade/1"
     qid = min(qrels)
@@ -165,7 +169,7 @@ def test_bm25_caches_full_corpus_scores_per_query():
 def test_bm25_identity_and_errors(tmp_path):
     scorer = get_scorer("bm25", corpus=CORPUS, stemmer="none")
     assert isinstance(scorer, Scorer)
-    assert f"corpus={corpus_fingerprint(CORPUS)}" in scorer.identity
+    assert f"corpus={corpus_fingerprint(CORPUS)}" in scorer.identity.split()
     other = dict(CORPUS, d6={"title": "", "text": "new"})
     assert corpus_fingerprint(other) != corpus_fingerprint(CORPUS)
     with pytest.raises(DataError, match="not in the BM25 corpus"):
@@ -184,7 +188,32 @@ def test_bm25_reads_a_beir_folder(tmp_path):
     query, docs = Item("q", "moon gravity"), [Item(d, "") for d in CORPUS]
     np.testing.assert_array_equal(scorer.score(query, docs), in_memory.score(query, docs))
     assert scorer.identity.split()[1] == in_memory.identity.split()[1]
-    _write(tmp_path / "bad" / "corpus.jsonl", '{"_id": "a"}\nnot json\n')
-    with pytest.raises(DataError, match="invalid JSON") as info:
+    corpus_file = tmp_path / "task" / "corpus.jsonl"
+    assert get_scorer(f"bm25:{corpus_file}", stemmer="none").identity.split()[1:] == \
+        in_memory.identity.split()[1:]
+
+
+@pytest.mark.parametrize("text, message, line", [
+    ('{"_id": "a", "text": "x"}\nnot json\n', "invalid JSON", 2),
+    ('{"_id": "a"}\n', "missing required field 'text'", 1),
+    ('{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n', "duplicate document", 2),
+    ('\n', "empty file", None),
+])
+def test_bm25_corpus_file_is_validated(tmp_path, text, message, line):
+    path = _write(tmp_path / "bad" / "corpus.jsonl", text)
+    with pytest.raises(DataError, match=message) as info:
         get_scorer(f"bm25:{tmp_path / 'bad'}")
-    assert info.value.line == 2
+    assert info.value.line == line and info.value.path == str(path)
+
+
+def test_bm25_scores_the_text_the_embedder_sees():
+    """A title-only match counts: BM25 indexes doc_text (title + " " + text)."""
+    corpus = {"a": {"title": "Zebra", "text": "striped animal"},
+              "b": {"title": "", "text": "zebra crossing zebra"},
+              "c": {"title": "Horse", "text": "no stripes"}}
+    scorer = BM25Scorer(corpus=corpus, stemmer="none")
+    r = scorer.score(Item("q", "zebra"), [Item(d, "") for d in corpus])
+    hand = _bm25_by_hand("zebra", corpus)
+    assert r[0] > 0 and r[2] == 0.0
+    np.testing.assert_allclose(r, [hand[d] / max(hand.values()) for d in corpus], rtol=1e-5)
+    assert _terms(doc_text(corpus["a"])) == ["zebra", "striped", "animal"]

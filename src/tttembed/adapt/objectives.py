@@ -1,35 +1,33 @@
 """Per-query objectives of TTT-Embed (METHOD.md Part 1, "Objective").
 
-Everything here works on one chunk of rows of the padded reward table:
+Everything here works on rows of the padded reward table:
 
 - ``s``    float32 ``(C, K)``: student logits ``unit(x_q + v_g) . z_qi / tau_S``;
 - ``mask`` bool ``(C, K)``: which candidates carry a reward (padding and ``nan`` are False).
 
-Three objectives, all per query, all with the same teacher temperature and rewards:
+Three objectives, all per query, with the same rewards and temperatures:
 
 - ``"kd"``   ``KL(p || pi)`` with teacher ``p = softmax(r / tau_T)`` (the default);
 - ``"rkl"``  ``KL(pi || p)`` (reverse KL);
 - ``"grpo"`` softmax-GRPO: reference ``pi0 = pi(v = 0)``, advantages
   ``A = (r - mean r) / max(std r, 1e-4)`` over the query's rewarded candidates (population
-  standard deviation), ratio ``rho = pi / pi0``; the loss is minus
-  ``mean_i min(rho_i A_i, clip(rho_i, 0.8, 1.2) A_i)``.
+  standard deviation, so a query with one reward has ``A = 0``), ratio ``rho = pi / pi0``;
+  the loss is minus ``mean_i min(rho_i A_i, clip(rho_i, 0.8, 1.2) A_i)``.
 
-:func:`loss_and_grad` returns each query's loss and its analytic gradient with respect
-to the logits (the hot path of :mod:`tttembed.adapt.optimize`); :func:`losses` computes
-the same losses with plain differentiable torch ops (the autograd reference in tests).
-
-torch is imported inside functions: importing this module stays light.
+:func:`loss_and_grad` (numpy, the optimizer's hot path) returns each query's loss and its
+analytic gradient with respect to the logits. :func:`reference_losses` computes the same
+losses with plain differentiable torch ops: the autograd reference for tests and
+baselines (torch is imported inside it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from tttembed.errors import ConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
 OBJECTIVES: tuple[str, ...] = ("kd", "rkl", "grpo")
 
@@ -52,124 +50,138 @@ def check_objective(objective: str) -> str:
     return objective
 
 
-def import_torch() -> Any:
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch ships with every learning extra
-        from tttembed.errors import MissingDependency
-
-        raise MissingDependency("torch", "st") from exc
-    return torch
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Targets:
-    """Per-query constants derived once from the rewards (torch tensors, rows = queries).
+    """Per-query constants derived once from the rewards (numpy, rows = queries).
 
-    ``p``/``logp``: teacher probabilities and log-probabilities (0 where masked);
-    ``adv``: GRPO advantages (0 where masked); ``logpi0``: GRPO reference log-policy
-    (0 where masked); ``inv_k``: ``1 / K_q`` (number of rewarded candidates).
+    ``neg``: 0 where rewarded, -inf elsewhere (float32); ``p``/``logp``: teacher
+    probabilities and log-probabilities (0 where masked); ``plogp``: ``sum_i p_i log p_i``
+    (N,); ``adv``: GRPO advantages; ``logpi0``: GRPO reference log-policy (both 0 where
+    masked); ``inv_k``: ``1 / K_q``.
     """
 
     objective: str
-    mask: torch.Tensor
-    p: torch.Tensor
-    logp: torch.Tensor
-    adv: torch.Tensor
-    logpi0: torch.Tensor
-    inv_k: torch.Tensor
+    mask: np.ndarray
+    neg: np.ndarray
+    p: np.ndarray
+    logp: np.ndarray
+    plogp: np.ndarray
+    adv: np.ndarray
+    logpi0: np.ndarray
+    inv_k: np.ndarray
 
     def rows(self, start: int, stop: int) -> Targets:
         """The targets of rows ``start:stop`` (views, no copy)."""
+        sl = slice(start, stop)
         return Targets(
-            self.objective, self.mask[start:stop], self.p[start:stop],
-            self.logp[start:stop], self.adv[start:stop], self.logpi0[start:stop],
-            self.inv_k[start:stop],
+            self.objective, self.mask[sl], self.neg[sl], self.p[sl], self.logp[sl],
+            self.plogp[sl], self.adv[sl], self.logpi0[sl], self.inv_k[sl],
         )
+
+
+def masked_log_softmax(s: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(softmax, log-normaliser)`` of ``s`` over the entries where ``neg`` is 0.
+
+    Returns ``pi`` (C, K), 0 where masked, and ``logz`` (C, 1) with
+    ``log pi_i = s_i - logz`` at rewarded entries.
+    """
+    sm = s + neg
+    mx = sm.max(axis=1, keepdims=True)
+    e = np.exp(sm - mx)
+    se = e.sum(axis=1, keepdims=True)
+    e /= se
+    return e, mx + np.log(se)
 
 
 def make_targets(
     objective: str,
-    r: torch.Tensor,
-    mask: torch.Tensor,
-    s0: torch.Tensor | None = None,
+    r: np.ndarray,
+    mask: np.ndarray,
+    s0: np.ndarray | None = None,
     *,
     tau_t: float = TAU_T,
 ) -> Targets:
     """Teacher / advantages / reference for every row.
 
-    ``r`` (N, K) rewards (any value where masked), ``mask`` (N, K) bool with at least one
-    True per row; ``s0`` (N, K) the logits at ``v = 0`` (required for ``"grpo"``).
+    ``r`` (N, K) rewards (any finite value where masked), ``mask`` (N, K) bool with at
+    least one True per row; ``s0`` (N, K) the logits at ``v = 0`` (needed for ``"grpo"``).
     """
-    torch = import_torch()
     check_objective(objective)
-    mask = mask.bool()
-    r = torch.where(mask, r.float(), torch.zeros((), dtype=torch.float32))
-    k = mask.sum(1).clamp_min(1).float()
-    logp = _masked_log_softmax(r / tau_t, mask)
-    p = logp.exp() * mask
-    zeros = torch.zeros_like(r)
-    adv, logpi0 = zeros, zeros
+    mask = np.asarray(mask, dtype=bool)
+    r = np.where(mask, np.asarray(r, dtype=np.float64), 0.0)
+    neg = np.where(mask, 0.0, -np.inf)
+    k = np.maximum(mask.sum(1), 1).astype(np.float64)
+    p, logz = masked_log_softmax(r / tau_t, neg)
+    logp = np.where(mask, r / tau_t - logz, 0.0)
+    plogp = (p * logp).sum(1)
+    adv = np.zeros_like(r)
+    logpi0 = np.zeros_like(r)
     if objective == "grpo":
         if s0 is None:
             raise ValueError("grpo needs the reference logits s0")
-        mean = r.sum(1, keepdim=True) / k[:, None]
-        dev = torch.where(mask, r - mean, zeros)
-        std = ((dev * dev).sum(1, keepdim=True) / k[:, None]).sqrt()
-        adv = dev / std.clamp_min(STD_FLOOR)
-        logpi0 = _masked_log_softmax(s0.float(), mask)
-    return Targets(objective, mask, p, logp, adv, logpi0, 1.0 / k)
+        mean = r.sum(1, keepdims=True) / k[:, None]
+        dev = np.where(mask, r - mean, 0.0)
+        std = np.sqrt((dev * dev).sum(1, keepdims=True) / k[:, None])
+        adv = dev / np.maximum(std, STD_FLOOR)
+        s0 = np.asarray(s0, dtype=np.float64)
+        _, logz0 = masked_log_softmax(s0, neg)
+        logpi0 = np.where(mask, s0 - logz0, 0.0)
+    f32 = np.float32
+    return Targets(
+        objective, mask, neg.astype(f32), p.astype(f32), logp.astype(f32),
+        plogp.astype(f32), adv.astype(f32), logpi0.astype(f32), (1.0 / k).astype(f32),
+    )
 
 
-def _masked_log_softmax(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log_softmax over the True entries of each row; 0 at masked entries."""
-    torch = import_torch()
-    neg = torch.full((), float("-inf"), dtype=s.dtype)
-    out = torch.log_softmax(torch.where(mask, s, neg), dim=1)
-    return torch.where(mask, out, torch.zeros((), dtype=s.dtype))
-
-
-def losses(s: torch.Tensor, t: Targets) -> torch.Tensor:
-    """Per-query losses ``(C,)`` from logits ``s`` (C, K): plain, differentiable torch ops."""
-    torch = import_torch()
-    logpi = _masked_log_softmax(s, t.mask)
-    pi = logpi.exp() * t.mask
-    zero = torch.zeros((), dtype=s.dtype)
-    if t.objective == "kd":
-        return torch.where(t.mask, t.p * (t.logp - logpi), zero).sum(1)
-    if t.objective == "rkl":
-        return torch.where(t.mask, pi * (logpi - t.logp), zero).sum(1)
-    rho = torch.where(t.mask, (logpi - t.logpi0).exp(), zero)
-    lo, hi = 1.0 - CLIP_EPS, 1.0 + CLIP_EPS
-    term = torch.minimum(rho * t.adv, rho.clamp(lo, hi) * t.adv)
-    return -torch.where(t.mask, term, zero).sum(1) * t.inv_k
-
-
-def loss_and_grad(s: torch.Tensor, t: Targets) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_and_grad(s: np.ndarray, t: Targets) -> tuple[np.ndarray, np.ndarray]:
     """Per-query losses ``(C,)`` and ``d loss_q / d s`` ``(C, K)`` (0 where masked).
 
     kd: ``pi - p``.  rkl: ``pi_j (h_j - sum_i pi_i h_i)`` with ``h = log pi - log p``.
     grpo: with ``g_i = A_i`` where the unclipped branch is the active one (else 0),
-    ``-(g_j rho_j - pi_j sum_i g_i rho_i) / K_q``.
+    ``(pi_j sum_i g_i rho_i - g_j rho_j) / K_q``.
     """
-    torch = import_torch()
-    mask = t.mask
-    logpi = _masked_log_softmax(s, mask)
-    pi = logpi.exp().mul_(mask)
+    pi, logz = masked_log_softmax(s, t.neg)
     if t.objective == "kd":
-        loss = (t.p * (t.logp - logpi)).sum(1)
-        return loss, pi.sub_(t.p)
+        loss = t.plogp - np.einsum("ck,ck->c", t.p, s) + logz[:, 0]
+        pi -= t.p
+        return loss, pi
+    logpi = np.where(t.mask, s - logz, np.float32(0.0))
     if t.objective == "rkl":
-        h = (logpi - t.logp).mul_(mask)
-        loss = (pi * h).sum(1)
-        grad = pi * (h - loss[:, None])
-        return loss, grad
-    rho = (logpi - t.logpi0).exp_().mul_(mask)
+        h = logpi - t.logp
+        loss = np.einsum("ck,ck->c", pi, h)
+        h -= loss[:, None]
+        h *= pi
+        return loss, h
+    rho = np.exp(logpi - t.logpi0)
+    rho *= t.mask
     a = t.adv
-    lo, hi = 1.0 - CLIP_EPS, 1.0 + CLIP_EPS
+    lo, hi = np.float32(1.0 - CLIP_EPS), np.float32(1.0 + CLIP_EPS)
     clipped = ((rho > hi) & (a > 0)) | ((rho < lo) & (a < 0))
-    term = torch.where(clipped, rho.clamp(lo, hi) * a, rho * a)
-    loss = -(term * mask).sum(1) * t.inv_k
-    gr = torch.where(clipped, torch.zeros((), dtype=s.dtype), a * rho)
-    grad = (pi * gr.sum(1, keepdim=True)).sub_(gr).mul_(t.inv_k[:, None])
+    gr = a * rho
+    term = np.where(clipped, np.clip(rho, lo, hi) * a, gr)
+    loss = -term.sum(1) * t.inv_k
+    gr[clipped] = 0.0
+    grad = pi * gr.sum(1, keepdims=True)
+    grad -= gr
+    grad *= t.inv_k[:, None]
     return loss, grad
+
+
+def reference_losses(s: Any, t: Targets) -> Any:
+    """Per-query losses from torch logits ``s`` (C, K) with plain, differentiable ops."""
+    import torch
+
+    mask = torch.from_numpy(t.mask)
+    zero = torch.zeros((), dtype=s.dtype)
+    logpi = torch.log_softmax(s.masked_fill(~mask, float("-inf")), dim=1)
+    logpi = torch.where(mask, logpi, zero)
+    pi = logpi.exp() * mask
+    p, logp = torch.from_numpy(t.p), torch.from_numpy(t.logp)
+    if t.objective == "kd":
+        return torch.where(mask, p * (logp - logpi), zero).sum(1)
+    if t.objective == "rkl":
+        return torch.where(mask, pi * (logpi - logp), zero).sum(1)
+    adv = torch.from_numpy(t.adv)
+    rho = torch.where(mask, (logpi - torch.from_numpy(t.logpi0)).exp(), zero)
+    term = torch.minimum(rho * adv, rho.clamp(1.0 - CLIP_EPS, 1.0 + CLIP_EPS) * adv)
+    return -torch.where(mask, term, zero).sum(1) * torch.from_numpy(t.inv_k)

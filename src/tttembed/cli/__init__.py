@@ -11,6 +11,7 @@ import typer
 from tttembed import __version__
 from tttembed.cli.demo import demo
 from tttembed.cli.index import index
+from tttembed.cli.learn import learn, rerank
 from tttembed.cli.search import search
 
 app = typer.Typer(
@@ -22,6 +23,8 @@ app = typer.Typer(
 )
 app.command()(index)
 app.command()(search)
+app.command()(learn)
+app.command()(rerank)
 app.command()(demo)
 
 

@@ -42,11 +42,12 @@ def handle_errors(func: F) -> F:
 
 
 @contextmanager
-def progress_bar(description: str, total: int | None, enabled: bool = True
-                 ) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar; yields ``advance(n)``. Quiet when stderr is not a terminal."""
+def progress_group(enabled: bool = True
+                   ) -> Iterator[Callable[[str, int | None], Callable[[int], None]]]:
+    """One live rich display for a command's stages; yields ``stage(name, total)`` which
+    adds a bar and returns its ``advance(n)``. Quiet when stderr is not a terminal."""
     if not enabled or not err_console.is_terminal:
-        yield lambda n: None
+        yield lambda name, total: (lambda n: None)
         return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
@@ -54,8 +55,19 @@ def progress_bar(description: str, total: int | None, enabled: bool = True
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=err_console,
                   transient=False) as prog:
-        task = prog.add_task(description, total=total)
-        yield lambda n: prog.advance(task, n)
+        def stage(name: str, total: int | None) -> Callable[[int], None]:
+            task = prog.add_task(name, total=total)
+            return lambda n: prog.advance(task, n)
+
+        yield stage
+
+
+@contextmanager
+def progress_bar(description: str, total: int | None, enabled: bool = True
+                 ) -> Iterator[Callable[[int], None]]:
+    """A single rich progress bar; yields ``advance(n)``."""
+    with progress_group(enabled) as stage:
+        yield stage(description, total)
 
 
 def parse_params(values: list[str] | None) -> dict[str, int]:

@@ -7,6 +7,13 @@ read ``text``; the ``qrels:`` scorer reads ``id``.
 
 ``mapping`` names how raw scores were put on [0, 1] (e.g. ``"p_yes"``, ``"grade/4"``,
 ``"bm25/query_max"``); it is recorded in state files.
+
+``identity`` is the string that names everything that changes the rewards: the spec plus
+any option that does (a Qwen3 instruction, a cross-encoder mapping, a BEIR split, a BM25
+corpus fingerprint, an LLM judge's endpoint and rubric hash), never a secret such as an API
+key. Two scorers with the same identity give the same reward to the same pair; the reward
+ledger keys paid pairs on it. Every built-in scorer has it (third-party scorers without
+one are keyed on ``spec``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ class Item(NamedTuple):
 @runtime_checkable
 class Scorer(Protocol):
     spec: str
+    identity: str
     mapping: str
 
     def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:

@@ -1,11 +1,13 @@
 """``bm25`` / ``bm25:PATH``: lexical BM25 (the ``bm25s`` library) as a reward model.
 
 BM25 needs the corpus the candidates come from: pass it as ``corpus=`` (a BEIR dict
-``{id: {"title", "text"}}``), or give PATH, a BEIR folder or its ``corpus.jsonl``. Each
-document is indexed as ``title + " " + text``, lower-cased, split on ``\\w\\w+``, with
-bm25s's English stopwords removed; stemmed with PyStemmer's English stemmer only when the
-optional ``PyStemmer`` package is installed (``stemmer="auto"``; ``"none"`` or
-``"english"`` to force).
+``{id: {"title", "text"}}``), or give PATH, a BEIR folder or its ``corpus.jsonl`` (read and
+checked by :func:`tttembed.data.beir.load_corpus`). Each document is indexed as
+:func:`tttembed.data.beir.doc_text` (``title + " " + text``: the text the embedder sees),
+lower-cased, split on ``\\w\\w+``, with bm25s's English stopwords removed; stemmed with
+PyStemmer's English stemmer only when the optional ``PyStemmer`` package is installed
+(``stemmer="auto"``; ``"none"`` or ``"english"`` to force). The identity carries
+:func:`tttembed.data.beir.corpus_fingerprint`, the fingerprint index manifests record.
 
 The reward of ``(q, d)`` is ``BM25(q, d) / max over the whole corpus of BM25(q, .)``
 (mapping ``"bm25/query_max"``): per query and independent of which candidates are asked,
@@ -19,8 +21,6 @@ Options: ``corpus``, ``k1`` (1.5), ``b`` (0.75), ``method`` (``"lucene"``), ``st
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,48 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.data.beir import corpus_fingerprint, doc_text, load_corpus
 from tttembed.errors import ConfigError, DataError, MissingDependency
 from tttembed.score.base import Item
 
 STEMMERS = ("auto", "none", "english")
-
-
-def corpus_fingerprint(corpus: Mapping[str, Mapping[str, str]]) -> str:
-    """sha256 (first 16 hex digits) of the corpus ids, titles and texts, in id order."""
-    h = hashlib.sha256()
-    for did in sorted(corpus):
-        doc = corpus[did]
-        for part in (did, doc.get("title", "") or "", doc.get("text", "") or ""):
-            h.update(part.encode("utf-8"))
-            h.update(b"\x00")
-    return h.hexdigest()[:16]
-
-
-def read_corpus_jsonl(path: str | Path) -> dict[str, dict[str, str]]:
-    """A BEIR corpus from a folder or its ``corpus.jsonl`` (``_id``, ``title``, ``text``)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "corpus.jsonl"
-    try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
-    except FileNotFoundError:
-        raise DataError("corpus file not found", path=path,
-                        fix="give a BEIR folder or its corpus.jsonl, or pass corpus=") from None
-    corpus: dict[str, dict[str, str]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg})", path=path, line=number,
-                            fix="write one JSON object per line") from None
-        if not isinstance(obj, dict) or "_id" not in obj:
-            raise DataError("record without an '_id'", path=path, line=number,
-                            fix='write {"_id", "title", "text"} per line')
-        corpus[str(obj["_id"])] = {"title": str(obj.get("title") or ""),
-                                   "text": str(obj.get("text") or "")}
-    return corpus
 
 
 def _stemmer(kind: str) -> tuple[Any, str]:
@@ -104,15 +67,15 @@ class BM25Scorer:
             if not rest:
                 raise ConfigError("bm25 needs the corpus: pass corpus= or use 'bm25:PATH' "
                                   "with a BEIR folder or corpus.jsonl")
-            corpus = read_corpus_jsonl(rest)
+            path = Path(rest)
+            corpus = load_corpus(path / "corpus.jsonl" if path.is_dir() else path)
         if not corpus:
             raise DataError("empty corpus: BM25 needs documents", fix="pass a non-empty corpus")
         self._bm25s = bm25s
         self._stem, stem_name = _stemmer(stemmer)
         self.ids = list(corpus)
         self.row = {did: i for i, did in enumerate(self.ids)}
-        texts = [(f"{corpus[d].get('title', '') or ''} {corpus[d].get('text', '') or ''}").strip()
-                 for d in self.ids]
+        texts = [doc_text(corpus[d]) for d in self.ids]
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=self._stem, show_progress=False)
         self.retriever = bm25s.BM25(k1=k1, b=b, method=method)
         self.retriever.index(tokens, show_progress=False)

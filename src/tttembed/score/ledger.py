@@ -15,8 +15,9 @@ soon as it is scored, so a killed process loses at most the chunk in flight. A m
 The database is in WAL mode (``synchronous=NORMAL``: a committed chunk survives the
 process being killed; a power cut may lose the last commits): any number of readers, one
 writer at a time (others wait up to ``timeout`` seconds). Default location:
-``$TTTEMBED_CACHE_DIR/ledger.sqlite``, else ``~/.cache/tttembed/ledger.sqlite``. The file is
-a cache of paid work: safe to copy; deleting it means paying again.
+``ledger.sqlite`` in :func:`tttembed.paths.cache_dir` (``$TTTEMBED_CACHE_DIR``, else
+``$XDG_CACHE_HOME/tttembed``, else ``~/.cache/tttembed``). The file is a cache of paid work:
+safe to copy; deleting it means paying again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.errors import BackendError, ConfigError, StateMismatch
+from tttembed.paths import cache_dir
 from tttembed.score.base import Item, Scorer
 
 SCHEMA_VERSION = 1
@@ -61,14 +63,9 @@ WHERE excluded.reward IS NOT NULL OR rewards.reward IS NULL
 """
 
 
-def cache_dir() -> Path:
-    """``$TTTEMBED_CACHE_DIR``, else ``~/.cache/tttembed``."""
-    root = os.environ.get("TTTEMBED_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "tttembed"
-
-
-def default_ledger_path() -> Path:
-    return cache_dir() / "ledger.sqlite"
+def default_ledger_path(cache_root: str | os.PathLike[str] | None = None) -> Path:
+    """``ledger.sqlite`` in :func:`tttembed.paths.cache_dir` (``cache_root`` overrides it)."""
+    return cache_dir(cache_root) / "ledger.sqlite"
 
 
 def text_digest(text: str) -> bytes:

@@ -11,10 +11,16 @@ warning that names the query and document ids. Transport failures follow the sha
 Options: ``max_concurrency`` (4 pairs in flight), ``api_key_env`` (default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``max_tokens`` (sent when given),
 ``retry``, ``max_retries``, ``timeout``.
+
+``identity`` is ``llm:MODEL@BASE_URL rubric=HASH`` (the resolved endpoint; HASH is
+:data:`RUBRIC_HASH`, over the system rubric and the user-message template), plus
+``max_tokens=N`` when given (a short answer can lose its score line). Concurrency, retries,
+timeouts and the API key do not change rewards and are not in it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import warnings
@@ -74,6 +80,12 @@ def user_message(query: str, document: str) -> str:
     return f"Query:\n{query}\n\nDocument:\n{document}\n\nHow relevant is the document?"
 
 
+#: sha256 (first 12 hex digits) of the rubric and the user-message template: a change to
+#: either gives the judge a new identity, so the ledger never mixes the two.
+RUBRIC_HASH = hashlib.sha256(
+    (RUBRIC + "\x00" + user_message("{query}", "{document}")).encode("utf-8")).hexdigest()[:12]
+
+
 class LLMJudge:
     """Scorer that asks a chat model for a 0-5 relevance grade per (query, doc) pair."""
 
@@ -91,6 +103,10 @@ class LLMJudge:
         self.spec = spec or f"llm:{model}@{self.base_url}"
         self.max_concurrency = int(max_concurrency)
         self.max_tokens = None if max_tokens is None else int(max_tokens)
+        parts = [f"llm:{model}@{self.base_url}", f"rubric={RUBRIC_HASH}"]
+        if self.max_tokens is not None:
+            parts.append(f"max_tokens={self.max_tokens}")
+        self.identity = " ".join(parts)
         policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
                                                           timeout=timeout)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,

@@ -1,0 +1,107 @@
+"""Foundation benchmarks, ratios measured in one run.
+
+1. Corpus embedding through tttembed's pipeline (CachedEmbedder, fresh cache: hashing,
+   chunking, shard writes) against bare ``SentenceTransformer.encode`` on the same texts.
+   Goal: pipeline throughput >= 0.9x bare. Runs alternate (bare, pipeline, bare, ...) and
+   the median of each is compared, since this machine is noisy.
+2. Re-index with a warm cache: model calls counted (goal: 0).
+3. Raw search of the SciFact test queries: time split into encoding and searching.
+
+    python benchmarks/bench_embed_index_search.py [--docs 1500] [--repeats 3]
+
+Uses ../shared/data/scifact when present, else the stdlib docstring demo corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=int, default=1500, help="documents per embedding run")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--data", type=Path, default=SCIFACT)
+    args = ap.parse_args()
+
+    from tttembed import api
+    from tttembed.data.beir import doc_text, load_task
+    from tttembed.embed import get_embedder
+    from tttembed.embed.cache import CachedEmbedder
+
+    if (args.data / "corpus.jsonl").exists():
+        task = load_task(args.data, split="test")
+        corpus, queries, source = task.corpus, task.queries, str(args.data)
+    else:
+        from tttembed.democorpus import demo_task
+
+        t = demo_task()
+        corpus, queries, source = t.corpus, t.queries, "stdlib docstrings (demo)"
+    texts = [doc_text(d) for d in list(corpus.values())[: args.docs]]
+    print(f"data: {source}; {len(texts)} documents per embedding run, {args.repeats} repeats")
+
+    inner = get_embedder()
+    model = inner.model
+    model.encode(texts[:64], batch_size=inner.batch_size)  # warm-up
+    bare_t, pipe_t = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            t0 = time.perf_counter()
+            model.encode(texts, batch_size=inner.batch_size, normalize_embeddings=True,
+                         convert_to_numpy=True, show_progress_bar=False)
+            bare_t.append(time.perf_counter() - t0)
+            emb = CachedEmbedder(inner, Path(tmp) / f"cold{r}")  # fresh cache: all texts new
+            t0 = time.perf_counter()
+            emb.encode(texts, "document")
+            pipe_t.append(time.perf_counter() - t0)
+        bare, pipe = statistics.median(bare_t), statistics.median(pipe_t)
+        ratio = bare / pipe
+        print("\n[1] corpus embedding throughput (docs/s, median of repeats)")
+        print(f"    bare SentenceTransformer.encode : {len(texts) / bare:8.1f}  ({bare:.2f} s)")
+        print(f"    tttembed pipeline (cold cache)  : {len(texts) / pipe:8.1f}  ({pipe:.2f} s)")
+        print(f"    pipeline / bare throughput      : {ratio:.3f}x  (goal >= 0.9x) "
+              f"{'OK' if ratio >= 0.9 else 'BELOW GOAL'}")
+
+        # [2] index the corpus, then re-index with the warm cache
+        sub = dict(list(corpus.items())[: args.docs])
+        emb = CachedEmbedder(inner, Path(tmp) / "warm")
+        t0 = time.perf_counter()
+        api.index_corpus(sub, Path(tmp) / "idx1", embedder=emb)
+        cold_s, cold_calls = time.perf_counter() - t0, emb.model_calls
+        emb2 = CachedEmbedder(inner, Path(tmp) / "warm")
+        t0 = time.perf_counter()
+        api.index_corpus(sub, Path(tmp) / "idx2", embedder=emb2)
+        warm_s = time.perf_counter() - t0
+        print("\n[2] re-index with a warm cache")
+        print(f"    cold index: {cold_s:.2f} s, model calls {cold_calls}")
+        print(f"    warm index: {warm_s:.2f} s, model calls {emb2.model_calls} (goal 0), "
+              f"texts embedded {emb2.texts_embedded}; speed-up {cold_s / warm_s:.1f}x")
+
+        # [3] raw search of the test queries over the full corpus
+        emb3 = CachedEmbedder(inner, Path(tmp) / "full")
+        api.index_corpus(corpus, Path(tmp) / "full_idx", embedder=emb3)
+        index = api.open_index(Path(tmp) / "full_idx", embedder=emb3)
+        res = api.search(index, queries, embedder=emb3, k=100)
+        enc, srch = res.timings["encode_s"], res.timings["search_s"]
+        print(f"\n[3] raw search of {len(queries)} queries over {len(corpus)} docs, top 100")
+        print(f"    encode {enc:.3f} s ({enc / (enc + srch):.1%}), search {srch:.4f} s "
+              f"({srch / (enc + srch):.1%}); {len(queries) / (enc + srch):.0f} queries/s")
+        if task_qrels := (getattr(locals().get("task"), "qrels", None)):
+            from tttembed.evaluate.metrics import evaluate
+
+            print(f"    nDCG@10 = {evaluate(task_qrels, res.to_run(), ('ndcg@10',))['ndcg@10']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""How fast is the batched optimizer? Ratios measured in one run.
+
+    python benchmarks/bench_optimizer.py [--n 12263 --k 10 --d 1024 --steps 300]
+
+For each scope (global; task with --tasks tasks; query) it times ``learn_vectors`` on a
+synthetic reward table of N queries x K candidates x d dims and prints:
+
+- the memory-traffic bound: ``steps * 2 passes * bytes(z) / bandwidth``, where the read
+  bandwidth is measured in this run by big reductions (numpy and torch, best of a few)
+  over the candidate tensor itself; goal: time / bound <= 1.5;
+- the speedup over a per-query Python loop of the same math, the way ReFIT/TouR-style
+  tools run (torch autograd + one small Adam per query, 300 steps each; for the shared
+  scopes, a loop over queries inside each step that accumulates the shared gradient).
+  The loops are timed on a sample of --loop-sample queries and EXTRAPOLATED to N;
+  goal: speedup >= 40.
+
+The default run takes a few minutes on 2 cores; use --n 2000 for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from tttembed.adapt import RewardBatch, learn_vectors, make_groups
+from tttembed.adapt.objectives import RIDGE, TAU_S, TAU_T
+
+
+def synthetic(n: int, k: int, d: int, n_tasks: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    z = np.empty((n, k, d), dtype=np.float32)
+    for a in range(0, n, 1024):  # unit neighbours of the query, cosine about 0.4
+        zc = rng.standard_normal((min(1024, n - a), k, d), dtype=np.float32)
+        zc += (0.44 * np.sqrt(d)) * x[a:a + 1024, None, :]
+        zc /= np.linalg.norm(zc, axis=2, keepdims=True)
+        z[a:a + 1024] = zc
+    r = rng.uniform(size=(n, k))
+    sizes = rng.integers(43, 1596, size=n_tasks).astype(float)
+    tasks = [f"task{t:02d}" for t in rng.choice(n_tasks, size=n, p=sizes / sizes.sum())]
+    qids = [str(i) for i in range(n)]
+    return x, z, r, tasks, qids
+
+
+def bandwidth(z: np.ndarray) -> float:
+    """Read bandwidth (bytes/s): best of numpy and torch full reductions over ``z``."""
+    import torch
+
+    flat = z.reshape(-1)
+    zt = torch.from_numpy(flat)
+    best = 0.0
+    for f in (lambda: np.add.reduce(flat), lambda: zt.sum()) * 3:
+        t0 = time.perf_counter()
+        f()
+        best = max(best, z.nbytes / (time.perf_counter() - t0))
+    return best
+
+
+def loop_query_time(x, z, r, sample: np.ndarray, steps: int) -> float:
+    """ReFIT/TouR style: for each query its own vector and Adam, autograd, `steps` steps."""
+    import torch
+
+    t0 = time.perf_counter()
+    for q in sample:
+        xq, zq = torch.from_numpy(x[q]), torch.from_numpy(z[q])
+        p = torch.softmax(torch.from_numpy(r[q]).float() / TAU_T, 0)
+        v = torch.zeros_like(xq, requires_grad=True)
+        opt = torch.optim.Adam([v], lr=0.01)
+        for _ in range(steps):
+            opt.zero_grad()
+            s = zq @ torch.nn.functional.normalize(xq + v, dim=0) / TAU_S
+            loss = torch.sum(p * (p.log() - torch.log_softmax(s, 0))) + RIDGE * v.dot(v)
+            loss.backward()
+            opt.step()
+    return time.perf_counter() - t0
+
+
+def loop_shared_time(x, z, r, sample: np.ndarray, steps: int) -> float:
+    """Shared vector, loop over queries inside each step accumulating the gradient."""
+    import torch
+
+    t0 = time.perf_counter()
+    v = torch.zeros(x.shape[1], requires_grad=True)
+    opt = torch.optim.Adam([v], lr=0.01)
+    w = 1.0 / len(sample)
+    data = [(torch.from_numpy(x[q]), torch.from_numpy(z[q]),
+             torch.softmax(torch.from_numpy(r[q]).float() / TAU_T, 0)) for q in sample]
+    for _ in range(steps):
+        opt.zero_grad()
+        for xq, zq, p in data:
+            s = zq @ torch.nn.functional.normalize(xq + v, dim=0) / TAU_S
+            (w * torch.sum(p * (p.log() - torch.log_softmax(s, 0)))).backward()
+        (RIDGE * v.dot(v)).backward()
+        opt.step()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=12263)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--tasks", type=int, default=15)
+    ap.add_argument("--loop-sample", type=int, default=50)
+    ap.add_argument("--objective", default="kd", choices=["kd", "rkl", "grpo"])
+    ap.add_argument("--chunk-size", type=int, default=None, help="queries per chunk")
+    ap.add_argument("--scopes", default="global,task,query")
+    args = ap.parse_args()
+    n, k, d, steps = args.n, args.k, args.d, args.steps
+
+    x, z, r, tasks, qids = synthetic(n, k, d, args.tasks)
+    bw = bandwidth(z)
+    bound = steps * 2 * z.nbytes / bw
+    print(f"N={n} K={k} d={d} steps={steps} objective={args.objective}: "
+          f"z = {z.nbytes / 2**20:.0f} MiB; measured read bandwidth {bw / 1e9:.1f} GB/s; "
+          f"memory-traffic bound {bound:.1f} s (= {steps} steps x 2 passes over z)")
+
+    sample = np.random.default_rng(1).choice(n, size=min(args.loop_sample, n), replace=False)
+    t_loop_q = loop_query_time(x, z, r, sample, steps) * n / len(sample)
+    t_loop_s = loop_shared_time(x, z, r, sample, steps) * n / len(sample)
+    print(f"per-query Python loop, EXTRAPOLATED from {len(sample)} queries to {n}: "
+          f"own vector per query {t_loop_q:.0f} s; shared vector {t_loop_s:.0f} s")
+
+    header = f"{'scope':<7} {'groups':>6} {'time s':>8} {'bound s':>8} {'time/bound':>10} " \
+             f"{'loop s (extrap.)':>17} {'speedup':>8}"
+    rows = []
+    for scope in args.scopes.split(","):
+        groups = make_groups(scope, qids, tasks)
+        batch = RewardBatch(x, z, r, groups.index, groups.weights)
+        t0 = time.perf_counter()
+        res = learn_vectors(batch, len(groups.keys), args.objective, steps=steps,
+                            chunk_size=args.chunk_size)
+        t = time.perf_counter() - t0
+        assert np.isfinite(res.vectors).all()
+        loop = t_loop_q if scope == "query" else t_loop_s
+        rows.append(f"{scope:<7} {len(groups.keys):>6} {t:>8.1f} {bound:>8.1f} {t / bound:>10.2f} "
+                    f"{loop:>17.0f} {loop / t:>7.0f}x")
+        print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
+    print("goals: time/bound <= 1.5, speedup >= 40x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The learned state: one scope's group vectors, their alphas, and the manifest.
+
+On disk a state is ``vectors.npz`` (written with ``np.savez``: plain numeric and unicode
+arrays only, readable with ``np.load(allow_pickle=False)``) plus a JSON sidecar
+``vectors.json`` next to it with the same manifest, for people and tools. Both are
+written to a temporary file first and moved into place with ``os.replace``.
+
+npz members: ``vectors`` (G, d) float32, ``alpha`` (G,) float64, ``n_g`` (G,) int64,
+``keys`` (G,) unicode (group keys, see :mod:`tttembed.adapt.scopes`) and ``manifest``,
+a 0-d unicode array holding the manifest as JSON (hyperparameters included).
+
+One scope per file. To combine scopes, keep one file per scope and apply them with
+:func:`apply_states`: a query uses the most specific state that has its key
+(query > task > global); the others are ignored for that query.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tttembed import __version__
+from tttembed.adapt.scopes import PRECEDENCE, check_scope
+from tttembed.errors import DataError, StateMismatch
+
+FORMAT = "tttembed-state/1"
+FILENAME = "vectors.npz"
+
+
+@dataclass(frozen=True, eq=False)
+class AdaptState:
+    """One scope's learned vectors and everything needed to refuse a wrong use.
+
+    ``keys[g]`` names group ``g``; ``vectors[g]`` is ``v_g``; ``alpha[g]`` its magnitude
+    ``n_g / (n_g + 1)``. ``identity`` / ``dim`` are the embedder's (a state applies only
+    to query vectors of that embedder). ``budget`` is the number of scored pairs used.
+    """
+
+    scope: str
+    keys: tuple[str, ...]
+    vectors: np.ndarray
+    alpha: np.ndarray
+    n_g: np.ndarray
+    identity: str
+    dim: int
+    objective: str = "kd"
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    embedder: str = ""
+    scorer: str = ""
+    reward_mapping: str = ""
+    budget: int = 0
+    created: str = ""
+    version: str = __version__
+
+    def __post_init__(self) -> None:
+        check_scope(self.scope)
+        keys = tuple(str(k) for k in self.keys)
+        vectors = np.ascontiguousarray(self.vectors, dtype=np.float32)
+        alpha = np.asarray(self.alpha, dtype=np.float64).reshape(-1)
+        n_g = np.asarray(self.n_g, dtype=np.int64).reshape(-1)
+        g = len(keys)
+        if vectors.shape != (g, int(self.dim)) or alpha.shape != (g,) or n_g.shape != (g,):
+            raise DataError(
+                f"state arrays disagree: {g} keys, vectors {vectors.shape}, "
+                f"alpha {alpha.shape}, n_g {n_g.shape}, dim {self.dim}"
+            )
+        if len(set(keys)) != g:
+            raise DataError("state group keys must be unique")
+        created = self.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for name, value in (("keys", keys), ("vectors", vectors), ("alpha", alpha),
+                            ("n_g", n_g), ("dim", int(self.dim)), ("created", created)):
+            object.__setattr__(self, name, value)
+
+    def manifest(self) -> dict[str, Any]:
+        """Everything but the arrays, JSON-ready."""
+        return {
+            "format": FORMAT, "scope": self.scope, "groups": len(self.keys),
+            "identity": self.identity, "embedder": self.embedder, "dim": self.dim,
+            "objective": self.objective, "hyperparameters": dict(self.hyperparameters),
+            "scorer": self.scorer, "reward_mapping": self.reward_mapping,
+            "budget": int(self.budget), "rewarded_queries": int(self.n_g.sum()),
+            "created": self.created, "tttembed_version": self.version,
+        }
+
+    def index(self) -> dict[str, int]:
+        """Group key -> row."""
+        return {k: i for i, k in enumerate(self.keys)}
+
+
+def state_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` itself, or ``path/vectors.npz`` when ``path`` is a directory."""
+    p = Path(path)
+    return p / FILENAME if p.is_dir() else p
+
+
+def save_state(path: str | os.PathLike[str], state: AdaptState) -> Path:
+    """Write ``state`` to ``path`` (a ``.npz`` file or a directory) and its JSON sidecar.
+
+    Returns the ``.npz`` path. Parent directories are created."""
+    p = state_path(path)
+    if p.suffix != ".npz":
+        raise DataError(f"state file must end with .npz: {p}", fix="e.g. out/vectors.npz")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    manifest = state.manifest()
+    text = json.dumps(manifest, indent=2, sort_keys=True)
+    keys = np.array(state.keys, dtype=str) if state.keys else np.zeros(0, dtype="<U1")
+    arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
+              "keys": keys, "manifest": np.array(json.dumps(manifest, sort_keys=True))}
+    _atomic_write(p, lambda f: np.savez(f, **arrays))
+    _atomic_write(p.with_suffix(".json"), lambda f: f.write((text + "\n").encode()))
+    return p
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_state(
+    path: str | os.PathLike[str],
+    *,
+    expected_identity: str | None = None,
+    expected_dim: int | None = None,
+) -> AdaptState:
+    """Read a state; StateMismatch if it was learned for another embedder or dimension."""
+    p = state_path(path)
+    if not p.is_file():
+        raise DataError("state file not found", path=p, fix="run `tttembed learn` to make one")
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            manifest = json.loads(str(data["manifest"][()]))
+            arrays = {k: np.array(data[k]) for k in ("vectors", "alpha", "n_g", "keys")}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise DataError(f"not a readable state file ({type(exc).__name__})", path=p,
+                        fix="write it again with `tttembed learn`") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise DataError(f"unknown state format (expected {FORMAT})", path=p)
+    try:
+        state = AdaptState(
+            scope=manifest["scope"], keys=tuple(arrays["keys"].tolist()),
+            vectors=arrays["vectors"], alpha=arrays["alpha"], n_g=arrays["n_g"],
+            identity=manifest["identity"], dim=int(manifest["dim"]),
+            objective=manifest.get("objective", ""),
+            hyperparameters=manifest.get("hyperparameters", {}),
+            embedder=manifest.get("embedder", ""), scorer=manifest.get("scorer", ""),
+            reward_mapping=manifest.get("reward_mapping", ""),
+            budget=int(manifest.get("budget", 0)), created=manifest.get("created", ""),
+            version=manifest.get("tttembed_version", ""),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"corrupt state manifest ({exc})", path=p) from exc
+    if expected_identity is not None and state.identity != expected_identity:
+        raise StateMismatch(
+            f"{p}: state was learned for embedder {state.identity!r}, not {expected_identity!r}; "
+            "learn a state with this embedder"
+        )
+    if expected_dim is not None and state.dim != int(expected_dim):
+        raise StateMismatch(
+            f"{p}: state has dimension {state.dim}, the query vectors have {expected_dim}; "
+            "learn a state with this embedder"
+        )
+    return state
+
+
+def apply_state(
+    x: np.ndarray, keys: Sequence[str | None], state: AdaptState
+) -> np.ndarray:
+    """``unit(x_q + alpha_g v_g)`` for queries whose key is in ``state``; others unchanged.
+
+    ``x`` (n, d) unit query vectors, ``keys[q]`` the query's group key under the state's
+    scope (:func:`tttembed.adapt.scopes.query_keys`), or None. Returns a new float32 array.
+    """
+    return apply_states(x, {state.scope: keys}, [state])
+
+
+def apply_states(
+    x: np.ndarray,
+    keys_by_scope: Mapping[str, Sequence[str | None]],
+    states: Sequence[AdaptState],
+) -> np.ndarray:
+    """Apply several states (e.g. one per scope); the most specific one wins per query.
+
+    Precedence is query > task > global; within one scope the first state listed that
+    holds the key wins. ``keys_by_scope[scope]`` gives each query's key under ``scope``.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise DataError(f"query vectors must be (n, d), got shape {x.shape}")
+    n, d = x.shape
+    out = x.copy()
+    taken = np.zeros(n, dtype=bool)
+    ranked = sorted(states, key=lambda s: PRECEDENCE.index(s.scope))
+    for st in ranked:
+        if st.dim != d:
+            raise StateMismatch(
+                f"state has dimension {st.dim}, the query vectors have {d}; "
+                "learn a state with this embedder"
+            )
+        keys = keys_by_scope.get(st.scope)
+        if keys is None:
+            raise DataError(f"no query keys given for the {st.scope!r} state")
+        if len(keys) != n:
+            raise DataError(f"{len(keys)} keys for {n} query vectors")
+        index = st.index()
+        rows = np.array([index.get(k, -1) if k is not None else -1 for k in keys],
+                        dtype=np.int64)
+        hit = (rows >= 0) & ~taken
+        if not hit.any():
+            continue
+        g = rows[hit]
+        u = x[hit] + (st.alpha[g, None] * st.vectors[g]).astype(np.float32)
+        out[hit] = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+        taken |= hit
+    return out

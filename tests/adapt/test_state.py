@@ -1,0 +1,120 @@
+"""State files: round trip, manifest, mismatch errors, no pickle; applying states."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from tttembed.adapt.state import AdaptState, apply_state, apply_states, load_state, save_state
+from tttembed.errors import DataError, StateMismatch
+
+ID = "st:bundled:all-MiniLM-L6-v2"
+
+
+def unit(a):
+    return (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def make_state(scope="task", keys=("fiqa", "scifact"), d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    g = len(keys)
+    n_g = np.arange(1, g + 1)
+    return AdaptState(scope, keys, rng.normal(size=(g, d)), n_g / (n_g + 1), n_g,
+                      identity=ID, dim=d, hyperparameters={"steps": 300, "lr": 0.01},
+                      scorer="qrels:", reward_mapping="grade/2", budget=40)
+
+
+def test_round_trip_and_sidecar(tmp_path):
+    st = make_state(keys=("fiqa", "scifact", "é/ü"))
+    path = save_state(tmp_path / "out" / "vectors.npz", st)
+    back = load_state(path, expected_identity=ID, expected_dim=8)
+    assert back.keys == st.keys and back.scope == "task"
+    np.testing.assert_array_equal(back.vectors, st.vectors)
+    np.testing.assert_array_equal(back.alpha, st.alpha)
+    np.testing.assert_array_equal(back.n_g, st.n_g)
+    assert back.hyperparameters == {"steps": 300, "lr": 0.01}
+    assert (back.scorer, back.reward_mapping, back.budget) == ("qrels:", "grade/2", 40)
+    assert back.created == st.created and back.version == st.version
+    side = json.loads((tmp_path / "out" / "vectors.json").read_text())
+    assert side["identity"] == ID and side["dim"] == 8 and side["groups"] == 3
+    assert side["scope"] == "task" and side["hyperparameters"]["steps"] == 300
+    # a directory works as a path too; no temp files are left behind
+    assert load_state(tmp_path / "out").keys == st.keys
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["vectors.json", "vectors.npz"]
+
+
+def test_no_pickle_needed(tmp_path):
+    path = save_state(tmp_path / "vectors.npz", make_state())
+    with np.load(path, allow_pickle=False) as data:
+        assert set(data.files) == {"vectors", "alpha", "n_g", "keys", "manifest"}
+        for name in data.files:
+            assert data[name].dtype != object
+        assert data["keys"].dtype.kind == "U" and data["manifest"].shape == ()
+
+
+def test_mismatch_errors(tmp_path):
+    path = save_state(tmp_path / "vectors.npz", make_state())
+    with pytest.raises(StateMismatch, match="openai:text-embedding-3-small"):
+        load_state(path, expected_identity="openai:text-embedding-3-small")
+    with pytest.raises(StateMismatch, match="dimension 8"):
+        load_state(path, expected_dim=384)
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        load_state(tmp_path / "nope.npz")
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip file")
+    with pytest.raises(DataError, match="not a readable state"):
+        load_state(bad)
+    partial = tmp_path / "partial.npz"
+    np.savez(partial, vectors=np.zeros((1, 2)))
+    with pytest.raises(DataError, match="not a readable state"):
+        load_state(partial)
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, vectors=np.zeros((1, 2)), alpha=np.zeros(1), n_g=np.zeros(1),
+             keys=np.array([{"a": 1}], dtype=object), manifest=np.array("{}"))
+    with pytest.raises(DataError):
+        load_state(pickled)
+    with pytest.raises(DataError, match=".npz"):
+        save_state(tmp_path / "vectors.bin", make_state())
+    assert zipfile.is_zipfile(save_state(tmp_path / "v.npz", make_state()))
+
+
+def test_inconsistent_state_is_rejected():
+    with pytest.raises(DataError, match="disagree"):
+        AdaptState("task", ("a", "b"), np.zeros((3, 4)), np.zeros(2), np.zeros(2), ID, 4)
+    with pytest.raises(DataError, match="unique"):
+        AdaptState("task", ("a", "a"), np.zeros((2, 4)), np.zeros(2), np.zeros(2), ID, 4)
+
+
+def test_apply_state():
+    rng = np.random.default_rng(1)
+    st = make_state()
+    x = unit(rng.normal(size=(3, 8)))
+    out = apply_state(x, ["scifact", None, "other"], st)
+    expect = unit(x[0] + st.alpha[1] * st.vectors[1])
+    np.testing.assert_allclose(out[0], expect, atol=1e-6)
+    np.testing.assert_array_equal(out[1:], x[1:])
+    assert out.dtype == np.float32
+    with pytest.raises(StateMismatch):
+        apply_state(unit(rng.normal(size=(3, 5))), ["fiqa"] * 3, st)
+
+
+def test_apply_states_precedence():
+    rng = np.random.default_rng(2)
+    glob = make_state("global", ("*",), seed=3)
+    task = make_state("task", ("fiqa",), seed=4)
+    query = make_state("query", ("fiqa/q1",), seed=5)
+    x = unit(rng.normal(size=(3, 8)))
+    keys = {"global": ["*"] * 3, "task": ["fiqa", "fiqa", "scifact"],
+            "query": ["fiqa/q1", "fiqa/q2", "scifact/q3"]}
+    out = apply_states(x, keys, [glob, task, query])
+    np.testing.assert_allclose(out[0], unit(x[0] + query.alpha[0] * query.vectors[0]), atol=1e-6)
+    np.testing.assert_allclose(out[1], unit(x[1] + task.alpha[0] * task.vectors[0]), atol=1e-6)
+    np.testing.assert_allclose(out[2], unit(x[2] + glob.alpha[0] * glob.vectors[0]), atol=1e-6)
+    with pytest.raises(DataError, match="no query keys"):
+        apply_states(x, {"global": ["*"] * 3}, [task])

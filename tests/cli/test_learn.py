@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.cli.test_cli import _write_beir
+from tttembed.cli import app
+
+runner = CliRunner()
+
+TOPICS = {
+    "astro": ["stars fuse hydrogen into helium", "galaxies contain billions of stars",
+              "black holes bend light", "the moon orbits the earth", "comets have icy tails"],
+    "cook": ["bake bread with yeast and flour", "simmer the soup for an hour",
+             "whisk eggs for an omelette", "roast vegetables in the oven", "season pasta water with salt"],
+    "code": ["python lists are mutable", "rust prevents data races", "git tracks file history",
+             "sql joins combine tables", "unit tests catch regressions"],
+}
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory, minilm):
+    root = tmp_path_factory.mktemp("beir")
+    corpus = {}
+    for topic, texts in TOPICS.items():
+        for i, t in enumerate(texts):
+            corpus[f"{topic}{i}"] = {"title": "", "text": t}
+    queries = {"q1": "astronomy facts about space", "q2": "kitchen recipes",
+               "q3": "programming languages and tools", "q4": "cosmic objects",
+               "q5": "cooking techniques"}
+    qrels = {"q1": {"astro0": 2, "astro1": 1}, "q2": {"cook0": 2, "cook1": 1},
+             "q3": {"code0": 2, "code1": 1}, "q4": {"astro2": 2}, "q5": {"cook2": 2}}
+    data = _write_beir(root / "toy", corpus, queries, qrels)
+    r = runner.invoke(app, ["index", str(data), "--out", str(root / "idx")])
+    assert r.exit_code == 0, r.output
+    return data, root / "idx"
+
+
+def test_learn_dry_run_scores_nothing(beir, tmp_path):
+    data, idx = beir
+    r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer", "bm25",
+                            "--budget", "4", "--dry-run", "--out", str(tmp_path / "v.npz"),
+                            "--ledger", str(tmp_path / "l.sqlite")])
+    assert r.exit_code == 0, r.output
+    assert "20 pairs" in r.output and "to pay: 20" in r.output and "Nothing was scored" in r.output
+    assert not (tmp_path / "v.npz").exists()
+
+
+def test_learn_then_adapted_search_with_ledger_reuse(beir, tmp_path):
+    data, idx = beir
+    args = ["learn", "--index", str(idx), "--queries", str(data), "--scorer", "bm25",
+            "--budget", "3", "--scope", "task", "--ledger", str(tmp_path / "l.sqlite")]
+    r = runner.invoke(app, args + ["--out", str(tmp_path / "v.npz")])
+    assert r.exit_code == 0, r.output
+    assert "pairs requested 15, served from the ledger 0, paid 15" in r.output
+    meta = json.loads((tmp_path / "v.json").read_text())
+    assert meta["scope"] == "task" and meta["budget"] == 15
+    assert meta["scorer"].startswith("bm25") and meta["reward_mapping"] == "bm25/query_max"
+    # a larger nested budget pays only the new pairs
+    r = runner.invoke(app, [a if a != "3" else "5" for a in args] + ["--out", str(tmp_path / "v5.npz")])
+    assert r.exit_code == 0, r.output
+    assert "pairs requested 25, served from the ledger 15, paid 10" in r.output
+    # adapted search differs from raw search
+    raw = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data), "-k", "15",
+                              "--out", str(tmp_path / "raw.jsonl")])
+    ada = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data), "-k", "15",
+                              "--state", str(tmp_path / "v.npz"), "--out", str(tmp_path / "ada.jsonl")])
+    assert raw.exit_code == 0 and ada.exit_code == 0, ada.output
+    assert "adapted (task-wise)" in ada.output
+    s_raw = [json.loads(x)["results"][0]["score"] for x in (tmp_path / "raw.jsonl").read_text().splitlines()]
+    s_ada = [json.loads(x)["results"][0]["score"] for x in (tmp_path / "ada.jsonl").read_text().splitlines()]
+    assert not np.allclose(s_raw, s_ada)
+
+
+def test_state_from_another_task_name_leaves_queries_unchanged(beir, tmp_path):
+    data, idx = beir
+    r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer",
+                            f"qrels:{data}", "--budget", "2", "--task", "other",
+                            "--out", str(tmp_path / "v.npz")])
+    assert r.exit_code == 0, r.output
+    a = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data), "-k", "5",
+                            "--state", str(tmp_path / "v.npz"), "--out", str(tmp_path / "a.trec")])
+    b = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data), "-k", "5",
+                            "--out", str(tmp_path / "b.trec")])
+    assert a.exit_code == 0 and b.exit_code == 0
+    assert (tmp_path / "a.trec").read_text() == (tmp_path / "b.trec").read_text()
+
+
+def test_state_against_another_index_is_a_clear_error(beir, tmp_path):
+    data, idx = beir
+    r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer",
+                            f"qrels:{data}", "--budget", "1", "--scope", "global",
+                            "--out", str(tmp_path / "v.npz")])
+    assert r.exit_code == 0, r.output
+    meta = json.loads((tmp_path / "v.json").read_text())
+    assert meta["scope"] == "global"
+    # tamper: pretend the state came from another embedder
+    from tttembed.adapt import load_state, save_state
+    from dataclasses import replace
+
+    st = load_state(tmp_path / "v.npz")
+    save_state(tmp_path / "w.npz", replace(st, identity="st:other", embedder="st:other"))
+    r = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data),
+                            "--state", str(tmp_path / "w.npz")])
+    assert r.exit_code == 1 and "st:other" in r.stderr
+
+
+def test_rerank_command_and_bad_scope(beir, tmp_path):
+    data, idx = beir
+    r = runner.invoke(app, ["rerank", "--index", str(idx), "--queries", str(data), "--scorer",
+                            f"qrels:{data}", "--budget", "10", "-k", "5",
+                            "--out", str(tmp_path / "rr.trec")])
+    assert r.exit_code == 0, r.output
+    assert "direct rerank" in r.output
+    lines = (tmp_path / "rr.trec").read_text().splitlines()
+    first = {l.split()[0]: l.split()[2] for l in lines if l.split()[3] == "1"}
+    # every query rewarded to depth 10 with perfect labels: the grade-2 documents come first
+    assert first["q1"] == "astro0" and first["q2"] == "cook0" and first["q3"] == "code0"
+    r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer", "bm25",
+                            "--scope", "everything"])
+    assert r.exit_code == 1 and "unknown scope" in r.stderr
