@@ -200,3 +200,11 @@ def test_minilm_finds_a_sensible_share_of_answers(minilm):
         ideal = sorted(grades.values(), reverse=True)[:10]
         scores.append(dcg / sum(g / np.log2(r + 2) for r, g in enumerate(ideal)))
     assert 0.3 < float(np.mean(scores)) < 0.7
+
+
+def test_titles_hold_no_memory_addresses():
+    # addresses differ between processes and would change the text's cache key every run
+    from tttembed.democorpus import stdlib_corpus
+
+    corpus = stdlib_corpus()
+    assert not [d for d, doc in corpus.items() if " at 0x" in doc["title"]]

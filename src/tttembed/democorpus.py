@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import json
 import warnings
 from collections.abc import Collection, Iterator, Sequence
@@ -199,6 +200,9 @@ def _clean_doc(obj: object) -> str | None:
     return text
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=[>;])")
+
+
 def _title(doc_id: str, signature_of: object) -> str:
     if signature_of is None:
         return doc_id
@@ -206,6 +210,9 @@ def _title(doc_id: str, signature_of: object) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             signature = str(inspect.signature(signature_of))  # type: ignore[arg-type]
+            # default values such as sentinels print their memory address: drop it, so
+            # the text (and its embedding-cache key) is the same in every process
+            signature = _ADDRESS.sub("", signature)
     except (TypeError, ValueError):
         return doc_id
     if len(signature) > MAX_SIGNATURE_CHARS:  # cut at a parameter boundary

@@ -29,13 +29,13 @@ def random_batch(n=24, k=6, d=12, g=4, seed=0, nan_frac=0.2) -> RewardBatch:
 
 
 def reference_learn(batch: RewardBatch, n_groups: int, objective: str, steps: int):
-    """Autograd on the stacked V with torch.optim.Adam: the textbook implementation."""
-    x, z = torch.from_numpy(batch.x), torch.from_numpy(batch.z)
+    """Autograd on the stacked V with torch.optim.Adam: the textbook implementation (float64)."""
+    x, z = torch.from_numpy(batch.x).double(), torch.from_numpy(batch.z).double()
     s0 = (torch.einsum("nkd,nd->nk", z, x) / TAU_S).numpy()
     t = make_targets(objective, batch.r, batch.mask, s0, tau_t=TAU_T)
     g = torch.from_numpy(batch.group)
-    w = torch.from_numpy(batch.weight.astype(np.float32))
-    v = torch.zeros(n_groups, batch.dim, requires_grad=True)
+    w = torch.from_numpy(batch.weight)
+    v = torch.zeros(n_groups, batch.dim, requires_grad=True, dtype=torch.float64)
     opt = torch.optim.Adam([v], lr=0.01, foreach=False)
     trace = []
     for _ in range(steps):
@@ -55,8 +55,10 @@ def test_matches_autograd_and_torch_adam(objective, chunk):
     batch = random_batch()
     res = learn_vectors(batch, 4, objective, steps=60, chunk_size=chunk)
     ref, trace = reference_learn(batch, 4, objective, 60)
-    np.testing.assert_allclose(res.vectors, ref, atol=2e-5)
-    np.testing.assert_allclose(res.loss_trace, trace, rtol=1e-4, atol=1e-5)
+    # float32 against float64: GRPO's clipping makes it the most rounding-sensitive
+    np.testing.assert_allclose(res.vectors, ref, atol=4e-5 if objective == "grpo" else 1e-5)
+    np.testing.assert_allclose(res.loss_trace, trace, rtol=5e-4 if objective == "grpo" else 1e-5,
+                               atol=1e-5)
     assert np.abs(ref).max() > 0.05  # the comparison is not between two zero vectors
 
 
@@ -72,16 +74,17 @@ def test_groups_are_independent():
         np.testing.assert_allclose(joint.final_loss[gi], res.final_loss[0], rtol=1e-5)
 
 
-@pytest.mark.parametrize("scope_groups", ["global", "task", "query", "interleaved"])
+@pytest.mark.parametrize("scope_groups", ["global", "task", "query", "interleaved", "mixed"])
 def test_chunking_does_not_change_results(scope_groups):
     n = 23
     group = {"global": np.zeros(n, int), "task": np.repeat(np.arange(3), [5, 9, 9]),
-             "query": np.arange(n), "interleaved": np.arange(n) % 4}[scope_groups]
+             "query": np.arange(n), "interleaved": np.arange(n) % 4,
+             "mixed": np.repeat([5, 0, 1, 6, 2, 3, 4], [2, 1, 3, 1, 12, 2, 2])}[scope_groups]
     base = random_batch(n=n, seed=2)
     batch = RewardBatch(base.x, base.z, np.where(base.mask, base.r, np.nan), group, base.weight)
     ng = int(group.max()) + 1
     ref = learn_vectors(batch, ng, steps=40, chunk_size=n).vectors
-    for chunk in (1, 2, 7):
+    for chunk in (1, 2, 7, 16):
         np.testing.assert_allclose(learn_vectors(batch, ng, steps=40, chunk_size=chunk).vectors,
                                    ref, atol=2e-6)
 

@@ -28,6 +28,7 @@ Deterministic: the same inputs give bit-identical vectors.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -169,24 +170,27 @@ Index = slice | np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
-class _Chunk:
-    """One chunk of rows and its precomputed plan (how to gather and reduce groups)."""
+class _Piece:
+    """A run of consecutive (group-sorted) rows and how to treat them in a step.
+
+    Single-group pieces (``group`` set) use plain mat-vecs over the flattened candidates
+    and accumulate the group's gradient; batched pieces hold whole small groups
+    (``ids``: their groups, ``gather``: each row's group, ``starts``: segment starts for
+    the reduction, None when every row is its own group)."""
 
     rows: slice
     x: np.ndarray
+    xx: np.ndarray          # (C,) ||x_q||^2
+    b: np.ndarray           # (C, K) base cosines z . x
     z: np.ndarray
     t: Targets
-    wt: np.ndarray          # (C, 1) w_q / tau_S
-    gather: int | Index     # V rows of the chunk: one group, a range, or an index array
-    groups: np.ndarray      # (C,) group of each row
-    uniq: Index             # groups present in the chunk (reduction order)
-    order: np.ndarray | None  # stable sort of rows by group, None when not needed
-    starts: np.ndarray | None  # reduceat segment starts in sorted order
-    local: Index | None     # positions in uniq of groups entirely inside this chunk
-    local_ids: Index | None
-    span: np.ndarray        # positions in uniq of groups spanning several chunks
-    span_ids: np.ndarray
-    done: np.ndarray        # spanning groups whose last row is in this chunk
+    w: np.ndarray           # (C,) query weights
+    wt: np.ndarray          # (C, 1) w / tau_S
+    group: int | None = None
+    last: bool = False
+    ids: Index | None = None
+    gather: Index | None = None
+    starts: np.ndarray | None = None
 
 
 def _as_index(ids: np.ndarray) -> Index:
@@ -196,40 +200,44 @@ def _as_index(ids: np.ndarray) -> Index:
     return ids
 
 
-def _plan(batch: RewardBatch, targets: Targets, chunk: int) -> list[_Chunk]:
-    n, g = batch.n, batch.group
-    bounds = [(a, min(a + chunk, n)) for a in range(0, n, chunk)]
-    chunk_of = np.repeat(np.arange(len(bounds)), [b - a for a, b in bounds])
-    first = np.full(int(g.max()) + 1 if n else 0, len(bounds))
-    last = np.full_like(first, -1)
-    np.minimum.at(first, g, chunk_of)
-    np.maximum.at(last, g, chunk_of)
-    wt = (batch.weight / TAU_S).astype(np.float32)[:, None]
-    plans = []
-    for c, (a, b) in enumerate(bounds):
-        gc = g[a:b]
-        uniq, idx = np.unique(gc, return_index=True)
-        order = starts = None
-        if uniq.size == 1:
-            gather: int | Index = int(uniq[0])
-        elif uniq.size == gc.size:
-            gather, uniq = _as_index(gc), gc
-        else:
-            gather = gc
-            order = np.argsort(gc, kind="stable")
-            starts = np.searchsorted(gc[order], uniq)
-        is_local = (first[uniq] == c) & (last[uniq] == c)
-        loc = np.flatnonzero(is_local)
-        local = local_ids = None
-        if loc.size:
-            local, local_ids = _as_index(loc), _as_index(uniq[loc])
-        span = np.flatnonzero(~is_local)
-        plans.append(_Chunk(
-            slice(a, b), batch.x[a:b], batch.z[a:b], targets.rows(a, b), wt[a:b], gather, gc,
-            _as_index(uniq), order, starts, local, local_ids, span, uniq[span],
-            uniq[span][last[uniq[span]] == c],
-        ))
-    return plans
+def _pieces(x, z, base, targets, weight, group, chunk) -> list[_Piece]:
+    """Cut the group-sorted rows into pieces of about ``chunk`` rows (setup, not per step)."""
+    n = len(group)
+    seg = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, int)
+    lens = np.diff(np.r_[seg, n])
+    big = lens >= max(2, chunk // 4)
+    xx = np.einsum("nd,nd->n", x, x)
+    wt = (weight / TAU_S).astype(np.float32)[:, None]
+    w = weight.astype(np.float32)
+
+    def piece(a: int, b: int, **kw: Any) -> _Piece:
+        return _Piece(slice(a, b), x[a:b], xx[a:b], base[a:b], z[a:b], targets.rows(a, b),
+                      w[a:b], wt[a:b], **kw)
+
+    out: list[_Piece] = []
+    small_runs: list[np.ndarray] = []   # runs of consecutive small segments
+    run_start = 0
+    for i in np.flatnonzero(big).tolist() + [len(seg)]:
+        if i > run_start:
+            small_runs.append(np.arange(run_start, i))
+        run_start = i + 1
+        if i == len(seg):
+            break
+        a, ln = int(seg[i]), int(lens[i])
+        cuts = np.linspace(a, a + ln, -(-ln // chunk) + 1).round().astype(int)
+        for j, (p, q) in enumerate(zip(cuts[:-1], cuts[1:])):
+            out.append(piece(int(p), int(q), group=int(group[a]), last=j == len(cuts) - 2))
+    for run in small_runs:
+        offset = seg[run] - seg[run[0]]
+        for part in np.split(run, np.flatnonzero(np.diff(offset // chunk)) + 1):
+            a, b = int(seg[part[0]]), int(seg[part[-1]] + lens[part[-1]])
+            gids = group[seg[part]]
+            if b - a == len(part):  # every row its own group
+                out.append(piece(a, b, ids=_as_index(gids), gather=_as_index(gids)))
+            else:
+                out.append(piece(a, b, ids=gids, gather=group[a:b], starts=seg[part] - a))
+    out.sort(key=lambda p: p.rows.start)
+    return out
 
 
 class _Adam:
@@ -247,68 +255,84 @@ class _Adam:
         self.bc2_sqrt = math.sqrt(1.0 - BETAS[1] ** self.t)
 
     def update(self, ids: Index, grad: np.ndarray) -> float:
-        """Step the rows ``ids`` with loss gradient ``grad`` (ridge added here).
+        """Step rows ``ids`` with loss gradient ``grad`` (ridge added here, in place).
 
         Returns ``ridge * ||v||^2`` of those rows before the step."""
-        fancy = not isinstance(ids, slice)
         v, m, s = self.v[ids], self.m[ids], self.s[ids]
-        ridge = RIDGE * float(np.einsum("gd,gd->", v, v, dtype=np.float64))
-        grad += (2.0 * RIDGE) * v
-        m += (1.0 - BETAS[0]) * (grad - m)
+        ridge = RIDGE * float(np.vdot(v, v))
+        buf = np.multiply(v, 2.0 * RIDGE)
+        grad += buf
+        m *= BETAS[0]
+        m += np.multiply(grad, 1.0 - BETAS[0], out=buf)
         grad *= grad
+        grad *= 1.0 - BETAS[1]
         s *= BETAS[1]
-        s += (1.0 - BETAS[1]) * grad
-        denom = np.sqrt(s)
-        denom /= self.bc2_sqrt
-        denom += EPS
-        np.divide(m, denom, out=denom)
-        denom *= self.step_size
-        v -= denom
-        if fancy:
+        s += grad
+        # v -= step_size * m / (sqrt(s) / bc2_sqrt + eps), one buffer, no temporaries
+        np.sqrt(s, out=buf)
+        buf *= 1.0 / (self.bc2_sqrt * self.step_size)
+        buf += EPS / self.step_size
+        np.divide(m, buf, out=buf)
+        v -= buf
+        if not isinstance(ids, slice):
             self.v[ids], self.m[ids], self.s[ids] = v, m, s
         return ridge
 
 
-def _forward(ch: _Chunk, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(y, ||u||, logits)`` of the chunk's rows for the vectors ``v``."""
-    u = ch.x + v[ch.gather]
-    nrm = np.sqrt(np.einsum("cd,cd->c", u, u))[:, None]
-    u /= nrm
-    s = np.matmul(ch.z, u[:, :, None])[:, :, 0]
-    s *= np.float32(1.0 / TAU_S)
+def _logits(pc: _Piece, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(v_g or the rows' u = x + v, ||u||, logits)`` of a piece for the vectors ``v``."""
+    if pc.group is not None:
+        vg = v[pc.group]
+        s = (pc.z.reshape(-1, vg.shape[0]) @ vg).reshape(pc.b.shape)
+        s += pc.b
+        nrm = pc.xx + 2.0 * (pc.x @ vg) + float(np.dot(vg, vg))
+        nrm = np.sqrt(nrm, out=nrm)
+        s *= (1.0 / TAU_S / nrm)[:, None]
+        return vg, nrm, s
+    u = pc.x + v[pc.gather]
+    nrm = np.sqrt(np.matmul(u[:, None, :], u[:, :, None]).reshape(-1))
+    s = np.matmul(pc.z, u[:, :, None])[:, :, 0]
+    s *= (1.0 / TAU_S / nrm)[:, None]
     return u, nrm, s
 
 
-def _step(plans: list[_Chunk], adam: _Adam, acc: np.ndarray) -> float:
+def _step(pieces: list[_Piece], adam: _Adam, acc: np.ndarray) -> float:
     """One full-batch Adam step over every group; returns the total loss before it."""
     adam.next_step()
     total = 0.0
-    tau = np.float32(TAU_S)
-    for ch in plans:
-        y, nrm, s = _forward(ch, adam.v)
-        loss, gs = loss_and_grad(s, ch.t)
-        total += float(np.dot(loss, ch.wt[:, 0])) * TAU_S
-        gs *= ch.wt
-        gu = np.matmul(gs[:, None, :], ch.z)[:, 0, :]
-        dot = np.einsum("ck,ck->c", gs, s)[:, None]
-        dot *= tau
-        y *= dot
-        gu -= y
-        gu /= nrm
-        if ch.order is not None:
-            red = np.add.reduceat(gu[ch.order], ch.starts, axis=0)
-        elif isinstance(ch.gather, int):
-            red = gu.sum(axis=0, keepdims=True)
+    for pc in pieces:
+        vu, nrm, s = _logits(pc, adam.v)
+        loss, gs = loss_and_grad(s, pc.t)
+        total += float(np.dot(loss, pc.w))
+        nrm = nrm[:, None]
+        gs *= pc.wt / nrm                 # dL/ds * w / tau / ||u||
+        c = np.einsum("ck,ck->c", gs, s)  # dL/du = z^T gs - c u,  c = tau sum gs s / ||u||
+        c *= TAU_S / nrm[:, 0]
+        if pc.group is not None:
+            g = pc.group
+            red = gs.reshape(-1) @ pc.z.reshape(len(gs) * gs.shape[1], -1)
+            red -= c @ pc.x
+            red -= float(c.sum()) * vu
+            acc[g] += red
+            if pc.last:
+                total += adam.update(slice(g, g + 1), acc[g:g + 1])
+                acc[g] = 0.0
         else:
-            red = gu
-        if ch.local is not None:
-            total += adam.update(ch.local_ids, red if ch.span.size == 0 else red[ch.local])
-        if ch.span.size:
-            acc[ch.span_ids] += red[ch.span]
-            if ch.done.size:
-                total += adam.update(ch.done, acc[ch.done])
-                acc[ch.done] = 0.0
+            gu = np.matmul(gs[:, None, :], pc.z)[:, 0, :]
+            vu *= c[:, None]
+            gu -= vu
+            red = gu if pc.starts is None else np.add.reduceat(gu, pc.starts, axis=0)
+            total += adam.update(pc.ids, red)  # type: ignore[arg-type]
     return total
+
+
+def _one_blas_thread() -> Any:
+    """The passes are memory-bound: extra BLAS threads only add contention."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def learn_vectors(
@@ -324,10 +348,12 @@ def learn_vectors(
     """Minimise ``L_g(v) = sum_{q in g} w_q loss_q(v) + 0.3 ||v||^2`` for every group.
 
     From ``v = 0``: ``steps`` full-batch Adam steps (lr ``lr``, betas (0.9, 0.999),
-    eps 1e-8). ``chunk_size`` = queries per chunk (default: about 4 MiB of candidates;
-    it changes speed only, not results beyond float rounding). ``callback(step)`` runs
-    after each step (1-based), e.g. for a progress bar. Groups without rows keep
-    ``v = 0`` and ``alpha = 0``.
+    eps 1e-8). ``chunk_size`` = queries per chunk (default: about :data:`CHUNK_BYTES` of
+    candidates; it changes speed, not results beyond float rounding). ``callback(step)``
+    runs after each step (1-based), e.g. for a progress bar. Groups without rows keep
+    ``v = 0`` and ``alpha = 0``. Rows are processed in group order: when ``batch`` is not
+    sorted by group, a sorted copy of its candidate tensor is made once (build the table
+    in ``Groups.order()`` to avoid that copy).
     """
     check_objective(objective)
     if n_groups < 1:
@@ -338,27 +364,33 @@ def learn_vectors(
         raise ValueError("steps must be >= 0")
     n, k = batch.r.shape
     chunk = chunk_size or chunk_rows(k, batch.dim)
-    s0 = None
-    if objective == "grpo":
-        s0 = np.empty((n, k), dtype=np.float32)
-        for a in range(0, n, chunk):
-            xs = batch.x[a:a + chunk]
-            s0[a:a + chunk] = np.matmul(batch.z[a:a + chunk], xs[:, :, None])[:, :, 0] / TAU_S
-    targets = make_targets(objective, batch.r, batch.mask, s0, tau_t=TAU_T)
-    plans = _plan(batch, targets, chunk)
-    adam = _Adam(n_groups, batch.dim, lr)
-    acc = np.zeros_like(adam.v)
+    x, z, r, mask, group, weight = (batch.x, batch.z, batch.r, batch.mask, batch.group,
+                                    batch.weight)
+    if n and np.any(np.diff(group) < 0):
+        order = np.argsort(group, kind="stable")
+        x, z, r, mask, group, weight = (a[order] for a in (x, z, r, mask, group, weight))
     trace = np.zeros(steps, dtype=np.float64)
-    for step in range(steps):
-        trace[step] = _step(plans, adam, acc)
-        if callback is not None:
-            callback(step + 1)
-    v = adam.v
-    row_loss = np.zeros(n, dtype=np.float64)
-    for ch in plans:
-        row_loss[ch.rows] = loss_and_grad(_forward(ch, v)[2], ch.t)[0]
-    final = np.bincount(batch.group, weights=row_loss * batch.weight, minlength=n_groups)
+    adam = _Adam(n_groups, batch.dim, lr)
+    with _one_blas_thread():
+        base = np.empty((n, k), dtype=np.float32)
+        for a in range(0, n, chunk):
+            base[a:a + chunk] = np.matmul(z[a:a + chunk], x[a:a + chunk, :, None])[:, :, 0]
+        s0 = None
+        if objective == "grpo":
+            s0 = base / (TAU_S * np.sqrt(np.einsum("nd,nd->n", x, x)))[:, None]
+        targets = make_targets(objective, r, mask, s0, tau_t=TAU_T)
+        pieces = _pieces(x, z, base, targets, weight, group, chunk)
+        acc = np.zeros_like(adam.v)
+        for step in range(steps):
+            trace[step] = _step(pieces, adam, acc)
+            if callback is not None:
+                callback(step + 1)
+        v = adam.v
+        row_loss = np.zeros(n, dtype=np.float64)
+        for pc in pieces:
+            row_loss[pc.rows] = loss_and_grad(_logits(pc, v)[2], pc.t)[0]
+    final = np.bincount(group, weights=row_loss * weight, minlength=n_groups)
     final += RIDGE * np.einsum("gd,gd->g", v, v, dtype=np.float64)
-    n_g = np.bincount(batch.group, minlength=n_groups).astype(np.int64)
+    n_g = np.bincount(group, minlength=n_groups).astype(np.int64)
     return LearnResult(v, final, n_g, alpha_from_counts(n_g), trace,
                        hyperparameters(objective, steps, lr))

@@ -44,6 +44,11 @@ class Groups(NamedTuple):
         """``n_g``: rewarded queries per group, int64 (G,)."""
         return np.bincount(self.index, minlength=len(self.keys)).astype(np.int64)
 
+    def order(self) -> np.ndarray:
+        """Row order that sorts the rows by group (stable). Building the reward table in
+        this order spares the optimizer a sorted copy of the candidate tensor."""
+        return np.argsort(self.index, kind="stable")
+
 
 def check_scope(scope: str) -> str:
     if scope not in SCOPES:

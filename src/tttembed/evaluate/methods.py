@@ -1,0 +1,85 @@
+"""Vector-side baselines for the evaluation (pure numpy: arrays in, arrays out).
+
+Both move the query vector and search the same index again, like TTT-Embed does, so the
+comparison isolates *how* the vector is moved.
+
+* **Average / Rocchio pseudo-relevance feedback** (label-free, as pyserini offers for
+  dense retrieval, ``DenseVectorAveragePrf`` / ``DenseVectorRocchioPrf``):
+  average PRF ``x' = unit(mean(x, z_1 .. z_k))`` over the top-``k`` base neighbours;
+  Rocchio PRF ``x' = unit(a x + b mean(z_1 .. z_k))``. Fixed settings (k = 3 for the
+  average; a = 1, b = 0.5, k = 3 for Rocchio), never tuned on evaluation labels.
+* **Reward-weighted Rocchio** (uses the same rewarded pairs as every other method):
+  ``x' = unit(x + beta * sum_i r_i z_i / sum_i r_i - gamma * sum_i (1 - r_i) z_i /
+  sum_i (1 - r_i))`` with SMART's ``beta = 0.75``, ``gamma = 0.15``; a term whose weights
+  sum to 0 is dropped. Queries without rewards keep their vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tttembed.errors import DataError
+
+PRF_DEPTH = 3
+ROCCHIO_A = 1.0
+ROCCHIO_B = 0.5
+RW_BETA = 0.75
+RW_GAMMA = 0.15
+
+__all__ = ["average_prf", "rocchio_prf", "reward_rocchio", "unit_rows"]
+
+
+def unit_rows(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float32)
+    return a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
+
+
+def _neighbours(x: np.ndarray, z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(x, dtype=np.float32)
+    z = np.asarray(z, dtype=np.float32)
+    if x.ndim != 2 or z.ndim != 3 or z.shape[0] != x.shape[0] or z.shape[2] != x.shape[1]:
+        raise DataError(f"PRF needs x (n, d) and neighbour vectors (n, K, d); got {x.shape} "
+                        f"and {z.shape}")
+    if k < 1 or k > z.shape[1]:
+        raise DataError(f"PRF depth {k} must lie in 1..{z.shape[1]} (neighbours retrieved)")
+    return x, z[:, :k]
+
+
+def average_prf(x: np.ndarray, neighbours: np.ndarray, k: int = PRF_DEPTH) -> np.ndarray:
+    """``unit(mean(x_q, z_1, ..., z_k))`` per query; ``neighbours`` (n, K, d) in base order."""
+    x, z = _neighbours(x, neighbours, k)
+    return unit_rows((x + z.sum(axis=1)) / (k + 1))
+
+
+def rocchio_prf(x: np.ndarray, neighbours: np.ndarray, k: int = PRF_DEPTH,
+                a: float = ROCCHIO_A, b: float = ROCCHIO_B) -> np.ndarray:
+    """``unit(a x_q + b mean(z_1..z_k))`` per query."""
+    x, z = _neighbours(x, neighbours, k)
+    return unit_rows(a * x + b * z.mean(axis=1))
+
+
+def reward_rocchio(x: np.ndarray, z: Sequence[np.ndarray], r: Sequence[np.ndarray],
+                   beta: float = RW_BETA, gamma: float = RW_GAMMA) -> np.ndarray:
+    """Reward-weighted Rocchio for rewarded queries: row q of ``x`` with ``z[q]`` (K_q, d)
+    candidate vectors and ``r[q]`` (K_q,) rewards on [0, 1] (nan = missing, ignored)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2 or len(z) != len(x) or len(r) != len(x):
+        raise DataError("reward Rocchio needs one candidate and reward array per query row")
+    out = x.astype(np.float64)
+    for q in range(len(x)):
+        zq = np.asarray(z[q], dtype=np.float64)
+        rq = np.asarray(r[q], dtype=np.float64)
+        if zq.ndim != 2 or zq.shape != (len(rq), x.shape[1]):
+            raise DataError(f"row {q}: candidates {zq.shape} do not match rewards {rq.shape}")
+        ok = np.isfinite(rq)
+        zq, rq = zq[ok], np.clip(rq[ok], 0.0, 1.0)
+        if rq.size == 0:
+            continue
+        pos, neg = rq, 1.0 - rq
+        if pos.sum() > 0:
+            out[q] += beta * (pos @ zq) / pos.sum()
+        if neg.sum() > 0:
+            out[q] -= gamma * (neg @ zq) / neg.sum()
+    return unit_rows(out)

@@ -1,0 +1,471 @@
+"""Evaluation protocols (METHOD.md Part 1): every method on the same rewarded pairs.
+
+A workload is a list of :class:`TaskData` (one index per task: each task has its own
+corpus). Allocation is across tasks (task-balanced water-filling, nested budgets, from
+:mod:`tttembed.adapt.allocate`); query keys are ``task/qid``, unique across tasks. A global
+state is learned from every task's rewards (one embedder, one vector space) and applied to
+every task; a task-wise state to its task; a query-wise state to its query.
+
+Each protocol returns :class:`MethodResult` records: per-query nDCG@10 and Recall@100 of
+one method at one budget (``B`` pairs, ``b = B / N``), on the queries it is evaluated on.
+The expensive part of each record is memoised through ``cells`` (a callable
+``cells(key_parts, compute)``; the runner passes an on-disk cache) and rewards are asked
+lazily through ``rewards_for(pairs)``, so a run whose records are all cached scores nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tttembed.adapt import (AdaptState, RewardBatch, learn_vectors, make_groups, query_keys)
+from tttembed.adapt.allocate import (BREADTH_DEPTH, budget_grid, budget_pairs,
+                                     nested_schedule, water_fill_order)
+from tttembed.adapt.state import apply_states
+from tttembed.errors import ConfigError
+from tttembed.evaluate.methods import average_prf, reward_rocchio, rocchio_prf
+from tttembed.evaluate.metrics import evaluate_per_query
+from tttembed.workload import BaseRetrieval, QuerySet, reward_table, run_from_arrays
+
+METRICS = ("ndcg@10", "recall@100")
+EVAL_DEPTH = 100
+SCOPE_METHODS = ("global", "task", "query")
+BASELINES = ("direct", "prf-avg", "prf-rocchio", "rw-rocchio")
+ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+ALPHA_NS = (1, 16, 128, 0)  # 0 = all queries of the task
+
+PerQuery = dict[str, dict[str, float]]  # metric -> {"task/qid": value}
+Rewards = dict[str, dict[str, float]]
+Cells = Callable[[Mapping[str, Any], Callable[[], PerQuery]], PerQuery]
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    """One task of a workload: its index, evaluated queries, judgments and base retrieval
+    (top ``EVAL_DEPTH`` or more); optional learning-only queries (a train split)."""
+
+    name: str
+    index: Any
+    corpus: Mapping[str, Mapping[str, str]] = field(repr=False)
+    queries: QuerySet = field(repr=False)
+    qrels: Mapping[str, Mapping[str, int]] = field(repr=False)
+    base: BaseRetrieval = field(repr=False)
+    train: QuerySet | None = field(default=None, repr=False)
+    train_base: BaseRetrieval | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """Per-query metrics of one method in one setting."""
+
+    protocol: str
+    method: str
+    per_query: PerQuery = field(repr=False)
+    b: float = 0.0
+    budget: int = 0
+    setting: dict[str, Any] = field(default_factory=dict)
+
+
+def no_cache(parts: Mapping[str, Any], compute: Callable[[], PerQuery]) -> PerQuery:
+    return compute()
+
+
+# --- building blocks ------------------------------------------------------------------
+
+def candidates(work: Sequence[TaskData], depth: int = EVAL_DEPTH) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for td in work:
+        out.update(td.base.candidates(td.index, td.queries.keys))
+    return {k: v[:depth] for k, v in out.items()}
+
+
+def task_orders(work: Sequence[TaskData]) -> list[tuple[int, str]]:
+    return water_fill_order([td.queries.keys for td in work])
+
+
+def restrict(rewards: Mapping[str, Mapping[str, float]], pairs: Sequence[tuple[str, str]]) -> Rewards:
+    out: Rewards = {}
+    for key, did in pairs:
+        out.setdefault(key, {})[did] = rewards[key][did]
+    return out
+
+
+def run_metrics(td: TaskData, rows: np.ndarray, scores: np.ndarray,
+                keep: set[str] | None = None) -> PerQuery:
+    run = run_from_arrays(td.queries, td.index, rows, scores).get(td.name, {})
+    qrels = td.qrels if keep is None else {q: g for q, g in td.qrels.items()
+                                           if f"{td.name}/{q}" in keep}
+    per = evaluate_per_query(qrels, run, METRICS)
+    return {m: {f"{td.name}/{q}": v for q, v in vals.items()} for m, vals in per.items()}
+
+
+def merge(parts: Sequence[PerQuery]) -> PerQuery:
+    out: PerQuery = {m: {} for m in METRICS}
+    for p in parts:
+        for m in METRICS:
+            out[m].update(p.get(m, {}))
+    return out
+
+
+def search_metrics(work: Sequence[TaskData], vectors: Callable[[TaskData], np.ndarray],
+                   keep: set[str] | None = None) -> PerQuery:
+    parts = []
+    for td in work:
+        scores, rows = td.index.search(vectors(td), EVAL_DEPTH)
+        parts.append(run_metrics(td, rows, scores, keep))
+    return merge(parts)
+
+
+def raw_metrics(work: Sequence[TaskData], keep: set[str] | None = None) -> PerQuery:
+    return merge([run_metrics(td, td.base.rows[:, :EVAL_DEPTH], td.base.scores[:, :EVAL_DEPTH],
+                              keep) for td in work])
+
+
+def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
+                   keep: set[str] | None = None) -> PerQuery:
+    from tttembed.learn import rerank_runs
+
+    parts = []
+    for td in work:
+        base = BaseRetrieval(td.base.x, td.base.rows[:, :EVAL_DEPTH],
+                             td.base.scores[:, :EVAL_DEPTH])
+        run = rerank_runs(td.queries, td.index, base, rewards).get(td.name, {})
+        qrels = td.qrels if keep is None else {q: g for q, g in td.qrels.items()
+                                               if f"{td.name}/{q}" in keep}
+        per = evaluate_per_query(qrels, run, METRICS)
+        parts.append({m: {f"{td.name}/{q}": v for q, v in vals.items()}
+                      for m, vals in per.items()})
+    return merge(parts)
+
+
+def prf_metrics(work: Sequence[TaskData], kind: str, keep: set[str] | None = None) -> PerQuery:
+    def vec(td: TaskData) -> np.ndarray:
+        z = np.asarray(td.index.vectors)[td.base.rows[:, :10]]
+        return average_prf(td.base.x, z) if kind == "prf-avg" else rocchio_prf(td.base.x, z)
+    return search_metrics(work, vec, keep)
+
+
+def rw_rocchio_metrics(work: Sequence[TaskData], rewards: Rewards,
+                       keep: set[str] | None = None) -> PerQuery:
+    def vec(td: TaskData) -> np.ndarray:
+        kept, x, zs, rs = reward_table(td.queries, td.base, td.index, rewards)
+        out = td.base.x.copy()
+        if kept:
+            out[kept] = reward_rocchio(x, zs, rs)
+        return out
+    return search_metrics(work, vec, keep)
+
+
+Source = tuple[QuerySet, BaseRetrieval, Any]
+
+
+def learn_state(scope: str, sources: Sequence[Source], rewards: Rewards,
+                objective: str = "kd") -> AdaptState | None:
+    """One scope's state from the rewards of several (queries, base, index) sources — one
+    per task, each with its own index — learned as one batched problem."""
+    xs, zs, rs, qids, tasks = [], [], [], [], []
+    identity, dim = "", 0
+    for queries, base, index in sources:
+        kept, x, z, r = reward_table(queries, base, index, rewards)
+        identity, dim = index.identity, index.dim
+        if not kept:
+            continue
+        xs.append(x)
+        zs.extend(z)
+        rs.extend(r)
+        qids.extend(queries.qids[i] for i in kept)
+        tasks.extend(queries.tasks[i] for i in kept)
+    if not qids:
+        return None
+    groups = make_groups(scope, qids, tasks)
+    batch = RewardBatch.from_ragged(np.concatenate(xs), zs, rs, groups.index, groups.weights)
+    res = learn_vectors(batch, len(groups.keys), objective)
+    return AdaptState(scope, tuple(groups.keys), res.vectors, res.alpha, res.n_g,
+                      identity=identity, dim=dim, objective=objective,
+                      hyperparameters=res.hyperparameters)
+
+
+def state_metrics(work: Sequence[TaskData], state: AdaptState | None,
+                  keep: set[str] | None = None) -> PerQuery:
+    def vec(td: TaskData) -> np.ndarray:
+        if state is None:
+            return td.base.x
+        keys = query_keys(state.scope, list(td.queries.qids), list(td.queries.tasks))
+        return apply_states(td.base.x, {state.scope: keys}, [state])
+    return search_metrics(work, vec, keep)
+
+
+def eval_sources(work: Sequence[TaskData]) -> list[Source]:
+    return [(td.queries, td.base, td.index) for td in work]
+
+
+def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, objective: str = "kd",
+                  keep: set[str] | None = None, sources: Sequence[Source] | None = None) -> PerQuery:
+    state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
+                        objective)
+    return state_metrics(work, state, keep)
+
+
+# --- protocols ------------------------------------------------------------------------
+
+def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
+                     budgets: Sequence[float], scopes: Sequence[str] = SCOPE_METHODS,
+                     baselines: Sequence[str] = BASELINES, objective: str = "kd",
+                     cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
+                     ) -> list[MethodResult]:
+    """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget."""
+    n = sum(len(td.queries) for td in work)
+    cands = candidates(work)
+    available = sum(len(c) for c in cands.values())
+    grid = [B for B in budget_grid(n, budgets) if B <= available]
+    schedules = nested_schedule(task_orders(work), cands, grid)
+    memo: dict[str, Rewards] = {}
+
+    def rewards_at(pairs: list) -> Rewards:
+        if "all" not in memo:
+            memo["all"] = rewards_for(schedules[-1])
+        return restrict(memo["all"], pairs)
+
+    out = [MethodResult("fixed", "raw", cells({"p": "fixed", "m": "raw"},
+                                               lambda: raw_metrics(work)))]
+    for kind in ("prf-avg", "prf-rocchio"):
+        if kind in baselines:
+            out.append(MethodResult("fixed", kind, cells({"p": "fixed", "m": kind},
+                                                         lambda k=kind: prf_metrics(work, k))))
+    for B, pairs in zip(grid, schedules):
+        b = B / n
+        todo: list[tuple[str, Callable[[], PerQuery]]] = []
+        if "direct" in baselines:
+            todo.append(("direct", lambda p=pairs: direct_metrics(work, rewards_at(p))))
+        if "rw-rocchio" in baselines:
+            todo.append(("rw-rocchio", lambda p=pairs: rw_rocchio_metrics(work, rewards_at(p))))
+        for scope in scopes:
+            todo.append((scope, lambda p=pairs, s=scope: scope_metrics(work, s, rewards_at(p),
+                                                                      objective)))
+        for method, compute in todo:
+            per = cells({"p": "fixed", "m": method, "B": B, "o": objective}, compute)
+            out.append(MethodResult("fixed", method, per, b, B, {"objective": objective}))
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def heldout_split(work: Sequence[TaskData], fraction: float = 0.8) -> tuple[set[str], set[str]]:
+    """``S`` = the first ``ceil(fraction * n_t)`` queries of each task in its seeded order
+    (``default_rng(1000 + t)``, as the water-filling uses); ``U`` the rest."""
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"held-out fraction must lie in (0, 1), got {fraction}")
+    s: set[str] = set()
+    for t, td in enumerate(work):
+        keys = td.queries.keys
+        perm = np.random.default_rng(1000 + t).permutation(len(keys))
+        s.update(keys[i] for i in perm[: math.ceil(fraction * len(keys))].tolist())
+    all_keys = {k for td in work for k in td.queries.keys}
+    return s, all_keys - s
+
+
+def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
+            fraction: float = 0.8, depth: int = BREADTH_DEPTH,
+            scopes: Sequence[str] = ("global", "task"), objective: str = "kd",
+            use_train: bool = False, cells: Cells = no_cache) -> list[MethodResult]:
+    """Learn from ``S`` at ``depth``, evaluate only ``U = E \\ S`` (every judged query of a
+    task when ``use_train`` and the task has learning-only train queries)."""
+    s_keys, u_keys = heldout_split(work, fraction)
+    pairs: list[tuple[str, str]] = []
+    sources: list[Source] = []
+    for td in work:
+        if use_train and td.train is not None and td.train_base is not None:
+            keys = set(td.queries.keys)  # learn from train queries only: evaluate them all
+            s_keys -= keys
+            u_keys |= keys
+            cands = td.train_base.candidates(td.index, td.train.keys)
+            pairs += [(k, d) for k in td.train.keys for d in cands[k][:depth]]
+            sources.append((td.train, td.train_base, td.index))
+        else:
+            cands = td.base.candidates(td.index, td.queries.keys)
+            pairs += [(k, d) for k in td.queries.keys if k in s_keys for d in cands[k][:depth]]
+            sources.append((td.queries, td.base, td.index))
+    n = sum(len(td.queries) for td in work)
+    B = len(pairs)
+    memo: dict[str, Rewards] = {}
+
+    def rw() -> Rewards:
+        if "r" not in memo:
+            memo["r"] = rewards_for(pairs)
+        return memo["r"]
+
+    setting = {"fraction": fraction, "depth": depth, "train": use_train,
+               "evaluated": len(u_keys)}
+    tag = {"p": "heldout", "f": fraction, "d": depth, "t": use_train, "o": objective}
+    out = [MethodResult("heldout", "raw", cells({**tag, "m": "raw"},
+                                                 lambda: raw_metrics(work, u_keys)), 0.0, 0,
+                        setting)]
+    for kind in ("prf-avg", "prf-rocchio"):
+        out.append(MethodResult("heldout", kind, cells({**tag, "m": kind},
+                                                        lambda k=kind: prf_metrics(work, k, u_keys)),
+                                0.0, 0, setting))
+    for scope in scopes:
+        per = cells({**tag, "m": scope, "B": B},
+                    lambda s=scope: scope_metrics(work, s, rw(), objective, u_keys, sources))
+        out.append(MethodResult("heldout", scope, per, B / n, B, setting))
+    return out
+
+
+def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
+                       depth: int = BREADTH_DEPTH, objective: str = "kd",
+                       cells: Cells = no_cache) -> list[MethodResult]:
+    """For each task: a global state from the other tasks' rewards (every query at
+    ``depth``), evaluated on the held-out task. Needs two tasks or more."""
+    if len(work) < 2:
+        raise ConfigError("leave-one-task-out needs at least two tasks")
+    cands = candidates(work, depth)
+    memo: dict[str, Rewards] = {}
+
+    def rw() -> Rewards:
+        if "r" not in memo:
+            memo["r"] = rewards_for([(k, d) for k, ds in cands.items() for d in ds])
+        return memo["r"]
+
+    out: list[MethodResult] = []
+    for td in work:
+        others = [o for o in work if o is not td]
+        tag = {"p": "loto", "held": td.name, "d": depth, "o": objective}
+        out.append(MethodResult("loto", "raw", cells({**tag, "m": "raw"},
+                                                      lambda t=td: raw_metrics([t])),
+                                setting={"held_out": td.name}))
+
+        def compute(t: TaskData = td, o: list = others) -> PerQuery:
+            state = learn_state("global", eval_sources(o), rw(), objective)
+            return state_metrics([t], state)
+        B = sum(len(cands[k]) for o in others for k in o.queries.keys)
+        out.append(MethodResult("loto", "global", cells({**tag, "m": "global"}, compute),
+                                B / sum(len(o.queries) for o in others), B,
+                                {"held_out": td.name}))
+    return out
+
+
+def with_alpha(state: AdaptState, alpha: float) -> AdaptState:
+    """A copy of ``state`` whose every group uses the fixed magnitude ``alpha``."""
+    return replace(state, alpha=np.full(len(state.keys), float(alpha)))
+
+
+# --- analyses -------------------------------------------------------------------------
+
+def _first_queries(work: Sequence[TaskData], n: int) -> dict[str, list[str]]:
+    """Per task, its first ``n`` queries (0 = all) in the seeded order ``1000 + t``; tasks
+    with no more than ``n`` queries are left out (their setting would be ``all``)."""
+    out: dict[str, list[str]] = {}
+    for t, td in enumerate(work):
+        keys = td.queries.keys
+        if n and len(keys) <= n:
+            continue
+        perm = np.random.default_rng(1000 + t).permutation(len(keys)).tolist()
+        out[td.name] = [keys[i] for i in perm[: (n or len(keys))]]
+    return out
+
+
+def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
+                   ns: Sequence[int] = ALPHA_NS, alphas: Sequence[float] = ALPHAS,
+                   depth: int = BREADTH_DEPTH, objective: str = "kd",
+                   heldout_eval: bool = False, cells: Cells = no_cache) -> list[MethodResult]:
+    """Task-wise states from ``n`` rewarded queries per task (0 = all), evaluated with the
+    rule ``n/(n+1)`` (method ``alpha=rule``) and with every fixed alpha. With
+    ``heldout_eval`` only unrewarded queries are evaluated (and ``n = all`` is skipped)."""
+    cands = candidates(work, depth)
+    total = sum(len(td.queries) for td in work)
+    out: list[MethodResult] = []
+    for n in ns:
+        if heldout_eval and n == 0:
+            continue
+        chosen = _first_queries(work, n)
+        if not chosen:
+            continue
+        sub = [td for td in work if td.name in chosen]
+        s_keys = {k for ks in chosen.values() for k in ks}
+        keep = None
+        if heldout_eval:
+            keep = {k for td in sub for k in td.queries.keys} - s_keys
+        else:
+            keep = {k for td in sub for k in td.queries.keys}
+        pairs = [(k, d) for k in sorted(s_keys) for d in cands[k]]
+        memo: dict[str, AdaptState | None] = {}
+
+        def state(p: list = pairs, m: dict = memo, w: list = sub) -> AdaptState | None:
+            if "s" not in m:
+                m["s"] = learn_state("task", eval_sources(w), rewards_for(p), objective)
+            return m["s"]
+        for a in ("rule", *alphas):
+            def compute(a: Any = a, w: list = sub, st: Callable = state,
+                        kp: set | None = keep) -> PerQuery:
+                s = st()
+                return state_metrics(w, s if a == "rule" or s is None else with_alpha(s, a), kp)
+            tag = {"p": "alpha", "n": n, "a": a, "d": depth, "h": heldout_eval, "o": objective}
+            out.append(MethodResult("alpha", f"alpha={a}", cells(tag, compute),
+                                    len(pairs) / total, len(pairs),
+                                    {"n": n or "all", "alpha": a}))
+    return out
+
+
+def breadth_depth(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
+                  bs: Sequence[float] = (1.0, 10.0), depths: Sequence[int] = (1, 2, 5, 10, 30, 100),
+                  scopes: Sequence[str] = ("task", "query"), objective: str = "kd",
+                  cells: Cells = no_cache) -> list[MethodResult]:
+    """At fixed ``b = rho * k``: ``B = round(b N)`` pairs spread over water-filled queries
+    at depth ``k`` (``rho = B / (k N)`` rewarded fraction), for every ``k >= b``."""
+    n = sum(len(td.queries) for td in work)
+    cands = candidates(work)
+    order = task_orders(work)
+    out: list[MethodResult] = []
+    for b in bs:
+        B = max(1, math.floor(b * n + 0.5))
+        for k in depths:
+            if k < b or k > EVAL_DEPTH:
+                continue
+            pairs = budget_pairs(order, cands, B, depth=k, full_depths=())
+            memo: dict[str, Rewards] = {}
+
+            def rw(p: list = pairs, m: dict = memo) -> Rewards:
+                if "r" not in m:
+                    m["r"] = rewards_for(p)
+                return m["r"]
+            setting = {"b": b, "depth": k, "rho": B / (k * n)}
+            tag = {"p": "bd", "B": B, "k": k, "o": objective}
+            out.append(MethodResult("breadth-depth", "direct",
+                                    cells({**tag, "m": "direct"},
+                                          lambda r=rw: direct_metrics(work, r())),
+                                    B / n, B, setting))
+            for scope in scopes:
+                per = cells({**tag, "m": scope},
+                            lambda s=scope, r=rw: scope_metrics(work, s, r(), objective))
+                out.append(MethodResult("breadth-depth", scope, per, B / n, B, setting))
+    return out
+
+
+def objective_comparison(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
+                         bs: Sequence[float] = (1.0, 10.0), scopes: Sequence[str] = SCOPE_METHODS,
+                         objectives: Sequence[str] = ("kd", "rkl", "grpo"),
+                         cells: Cells = no_cache) -> list[MethodResult]:
+    """KD, reverse KL and softmax-GRPO on the same nested pairs (cells shared with the
+    fixed-population protocol, so ``kd`` is not learned twice)."""
+    n = sum(len(td.queries) for td in work)
+    cands = candidates(work)
+    grid = budget_grid(n, bs)
+    schedules = nested_schedule(task_orders(work), cands, grid)
+    out: list[MethodResult] = []
+    for B, pairs in zip(grid, schedules):
+        memo: dict[str, Rewards] = {}
+
+        def rw(p: list = pairs, m: dict = memo) -> Rewards:
+            if "r" not in m:
+                m["r"] = rewards_for(p)
+            return m["r"]
+        for scope in scopes:
+            for obj in objectives:
+                per = cells({"p": "fixed", "m": scope, "B": B, "o": obj},
+                            lambda s=scope, o=obj, r=rw: scope_metrics(work, s, r(), o))
+                out.append(MethodResult("objectives", scope, per, B / n, B, {"objective": obj}))
+    return out
