@@ -24,8 +24,14 @@ from tttembed.adapt.scopes import SCOPES
 from tttembed.data.beir import load_task
 from tttembed.evaluate.metrics import evaluate_per_query
 from tttembed.evaluate.stats import compare
-from tttembed.learn import (adapted_search, build_scorer, candidate_depth, learn_from_rewards,
-                            make_plan, rerank_runs)
+from tttembed.learn import (
+    adapted_search,
+    build_scorer,
+    candidate_depth,
+    learn_from_rewards,
+    make_plan,
+    rerank_runs,
+)
 from tttembed.paths import cache_dir
 from tttembed.workload import QuerySet, base_retrieval, run_from_arrays, score_pairs
 

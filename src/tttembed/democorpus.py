@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 import json
+import re
 import warnings
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass

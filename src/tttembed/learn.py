@@ -15,15 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt import (STEPS, AdaptState, RewardBatch, learn_vectors, make_groups,
-                            query_keys)
+from tttembed.adapt import STEPS, AdaptState, RewardBatch, learn_vectors, make_groups, query_keys
 from tttembed.adapt.allocate import plan_rewards
 from tttembed.adapt.rerank import direct_rerank
 from tttembed.adapt.state import apply_states
 from tttembed.index.store import IndexHandle
 from tttembed.registry import split_spec
-from tttembed.workload import (BaseRetrieval, QuerySet, base_retrieval, reward_table,
-                               run_from_arrays, score_pairs)
+from tttembed.workload import (
+    BaseRetrieval,
+    QuerySet,
+    base_retrieval,
+    reward_table,
+    run_from_arrays,
+    score_pairs,
+)
 
 Progress = Callable[[str, int], Callable[[int], None]]
 

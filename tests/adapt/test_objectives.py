@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from tttembed.adapt.objectives import (
-    CLIP_EPS, OBJECTIVES, check_objective, loss_and_grad, make_targets, reference_losses,
+    CLIP_EPS,
+    OBJECTIVES,
+    check_objective,
+    loss_and_grad,
+    make_targets,
+    reference_losses,
 )
 from tttembed.errors import ConfigError
 
@@ -80,7 +85,7 @@ def test_masked_values_do_not_matter(objective):
 
 
 def test_kd_gradient_is_student_minus_teacher():
-    r, mask, s0, s = setup(seed=3)
+    r, mask, _s0, s = setup(seed=3)
     t = make_targets("kd", r, mask)
     _, grad = loss_and_grad(s, t)
     pi = np.where(mask, np.exp(np.where(mask, s, -np.inf) - s.max(1, keepdims=True)), 0)

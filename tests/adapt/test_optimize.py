@@ -185,7 +185,7 @@ def test_validation_errors():
     rng = np.random.default_rng(9)
     x = unit(rng.normal(size=(3, 4)))
     z = unit(rng.normal(size=(3, 2, 4)))
-    ok = dict(group=np.zeros(3, int), weight=np.ones(3))
+    ok = {"group": np.zeros(3, int), "weight": np.ones(3)}
     with pytest.raises(DataError, match="no reward"):
         RewardBatch(x, z, np.array([[0.1, 0.2], [np.nan, np.nan], [0.3, 0.1]]), **ok)
     with pytest.raises(DataError, match=r"\[0, 1\]"):

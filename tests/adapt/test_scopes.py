@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from tttembed.adapt.scopes import (
-    GLOBAL_KEY, alpha_from_counts, group_key, make_groups, query_keys,
+    GLOBAL_KEY,
+    alpha_from_counts,
+    group_key,
+    make_groups,
+    query_keys,
 )
 from tttembed.errors import ConfigError, DataError
 

@@ -98,8 +98,9 @@ def test_state_against_another_index_is_a_clear_error(beir, tmp_path):
     meta = json.loads((tmp_path / "v.json").read_text())
     assert meta["scope"] == "global"
     # tamper: pretend the state came from another embedder
-    from tttembed.adapt import load_state, save_state
     from dataclasses import replace
+
+    from tttembed.adapt import load_state, save_state
 
     st = load_state(tmp_path / "v.npz")
     save_state(tmp_path / "w.npz", replace(st, identity="st:other", embedder="st:other"))
@@ -116,7 +117,7 @@ def test_rerank_command_and_bad_scope(beir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "direct rerank" in r.output
     lines = (tmp_path / "rr.trec").read_text().splitlines()
-    first = {l.split()[0]: l.split()[2] for l in lines if l.split()[3] == "1"}
+    first = {line.split()[0]: line.split()[2] for line in lines if line.split()[3] == "1"}
     # every query rewarded to depth 10 with perfect labels: the grade-2 documents come first
     assert first["q1"] == "astro0" and first["q2"] == "cook0" and first["q3"] == "code0"
     r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer", "bm25",

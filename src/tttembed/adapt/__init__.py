@@ -16,15 +16,36 @@ no network. Typical use for one scope::
 from __future__ import annotations
 
 from tttembed.adapt.objectives import (
-    LR, OBJECTIVES, RIDGE, STEPS, TAU_S, TAU_T, check_objective, loss_and_grad, make_targets,
+    LR,
+    OBJECTIVES,
+    RIDGE,
+    STEPS,
+    TAU_S,
+    TAU_T,
+    check_objective,
+    loss_and_grad,
+    make_targets,
 )
 from tttembed.adapt.optimize import LearnResult, RewardBatch, hyperparameters, learn_vectors
 from tttembed.adapt.scopes import (
-    GLOBAL_KEY, PRECEDENCE, SCOPES, Groups, alpha_from_counts, check_scope, group_key,
-    make_groups, query_key, query_keys,
+    GLOBAL_KEY,
+    PRECEDENCE,
+    SCOPES,
+    Groups,
+    alpha_from_counts,
+    check_scope,
+    group_key,
+    make_groups,
+    query_key,
+    query_keys,
 )
 from tttembed.adapt.state import (
-    AdaptState, apply_state, apply_states, load_state, save_state, state_path,
+    AdaptState,
+    apply_state,
+    apply_states,
+    load_state,
+    save_state,
+    state_path,
 )
 
 __all__ = [

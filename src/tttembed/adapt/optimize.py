@@ -2,33 +2,34 @@
 
 Input is a :class:`RewardBatch`, the padded reward table of one scope: row ``q`` holds a
 rewarded query's unit vector ``x_q``, its rewarded candidates' unit document vectors
-``z_q`` (K, d), rewards ``r_q`` (K,) on [0, 1] (``nan`` = missing: the candidate is
-dropped), a padding mask, its group and its weight ``w_q``.
+``z_q`` (K, d), rewards ``r_q`` (K,) on [0, 1] (``nan`` = missing: dropped), a padding
+mask, its group and its weight ``w_q``.
 
 All groups at once. ``V`` (G, d) holds every group's vector; row ``q`` uses
 ``V[group[q]]``. The total ``sum_g L_g(v_g)`` is separable (group ``g``'s loss depends
 on ``v_g`` only), so its gradient with respect to ``V[g]`` is exactly ``grad L_g``.
 Adam is elementwise: moments, bias corrections and the step are per coordinate, with a
 step count shared by all, so one Adam on the stacked ``V`` follows exactly the
-trajectory of one Adam per group (tested to 1e-5 against learning each group alone).
-Because of that, a group's Adam update can run as soon as its gradient is complete.
+trajectory of one Adam per group (tested against learning each group alone), and a
+group's update may run as soon as its gradient is complete.
 
-The hot path (numpy, float32, one thread, no autograd). Each step streams the
-candidate tensor in chunks of queries (about :data:`CHUNK_BYTES` each). For a chunk it
-computes the logits ``s = z y / tau_S`` (one batched mat-vec), the objective's analytic
-logit gradient, and ``dL/dy = z^T dL/ds / tau_S`` (the second mat-vec) while the chunk is
-still in cache, so ``z`` is read from memory about once per step. Through
-``y = unit(u)``, ``u = x + v``: ``dL/du = (dL/dy - (y . dL/dy) y) / ||u||`` with
-``y . dL/dy = tau_S sum_i (dL/ds_i) s_i`` (no extra pass). Group gradients are reduced
-inside the chunk; groups whose last row is in the chunk take their Adam step there
-(for query-wise scope every group, so the optimizer state is also touched in cache).
-No Python loop over queries or groups; memory beyond ``z`` is O(N K + G d).
-Deterministic: the same inputs give bit-identical vectors.
+The hot path: numpy, float32, analytic gradients (tested against autograd), one BLAS
+thread. Rows are taken in group order, in pieces of about :data:`CHUNK_BYTES` of
+candidates. A piece computes ``z . u`` (one mat-vec pass), the objective's logit
+gradient, then ``z^T dL/ds`` (the second pass) while the piece is still in cache, so
+``z`` is read from memory about once per step. With ``u = x + v``, ``y = u / ||u||``,
+``s = z . y / tau_S``: ``dL/du = z^T (dL/ds) / (tau_S ||u||) - c u`` with
+``c = sum_i (dL/ds_i) s_i / ||u||^2`` (no extra pass). Pieces of one large group use
+flat mat-vecs (``z . x`` is precomputed, so only ``z . v_g`` is needed); pieces of
+small groups use batched mat-vecs and take those groups' Adam steps in cache. The step
+has no Python loop over queries or groups, only over pieces; extra memory is
+O(N K + G d). Deterministic: the same inputs give bit-identical vectors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,17 +38,24 @@ from typing import Any
 import numpy as np
 
 from tttembed.adapt.objectives import (
-    LR, RIDGE, STEPS, TAU_S, TAU_T, Targets, check_objective, loss_and_grad, make_targets,
+    LR,
+    RIDGE,
+    STEPS,
+    TAU_S,
+    TAU_T,
+    Targets,
+    check_objective,
+    loss_and_grad,
+    make_targets,
 )
 from tttembed.adapt.scopes import alpha_from_counts
 from tttembed.errors import DataError
 
 #: Bytes of candidate vectors per chunk: large enough to amortise the per-chunk Python
 #: overhead, small enough that the second pass over the chunk hits cache.
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 2 << 20
 BETAS = (0.9, 0.999)
 EPS = 1e-8
-_NORM_TOL = 1e-3
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,13 +117,8 @@ class RewardBatch:
                             ("group", group.astype(np.int64)), ("weight", weight)):
             object.__setattr__(self, name, value)
 
-    @property
-    def n(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.x.shape[1])
+    n = property(lambda self: int(self.x.shape[0]), doc="number of rows (queries)")
+    dim = property(lambda self: int(self.x.shape[1]), doc="vector dimension")
 
     @classmethod
     def from_ragged(cls, x: np.ndarray, z: Sequence[np.ndarray], r: Sequence[np.ndarray],
@@ -134,7 +137,7 @@ class RewardBatch:
 
 
 def _check_unit(what: str, sq: np.ndarray) -> None:
-    if sq.size and np.max(np.abs(np.sqrt(sq) - 1.0)) > _NORM_TOL:
+    if sq.size and np.max(np.abs(np.sqrt(sq) - 1.0)) > 1e-3:
         raise DataError(f"{what} are not L2-normalised", fix="pass unit vectors")
 
 
@@ -225,7 +228,7 @@ def _pieces(x, z, base, targets, weight, group, chunk) -> list[_Piece]:
             break
         a, ln = int(seg[i]), int(lens[i])
         cuts = np.linspace(a, a + ln, -(-ln // chunk) + 1).round().astype(int)
-        for j, (p, q) in enumerate(zip(cuts[:-1], cuts[1:])):
+        for j, (p, q) in enumerate(itertools.pairwise(cuts)):
             out.append(piece(int(p), int(q), group=int(group[a]), last=j == len(cuts) - 2))
     for run in small_runs:
         offset = seg[run] - seg[run[0]]
@@ -255,9 +258,9 @@ class _Adam:
         self.bc2_sqrt = math.sqrt(1.0 - BETAS[1] ** self.t)
 
     def update(self, ids: Index, grad: np.ndarray) -> float:
-        """Step rows ``ids`` with loss gradient ``grad`` (ridge added here, in place).
+        """Step rows ``ids`` with loss gradient ``grad`` (+ the ridge gradient ``2 lambda v``).
 
-        Returns ``ridge * ||v||^2`` of those rows before the step."""
+        ``grad`` is overwritten. Returns ``ridge * ||v||^2`` of the rows before the step."""
         v, m, s = self.v[ids], self.m[ids], self.s[ids]
         ridge = RIDGE * float(np.vdot(v, v))
         buf = np.multiply(v, 2.0 * RIDGE)
@@ -268,7 +271,7 @@ class _Adam:
         grad *= 1.0 - BETAS[1]
         s *= BETAS[1]
         s += grad
-        # v -= step_size * m / (sqrt(s) / bc2_sqrt + eps), one buffer, no temporaries
+        # v -= step_size * m / (sqrt(s) / bc2_sqrt + eps), in one buffer
         np.sqrt(s, out=buf)
         buf *= 1.0 / (self.bc2_sqrt * self.step_size)
         buf += EPS / self.step_size
@@ -327,7 +330,8 @@ def _step(pieces: list[_Piece], adam: _Adam, acc: np.ndarray) -> float:
 
 
 def _one_blas_thread() -> Any:
-    """The passes are memory-bound: extra BLAS threads only add contention."""
+    """The passes are memory-bound and the pieces small: extra BLAS threads only add
+    synchronisation, which collapses when the cores are shared."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -370,8 +374,8 @@ def learn_vectors(
         order = np.argsort(group, kind="stable")
         x, z, r, mask, group, weight = (a[order] for a in (x, z, r, mask, group, weight))
     trace = np.zeros(steps, dtype=np.float64)
-    adam = _Adam(n_groups, batch.dim, lr)
     with _one_blas_thread():
+        adam = _Adam(n_groups, batch.dim, lr)
         base = np.empty((n, k), dtype=np.float32)
         for a in range(0, n, chunk):
             base[a:a + chunk] = np.matmul(z[a:a + chunk], x[a:a + chunk, :, None])[:, :, 0]

@@ -11,6 +11,7 @@ Adapters are saved with ``save_pretrained`` (``adapter_model.safetensors`` +
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,15 +112,23 @@ class LoraQueryEncoder:
         self.peft_model.save_pretrained(str(path), safe_serialization=True)
 
 
+_BASE_MODELS: dict[tuple[str, str], Any] = {}
+
+
 def load_base_model(spec: str, *, max_seq_length: int = 256, device: str = "cpu") -> Any:
-    """A fresh SentenceTransformer for an ``st:`` spec (the base of the query encoder)."""
+    """A fresh SentenceTransformer for an ``st:`` spec (the base of the query encoder).
+
+    The model is read from disk once per process; every call returns a deep copy."""
     from tttembed.embed.st import load_sentence_transformer
 
     scheme, _, rest = spec.partition(":")
     if scheme != "st":
         raise ConfigError(f"the chain retriever trains sentence-transformers models only; "
                           f"got {spec!r}, use an 'st:' spec such as st:bundled:all-MiniLM-L6-v2")
-    model = load_sentence_transformer(rest, device=device)
+    key = (rest, device)
+    if key not in _BASE_MODELS:
+        _BASE_MODELS[key] = load_sentence_transformer(rest, device=device)
+    model = copy.deepcopy(_BASE_MODELS[key])  # a private copy: adapters are attached in place
     model.max_seq_length = int(max_seq_length)
     return model
 

@@ -207,7 +207,7 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     if start:
         _load_optimizer(opt, params, out / "optimizer.safetensors")
-    passage_vecs = torch.from_numpy(np.ascontiguousarray(index.vectors, dtype=np.float32))
+    passage_vecs = torch.from_numpy(np.array(index.vectors, dtype=np.float32))
     gold_half = gold_states(task.golds)
     tops_cache: dict[State, list[int]] = {}
     first_pool: list[State] | None = None
@@ -260,7 +260,7 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
             opt.zero_grad()
             loss.backward()  # type: ignore[attr-defined]
             opt.step()
-            losses.append(float(loss))  # type: ignore[arg-type]
+            losses.append(float(loss.detach()))  # type: ignore[attr-defined]
             if progress is not None:
                 progress(f"epoch {epoch + 1}/{cfg.epochs}", b + 1, n_batches)
         encoder.model.eval()

@@ -8,8 +8,13 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from tttembed.cli._common import (console, handle_errors, progress_bar, progress_group,
-                                  quiet_libraries)
+from tttembed.cli._common import (
+    console,
+    handle_errors,
+    progress_bar,
+    progress_group,
+    quiet_libraries,
+)
 
 SCOPES_HELP = "global (one vector), task (one per task) or query (one per rewarded query)."
 

@@ -20,7 +20,6 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 
-
 import numpy as np
 
 from tttembed.embed.base import Embedder, Kind, check_kind

@@ -1,0 +1,70 @@
+"""The offline TTT-Embed study behind docs/results.md (one command, resumable).
+
+    python benchmarks/study.py --data-root ../shared/data --out docs/results
+
+Every retrieval task of the data root (scifact, cranfield, cisi, medline, cacm, cosqa_coir),
+the bundled all-MiniLM-L6-v2, and two reward models: ``bm25`` (label-free, every protocol)
+and ``qrels`` (human judgments; transfer protocols only, where the judged queries are
+never the evaluated ones). Then SciFact's own transfer: learn from the train split's
+judged claims, evaluate every test claim.
+
+Everything is cached (embeddings, indexes, the reward ledger, per-cell metrics), so an
+interrupted run resumes and a second run makes zero embedding and scorer calls; the
+script prints both counts and the time of each part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+TASKS = ("scifact", "cranfield", "cisi", "medline", "cacm", "cosqa_coir")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-root", default="../shared/data")
+    ap.add_argument("--out", default="docs/results")
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--resamples", type=int, default=10000)
+    ap.add_argument("--skip-analyses", action="store_true")
+    args = ap.parse_args()
+
+    from tttembed.cli._common import progress_group, quiet_libraries
+    from tttembed.evaluate.report import write_report
+    from tttembed.evaluate.runner import EvalConfig, run_eval
+
+    quiet_libraries()
+    tasks = tuple(t for t in args.tasks.split(",") if t)
+    common = dict(data_root=args.data_root, cache_dir=args.cache_dir,
+                  n_resamples=args.resamples)
+    runs = {
+        "all-tasks": EvalConfig(
+            tasks=tasks, scorers=("bm25", "qrels"), protocols=("fixed", "heldout", "loto"),
+            analyses=() if args.skip_analyses else ("alpha", "breadth-depth", "objectives"),
+            **common),
+        "scifact-train-to-test": EvalConfig(
+            tasks=("scifact",), scorers=("qrels", "bm25"), protocols=("heldout",),
+            scopes=("global", "task"), train_split="train", **common),
+    }
+    summary = {}
+    for name, cfg in runs.items():
+        if name == "scifact-train-to-test" and "scifact" not in tasks:
+            continue
+        t = time.perf_counter()
+        with progress_group() as stage:
+            result = run_eval(cfg, stage=stage)
+        out = Path(args.out) / name
+        write_report(result, out)
+        summary[name] = {"seconds": round(time.perf_counter() - t, 1),
+                         "counts": result["counts"], "timings_s": result["timings_s"]}
+        print(name, json.dumps(summary[name]), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "study-run.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Chain retriever for multi-hop retrieval with on-policy state training (METHOD.md Part 2).
+
+Modules: ``states`` (state text format, gold/reached states), ``search`` (greedy and beam
+chain search, final ranking, C@k / recall@k), ``regimes`` (training states, negatives,
+InfoNCE), ``encoder`` (LoRA query encoder), ``train`` (training loop, checkpoints),
+``analysis`` (mismatch, recovery, deletion), ``setup`` and ``api`` (data, index, wiring),
+``report`` (results.json, Markdown, PNG). Importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+from tttembed.chain.search import (ChainRun, beam_chain, chain_metrics, complete_at_k,
+                                   greedy_chain, recall_at_k, single_shot)
+from tttembed.chain.states import SEP, StateTexts, TokenBudget, format_state
+
+__all__ = ["SEP", "ChainRun", "StateTexts", "TokenBudget", "beam_chain", "chain_metrics",
+           "complete_at_k", "format_state", "greedy_chain", "recall_at_k", "single_shot"]

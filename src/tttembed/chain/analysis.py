@@ -1,0 +1,154 @@
+"""Analyses of chain retrieval (pure: arrays and callables, no I/O).
+
+* state mismatch: among the states a run reached that still miss a gold passage, the share
+  that already hold a wrong (non-gold) passage, per step (step s acts on a state with s - 1
+  passages; step 1 is the question alone and is not listed);
+* next-step success: on one fixed set of reached states, does the encoder's next pick hit
+  a missing gold passage? Split by the number of wrong passages in the history (0 / 1 / ≥2);
+* deletion counterfactual: the states holding a wrong passage, with the wrong passages
+  removed (gold ones kept, in order), re-run with the same encoder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tttembed.chain.search import (Encode, Search, TextOf, beam_chain, chain_metrics,
+                                   greedy_chain, next_picks, single_shot)
+from tttembed.chain.states import missing_gold, n_wrong
+
+State = tuple[int, tuple[int, ...]]
+WRONG_BUCKETS = ("0", "1", ">=2")
+
+
+def state_mismatch(picked: np.ndarray, golds: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
+    """Per step s = 2..T: states still missing gold, how many hold a wrong passage, share %."""
+    rows = []
+    for s in range(2, picked.shape[1] + 1):
+        n_missing = n_bad = 0
+        for qi, gold in enumerate(golds):
+            hist = [int(x) for x in picked[qi, :s - 1] if x >= 0]
+            if not missing_gold(hist, gold):
+                continue
+            n_missing += 1
+            n_bad += n_wrong(hist, gold) > 0
+        rows.append({"step": s, "states": n_missing, "with_wrong": n_bad,
+                     "share_wrong": round(100.0 * n_bad / n_missing, 2) if n_missing else None})
+    return rows
+
+
+def bucket(n: int) -> str:
+    return "0" if n == 0 else "1" if n == 1 else ">=2"
+
+
+def next_step_success(states: Sequence[State], golds: Sequence[Sequence[int]],
+                      text_of: TextOf, encode: Encode, search: Search,
+                      depth: int = 100) -> np.ndarray:
+    """Bool (n,): the next greedy pick of each state is one of its missing gold passages."""
+    picks, _, _, _ = next_picks(states, text_of, encode, search, depth)
+    return np.array([int(p) in set(missing_gold(hist, golds[qi]))
+                     for p, (qi, hist) in zip(picks, states)], dtype=bool)
+
+
+def success_by_wrong(success: np.ndarray, states: Sequence[State],
+                     golds: Sequence[Sequence[int]]) -> dict[str, dict[str, float]]:
+    """{bucket: {"rate": % success, "n": states}} for 0 / 1 / >=2 wrong passages."""
+    buckets = np.array([bucket(n_wrong(h, golds[qi])) for qi, h in states])
+    out = {}
+    for b in WRONG_BUCKETS:
+        mask = buckets == b if len(states) else np.zeros(0, dtype=bool)
+        out[b] = {"rate": round(100.0 * float(success[mask].mean()), 2) if mask.any()
+                  else float("nan"), "n": int(mask.sum())}
+    return out
+
+
+def delete_wrong(states: Sequence[State], golds: Sequence[Sequence[int]]) -> list[State]:
+    """Each state with its wrong passages removed (gold passages kept in step order)."""
+    return [(qi, tuple(h for h in hist if h in set(golds[qi]))) for qi, hist in states]
+
+
+def deletion_counterfactual(states: Sequence[State], golds: Sequence[Sequence[int]],
+                            text_of: TextOf, encode: Encode, search: Search,
+                            depth: int = 100) -> dict[str, float]:
+    """Success % on the states with a wrong passage, as reached and with it deleted."""
+    bad = [s for s in states if n_wrong(s[1], golds[s[0]]) > 0]
+    if not bad:
+        return {"n": 0, "original": float("nan"), "deleted": float("nan"), "cost": float("nan")}
+    orig = next_step_success(bad, golds, text_of, encode, search, depth)
+    dele = next_step_success(delete_wrong(bad, golds), golds, text_of, encode, search, depth)
+    o, d = 100.0 * float(orig.mean()), 100.0 * float(dele.mean())
+    return {"n": len(bad), "original": round(o, 2), "deleted": round(d, 2),
+            "cost": round(d - o, 2)}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def evaluate_chain(golds: Sequence[Sequence[int]], text_of: TextOf, search: Search,
+                   encoders: Mapping[str, Encode], *, steps: int,
+                   reference: str | None = None, beam_width: int = 0,
+                   beam_encoders: Sequence[str] = (), depth: int = 100,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The full chain evaluation for named encoders (the first is the 'untrained' one when
+    the caller names it so). ``reference`` names the encoder whose reached states form the
+    fixed state set of the recovery and deletion analyses (default: the last encoder).
+
+    Returns {"systems": {name: metrics}, "mismatch": {name: rows}, "recovery": {...},
+    "deletion": {...}, "latency": {system: seconds per question}}.
+    """
+    n = len(golds)
+    names = list(encoders)
+    if not names:
+        raise ValueError("no encoders to evaluate")
+    systems: dict[str, Any] = {}
+    mismatch: dict[str, Any] = {}
+    latency: dict[str, float] = {}
+    runs = {}
+    first = names[0]
+    res, secs = timed(lambda: single_shot(n, text_of, encoders[first], search, keep=depth))
+    systems[f"single-shot ({first})"] = chain_metrics(res.ranking, golds)
+    latency[f"single-shot ({first})"] = secs / max(n, 1)
+    for name in names:
+        if progress is not None:
+            progress(f"chain search: {name}")
+        run, secs = timed(lambda: greedy_chain(n, text_of, encoders[name], search, steps,
+                                               depth=depth, keep=depth))
+        runs[name] = run
+        systems[f"chain ({name})"] = chain_metrics(run.ranking, golds)
+        latency[f"chain ({name})"] = secs / max(n, 1)
+        mismatch[name] = state_mismatch(run.picked, golds)
+    if beam_width > 1:
+        for name in beam_encoders:
+            if progress is not None:
+                progress(f"beam search: {name}")
+            run, secs = timed(lambda: beam_chain(n, text_of, encoders[name], search, steps,
+                                                 width=beam_width, depth=depth, keep=depth))
+            label = f"beam{beam_width} ({name})"
+            systems[label] = chain_metrics(run.ranking, golds)
+            latency[label] = secs / max(n, 1)
+    ref = reference or names[-1]
+    from tttembed.chain.states import reached_states
+
+    fixed = reached_states(runs[ref].picked, golds)
+    recovery: dict[str, Any] = {"reference": ref, "n_states": len(fixed), "by_encoder": {}}
+    deletion: dict[str, Any] = {"reference": ref}
+    for name in names:
+        if progress is not None:
+            progress(f"recovery analyses: {name}")
+        ok = next_step_success(fixed, golds, text_of, encoders[name], search, depth)
+        recovery["by_encoder"][name] = success_by_wrong(ok, fixed, golds)
+        deletion[name] = deletion_counterfactual(fixed, golds, text_of, encoders[name],
+                                                 search, depth)
+    return {"systems": systems, "mismatch": mismatch, "recovery": recovery,
+            "deletion": deletion, "latency_s_per_question": latency}
+
+
+__all__ = ["WRONG_BUCKETS", "bucket", "delete_wrong", "deletion_counterfactual",
+           "evaluate_chain", "next_step_success", "state_mismatch", "success_by_wrong"]

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tttembed.adapt.allocate import budget_grid
+from tttembed.errors import ConfigError
+from tttembed.evaluate import protocols as P
+from tttembed.evaluate.report import macro
+
+from .synth import QrelsRewards, make_work
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return make_work(tmp_path_factory.mktemp("synth"))
+
+
+def test_fixed_population_same_pairs_for_every_method(work):
+    rewards = QrelsRewards(work)
+    budgets = (0.5, 1.0, 10.0)
+    res = P.fixed_population(work, rewards, budgets=budgets)
+    n = sum(len(td.queries) for td in work)
+    grid = budget_grid(n, budgets)
+    # rewards asked once, for the largest nested prefix; every method derives from it
+    assert len(rewards.calls) == 1 and len(rewards.calls[0]) == grid[-1]
+    methods = [r.method for r in res]
+    assert methods[:3] == ["raw", "prf-avg", "prf-rocchio"]
+    assert len(res) == 3 + len(grid) * 5
+    for B in grid:
+        at = [r for r in res if r.budget == B]
+        assert {r.method for r in at} == {"direct", "rw-rocchio", "global", "task", "query"}
+        assert all(r.b == pytest.approx(B / n) for r in at)
+    keys = {k for td in work for k in td.queries.keys}
+    assert all(set(r.per_query["ndcg@10"]) == keys for r in res)
+
+
+def test_perfect_rewards_help_and_direct_rerank_fixes_top10(work):
+    res = P.fixed_population(work, QrelsRewards(work), budgets=(10.0,),
+                             baselines=("direct",))
+    raw = next(r for r in res if r.method == "raw").per_query["ndcg@10"]
+    direct = next(r for r in res if r.method == "direct").per_query["ndcg@10"]
+    query = next(r for r in res if r.method == "query").per_query["ndcg@10"]
+    # direct reranking with perfect rewards on the full top 10 can only help each query
+    assert all(direct[k] >= raw[k] - 1e-12 for k in raw)
+    assert macro(direct) > macro(raw)
+    assert macro(query) > macro(raw)
+
+
+def test_heldout_split_is_a_seeded_partition(work):
+    s, u = P.heldout_split(work, 0.8)
+    keys = {k for td in work for k in td.queries.keys}
+    assert s | u == keys and not s & u
+    for td in work:
+        n_s = sum(1 for k in td.queries.keys if k in s)
+        assert n_s == int(np.ceil(0.8 * len(td.queries)))
+    assert P.heldout_split(work, 0.8) == (s, u)
+    with pytest.raises(ConfigError):
+        P.heldout_split(work, 1.0)
+
+
+def test_heldout_learns_on_s_and_evaluates_u_only(work):
+    rewards = QrelsRewards(work)
+    res = P.heldout(work, rewards, fraction=0.75)
+    s, u = P.heldout_split(work, 0.75)
+    assert len(rewards.calls) == 1
+    assert {k for k, _ in rewards.calls[0]} == s
+    assert all(len([d for k, d in rewards.calls[0] if k == q]) == 10 for q in s)
+    for r in res:
+        assert set(r.per_query["ndcg@10"]) == u
+    assert {r.method for r in res} == {"raw", "prf-avg", "prf-rocchio", "global", "task"}
+
+
+def test_loto_states_never_see_the_held_out_task(work):
+    res = P.leave_one_task_out(work, QrelsRewards(work))
+    assert [r.method for r in res] == ["raw", "global"] * len(work)
+    for td, (raw, glob) in zip(work, zip(res[::2], res[1::2])):
+        assert glob.setting["held_out"] == td.name
+        assert set(glob.per_query["ndcg@10"]) == set(td.queries.keys)
+        others = sum(len(o.queries) for o in work if o is not td)
+        assert glob.budget == 10 * others
+    with pytest.raises(ConfigError):
+        P.leave_one_task_out(work[:1], QrelsRewards(work))
+
+
+def test_learn_state_across_indexes(work):
+    rewards = QrelsRewards(work)
+    pairs = [(k, d) for k, ds in P.candidates(work, 10).items() for d in ds]
+    rw = rewards(pairs)
+    glob = P.learn_state("global", P.eval_sources(work), rw)
+    task = P.learn_state("task", P.eval_sources(work), rw)
+    assert glob.keys == ("*",) and int(glob.n_g[0]) == sum(len(td.queries) for td in work)
+    assert task.keys == tuple(td.name for td in work)
+    assert task.n_g.tolist() == [len(td.queries) for td in work]
+    assert np.allclose(task.alpha, task.n_g / (task.n_g + 1))
+    assert P.learn_state("task", P.eval_sources(work), {}) is None
+
+
+def test_with_alpha_copies(work):
+    rewards = QrelsRewards(work)
+    pairs = [(k, d) for k, ds in P.candidates(work, 10).items() for d in ds]
+    st = P.learn_state("task", P.eval_sources(work), rewards(pairs))
+    fixed = P.with_alpha(st, 0.3)
+    assert np.allclose(fixed.alpha, 0.3) and not np.allclose(st.alpha, 0.3)
+    assert fixed.vectors is st.vectors
+
+
+def test_alpha_ablation_settings(work):
+    res = P.alpha_ablation(work, QrelsRewards(work), ns=(1, 0), alphas=(0.5, 1.0))
+    assert {r.method for r in res} == {"alpha=rule", "alpha=0.5", "alpha=1.0"}
+    assert {r.setting["n"] for r in res} == {1, "all"}
+    held = P.alpha_ablation(work, QrelsRewards(work), ns=(1, 0), alphas=(0.5,),
+                            heldout_eval=True)
+    assert {r.setting["n"] for r in held} == {1}  # n = all has nothing left to evaluate
+    for r in held:
+        assert len(r.per_query["ndcg@10"]) == sum(len(td.queries) - 1 for td in work)
+
+
+def test_breadth_depth_fixed_budget(work):
+    rewards = QrelsRewards(work)
+    res = P.breadth_depth(work, rewards, bs=(2.0,), depths=(1, 2, 5, 10))
+    n = sum(len(td.queries) for td in work)
+    assert {r.setting["depth"] for r in res} == {2, 5, 10}  # depth >= b
+    for call in rewards.calls:
+        assert len(call) == 2 * n
+    depths = {len({k for k, _ in c}) for c in rewards.calls}
+    assert depths == {n, n * 2 // 5 + (1 if (2 * n) % 5 else 0), n // 5}
+
+
+def test_objective_comparison_shares_kd_cells(work):
+    seen = []
+
+    def cells(parts, compute):
+        seen.append(dict(parts))
+        return compute()
+    res = P.objective_comparison(work, QrelsRewards(work), bs=(1.0,), scopes=("task",),
+                                 cells=cells)
+    assert [r.setting["objective"] for r in res] == ["kd", "rkl", "grpo"]
+    assert {"p": "fixed", "m": "task", "B": 20, "o": "kd"} in seen
