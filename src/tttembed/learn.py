@@ -121,7 +121,10 @@ def learn_from_rewards(scope: str, queries: QuerySet, base: BaseRetrieval,
         return None, None
     groups = make_groups(scope, [queries.qids[i] for i in kept],
                          [queries.tasks[i] for i in kept])
-    batch = RewardBatch.from_ragged(x, zs, rs, groups.index, groups.weights)
+    # rows in group order: the optimizer then streams z without a sorted copy
+    perm = np.argsort(groups.index, kind="stable")
+    batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
+                                    groups.index[perm], groups.weights[perm])
     result = learn_vectors(batch, len(groups.keys), objective, callback=callback)
     state = AdaptState(scope, tuple(groups.keys), result.vectors, result.alpha, result.n_g,
                        identity=index.identity, dim=index.dim, objective=objective,

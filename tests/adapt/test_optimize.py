@@ -197,3 +197,22 @@ def test_validation_errors():
     batch = RewardBatch(x, z, np.full((3, 2), 0.5), group=np.array([0, 1, 2]), weight=np.ones(3))
     with pytest.raises(DataError, match="n_groups"):
         learn_vectors(batch, 2, steps=1)
+
+
+def test_learning_does_not_import_torch():
+    """The optimizer is numpy only: importing and running it never imports torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from tttembed.adapt import RewardBatch, learn_vectors\n"
+        "x = np.eye(3, dtype=np.float32)[:2]\n"
+        "z = np.stack([np.eye(3, dtype=np.float32)] * 2)\n"
+        "res = learn_vectors(RewardBatch(x, z, np.array([[1, 0, 0.5], [0, 1, 0.2]]),"
+        " np.zeros(2, int), np.ones(2) / 2), 1, steps=5)\n"
+        "assert res.vectors.any()\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -73,3 +73,9 @@ def test_errors():
 def test_empty():
     g = make_groups("global", [], [])
     assert g.keys == [] and g.index.size == 0 and g.weights.size == 0
+
+
+def test_order_sorts_rows_by_group_stably():
+    g = make_groups("task", ["a", "b", "c", "d", "e"], ["x", "y", "x", "y", "x"])
+    assert g.order().tolist() == [0, 2, 4, 1, 3]
+    assert np.all(np.diff(g.index[g.order()]) >= 0)

@@ -3,8 +3,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tttembed.chain.search import (beam_chain, chain_metrics, complete_at_k, final_ranking,
-                                   greedy_chain, next_picks, recall_at_k, single_shot)
+from tttembed.chain.search import (
+    beam_chain,
+    chain_metrics,
+    complete_at_k,
+    final_ranking,
+    greedy_chain,
+    next_picks,
+    recall_at_k,
+    single_shot,
+)
 from tttembed.evaluate.metrics import recall_at_k as beir_recall
 
 N_DOCS = 8
@@ -90,7 +98,7 @@ def test_beam_finds_a_chain_greedy_misses():
 
 def test_next_picks_and_single_shot():
     enc = FakeEncoder({"q0": [3, 2], "q0|d3": [3, 2]})
-    picks, scores, D, I = next_picks([(0, ()), (0, (3,))], text_of, enc, brute_search, 2)
+    picks, scores, sims, ids = next_picks([(0, ()), (0, (3,))], text_of, enc, brute_search, 2)
     assert picks.tolist() == [3, 2]
     assert scores[0] > scores[1]
     one = single_shot(1, text_of, enc, brute_search, keep=4)

@@ -5,8 +5,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tttembed.chain.states import (SEP, StateTexts, TokenBudget, format_state, gold_states,
-                                   missing_gold, n_wrong, reached_states, share_budget)
+from tttembed.chain.states import (
+    SEP,
+    StateTexts,
+    TokenBudget,
+    format_state,
+    gold_states,
+    missing_gold,
+    n_wrong,
+    reached_states,
+    share_budget,
+)
 
 
 def wcount(text: str) -> int:

@@ -5,8 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from tttembed.chain.regimes import (epoch_rng, info_nce, negatives, positives, sample_states,
-                                    synthetic_states)
+from tttembed.chain.regimes import (
+    epoch_rng,
+    info_nce,
+    negatives,
+    positives,
+    sample_states,
+    synthetic_states,
+)
 from tttembed.chain.states import gold_states, missing_gold, n_wrong
 from tttembed.errors import ConfigError
 

@@ -22,7 +22,7 @@ def write_task(root: Path, name: str, topics: list[str], docs_per_topic: int = 6
     path = root / name
     (path / "qrels").mkdir(parents=True, exist_ok=True)
     docs, queries, qrels, train_qrels = [], [], [], []
-    for ti, topic in enumerate(topics):
+    for topic in topics:
         words = TOPICS[topic]
         for j in range(docs_per_topic):
             text = " ".join(words[(j + i) % len(words)] for i in range(4))

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from tttembed.evaluate.protocols import MethodResult
-from tttembed.evaluate.report import (alpha_regret, macro, markdown, summarise,
-                                      weighted_compare, write_report)
+from tttembed.evaluate.report import (
+    alpha_regret,
+    macro,
+    markdown,
+    summarise,
+    weighted_compare,
+    write_report,
+)
 
 
 def _pq(values: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -92,5 +98,21 @@ def test_write_report_files(tmp_path):
     assert pq["bm25"][1]["per_query"]["ndcg@10"]["a/1"] == pytest.approx(0.225)
     assert (tmp_path / "rep" / "gain_0-bm25.png").read_bytes()[:4] == b"\x89PNG"
     md = markdown(result)
-    assert "### Fixed population" in md and "| task | 1 | 40 |" in md and "AUBC" in md
+    assert "### Fixed population" in md and "| task | 10 | 40 |" in md and "AUBC" in md
     assert "note: n1" in md
+
+
+def test_scorer_comparison_side_by_side():
+    from tttembed.evaluate.report import scorer_comparison
+
+    def sec(name, gain):
+        return {"scorer": name, "rows": [
+            {"protocol": "heldout", "method": "raw", "B": 0, "setting": {}, "delta": {"ndcg@10": 0.0}},
+            {"protocol": "heldout", "method": "task", "B": 8, "setting": {"d": 10},
+             "delta": {"ndcg@10": gain}},
+            {"protocol": "fixed", "method": "task", "B": 4, "setting": {}, "delta": {"ndcg@10": 0.1}}]}
+    assert scorer_comparison({"sections": [sec("a", 0.01)]}) is None
+    head, rows = scorer_comparison({"sections": [sec("a", 0.01), sec("b", -0.02)]})
+    assert head[-2:] == ["a", "b"]
+    assert ["heldout", "task", "8", '{"d": 10}', "+1.00", "-2.00"] in rows
+    assert len(rows) == 2

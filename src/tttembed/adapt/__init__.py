@@ -3,8 +3,9 @@
 Pure: arrays in, arrays out; no files (except :mod:`~tttembed.adapt.state`), no models,
 no network. Typical use for one scope::
 
-    groups = make_groups("task", qids, tasks)
-    batch = RewardBatch(x, z, r, groups.index, groups.weights)
+    groups = make_groups("task", qids, tasks)      # qids/tasks of the rewarded queries
+    o = groups.order()          # build the table in group order: no sorted copy of z
+    batch = RewardBatch(x[o], z[o], r[o], groups.index[o], groups.weights[o])
     result = learn_vectors(batch, len(groups.keys))
     state = AdaptState("task", groups.keys, result.vectors, result.alpha, result.n_g,
                        identity=embedder.identity, dim=embedder.dim,

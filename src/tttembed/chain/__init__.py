@@ -9,8 +9,15 @@ InfoNCE), ``encoder`` (LoRA query encoder), ``train`` (training loop, checkpoint
 
 from __future__ import annotations
 
-from tttembed.chain.search import (ChainRun, beam_chain, chain_metrics, complete_at_k,
-                                   greedy_chain, recall_at_k, single_shot)
+from tttembed.chain.search import (
+                                   ChainRun,
+                                   beam_chain,
+                                   chain_metrics,
+                                   complete_at_k,
+                                   greedy_chain,
+                                   recall_at_k,
+                                   single_shot,
+)
 from tttembed.chain.states import SEP, StateTexts, TokenBudget, format_state
 
 __all__ = ["SEP", "ChainRun", "StateTexts", "TokenBudget", "beam_chain", "chain_metrics",

@@ -17,8 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.chain.search import (Encode, Search, TextOf, beam_chain, chain_metrics,
-                                   greedy_chain, next_picks, single_shot)
+from tttembed.chain.search import (
+    Encode,
+    Search,
+    TextOf,
+    beam_chain,
+    chain_metrics,
+    greedy_chain,
+    next_picks,
+    single_shot,
+)
 from tttembed.chain.states import missing_gold, n_wrong
 
 State = tuple[int, tuple[int, ...]]
@@ -118,8 +126,8 @@ def evaluate_chain(golds: Sequence[Sequence[int]], text_of: TextOf, search: Sear
     for name in names:
         if progress is not None:
             progress(f"chain search: {name}")
-        run, secs = timed(lambda: greedy_chain(n, text_of, encoders[name], search, steps,
-                                               depth=depth, keep=depth))
+        run, secs = timed(lambda enc=encoders[name]: greedy_chain(  # type: ignore[misc]
+            n, text_of, enc, search, steps, depth=depth, keep=depth))
         runs[name] = run
         systems[f"chain ({name})"] = chain_metrics(run.ranking, golds)
         latency[f"chain ({name})"] = secs / max(n, 1)
@@ -128,8 +136,8 @@ def evaluate_chain(golds: Sequence[Sequence[int]], text_of: TextOf, search: Sear
         for name in beam_encoders:
             if progress is not None:
                 progress(f"beam search: {name}")
-            run, secs = timed(lambda: beam_chain(n, text_of, encoders[name], search, steps,
-                                                 width=beam_width, depth=depth, keep=depth))
+            run, secs = timed(lambda enc=encoders[name]: beam_chain(  # type: ignore[misc]
+                n, text_of, enc, search, steps, width=beam_width, depth=depth, keep=depth))
             label = f"beam{beam_width} ({name})"
             systems[label] = chain_metrics(run.ranking, golds)
             latency[label] = secs / max(n, 1)

@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.chain.analysis import WRONG_BUCKETS, evaluate_chain
-from tttembed.chain.report import (bar_plot, line_plot, markdown_table, write_json,
-                                   write_results)
+from tttembed.chain.report import bar_plot, line_plot, markdown_table, write_json, write_results
 from tttembed.chain.search import ChainRun, beam_chain, chain_metrics, greedy_chain
-from tttembed.chain.setup import (DEFAULT_MAX_SEQ_LENGTH, ChainTask, chain_task,
-                                  frozen_embedder, frozen_encode, open_or_build_index,
-                                  state_texts)
+from tttembed.chain.setup import (
+    DEFAULT_MAX_SEQ_LENGTH,
+    ChainTask,
+    chain_task,
+    frozen_embedder,
+    frozen_encode,
+    open_or_build_index,
+    state_texts,
+)
 from tttembed.chain.train import load_encoder
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.errors import ConfigError

@@ -1,7 +1,7 @@
 """Chain search (greedy and beam), the final ranking rule, and the chain metrics.
 
 Pure numerical core: the query encoder is a callable ``encode(texts) -> (n, d)`` unit
-vectors, the passage index a callable ``search(Q, k) -> (D, I)`` with FAISS's contract
+vectors, the passage index a callable ``search(Q, k) -> (sims, ids)`` with FAISS's contract
 (``IndexHandle.search`` fits), and state texts come from ``StateTexts.text(qi, history)``.
 
 Greedy chain search, batched across questions: at step t (0-based) every question's state
@@ -47,7 +47,7 @@ def next_picks(states: Sequence[tuple[int, Sequence[int]]], text_of: TextOf, enc
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One greedy step for many states at once.
 
-    Returns (pick rows (n,), pick scores (n,), D, I) where D, I are the raw search results
+    Returns (pick rows (n,), pick scores (n,), sims, ids) where sims, ids are the raw search results
     (top ``depth + max history``) of each state.
     """
     n = len(states)
@@ -56,20 +56,20 @@ def next_picks(states: Sequence[tuple[int, Sequence[int]]], text_of: TextOf, enc
                 np.zeros((0, 0), np.int64))
     Q = encode([text_of(qi, hist) for qi, hist in states])
     k = depth + max(len(h) for _, h in states)
-    D, I = search(np.ascontiguousarray(Q, dtype=np.float32), k)
+    sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), k)
     picks = np.full(n, -1, dtype=np.int64)
     scores = np.full(n, -np.inf, dtype=np.float32)
     for i, (_, hist) in enumerate(states):
         taken = set(int(h) for h in hist)
-        for d, row in zip(D[i], I[i]):
+        for d, row in zip(sims[i], ids[i]):
             if row >= 0 and int(row) not in taken:
                 picks[i], scores[i] = int(row), float(d)
                 break
-    return picks, scores, D, np.asarray(I, dtype=np.int64)
+    return picks, scores, sims, np.asarray(ids, dtype=np.int64)
 
 
-def _update_best(best: dict[int, float], D: np.ndarray, I: np.ndarray) -> None:
-    for d, row in zip(D, I):
+def _update_best(best: dict[int, float], sims: np.ndarray, ids: np.ndarray) -> None:
+    for d, row in zip(sims, ids):
         r = int(row)
         if r >= 0 and (r not in best or d > best[r]):
             best[r] = float(d)
@@ -106,10 +106,10 @@ def greedy_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Sear
     for t in range(steps):
         states = [(qi, [int(x) for x in picked[qi, :t] if x >= 0])
                   for qi in range(n_questions)]
-        picks, scores, D, I = next_picks(states, text_of, encode, search, depth)
+        picks, scores, sims, ids = next_picks(states, text_of, encode, search, depth)
         picked[:, t], picked_scores[:, t] = picks, scores
         for qi in range(n_questions):
-            _update_best(best[qi], D[qi], I[qi])
+            _update_best(best[qi], sims[qi], ids[qi])
         if progress is not None:
             progress(1)
     rows, scores_ = zip(*(final_ranking(picked[qi], best[qi], keep)
@@ -134,14 +134,14 @@ def beam_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search
         Q = encode([text_of(qi, hist) for qi, hist in flat])
         encoded += len(flat)
         k = depth + max((len(h) for _, h in flat), default=0)
-        D, I = search(np.ascontiguousarray(Q, dtype=np.float32), k)
+        sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), k)
         cands: list[list[tuple[tuple[int, ...], float]]] = [[] for _ in range(n_questions)]
         for i, (qi, b) in enumerate(owners):
-            _update_best(best[qi], D[i], I[i])
+            _update_best(best[qi], sims[i], ids[i])
             hist, total = beams[qi][b]
             taken = set(hist)
             n_new = 0
-            for d, row in zip(D[i], I[i]):
+            for d, row in zip(sims[i], ids[i]):
                 r = int(row)
                 if r >= 0 and r not in taken:
                     cands[qi].append(((*hist, r), total + float(d)))
@@ -177,10 +177,10 @@ def single_shot(n_questions: int, text_of: TextOf, encode: Encode, search: Searc
                 *, keep: int = 100) -> ChainRun:
     """The baseline: one search with the question alone; its top ``keep`` is the ranking."""
     Q = encode([text_of(qi, ()) for qi in range(n_questions)])
-    D, I = search(np.ascontiguousarray(Q, dtype=np.float32), keep)
-    I = np.asarray(I, dtype=np.int64)
-    return ChainRun(I[:, :1].copy(), np.asarray(D[:, :1], np.float32), I,
-                    np.asarray(D, np.float32), n_questions)
+    sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), keep)
+    ids = np.asarray(ids, dtype=np.int64)
+    return ChainRun(ids[:, :1].copy(), np.asarray(sims[:, :1], np.float32), ids,
+                    np.asarray(sims, np.float32), n_questions)
 
 
 # ---------------------------------------------------------------- metrics (pure)

@@ -28,8 +28,17 @@ from typing import Any
 import numpy as np
 
 from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
-from tttembed.chain.regimes import (NEEDS_RUN, REGIMES, State, epoch_rng, info_nce, negatives,
-                                    positives, sample_states, synthetic_states)
+from tttembed.chain.regimes import (
+    NEEDS_RUN,
+    REGIMES,
+    State,
+    epoch_rng,
+    info_nce,
+    negatives,
+    positives,
+    sample_states,
+    synthetic_states,
+)
 from tttembed.chain.search import greedy_chain
 from tttembed.chain.setup import ChainTask, StateTexts, state_texts
 from tttembed.chain.states import gold_states, reached_states
@@ -153,9 +162,9 @@ def _frozen_tops(states: list[State], texts: StateTexts, frozen: Callable[[list[
     for start in range(0, len(todo), 256):
         chunk = todo[start:start + 256]
         Q = frozen([texts.text(qi, hist) for qi, hist in chunk])
-        _, I = search(np.ascontiguousarray(Q, dtype=np.float32),
+        _, ids = search(np.ascontiguousarray(Q, dtype=np.float32),
                       cfg.neg_depth + max(len(h) for _, h in chunk))
-        for key, row in zip(chunk, I):
+        for key, row in zip(chunk, ids):
             cache[key] = [int(r) for r in row[:cfg.neg_depth + len(key[1])]]
     return [cache[k] for k in keys]
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from tttembed.cli._common import console, handle_errors, progress_group, quiet_libraries
+from tttembed.embed.base import DEFAULT_EMBEDDER
 
 
 def _split(values: list[str] | None) -> tuple[str, ...]:
@@ -71,7 +72,7 @@ def print_tables(result: dict[str, Any]) -> None:
 def eval_command(
     tasks: Annotated[list[str], typer.Option("--tasks", "-t", help="Tasks: BEIR folder names under --data-root, paths, or mteb:NAME (comma-separated or repeated).")],
     scorer: Annotated[Optional[list[str]], typer.Option("--scorer", "-s", help="Reward scorer spec(s): bm25, qrels (transfer protocols only), qwen3-reranker:PATH, cross-encoder:PATH, llm:MODEL@URL. Repeat to compare.")] = None,
-    embedder: Annotated[str, typer.Option(help="Embedder spec.")] = "st:bundled:all-MiniLM-L6-v2",
+    embedder: Annotated[str, typer.Option(help="Embedder spec.")] = DEFAULT_EMBEDDER,
     scopes: Annotated[str, typer.Option(help="Comma-separated scopes: global,task,query.")] = "global,task,query",
     budgets: Annotated[Optional[list[str]], typer.Option(help="Normalised budgets b (pairs per query), comma-separated; default the METHOD.md grid 0.01..100.")] = None,
     protocol: Annotated[Optional[list[str]], typer.Option("--protocol", "-p", help="fixed, heldout, loto (comma-separated or repeated).")] = None,

@@ -22,9 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt import (AdaptState, RewardBatch, learn_vectors, make_groups, query_keys)
-from tttembed.adapt.allocate import (BREADTH_DEPTH, budget_grid, budget_pairs,
-                                     nested_schedule, water_fill_order)
+from tttembed.adapt import AdaptState, RewardBatch, learn_vectors, make_groups, query_keys
+from tttembed.adapt.allocate import (
+    BREADTH_DEPTH,
+    budget_grid,
+    budget_pairs,
+    nested_schedule,
+    water_fill_order,
+)
 from tttembed.adapt.state import apply_states
 from tttembed.errors import ConfigError
 from tttembed.evaluate.methods import average_prf, reward_rocchio, rocchio_prf
@@ -94,12 +99,27 @@ def restrict(rewards: Mapping[str, Mapping[str, float]], pairs: Sequence[tuple[s
     return out
 
 
+def lazy(rewards_for: Callable[[list], Rewards], pairs: list) -> Callable[[], Rewards]:
+    """``rewards_for(pairs)``, asked on first use only (a fully cached run scores nothing)."""
+    memo: dict[str, Rewards] = {}
+
+    def get() -> Rewards:
+        if "r" not in memo:
+            memo["r"] = rewards_for(pairs)
+        return memo["r"]
+    return get
+
+
+def _judged(td: TaskData, keep: set[str] | None) -> Mapping[str, Mapping[str, int]]:
+    if keep is None:
+        return td.qrels
+    return {q: g for q, g in td.qrels.items() if f"{td.name}/{q}" in keep}
+
+
 def run_metrics(td: TaskData, rows: np.ndarray, scores: np.ndarray,
                 keep: set[str] | None = None) -> PerQuery:
     run = run_from_arrays(td.queries, td.index, rows, scores).get(td.name, {})
-    qrels = td.qrels if keep is None else {q: g for q, g in td.qrels.items()
-                                           if f"{td.name}/{q}" in keep}
-    per = evaluate_per_query(qrels, run, METRICS)
+    per = evaluate_per_query(_judged(td, keep), run, METRICS)
     return {m: {f"{td.name}/{q}": v for q, v in vals.items()} for m, vals in per.items()}
 
 
@@ -134,9 +154,7 @@ def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
         base = BaseRetrieval(td.base.x, td.base.rows[:, :EVAL_DEPTH],
                              td.base.scores[:, :EVAL_DEPTH])
         run = rerank_runs(td.queries, td.index, base, rewards).get(td.name, {})
-        qrels = td.qrels if keep is None else {q: g for q, g in td.qrels.items()
-                                               if f"{td.name}/{q}" in keep}
-        per = evaluate_per_query(qrels, run, METRICS)
+        per = evaluate_per_query(_judged(td, keep), run, METRICS)
         parts.append({m: {f"{td.name}/{q}": v for q, v in vals.items()}
                       for m, vals in per.items()})
     return merge(parts)
@@ -223,12 +241,10 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
     available = sum(len(c) for c in cands.values())
     grid = [B for B in budget_grid(n, budgets) if B <= available]
     schedules = nested_schedule(task_orders(work), cands, grid)
-    memo: dict[str, Rewards] = {}
+    largest = lazy(rewards_for, schedules[-1] if schedules else [])
 
     def rewards_at(pairs: list) -> Rewards:
-        if "all" not in memo:
-            memo["all"] = rewards_for(schedules[-1])
-        return restrict(memo["all"], pairs)
+        return restrict(largest(), pairs)
 
     out = [MethodResult("fixed", "raw", cells({"p": "fixed", "m": "raw"},
                                                lambda: raw_metrics(work)))]
@@ -291,13 +307,7 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
             sources.append((td.queries, td.base, td.index))
     n = sum(len(td.queries) for td in work)
     B = len(pairs)
-    memo: dict[str, Rewards] = {}
-
-    def rw() -> Rewards:
-        if "r" not in memo:
-            memo["r"] = rewards_for(pairs)
-        return memo["r"]
-
+    rw = lazy(rewards_for, pairs)
     setting = {"fraction": fraction, "depth": depth, "train": use_train,
                "evaluated": len(u_keys)}
     tag = {"p": "heldout", "f": fraction, "d": depth, "t": use_train, "o": objective}
@@ -323,13 +333,7 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
     if len(work) < 2:
         raise ConfigError("leave-one-task-out needs at least two tasks")
     cands = candidates(work, depth)
-    memo: dict[str, Rewards] = {}
-
-    def rw() -> Rewards:
-        if "r" not in memo:
-            memo["r"] = rewards_for([(k, d) for k, ds in cands.items() for d in ds])
-        return memo["r"]
-
+    rw = lazy(rewards_for, [(k, d) for k, ds in cands.items() for d in ds])
     out: list[MethodResult] = []
     for td in work:
         others = [o for o in work if o is not td]
@@ -386,11 +390,7 @@ def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewar
             continue
         sub = [td for td in work if td.name in chosen]
         s_keys = {k for ks in chosen.values() for k in ks}
-        keep = None
-        if heldout_eval:
-            keep = {k for td in sub for k in td.queries.keys} - s_keys
-        else:
-            keep = {k for td in sub for k in td.queries.keys}
+        keep = {k for td in sub for k in td.queries.keys} - (s_keys if heldout_eval else set())
         pairs = [(k, d) for k in sorted(s_keys) for d in cands[k]]
         memo: dict[str, AdaptState | None] = {}
 
@@ -425,13 +425,7 @@ def breadth_depth(work: Sequence[TaskData], rewards_for: Callable[[list], Reward
         for k in depths:
             if k < b or k > EVAL_DEPTH:
                 continue
-            pairs = budget_pairs(order, cands, B, depth=k, full_depths=())
-            memo: dict[str, Rewards] = {}
-
-            def rw(p: list = pairs, m: dict = memo) -> Rewards:
-                if "r" not in m:
-                    m["r"] = rewards_for(p)
-                return m["r"]
+            rw = lazy(rewards_for, budget_pairs(order, cands, B, depth=k, full_depths=()))
             setting = {"b": b, "depth": k, "rho": B / (k * n)}
             tag = {"p": "bd", "B": B, "k": k, "o": objective}
             out.append(MethodResult("breadth-depth", "direct",
@@ -457,12 +451,7 @@ def objective_comparison(work: Sequence[TaskData], rewards_for: Callable[[list],
     schedules = nested_schedule(task_orders(work), cands, grid)
     out: list[MethodResult] = []
     for B, pairs in zip(grid, schedules):
-        memo: dict[str, Rewards] = {}
-
-        def rw(p: list = pairs, m: dict = memo) -> Rewards:
-            if "r" not in m:
-                m["r"] = rewards_for(p)
-            return m["r"]
+        rw = lazy(rewards_for, pairs)
         for scope in scopes:
             for obj in objectives:
                 per = cells({"p": "fixed", "m": scope, "B": B, "o": obj},

@@ -126,7 +126,7 @@ def alpha_regret(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     regret = {a: float(np.mean([max(v.values()) - v[a] for v in table.values() if a in v]))
               for a in choices}
     by_n: dict[str, dict[str, float]] = {}
-    for (t, n), v in table.items():
+    for (_t, n), v in table.items():
         for a in choices:
             if a in v:
                 by_n.setdefault(n, {}).setdefault(a, 0.0)
@@ -240,7 +240,7 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     cfg = result["config"]
     lines = ["# tttembed eval report", "",
              f"- embedder: `{result['embedder_identity']}`",
-             f"- tasks: " + ", ".join(f"{t['name']} ({t['queries']} queries"
+             "- tasks: " + ", ".join(f"{t['name']} ({t['queries']} queries"
                                       + (", few" if t["few_queries"] else "") + ")"
                                       for t in result["tasks"]),
              f"- protocols: {', '.join(cfg['protocols'])}; analyses: "
@@ -280,9 +280,34 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                       for a, v in reg["regret"].items()]
                 lines += [f"Regret to the per-setting oracle alpha ({reg['settings']} settings "
                           "(task, n)), nDCG@10 ×100:", "", _md_table(head, rr), ""]
+    comp = scorer_comparison(result)
+    if comp:
+        head, rows = comp
+        lines += ["## Reward models compared (Δ nDCG@10 vs raw, ×100, same pairs)", "",
+                  _md_table(head, rows), ""]
     for img in images:
         lines += [f"![{img}]({img})", ""]
     return "\n".join(lines) + "\n"
+
+
+def scorer_comparison(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """Rows evaluated under two or more scorers, their Δ nDCG@10 side by side."""
+    sections = result["sections"]
+    if len(sections) < 2:
+        return None
+    table: dict[tuple, dict[str, float]] = {}
+    for s in sections:
+        for r in s["rows"]:
+            if r["method"] == "raw" or r["method"].startswith("prf"):
+                continue
+            key = (r["protocol"], r["method"], r["B"],
+                   json.dumps(r["setting"], sort_keys=True, default=str))
+            table.setdefault(key, {})[s["scorer"]] = r["delta"][MAIN]
+    names = [s["scorer"] for s in sections]
+    rows = [[p, m, str(B), setting if setting != "{}" else "",
+             *[_pct(v.get(n)) for n in names]]
+            for (p, m, B, setting), v in table.items() if len(v) >= 2]
+    return (["protocol", "method", "B", "setting", *names], rows) if rows else None
 
 
 def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
@@ -305,7 +330,9 @@ def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
                     linestyle="--" if method in ("direct", "rw-rocchio") else "-")
         for r in s["rows"]:
             if r["protocol"] == "fixed" and r["method"].startswith("prf"):
-                ax.axhline(100 * r["delta"][MAIN], color="grey", linewidth=0.8, linestyle=":")
+                ax.axhline(100 * r["delta"][MAIN], color="grey", linewidth=0.8,
+                           linestyle=":" if r["method"] == "prf-avg" else "-.",
+                           label=f"{r['method']} (label-free)")
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("normalised budget b = B / N (rewards per query)")

@@ -191,7 +191,7 @@ class RewardSource:
         for key, did in pairs:
             by_task.setdefault(key.split("/", 1)[0], []).append((key, did))
         out: P.Rewards = {}
-        for task, td in zip(self.work.tasks, self.work.data):
+        for task in self.work.tasks:
             got = by_task.get(task.name)
             if not got:
                 continue
@@ -203,20 +203,19 @@ class RewardSource:
 
 
 def _versions() -> dict[str, str]:
+    """Versions of what made the numbers (package metadata only: nothing heavy imported)."""
     import platform
-
-    import numpy as np
+    from importlib import metadata
 
     import tttembed
 
-    out = {"tttembed": tttembed.__version__, "numpy": np.__version__,
-           "python": platform.python_version()}
-    try:
-        import faiss
-
-        out["faiss"] = getattr(faiss, "__version__", "?")
-    except ImportError:
-        pass
+    out = {"tttembed": tttembed.__version__, "python": platform.python_version()}
+    for dist in ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
+                 "transformers", "bm25s"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
     return out
 
 
@@ -238,10 +237,12 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
     raw_all = P.raw_metrics(work.data)
     for spec in cfg.scorers:
         src = RewardSource(spec, work, cfg)
-        cells = CellCache(cells_root, {"embedder": emb.identity, "tasks": fingerprints,
-                                       "queries": [len(t.queries) for t in work.tasks],
-                                       "scorer": src.identity(), "split": cfg.split,
-                                       "version": _versions()["tttembed"]})
+        base = {"embedder": emb.identity, "tasks": fingerprints,
+                "queries": [len(t.queries) for t in work.tasks], "scorer": src.identity(),
+                "split": cfg.split, "version": _versions()["tttembed"]}
+        if cfg.train_split:
+            base["train_split"] = cfg.train_split
+        cells = CellCache(cells_root, base)
         label = is_label_scorer(spec)
         results: list[P.MethodResult] = []
         notes: list[str] = []
@@ -251,7 +252,10 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
                     notes.append("fixed protocol skipped for the qrels scorer: its judged "
                                  "queries would be evaluated (use heldout or loto)")
                     continue
-                bar = stage(f"fixed [{spec}]", len(cfg.budgets)) if stage else None
+                from tttembed.adapt.allocate import budget_grid
+
+                n = sum(len(t.queries) for t in work.tasks)
+                bar = stage(f"fixed [{spec}]", len(budget_grid(n, cfg.budgets))) if stage else None
                 results += P.fixed_population(work.data, src, budgets=cfg.budgets,
                                               scopes=cfg.scopes, baselines=cfg.baselines,
                                               objective=cfg.objective, cells=cells,
@@ -278,8 +282,10 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
                 results += P.breadth_depth(work.data, src, objective=cfg.objective, cells=cells)
             elif analysis == "objectives":
                 results += P.objective_comparison(work.data, src, scopes=cfg.scopes, cells=cells)
+        t_sum = time.perf_counter()
         summary = summarise(results, raw_all, n_resamples=cfg.n_resamples,
                             few_queries=cfg.few_queries)
+        timings[f"tests_and_summary[{spec}]"] = time.perf_counter() - t_sum
         sections.append({"scorer": spec, "scorer_identity": src.identity(), "notes": notes,
                          **summary})
         counts["scorer_paid"] += src.paid

@@ -1,0 +1,124 @@
+"""Chain retriever benchmarks, ratios measured in one run.
+
+1. Chain search cost: greedy T-step chain search over all questions (batched per step)
+   against T single-shot searches with the question alone (same frozen encoder, same
+   index). Goal: chain time <= 1.3x T single searches. Also beam search (width 4), and the
+   split of chain time into encoding, state-text building and index search.
+2. Training: one on-policy epoch (run of the states-from encoder + negatives + training on
+   gold + reached states) against one gold-only epoch, from the checkpoints' per-phase
+   timings. The paper's ratio is 1.62x.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_chain.py [--data ../shared/data/2wikimultihopqa]
+        [--questions 100] [--train-questions 60] [--max-seq-length 128] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path,
+                    default=ROOT.parent / "shared" / "data" / "2wikimultihopqa")
+    ap.add_argument("--index", type=Path, default=None)
+    ap.add_argument("--questions", type=int, default=100)
+    ap.add_argument("--train-questions", type=int, default=60)
+    ap.add_argument("--max-seq-length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-train", action="store_true")
+    args = ap.parse_args()
+
+    from tttembed.chain import api
+    from tttembed.chain.search import beam_chain, greedy_chain, single_shot
+    from tttembed.chain.setup import frozen_encode, state_texts
+    from tttembed.chain.train import TrainConfig, train_chain
+
+    loaded = api.load(args.data, "test", args.index, max_questions=args.questions)
+    task = loaded.task
+    n, steps = len(task.golds), task.max_hops
+    texts = state_texts(task, loaded.embedder.model, args.max_seq_length)
+    encode_frozen = frozen_encode(loaded.embedder)
+    phase = {"encode": 0.0, "texts": 0.0, "search": 0.0}
+
+    def encode(batch: list[str]):
+        t0 = time.perf_counter()
+        out = encode_frozen(batch)
+        phase["encode"] += time.perf_counter() - t0
+        return out
+
+    def text_of(qi, hist):
+        t0 = time.perf_counter()
+        out = texts.text(qi, hist)
+        phase["texts"] += time.perf_counter() - t0
+        return out
+
+    def search(Q, k):
+        t0 = time.perf_counter()
+        out = loaded.index.search(Q, k)
+        phase["search"] += time.perf_counter() - t0
+        return out
+
+    # the frozen embedder has no query cache of its own, so every call really encodes
+    text_of(0, ())
+    single_shot(n, text_of, encode, search)  # warm-up (model load)
+    singles, chains, beams = [], [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        single_shot(n, text_of, encode, search)
+        singles.append(time.perf_counter() - t0)
+        for key in phase:
+            phase[key] = 0.0
+        t0 = time.perf_counter()
+        greedy_chain(n, text_of, encode, search, steps)
+        chains.append(time.perf_counter() - t0)
+        chain_phase = dict(phase)
+        t0 = time.perf_counter()
+        beam_chain(n, text_of, encode, search, steps, width=4)
+        beams.append(time.perf_counter() - t0)
+    single, chain, beam = (statistics.median(x) for x in (singles, chains, beams))
+    print(f"data {args.data.name}: {n} questions, T = {steps}, "
+          f"max_seq_length {args.max_seq_length}, medians of {args.repeats}")
+    print(f"single-shot search: {single / n * 1000:.1f} ms/question "
+          f"({n / single:.1f} questions/s)")
+    print(f"greedy chain, T={steps}: {chain / n * 1000:.1f} ms/question "
+          f"({n / chain:.1f} questions/s)")
+    print(f"  ratio chain / (T x single) = {chain / (steps * single):.2f} (goal <= 1.3)")
+    print("  chain time split: " + ", ".join(f"{k} {v / chain * 100:.0f}%"
+                                             for k, v in chain_phase.items()))
+    print(f"beam search, W=4: {beam / n * 1000:.1f} ms/question "
+          f"(ratio to greedy {beam / chain:.2f})")
+    if args.skip_train:
+        return 0
+
+    train = api.load(args.data, "train", args.index, max_questions=args.train_questions)
+    cfg = dict(epochs=1, batch_size=32, max_seq_length=args.max_seq_length)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        gold = train_chain(train.task, train.index, frozen_encode(train.embedder),
+                           TrainConfig(regime="gold", **cfg), Path(tmp) / "gold")
+        gold_wall = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        onp = train_chain(train.task, train.index, frozen_encode(train.embedder),
+                          TrainConfig(regime="on-policy", **cfg), Path(tmp) / "op",
+                          states_from=Path(tmp) / "gold")
+        onp_wall = time.perf_counter() - t0
+    g, o = gold.history[0], onp.history[0]
+    g_total, o_total = sum(g["seconds"].values()), sum(o["seconds"].values())
+    print(f"training on {len(train.task.golds)} questions, one epoch each:")
+    print(f"  gold epoch: {g['gold_states']} states, {g_total:.1f} s {g['seconds']} "
+          f"(wall incl. model load and checkpoint {gold_wall:.1f} s)")
+    print(f"  on-policy epoch: {o['gold_states']} + {o['other_states']} states, "
+          f"{o_total:.1f} s {o['seconds']} (wall {onp_wall:.1f} s)")
+    print(f"  ratio on-policy / gold epoch = {o_total / g_total:.2f} (paper: 1.62)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tttembed.cli.eval import eval_command
+
+from .evaldata import write_tasks
+
+
+@pytest.fixture()
+def app():
+    a = typer.Typer()
+    a.command("eval")(eval_command)
+
+    @a.command("other")
+    def other() -> None:  # a second command keeps "eval" a named subcommand
+        pass
+    return a
+
+
+def test_eval_prints_tables_and_writes_a_report(app, tmp_path, minilm):
+    data = write_tasks(tmp_path / "data")
+    out = tmp_path / "rep"
+    args = ["eval", "--tasks", "alpha,beta", "--data-root", str(data), "--scorer", "bm25",
+            "--budgets", "1,10", "--scopes", "task,query", "--baselines", "direct",
+            "--protocol", "fixed", "--resamples", "50", "--cache-dir", str(tmp_path / "c"),
+            "--report", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "Fixed population" in res.output and "AUBC" in res.output
+    assert "few queries: alpha, beta" in res.output
+    data_json = json.loads((out / "results.json").read_text())
+    assert data_json["config"]["scopes"] == ["task", "query"]
+    assert data_json["config"]["budgets"] == [1.0, 10.0]
+    assert (out / "report.md").read_text().startswith("# tttembed eval report")
+    assert list(out.glob("gain_*.png"))
+    again = CliRunner().invoke(app, args[:-2])
+    assert again.exit_code == 0
+    assert "embedding model calls 0, scorer calls (paid pairs) 0" in again.output
+
+
+def test_bad_input_messages(app, tmp_path):
+    data = write_tasks(tmp_path / "data")
+    base = ["eval", "--tasks", "alpha", "--data-root", str(data)]
+    res = CliRunner().invoke(app, base + ["--protocol", "sideways"])
+    assert res.exit_code == 1 and "unknown protocol 'sideways'" in res.output
+    res = CliRunner().invoke(app, base + ["--budgets", "1,x"])
+    assert res.exit_code == 2 and "not a number" in res.output
+    res = CliRunner().invoke(app, ["eval", "--tasks", "nope", "--data-root", str(data)])
+    assert res.exit_code == 1 and "no dataset 'nope'" in res.output
