@@ -289,7 +289,9 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
             scopes: Sequence[str] = ("global", "task"), objective: str = "kd",
             use_train: bool = False, cells: Cells = no_cache) -> list[MethodResult]:
     """Learn from ``S`` at ``depth``, evaluate only ``U = E \\ S`` (every judged query of a
-    task when ``use_train`` and the task has learning-only train queries)."""
+    task when ``use_train`` and the task has learning-only train queries). Query-wise
+    states, direct reranking and reward Rocchio leave unseen queries as they are (they
+    equal raw there), so only shared scopes and the label-free PRF are reported."""
     s_keys, u_keys = heldout_split(work, fraction)
     pairs: list[tuple[str, str]] = []
     sources: list[Source] = []

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tttembed.adapt.allocate import NORMALISED_BUDGETS
+from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.errors import ConfigError
 from tttembed.evaluate import protocols as P
@@ -252,8 +252,6 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
                     notes.append("fixed protocol skipped for the qrels scorer: its judged "
                                  "queries would be evaluated (use heldout or loto)")
                     continue
-                from tttembed.adapt.allocate import budget_grid
-
                 n = sum(len(t.queries) for t in work.tasks)
                 bar = stage(f"fixed [{spec}]", len(budget_grid(n, cfg.budgets))) if stage else None
                 results += P.fixed_population(work.data, src, budgets=cfg.budgets,
@@ -295,6 +293,7 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
         timings[f"scoring[{spec}]"] = src.seconds
         timings[f"learn_and_search[{spec}]"] = cells.seconds - src.seconds
     counts["embedding_model_calls"] = int(getattr(emb, "model_calls", 0))
+    counts["texts_embedded"] = int(getattr(emb, "texts_embedded", 0))
     counts["embedding_model_calls_after_indexing"] = counts["embedding_model_calls"] - calls0
     timings["total"] = time.perf_counter() - t_start
     return {
