@@ -137,3 +137,33 @@ def test_objective_comparison_shares_kd_cells(work):
                                  cells=cells)
     assert [r.setting["objective"] for r in res] == ["kd", "rkl", "grpo"]
     assert {"p": "fixed", "m": "task", "B": 20, "o": "kd"} in seen
+
+
+def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
+    from tttembed.index.store import open_index, write_index
+
+    from .synth import make_task
+
+    td = make_task(tmp_path, "dup", seed=3)
+    vecs = np.asarray(td.index.vectors).copy()
+    ids = list(td.index.doc_ids)
+    # every document gets a twin with the same vector (exact score ties): FAISS lists the
+    # pair in row order, trec_eval by id; direct reranking must follow the evaluation order
+    twins = [f"a-{d}" for d in ids]  # twins sort below their originals by id
+    path = write_index(tmp_path / "dup2", ids + twins, np.concatenate([vecs, vecs]),
+                       embedder_identity="synthetic", embedder_spec="synthetic",
+                       corpus_fingerprint="0" * 64)
+    index = open_index(path)
+    scores, rows = index.search(td.base.x, P.EVAL_DEPTH)
+    from tttembed.workload import BaseRetrieval
+
+    qrels = {q: {f"a-{d}" if i % 2 else d: g for i, (d, g) in enumerate(docs.items())}
+             for q, docs in td.qrels.items()}
+    tied = P.TaskData("dup", index, td.corpus, td.queries, qrels,
+                      BaseRetrieval(td.base.x, rows.astype(np.int64), scores))
+    raw = P.raw_metrics([tied])
+    assert P.direct_metrics([tied], {}) == raw
+    one = {"dup/q0": {index.doc_ids[int(rows[0, 0])]: 0.0, index.doc_ids[int(rows[0, 1])]: 1.0}}
+    got = P.direct_metrics([tied], one)
+    assert {k: v for k, v in got["ndcg@10"].items() if k != "dup/q0"} == \
+        {k: v for k, v in raw["ndcg@10"].items() if k != "dup/q0"}

@@ -145,16 +145,27 @@ def raw_metrics(work: Sequence[TaskData], keep: set[str] | None = None) -> PerQu
                               keep) for td in work])
 
 
+def trec_order(run: Mapping[str, float]) -> dict[str, float]:
+    """A query's run re-listed in trec_eval's order (score desc, then doc id desc)."""
+    by_id = sorted(run.items(), key=lambda kv: kv[0], reverse=True)
+    return dict(sorted(by_id, key=lambda kv: -kv[1]))
+
+
 def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
                    keep: set[str] | None = None) -> PerQuery:
-    from tttembed.learn import rerank_runs
+    """Direct reranking of the base top 100. The slots are the base ranking as every other
+    method is evaluated (trec_eval's tie rule: equal scores by doc id, descending), so an
+    unrewarded query scores exactly its raw value even where documents tie (CoSQA holds
+    thousands of duplicate texts, hence exact ties)."""
+    from tttembed.adapt.rerank import direct_rerank
 
     parts = []
     for td in work:
-        base = BaseRetrieval(td.base.x, td.base.rows[:, :EVAL_DEPTH],
-                             td.base.scores[:, :EVAL_DEPTH])
-        run = rerank_runs(td.queries, td.index, base, rewards).get(td.name, {})
-        per = evaluate_per_query(_judged(td, keep), run, METRICS)
+        runs = run_from_arrays(td.queries, td.index, td.base.rows[:, :EVAL_DEPTH],
+                               td.base.scores[:, :EVAL_DEPTH]).get(td.name, {})
+        base = {q: trec_order(r) for q, r in runs.items()}
+        task_rewards = {q: rewards[f"{td.name}/{q}"] for q in base if f"{td.name}/{q}" in rewards}
+        per = evaluate_per_query(_judged(td, keep), direct_rerank(base, task_rewards), METRICS)
         parts.append({m: {f"{td.name}/{q}": v for q, v in vals.items()}
                       for m, vals in per.items()})
     return merge(parts)

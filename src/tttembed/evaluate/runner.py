@@ -29,6 +29,8 @@ from tttembed.evaluate.tasks import EvalTask, load_eval_tasks, task_index
 PROTOCOLS = ("fixed", "heldout", "loto")
 ANALYSES = ("alpha", "breadth-depth", "objectives")
 Stage = Callable[[str, int | None], Callable[[int], None]]
+#: Bump when a protocol's numbers change for the same inputs (invalidates cached cells).
+CELLS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
         src = RewardSource(spec, work, cfg)
         base = {"embedder": emb.identity, "tasks": fingerprints,
                 "queries": [len(t.queries) for t in work.tasks], "scorer": src.identity(),
-                "split": cfg.split, "version": _versions()["tttembed"]}
+                "split": cfg.split, "version": _versions()["tttembed"], "cells": CELLS_VERSION}
         if cfg.train_split:
             base["train_split"] = cfg.train_split
         cells = CellCache(cells_root, base)
