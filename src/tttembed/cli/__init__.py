@@ -9,7 +9,9 @@ from __future__ import annotations
 import typer
 
 from tttembed import __version__
+from tttembed.cli import chain
 from tttembed.cli.demo import demo
+from tttembed.cli.eval import eval_command
 from tttembed.cli.index import index
 from tttembed.cli.learn import learn, rerank
 from tttembed.cli.search import search
@@ -26,6 +28,8 @@ app.command()(search)
 app.command()(learn)
 app.command()(rerank)
 app.command()(demo)
+app.command("eval")(eval_command)
+app.add_typer(chain.app, name="chain")
 
 
 def _version(value: bool) -> None:

@@ -38,8 +38,11 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the 80/20 question split.")] = 0,
     modules: Annotated[Optional[str], typer.Option(help="Comma-separated stdlib modules to index instead of the default set (questions whose labels are absent are dropped).")] = None,
 ) -> None:
-    """Index the standard library's docstrings, search shipped questions, then learn a
-    task-wise state from 80% of the labels and show raw vs adapted nDCG@10 on the rest."""
+    """Offline demo: index stdlib docstrings, search shipped questions, learn from 80% of the labels.
+
+    Raw nDCG@10 on every question, then a task-wise state learned from the labels of 80%
+    of the questions, raw vs adapted on the unseen 20%.
+    """
     quiet_libraries()
     from tttembed import api
     from tttembed.adapt import save_state
