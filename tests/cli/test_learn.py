@@ -59,6 +59,9 @@ def test_learn_then_adapted_search_with_ledger_reuse(beir, tmp_path):
     meta = json.loads((tmp_path / "v.json").read_text())
     assert meta["scope"] == "task" and meta["budget"] == 15
     assert meta["scorer"].startswith("bm25") and meta["reward_mapping"] == "bm25/query_max"
+    # the dry run of a larger budget knows what the ledger already holds
+    r = runner.invoke(app, [a if a != "3" else "5" for a in args] + ["--dry-run"])
+    assert r.exit_code == 0 and "already in the ledger: 15; to pay: 10" in r.output, r.output
     # a larger nested budget pays only the new pairs
     r = runner.invoke(app, [a if a != "3" else "5" for a in args] + ["--out", str(tmp_path / "v5.npz")])
     assert r.exit_code == 0, r.output
