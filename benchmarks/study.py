@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--resamples", type=int, default=10000)
     ap.add_argument("--skip-analyses", action="store_true")
+    ap.add_argument("--per-query", action="store_true",
+                    help="also write per_query.json (about 10 MB for all tasks)")
     args = ap.parse_args()
 
     from tttembed.cli._common import progress_group, quiet_libraries
@@ -58,7 +60,7 @@ def main() -> None:
         with progress_group() as stage:
             result = run_eval(cfg, stage=stage)
         out = Path(args.out) / name
-        write_report(result, out)
+        write_report(result, out, per_query=args.per_query)
         summary[name] = {"seconds": round(time.perf_counter() - t, 1),
                          "counts": result["counts"], "timings_s": result["timings_s"]}
         print(name, json.dumps(summary[name]), flush=True)

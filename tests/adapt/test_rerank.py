@@ -27,3 +27,10 @@ def test_direct_rerank_on_runs_keeps_unrewarded_queries_and_does_not_mutate():
     assert [d for d, _ in sorted(out["q1"].items(), key=lambda kv: -kv[1])] == ["c", "b", "a"]
     assert out["q2"] == run["q2"]
     assert sorted(out["q1"].values(), reverse=True) == [0.9, 0.8, 0.7]
+
+
+def test_ties_in_the_base_run_follow_the_metrics_tie_rule():
+    # equal scores: trec_eval (and our metrics) rank doc ids descending, so "b" before "a"
+    run = {"q": {"a": 0.5, "b": 0.5, "c": 0.1}}
+    out = direct_rerank(run, {"q": {"c": 0.9}})
+    assert [d for d, _ in sorted(out["q"].items(), key=lambda kv: -kv[1])] == ["b", "a", "c"]

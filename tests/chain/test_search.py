@@ -127,3 +127,10 @@ def test_metrics_by_hand_and_against_the_beir_recall():
     m = chain_metrics(ranking, golds)
     assert m["all"]["C@5"] == 50.0 and m["all"]["n"] == 2
     assert m["by_hops"][2]["C@5"] == 100.0 and m["by_hops"][4]["C@10"] == 0.0
+
+
+def test_next_picks_can_exclude_rows_the_text_no_longer_shows():
+    enc = FakeEncoder({"q0": [3, 2, 1]})
+    picks, _, _, _ = next_picks([(0, ()), (0, ())], text_of, enc, brute_search, 2,
+                                exclude=[[3], [3, 2]])
+    assert picks.tolist() == [2, 1]

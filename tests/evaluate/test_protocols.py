@@ -167,3 +167,23 @@ def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
     got = P.direct_metrics([tied], one)
     assert {k: v for k, v in got["ndcg@10"].items() if k != "dup/q0"} == \
         {k: v for k, v in raw["ndcg@10"].items() if k != "dup/q0"}
+
+
+def test_heldout_with_train_queries_evaluates_every_test_query(work):
+    from dataclasses import replace
+
+    from tttembed.workload import BaseRetrieval, QuerySet
+
+    t0 = work[0]
+    k = 5
+    train = QuerySet((t0.name,) * k, tuple(f"tr{i}" for i in range(k)), ("x",) * k)
+    train_base = BaseRetrieval(t0.base.x[:k], t0.base.rows[:k], t0.base.scores[:k])
+    with_train = [replace(t0, train=train, train_base=train_base), *work[1:]]
+    rewards = QrelsRewards(work)
+    res = P.heldout(with_train, rewards, use_train=True)
+    asked = {key for key, _ in rewards.calls[0]}
+    _, u = P.heldout_split(work, 0.8)
+    assert asked == {f"{t0.name}/tr{i}" for i in range(k)} | \
+        {key for key in work[1].queries.keys if key not in u}
+    evaluated = set(res[-1].per_query["ndcg@10"])
+    assert evaluated == set(t0.queries.keys) | {key for key in work[1].queries.keys if key in u}

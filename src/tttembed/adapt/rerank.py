@@ -34,7 +34,10 @@ def direct_rerank(run: Mapping[str, Mapping[str, float]],
     """
     out: dict[str, dict[str, float]] = {}
     for qid, docs in run.items():
-        ranked = sorted(docs.items(), key=lambda kv: -kv[1])
+        # base order = how the metrics read a run: score descending, ties by doc id
+        # descending (trec_eval's rule), so equal-score duplicates are ranked alike
+        ranked = sorted(sorted(docs.items(), key=lambda kv: kv[0], reverse=True),
+                        key=lambda kv: -kv[1])
         ids = [d for d, _ in ranked]
         if qid in rewards and rewards[qid]:
             ids = rerank_slots(ids, rewards[qid])

@@ -6,7 +6,8 @@
 * next-step success: on one fixed set of reached states, does the encoder's next pick hit
   a missing gold passage? Split by the number of wrong passages in the history (0 / 1 / ≥2);
 * deletion counterfactual: the states holding a wrong passage, with the wrong passages
-  removed (gold ones kept, in order), re-run with the same encoder.
+  removed from the state text (gold ones kept, in order), re-run with the same encoder; the
+  removed passages stay excluded from the pick (they were retrieved already).
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ def bucket(n: int) -> str:
 
 def next_step_success(states: Sequence[State], golds: Sequence[Sequence[int]],
                       text_of: TextOf, encode: Encode, search: Search,
-                      depth: int = 100) -> np.ndarray:
-    """Bool (n,): the next greedy pick of each state is one of its missing gold passages."""
-    picks, _, _, _ = next_picks(states, text_of, encode, search, depth)
+                      depth: int = 100, exclude: Sequence[Sequence[int]] | None = None
+                      ) -> np.ndarray:
+    """Bool (n,): the next greedy pick of each state is one of its missing gold passages
+    (``exclude``: rows also skipped by the pick, see ``next_picks``)."""
+    picks, _, _, _ = next_picks(states, text_of, encode, search, depth, exclude)
     return np.array([int(p) in set(missing_gold(hist, golds[qi]))
                      for p, (qi, hist) in zip(picks, states)], dtype=bool)
 
@@ -87,7 +90,10 @@ def deletion_counterfactual(states: Sequence[State], golds: Sequence[Sequence[in
     if not bad:
         return {"n": 0, "original": float("nan"), "deleted": float("nan"), "cost": float("nan")}
     orig = next_step_success(bad, golds, text_of, encode, search, depth)
-    dele = next_step_success(delete_wrong(bad, golds), golds, text_of, encode, search, depth)
+    # the deleted passages leave the state text but stay retrieved: the next pick still
+    # skips them (else the encoder could simply take a deleted wrong passage again)
+    dele = next_step_success(delete_wrong(bad, golds), golds, text_of, encode, search, depth,
+                             exclude=[hist for _, hist in bad])
     o, d = 100.0 * float(orig.mean()), 100.0 * float(dele.mean())
     return {"n": len(bad), "original": round(o, 2), "deleted": round(d, 2),
             "cost": round(d - o, 2)}

@@ -1,7 +1,7 @@
 """Chain search (greedy and beam), the final ranking rule, and the chain metrics.
 
 Pure numerical core: the query encoder is a callable ``encode(texts) -> (n, d)`` unit
-vectors, the passage index a callable ``search(Q, k) -> (sims, ids)`` with FAISS's contract
+vectors, the passage index a callable ``search(Q, k) -> (D, I)`` with FAISS's contract
 (``IndexHandle.search`` fits), and state texts come from ``StateTexts.text(qi, history)``.
 
 Greedy chain search, batched across questions: at step t (0-based) every question's state
@@ -43,24 +43,27 @@ class ChainRun:
 
 
 def next_picks(states: Sequence[tuple[int, Sequence[int]]], text_of: TextOf, encode: Encode,
-               search: Search, depth: int = 100
+               search: Search, depth: int = 100,
+               exclude: Sequence[Sequence[int]] | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One greedy step for many states at once.
 
-    Returns (pick rows (n,), pick scores (n,), sims, ids) where sims, ids are the raw search results
-    (top ``depth + max history``) of each state.
+    The pick skips the state's history and, when given, ``exclude[i]`` (rows already
+    retrieved that the state text no longer shows). Returns (pick rows (n,), pick scores
+    (n,), sims, ids): the raw search results (FAISS's D, I) of each state.
     """
     n = len(states)
     if n == 0:
         return (np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, 0), np.float32),
                 np.zeros((0, 0), np.int64))
     Q = encode([text_of(qi, hist) for qi, hist in states])
-    k = depth + max(len(h) for _, h in states)
+    skip = [set(int(h) for h in hist) | set(int(x) for x in (exclude[i] if exclude else ()))
+            for i, (_, hist) in enumerate(states)]
+    k = depth + max(len(x) for x in skip)
     sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), k)
     picks = np.full(n, -1, dtype=np.int64)
     scores = np.full(n, -np.inf, dtype=np.float32)
-    for i, (_, hist) in enumerate(states):
-        taken = set(int(h) for h in hist)
+    for i, taken in enumerate(skip):
         for d, row in zip(sims[i], ids[i]):
             if row >= 0 and int(row) not in taken:
                 picks[i], scores[i] = int(row), float(d)

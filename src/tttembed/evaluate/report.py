@@ -148,9 +148,10 @@ def _light(result: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_report(result: Mapping[str, Any], out: str | Path, plots: bool = True) -> list[Path]:
-    """results.json (every number, config, versions, fingerprints), per_query.json,
-    report.md and PNG plots under ``out``."""
+def write_report(result: Mapping[str, Any], out: str | Path, plots: bool = True,
+                 per_query: bool = True) -> list[Path]:
+    """results.json (every number, config, versions, fingerprints), per_query.json (each
+    query's metrics in every row; large for big studies), report.md and PNG plots."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -160,9 +161,10 @@ def write_report(result: Mapping[str, Any], out: str | Path, plots: bool = True)
     pq = {s["scorer"]: [{"protocol": r["protocol"], "method": r["method"], "B": r["B"],
                          "setting": r["setting"], "per_query": r["per_query"]}
                         for r in s["rows"]] for s in result["sections"]}
-    p = out / "per_query.json"
-    p.write_text(json.dumps(pq, sort_keys=True, default=str))
-    written.append(p)
+    if per_query:
+        p = out / "per_query.json"
+        p.write_text(json.dumps(pq, sort_keys=True, default=str))
+        written.append(p)
     images = make_plots(result, out) if plots else []
     written += images
     p = out / "report.md"
