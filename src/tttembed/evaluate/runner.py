@@ -22,6 +22,7 @@ from typing import Any
 from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.errors import ConfigError
+from tttembed.evaluate import analyses as A
 from tttembed.evaluate import protocols as P
 from tttembed.evaluate.report import summarise
 from tttembed.evaluate.tasks import EvalTask, load_eval_tasks, task_index
@@ -273,15 +274,15 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
                                                 cells=cells)
         for analysis in cfg.analyses:
             if analysis == "alpha":
-                results += P.alpha_ablation(work.data, src, objective=cfg.objective,
+                results += A.alpha_ablation(work.data, src, objective=cfg.objective,
                                             heldout_eval=label, cells=cells)
             elif label:
                 notes.append(f"{analysis} skipped for the qrels scorer (it would evaluate "
                              "judged queries)")
             elif analysis == "breadth-depth":
-                results += P.breadth_depth(work.data, src, objective=cfg.objective, cells=cells)
+                results += A.breadth_depth(work.data, src, objective=cfg.objective, cells=cells)
             elif analysis == "objectives":
-                results += P.objective_comparison(work.data, src, scopes=cfg.scopes, cells=cells)
+                results += A.objective_comparison(work.data, src, scopes=cfg.scopes, cells=cells)
         t_sum = time.perf_counter()
         summary = summarise(results, raw_all, n_resamples=cfg.n_resamples,
                             few_queries=cfg.few_queries)
