@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -44,6 +42,7 @@ from tttembed.chain.setup import ChainTask, StateTexts, state_texts
 from tttembed.chain.states import gold_states, reached_states
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.errors import ConfigError, StateMismatch
+from tttembed.fsutil import atomic_directory
 
 FORMAT = "tttembed-chain-encoder"
 MANIFEST = "manifest.json"
@@ -292,25 +291,11 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
 
 def _write_checkpoint(out: Path, encoder: LoraQueryEncoder, opt: Any, params: list[Any],
                       manifest: dict[str, Any]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with atomic_directory(out) as tmp:
         encoder.save(tmp / "adapter")
         _save_optimizer(opt, params, tmp / "optimizer.safetensors")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n",
                                     encoding="utf-8")
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
 
 __all__ = ["FORMAT", "TrainConfig", "TrainResult", "load_encoder", "read_manifest",
            "train_chain"]

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ import numpy as np
 
 from tttembed import __version__
 from tttembed.errors import ConfigError, DataError, StateMismatch
+from tttembed.fsutil import atomic_directory
 from tttembed.index.faiss_backend import build_faiss, configure, faiss_module, resolve_params
 
 MANIFEST = "manifest.json"
@@ -100,24 +99,11 @@ def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.nda
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **(extra or {}),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with atomic_directory(out) as tmp:
         faiss.write_index(index, str(tmp / "index.faiss"))
         np.save(tmp / "vectors.npy", vectors, allow_pickle=False)
         _write_json(tmp / "doc_ids.json", doc_ids)
         _write_json(tmp / MANIFEST, manifest)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
