@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.errors import MissingDependency
+from tttembed.figures import save_figure
 
 VERSIONED = ("tttembed", "numpy", "torch", "faiss-cpu", "sentence-transformers",
              "transformers", "peft")
@@ -115,12 +116,7 @@ def bar_plot(path: str | os.PathLike[str], groups: Sequence[str],
     ax.set_ylabel(ylabel)
     if len(series) > 1:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 def line_plot(path: str | os.PathLike[str], x: Sequence[float],
@@ -137,12 +133,7 @@ def line_plot(path: str | os.PathLike[str], x: Sequence[float],
     ax.set_ylabel(ylabel)
     if series:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["bar_plot", "fmt", "line_plot", "markdown_table", "versions", "write_json",

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.evaluate.stats import aubc, compare
+from tttembed.figures import save_figure
 
 MAIN = "ndcg@10"
 METRICS = ("ndcg@10", "recall@100")
@@ -341,11 +342,7 @@ def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
         ax.set_ylabel("Δ nDCG@10 vs raw (×100)")
         ax.set_title(f"gain vs budget, scorer {s['scorer']}")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        p = out / f"gain_{tag}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(save_figure(plt, fig, out / f"gain_{tag}.png", dpi=110))
         target = min({r["b"] for r in fixed}, key=lambda b: abs(np.log(b / 10.0)))
         at = [r for r in fixed if r["b"] == target]
         tasks = sorted({t for r in at for t in r["tasks"]})
@@ -360,9 +357,5 @@ def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
         ax.set_ylabel("Δ nDCG@10 vs raw (×100)")
         ax.set_title(f"per task at b = {target:g}, scorer {s['scorer']}")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        p = out / f"tasks_{tag}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(save_figure(plt, fig, out / f"tasks_{tag}.png", dpi=110))
     return paths
