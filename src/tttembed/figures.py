@@ -1,17 +1,8 @@
-"""Writing matplotlib figures, shared by the evaluation and chain reports."""
+"""Writing matplotlib figures: ``save_figure`` now lives in :mod:`tttembed.reporting`
+(kept importable from here)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
+from tttembed.reporting import save_figure
 
-
-def save_figure(plt: Any, fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
-    """Lay out, write (creating the folder) and close a matplotlib figure."""
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+__all__ = ["save_figure"]

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.chain.analysis import WRONG_BUCKETS, evaluate_chain
-from tttembed.chain.report import bar_plot, line_plot, markdown_table, write_json, write_results
 from tttembed.chain.search import ChainRun, beam_chain, chain_metrics, greedy_chain
 from tttembed.chain.setup import (
     DEFAULT_MAX_SEQ_LENGTH,
@@ -23,6 +22,7 @@ from tttembed.chain.setup import (
 from tttembed.chain.train import load_encoder
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.errors import ConfigError
+from tttembed.reporting import bar_plot, line_plot, markdown_table, write_json, write_results
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ def run_search(loaded: Loaded, encode: Callable[[list[str]], Any], *, steps: int
     steps = steps or task.max_hops
     search = loaded.index.search
     if beam > 1:
-        return beam_chain(len(task.golds), texts.text, encode, search, steps, width=beam,
+        return beam_chain(len(task.golds), texts, encode, search, steps, width=beam,
                           depth=depth, keep=depth, progress=progress)
-    return greedy_chain(len(task.golds), texts.text, encode, search, steps, depth=depth,
+    return greedy_chain(len(task.golds), texts, encode, search, steps, depth=depth,
                         keep=depth, progress=progress)
 
 
@@ -97,7 +97,7 @@ def run_eval(loaded: Loaded, encoders: Sequence[tuple[str, str | None]], *,
             raise ConfigError(f"unknown encoder name {name!r}; known: {', '.join(names)}")
     fns = {name: query_encoder(loaded, path, max_seq_length) for name, path in encoders}
     texts = state_texts(loaded.task, loaded.embedder.model, max_seq_length)
-    return evaluate_chain(loaded.task.golds, texts.text, loaded.index.search, fns,
+    return evaluate_chain(loaded.task.golds, texts, loaded.index.search, fns,
                           steps=steps or loaded.task.max_hops, reference=reference,
                           beam_width=beam, beam_encoders=beam_encoders, progress=progress)
 

@@ -115,16 +115,18 @@ class LoraQueryEncoder:
 _BASE_MODELS: dict[tuple[str, str], Any] = {}
 
 
-def load_base_model(spec: str, *, max_seq_length: int = 256, device: str = "cpu") -> Any:
+def load_base_model(spec: str, *, max_seq_length: int = 256, device: str | None = None) -> Any:
     """A fresh SentenceTransformer for an ``st:`` spec (the base of the query encoder).
 
     The model is read from disk once per process; every call returns a deep copy."""
+    from tttembed.devices import pick_device
     from tttembed.embed.st import load_sentence_transformer
 
     scheme, _, rest = spec.partition(":")
     if scheme != "st":
         raise ConfigError(f"the chain retriever trains sentence-transformers models only; "
                           f"got {spec!r}, use an 'st:' spec such as st:bundled:all-MiniLM-L6-v2")
+    device = pick_device(device)
     key = (rest, device)
     if key not in _BASE_MODELS:
         _BASE_MODELS[key] = load_sentence_transformer(rest, device=device)

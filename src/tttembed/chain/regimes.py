@@ -19,15 +19,27 @@ resampled            the same first run's states, resampled every epoch
 on-policy            epoch 1: the gold-trained encoder's states; later epochs: a fresh
                      run of the current encoder (the method)
 ==================== ==============================================================
+
+``other_half`` picks an epoch's other half from the pool (or the synthetic inputs) it is
+given; ``run_source`` says which chain run supplies that pool. Every draw is a function
+of (seed, epoch), so a resumed training replays exactly the same states:
+
+* reached-state regimes: ``epoch_rng(seed, e, 1)`` with ``e = 0`` for static (one sample,
+  reused) and ``e = epoch`` for resampled / on-policy;
+* synthetic regimes: ``epoch_rng(seed, e, 2)`` with ``e = epoch`` for synthetic-resampled
+  and ``e = 0`` for synthetic.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 import numpy as np
 
 from tttembed.chain.states import missing_gold
+from tttembed.errors import ConfigError
 
 REGIMES = ("gold", "synthetic", "synthetic-resampled", "static", "resampled", "on-policy")
 NEEDS_RUN = ("static", "resampled", "on-policy")
@@ -77,6 +89,74 @@ def synthetic_states(golds: Sequence[Sequence[int]], gold_half: Sequence[State],
     return out
 
 
+def check_regime(regime: str) -> None:
+    if regime not in REGIMES:
+        raise ConfigError(f"unknown regime {regime!r}; choose one of {', '.join(REGIMES)}")
+
+
+def run_source(regime: str, epoch: int) -> str | None:
+    """Which chain run supplies the reached-state pool of ``epoch`` (0-based).
+
+    ``"states_from"``: the gold-trained checkpoint's run (static and resampled in every
+    epoch, on-policy in the first); ``"current"``: a fresh run of the encoder being
+    trained (on-policy after the first epoch); ``None``: the regime needs no run.
+    """
+    check_regime(regime)
+    if regime not in NEEDS_RUN:
+        return None
+    return "current" if regime == "on-policy" and epoch > 0 else "states_from"
+
+
+def other_half(regime: str, epoch: int, seed: int, gold_half: Sequence[State], *,
+               pool: Sequence[State] | None = None,
+               golds: Sequence[Sequence[int]] | None = None,
+               wrong_pool: Sequence[Sequence[int]] | None = None) -> list[State]:
+    """The states trained next to the fixed gold half in ``epoch`` (0-based).
+
+    Reached-state regimes (static, resampled, on-policy) sample ``len(gold_half)`` states
+    from ``pool`` (see ``run_source`` for which run supplies it); synthetic regimes insert
+    one wrong passage from ``wrong_pool`` into gold histories (``golds`` needed); gold
+    has no other half.
+    """
+    check_regime(regime)
+    size = len(gold_half)
+    if regime in NEEDS_RUN:
+        if pool is None:
+            raise ValueError(f"regime {regime!r} needs the pool of reached states")
+        salt_epoch = 0 if regime == "static" else epoch
+        return sample_states(pool, size, epoch_rng(seed, salt_epoch, 1))
+    if regime.startswith("synthetic"):
+        if golds is None or wrong_pool is None:
+            raise ValueError(f"regime {regime!r} needs golds and wrong_pool")
+        salt_epoch = epoch if regime == "synthetic-resampled" else 0
+        return synthetic_states(golds, gold_half, wrong_pool, size,
+                                epoch_rng(seed, salt_epoch, 2))
+    return []
+
+
+def wrong_passages(question_tops: Sequence[Sequence[int]], golds: Sequence[Sequence[int]],
+                   depth: int) -> list[list[int]]:
+    """Synthetic wrong-passage candidates per question: its frozen top rows (question
+    alone), gold removed, at most ``depth``."""
+    out = []
+    for top, gold in zip(question_tops, golds):
+        banned = set(gold)
+        out.append([r for r in top if r not in banned][:depth])
+    return out
+
+
+def frozen_key(state: State, shared_negatives: bool) -> State:
+    """The state whose text queries the frozen encoder for ``state``'s negatives: the
+    question alone with the shared pool (one pool per question), else the state itself."""
+    return (state[0], ()) if shared_negatives else state
+
+
+def states_digest(states: Sequence[State]) -> str:
+    """Short fingerprint of a set of states (order-free): 12 hex chars of sha1."""
+    rows = sorted((int(qi), [int(r) for r in hist]) for qi, hist in states)
+    return hashlib.sha1(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
 def positives(states: Sequence[State], golds: Sequence[Sequence[int]]) -> np.ndarray:
     """Earliest missing gold row of each state (every training state misses one)."""
     out = np.empty(len(states), dtype=np.int64)
@@ -121,5 +201,6 @@ def info_nce(q: object, passage_vecs: object, pos: object, neg: object, tau: flo
     return -torch.log_softmax(logits, dim=1)[:, 0].mean()
 
 
-__all__ = ["NEEDS_RUN", "REGIMES", "epoch_rng", "info_nce", "negatives", "positives",
-           "sample_states", "synthetic_states"]
+__all__ = ["NEEDS_RUN", "REGIMES", "State", "check_regime", "epoch_rng", "frozen_key",
+           "info_nce", "negatives", "other_half", "positives", "run_source", "sample_states",
+           "states_digest", "synthetic_states", "wrong_passages"]

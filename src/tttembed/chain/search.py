@@ -2,7 +2,9 @@
 
 Pure numerical core: the query encoder is a callable ``encode(texts) -> (n, d)`` unit
 vectors, the passage index a callable ``search(Q, k) -> (D, I)`` with FAISS's contract
-(``IndexHandle.search`` fits), and state texts come from ``StateTexts.text(qi, history)``.
+(``IndexHandle.search`` fits), and state texts come from a callable ``text_of(qi,
+history)``; when it also has a ``texts(states)`` method (``StateTexts`` does) each step's
+texts are built in one batched call.
 
 Greedy chain search, batched across questions: at step t (0-based) every question's state
 (question + the t passages it has) is encoded in one call, the index is searched for the
@@ -42,6 +44,32 @@ class ChainRun:
     n_encoded: int
 
 
+def state_texts_of(text_of: TextOf, states: Sequence[tuple[int, Sequence[int]]]
+                   ) -> list[str]:
+    """The texts of many states: ``text_of.texts(states)`` when offered, else one by one."""
+    many = getattr(text_of, "texts", None)
+    if callable(many):
+        return list(many(states))
+    return [text_of(qi, hist) for qi, hist in states]
+
+
+def _pad(rows: Sequence[Sequence[int]]) -> np.ndarray:
+    width = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), width), -1, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
+
+
+def first_free(ids: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``ids`` (n, k): whether some entry is a real row (>= 0) not in ``taken``
+    (n, m; -1 padded), and the position of the first such entry (vectorised)."""
+    free = ids >= 0
+    if taken.shape[1]:
+        free &= ~(ids[:, :, None] == taken[:, None, :]).any(axis=2)
+    return free.any(axis=1), free.argmax(axis=1)
+
+
 def next_picks(states: Sequence[tuple[int, Sequence[int]]], text_of: TextOf, encode: Encode,
                search: Search, depth: int = 100,
                exclude: Sequence[Sequence[int]] | None = None
@@ -56,26 +84,93 @@ def next_picks(states: Sequence[tuple[int, Sequence[int]]], text_of: TextOf, enc
     if n == 0:
         return (np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, 0), np.float32),
                 np.zeros((0, 0), np.int64))
-    Q = encode([text_of(qi, hist) for qi, hist in states])
-    skip = [set(int(h) for h in hist) | set(int(x) for x in (exclude[i] if exclude else ()))
-            for i, (_, hist) in enumerate(states)]
-    k = depth + max(len(x) for x in skip)
+    Q = encode(state_texts_of(text_of, states))
+    skip = _pad([[*hist, *(exclude[i] if exclude else ())]
+                 for i, (_, hist) in enumerate(states)])
+    k = depth + int((skip >= 0).sum(axis=1).max(initial=0))
     sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), k)
-    picks = np.full(n, -1, dtype=np.int64)
-    scores = np.full(n, -np.inf, dtype=np.float32)
-    for i, taken in enumerate(skip):
-        for d, row in zip(sims[i], ids[i]):
-            if row >= 0 and int(row) not in taken:
-                picks[i], scores[i] = int(row), float(d)
-                break
-    return picks, scores, sims, np.asarray(ids, dtype=np.int64)
+    sims = np.asarray(sims, dtype=np.float32)
+    ids = np.asarray(ids, dtype=np.int64)
+    has, first = first_free(ids, skip)
+    rows = np.arange(n)
+    picks = np.where(has, ids[rows, first], -1).astype(np.int64)
+    scores = np.where(has, sims[rows, first], -np.inf).astype(np.float32)
+    return picks, scores, sims, ids
 
 
-def _update_best(best: dict[int, float], sims: np.ndarray, ids: np.ndarray) -> None:
-    for d, row in zip(sims, ids):
-        r = int(row)
-        if r >= 0 and (r not in best or d > best[r]):
-            best[r] = float(d)
+def best_scores(owner: np.ndarray, rows: np.ndarray, sims: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best score each (question, row) pair got: flat (owner, row, sim) triples in,
+    unique (owner, row, best) out, sorted by owner then row. Rows < 0 are ignored."""
+    keep = rows >= 0
+    owner, rows, sims = owner[keep], rows[keep], sims[keep]
+    order = np.lexsort((-sims, rows, owner))
+    owner, rows, sims = owner[order], rows[order], sims[order]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = (owner[1:] != owner[:-1]) | (rows[1:] != rows[:-1])
+    return owner[first], rows[first], sims[first]
+
+
+def _flat(owner: list[np.ndarray], rows: list[np.ndarray], sims: list[np.ndarray]
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return np.concatenate(owner), np.concatenate(rows), np.concatenate(sims)
+
+
+def lookup_best(table: tuple[np.ndarray, np.ndarray, np.ndarray], picked: np.ndarray
+                ) -> np.ndarray:
+    """Best score of each (question i, row picked[i, t]) in a ``best_scores`` table
+    (-inf where the pair is absent or the row is -1)."""
+    q_u, r_u, s_u = table
+    out = np.full(picked.shape, -np.inf, dtype=np.float32)
+    if not len(q_u):
+        return out
+    base = int(max(r_u.max(), picked.max(initial=0))) + 1
+    keys = q_u * base + r_u                      # sorted: the table is by owner, then row
+    want = np.arange(picked.shape[0])[:, None] * base + picked
+    at = np.clip(np.searchsorted(keys, want), 0, len(keys) - 1)
+    found = (picked >= 0) & (keys[at] == want)
+    out[found] = s_u[at[found]]
+    return out
+
+
+def rankings(picked: np.ndarray, owner: np.ndarray, rows: np.ndarray, sims: np.ndarray,
+             keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """The final ranking rule for every question at once (vectorised ``final_ranking``).
+
+    ``picked`` (n, T) rows in step order (-1: none); (owner, rows, sims) every search
+    result the questions' states got. Returns (R, S) as ``ChainRun.ranking`` /
+    ``ranking_scores``: picked rows first (+inf), then the others by best score (desc),
+    row ascending on ties; each question keeps ``max(keep, picked)`` rows.
+    """
+    n = picked.shape[0]
+    if n == 0:
+        return np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
+    head = np.take_along_axis(picked, np.argsort(picked < 0, axis=1, kind="stable"), axis=1)
+    n_head = (head >= 0).sum(axis=1)
+    q_u, r_u, s_u = best_scores(owner, rows, sims)
+    if picked.size:
+        base = int(max(r_u.max(initial=0), picked.max(initial=0))) + 1
+        is_head = np.isin(q_u * base + r_u, (np.arange(n)[:, None] * base + picked)[picked >= 0])
+        q_u, r_u, s_u = q_u[~is_head], r_u[~is_head], s_u[~is_head]
+    order = np.lexsort((r_u, -s_u, q_u))
+    q_u, r_u, s_u = q_u[order], r_u[order], s_u[order]
+    counts = np.bincount(q_u, minlength=n)
+    pos = np.arange(len(q_u)) - (np.cumsum(counts) - counts)[q_u] + n_head[q_u]
+    limit = np.maximum(keep, n_head)
+    fits = pos < limit[q_u]
+    lengths = np.minimum(n_head + counts, limit)
+    width = int(lengths.max(initial=0))
+    R = np.full((n, width), -1, dtype=np.int64)
+    S = np.full((n, width), -np.inf, dtype=np.float32)
+    hw = head.shape[1]
+    if hw and width:
+        R[:, :min(hw, width)] = head[:, :width]
+        S[:, :min(hw, width)] = np.where(head[:, :width] >= 0, np.inf, -np.inf)
+    R[q_u[fits], pos[fits]] = r_u[fits]
+    S[q_u[fits], pos[fits]] = s_u[fits]
+    return R, S
 
 
 def final_ranking(picked: Sequence[int], best: dict[int, float], keep: int
@@ -89,35 +184,28 @@ def final_ranking(picked: Sequence[int], best: dict[int, float], keep: int
     return rows, scores
 
 
-def _pack(rows: list[list[int]], scores: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-    width = max((len(r) for r in rows), default=0)
-    R = np.full((len(rows), width), -1, dtype=np.int64)
-    S = np.full((len(rows), width), -np.inf, dtype=np.float32)
-    for i, (r, s) in enumerate(zip(rows, scores)):
-        R[i, :len(r)] = r
-        S[i, :len(s)] = s
-    return R, S
-
-
 def greedy_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search,
                  steps: int, *, depth: int = 100, keep: int = 100,
                  progress: Callable[[int], None] | None = None) -> ChainRun:
     """Greedy chain search for ``steps`` steps over all questions (batched per step)."""
     picked = np.full((n_questions, steps), -1, dtype=np.int64)
     picked_scores = np.full((n_questions, steps), -np.inf, dtype=np.float32)
-    best: list[dict[int, float]] = [{} for _ in range(n_questions)]
+    seen_ids: list[np.ndarray] = []
+    seen_sims: list[np.ndarray] = []
     for t in range(steps):
         states = [(qi, [int(x) for x in picked[qi, :t] if x >= 0])
                   for qi in range(n_questions)]
         picks, scores, sims, ids = next_picks(states, text_of, encode, search, depth)
         picked[:, t], picked_scores[:, t] = picks, scores
-        for qi in range(n_questions):
-            _update_best(best[qi], sims[qi], ids[qi])
+        seen_ids.append(ids)
+        seen_sims.append(sims)
         if progress is not None:
             progress(1)
-    rows, scores_ = zip(*(final_ranking(picked[qi], best[qi], keep)
-                          for qi in range(n_questions))) if n_questions else ((), ())
-    R, S = _pack(list(rows), list(scores_))
+    owner, rows, sims = _flat([np.repeat(np.arange(n_questions), ids.shape[1])
+                               for ids in seen_ids],
+                              [ids.ravel() for ids in seen_ids],
+                              [s.ravel() for s in seen_sims])
+    R, S = rankings(picked, owner, rows, sims, keep)
     return ChainRun(picked, picked_scores, R, S, n_questions * steps)
 
 
@@ -129,18 +217,25 @@ def beam_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search
     tail uses the best score each passage got in any state encoded for the question.
     With W = 1 this is greedy search. Encodes n * (1 + W * (T - 1)) states at most."""
     beams: list[list[tuple[tuple[int, ...], float]]] = [[((), 0.0)] for _ in range(n_questions)]
-    best: list[dict[int, float]] = [{} for _ in range(n_questions)]
+    seen_owner: list[np.ndarray] = []
+    seen_ids: list[np.ndarray] = []
+    seen_sims: list[np.ndarray] = []
     encoded = 0
     for _ in range(steps):
         flat = [(qi, hist) for qi in range(n_questions) for hist, _ in beams[qi]]
         owners = [(qi, b) for qi in range(n_questions) for b in range(len(beams[qi]))]
-        Q = encode([text_of(qi, hist) for qi, hist in flat])
+        Q = encode(state_texts_of(text_of, flat))
         encoded += len(flat)
         k = depth + max((len(h) for _, h in flat), default=0)
         sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), k)
+        sims = np.asarray(sims, dtype=np.float32)
+        ids = np.asarray(ids, dtype=np.int64)
+        seen_owner.append(np.repeat(np.array([qi for qi, _ in owners], dtype=np.int64),
+                                    ids.shape[1]))
+        seen_ids.append(ids.ravel())
+        seen_sims.append(sims.ravel())
         cands: list[list[tuple[tuple[int, ...], float]]] = [[] for _ in range(n_questions)]
         for i, (qi, b) in enumerate(owners):
-            _update_best(best[qi], sims[i], ids[i])
             hist, total = beams[qi][b]
             taken = set(hist)
             n_new = 0
@@ -163,23 +258,19 @@ def beam_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search
         if progress is not None:
             progress(1)
     picked = np.full((n_questions, steps), -1, dtype=np.int64)
-    picked_scores = np.full((n_questions, steps), -np.inf, dtype=np.float32)
-    rows_all, scores_all = [], []
     for qi in range(n_questions):
         hist, _ = beams[qi][0]
         picked[qi, :len(hist)] = hist
-        picked_scores[qi, :len(hist)] = [best[qi].get(r, -np.inf) for r in hist]
-        rows, scores = final_ranking(hist, best[qi], keep)
-        rows_all.append(rows)
-        scores_all.append(scores)
-    R, S = _pack(rows_all, scores_all)
+    owner, rows, sims = _flat(seen_owner, seen_ids, seen_sims)
+    R, S = rankings(picked, owner, rows, sims, keep)
+    picked_scores = lookup_best(best_scores(owner, rows, sims), picked)
     return ChainRun(picked, picked_scores, R, S, encoded)
 
 
 def single_shot(n_questions: int, text_of: TextOf, encode: Encode, search: Search,
                 *, keep: int = 100) -> ChainRun:
     """The baseline: one search with the question alone; its top ``keep`` is the ranking."""
-    Q = encode([text_of(qi, ()) for qi in range(n_questions)])
+    Q = encode(state_texts_of(text_of, [(qi, ()) for qi in range(n_questions)]))
     sims, ids = search(np.ascontiguousarray(Q, dtype=np.float32), keep)
     ids = np.asarray(ids, dtype=np.int64)
     return ChainRun(ids[:, :1].copy(), np.asarray(sims[:, :1], np.float32), ids,
@@ -218,5 +309,7 @@ def chain_metrics(ranking: np.ndarray, golds: Sequence[Sequence[int]],
             "by_hops": {int(h): summary(hops == h) for h in sorted(set(hops.tolist()))}}
 
 
-__all__ = ["ChainRun", "beam_chain", "chain_metrics", "complete_at_k", "final_ranking",
-           "greedy_chain", "next_picks", "recall_at_k", "single_shot"]
+__all__ = ["ChainRun", "beam_chain", "best_scores", "chain_metrics", "complete_at_k",
+           "final_ranking", "first_free", "greedy_chain", "lookup_best", "next_picks",
+           "rankings",
+           "recall_at_k", "single_shot", "state_texts_of"]

@@ -102,48 +102,113 @@ class TokenBudget:
     def count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def ends(self, text: str) -> list[int]:
+        """The character offset where each of the text's tokens ends."""
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [int(end) for _, end in enc["offset_mapping"]]
+
+    def ends_many(self, texts: Sequence[str], chunk: int = 1024) -> list[list[int]]:
+        """``ends`` of many texts, tokenised in batches (a fast tokenizer's batch call)."""
+        out: list[list[int]] = []
+        for start in range(0, len(texts), chunk):
+            enc = self.tokenizer(list(texts[start:start + chunk]), add_special_tokens=False,
+                                 return_offsets_mapping=True)
+            out += [[int(end) for _, end in offs] for offs in enc["offset_mapping"]]
+        return out
+
     def cut(self, text: str, n: int) -> str:
         """The head of ``text`` holding its first ``n`` tokens (cut at a character offset)."""
         if n <= 0:
             return ""
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets = enc["offset_mapping"]
-        if len(offsets) <= n:
-            return text
-        return text[:offsets[n - 1][1]]
+        ends = self.ends(text)
+        return text if len(ends) <= n else text[:ends[n - 1]]
 
 
 class StateTexts:
     """Builds state texts for a set of questions over a passage list (rows of the index).
 
-    ``text(qi, history)`` gives the state text of question ``qi`` with the passages at
-    rows ``history`` (step order). Passage token counts are cached.
+    ``text(qi, history)`` (or calling the object) gives the state text of question ``qi``
+    with the passages at rows ``history`` (step order); ``texts(states)`` gives many at
+    once and tokenises the questions and passages it has not seen yet in one batch. Each
+    distinct question or passage is tokenised once (its token end offsets are cached, so
+    counting and cutting are lookups), and state texts are cached by state: chain steps,
+    beams and training epochs that meet a state again reuse its text. The result is
+    exactly ``format_state`` with the budget's ``count`` and ``cut``.
     """
 
     def __init__(self, questions: Sequence[str], passages: Sequence[str], *,
-                 budget: TokenBudget | None = None, sep: str = SEP) -> None:
+                 budget: TokenBudget | None = None, sep: str = SEP,
+                 cache_size: int = 1_000_000) -> None:
         self.questions = list(questions)
         self.passages = passages
         self.budget = budget
         self.sep = sep
-        self._counts: dict[str, int] = {}
+        self.cache_size = int(cache_size)
+        self._ends: dict[str, list[int]] = {}
+        self._texts: dict[tuple[int, tuple[int, ...]], str] = {}
+
+    def _offsets(self, text: str) -> list[int]:
+        ends = self._ends.get(text)
+        if ends is None:
+            assert self.budget is not None
+            ends = self._ends[text] = self.budget.ends(text)
+        return ends
 
     def _count(self, text: str) -> int:
-        assert self.budget is not None
-        n = self._counts.get(text)
-        if n is None:
-            n = self._counts[text] = self.budget.count(text)
-        return n
+        return len(self._offsets(text))
+
+    def _cut(self, text: str, n: int) -> str:
+        if n <= 0:
+            return ""
+        ends = self._offsets(text)
+        return text if len(ends) <= n else text[:ends[n - 1]]
 
     def text(self, qi: int, history: Sequence[int]) -> str:
-        passages = [self.passages[int(r)] for r in history]
+        key = (int(qi), tuple(int(r) for r in history))
+        out = self._texts.get(key)
+        if out is not None:
+            return out
+        passages = [self.passages[r] for r in key[1]]
         if self.budget is None:
-            return format_state(self.questions[qi], passages, sep=self.sep)
-        return format_state(self.questions[qi], passages, sep=self.sep,
-                            budget=self.budget.budget, count=self._count,
-                            cut=self.budget.cut)
+            out = format_state(self.questions[qi], passages, sep=self.sep)
+        else:
+            out = format_state(self.questions[qi], passages, sep=self.sep,
+                               budget=self.budget.budget, count=self._count, cut=self._cut)
+        if len(self._texts) >= self.cache_size:
+            self._texts.clear()
+        self._texts[key] = out
+        return out
+
+    def __call__(self, qi: int, history: Sequence[int]) -> str:
+        return self.text(qi, history)
+
+    def prepare(self, rows: Sequence[int] | None = None) -> int:
+        """Tokenise the questions and the passages at ``rows`` (default: every passage)
+        ahead of time, in batches, as an index is built ahead of time; returns how many
+        texts were tokenised. Later state texts then only look offsets up."""
+        if self.budget is None:
+            return 0
+        pool = [*self.questions, *(self.passages[int(r)] for r in
+                                   (range(len(self.passages)) if rows is None else rows))]
+        todo = list(dict.fromkeys(t for t in pool if t not in self._ends))
+        self._ends.update(zip(todo, self.budget.ends_many(todo)))
+        return len(todo)
+
+    def forget_states(self) -> None:
+        """Drop the cached state texts (token offsets stay)."""
+        self._texts.clear()
 
     def texts(self, states: Sequence[tuple[int, Sequence[int]]]) -> list[str]:
+        if self.budget is not None:
+            todo: dict[str, None] = {}
+            for qi, hist in states:
+                if (int(qi), tuple(int(r) for r in hist)) in self._texts:
+                    continue
+                for t in (self.questions[qi], *(self.passages[int(r)] for r in hist)):
+                    if t not in self._ends:
+                        todo[t] = None
+            if todo:
+                self._ends.update(zip(todo, self.budget.ends_many(list(todo))))
         return [self.text(qi, hist) for qi, hist in states]
 
 

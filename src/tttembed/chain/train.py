@@ -8,6 +8,11 @@ Output folder (a checkpoint, rewritten atomically after every epoch)::
     adapter/                 LoRA adapter (save_pretrained: adapter_model.safetensors)
     optimizer.safetensors    AdamW moments and step per trainable tensor
 
+Per-epoch stats also hold ``other_digest`` and ``pool_digest`` (``states_digest`` of the
+epoch's other half and of its reached-state pool): equal digests in two epochs mean the
+regime reused its states, different ones that it redrew them. Checkpoints written
+before these keys existed resume unchanged (old entries simply lack them).
+
 Resume: calling ``train_chain`` again with the same config continues after the last
 finished epoch (all randomness is derived from (seed, epoch), so the result matches an
 uninterrupted run up to floating-point nondeterminism).
@@ -28,14 +33,17 @@ import numpy as np
 from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
 from tttembed.chain.regimes import (
     NEEDS_RUN,
-    REGIMES,
     State,
+    check_regime,
     epoch_rng,
+    frozen_key,
     info_nce,
     negatives,
+    other_half,
     positives,
-    sample_states,
-    synthetic_states,
+    run_source,
+    states_digest,
+    wrong_passages,
 )
 from tttembed.chain.search import greedy_chain
 from tttembed.chain.setup import ChainTask, StateTexts, state_texts
@@ -43,11 +51,15 @@ from tttembed.chain.states import gold_states, reached_states
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.errors import ConfigError, StateMismatch
 from tttembed.fsutil import atomic_directory
+from tttembed.reporting import versions
 
 FORMAT = "tttembed-chain-encoder"
 MANIFEST = "manifest.json"
 
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
+
+#: Distributions whose versions a checkpoint manifest records (besides tttembed, python).
+CHAIN_VERSIONED = ("numpy", "torch", "transformers", "sentence-transformers", "peft")
 
 
 @dataclass(frozen=True)
@@ -67,9 +79,7 @@ class TrainConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
 
     def check(self) -> None:
-        if self.regime not in REGIMES:
-            raise ConfigError(f"unknown regime {self.regime!r}; choose one of "
-                              f"{', '.join(REGIMES)}")
+        check_regime(self.regime)
         for name in ("epochs", "batch_size", "n_neg", "neg_depth", "max_seq_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
@@ -82,16 +92,6 @@ class TrainResult:
     path: Path
     epochs_done: int
     history: list[dict[str, Any]]
-
-
-def _versions() -> dict[str, str]:
-    import peft
-    import sentence_transformers
-    import torch
-
-    from tttembed import __version__
-    return {"tttembed": __version__, "torch": torch.__version__, "peft": peft.__version__,
-            "sentence_transformers": sentence_transformers.__version__}
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -156,11 +156,11 @@ def _load_optimizer(opt: Any, params: list[Any], path: Path) -> None:
 def _frozen_tops(states: list[State], texts: StateTexts, frozen: Callable[[list[str]], Any],
                  search: Any, cfg: TrainConfig, cache: dict[State, list[int]]) -> list[list[int]]:
     """Frozen top rows per state (memoised); the shared pool uses the question alone."""
-    keys = [(qi, ()) if cfg.shared_negatives else (qi, hist) for qi, hist in states]
+    keys = [frozen_key(s, cfg.shared_negatives) for s in states]
     todo = sorted({k for k in keys if k not in cache})
     for start in range(0, len(todo), 256):
         chunk = todo[start:start + 256]
-        Q = frozen([texts.text(qi, hist) for qi, hist in chunk])
+        Q = frozen(texts.texts(chunk))
         _, ids = search(np.ascontiguousarray(Q, dtype=np.float32),
                       cfg.neg_depth + max(len(h) for _, h in chunk))
         for key, row in zip(chunk, ids):
@@ -170,7 +170,7 @@ def _frozen_tops(states: list[State], texts: StateTexts, frozen: Callable[[list[
 
 def _run_states(encoder: LoraQueryEncoder, task: ChainTask, texts: StateTexts, search: Any,
                 steps: int) -> list[State]:
-    run = greedy_chain(len(task.golds), texts.text, encoder.encode, search, steps)
+    run = greedy_chain(len(task.golds), texts, encoder.encode, search, steps)
     return reached_states(run.picked, task.golds)
 
 
@@ -215,7 +215,8 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     if start:
         _load_optimizer(opt, params, out / "optimizer.safetensors")
-    passage_vecs = torch.from_numpy(np.array(index.vectors, dtype=np.float32))
+    device = encoder.device
+    passage_vecs = torch.from_numpy(np.array(index.vectors, dtype=np.float32)).to(device)
     gold_half = gold_states(task.golds)
     tops_cache: dict[State, list[int]] = {}
     first_pool: list[State] | None = None
@@ -224,29 +225,22 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
         timing = {"run": 0.0, "negatives": 0.0, "train": 0.0}
         t0 = time.perf_counter()
         pool: list[State] = []
-        if cfg.regime in NEEDS_RUN:
-            if cfg.regime == "on-policy" and epoch > 0:
-                pool = _run_states(encoder, task, texts, search, steps)
-            else:
-                if first_pool is None:
-                    runner = load_encoder(states_from, max_seq_length=cfg.max_seq_length,
-                                          index=index)
-                    first_pool = _run_states(runner, task, texts, search, steps)
-                    del runner
-                pool = first_pool
-            salt_epoch = 0 if cfg.regime == "static" else epoch
-            other = sample_states(pool, len(gold_half), epoch_rng(cfg.seed, salt_epoch, 1))
-        elif cfg.regime.startswith("synthetic"):
-            if wrong_pool is None:
-                tops = _frozen_tops([(qi, ()) for qi in range(len(task.golds))], texts, frozen,
-                                    search, replace(cfg, shared_negatives=False), tops_cache)
-                wrong_pool = [[r for r in top if r not in set(g)][:cfg.neg_depth]
-                              for top, g in zip(tops, task.golds)]
-            salt_epoch = epoch if cfg.regime == "synthetic-resampled" else 0
-            other = synthetic_states(task.golds, gold_half, wrong_pool, len(gold_half),
-                                     epoch_rng(cfg.seed, salt_epoch, 2))
-        else:
-            other = []
+        source = run_source(cfg.regime, epoch)
+        if source == "current":
+            pool = _run_states(encoder, task, texts, search, steps)
+        elif source == "states_from":
+            if first_pool is None:
+                runner = load_encoder(states_from, max_seq_length=cfg.max_seq_length,
+                                      index=index)
+                first_pool = _run_states(runner, task, texts, search, steps)
+                del runner
+            pool = first_pool
+        elif cfg.regime.startswith("synthetic") and wrong_pool is None:
+            tops = _frozen_tops([(qi, ()) for qi in range(len(task.golds))], texts, frozen,
+                                search, replace(cfg, shared_negatives=False), tops_cache)
+            wrong_pool = wrong_passages(tops, task.golds, cfg.neg_depth)
+        other = other_half(cfg.regime, epoch, cfg.seed, gold_half, pool=pool,
+                           golds=task.golds, wrong_pool=wrong_pool)
         timing["run"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         states = gold_half + other
@@ -263,8 +257,8 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
         for b in range(n_batches):
             idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             q = encoder.forward(texts.texts([states[i] for i in idx]))
-            loss = info_nce(q, passage_vecs, torch.from_numpy(pos[idx]),
-                            torch.from_numpy(neg[idx]), cfg.tau)
+            loss = info_nce(q.float(), passage_vecs, torch.from_numpy(pos[idx]).to(device),
+                            torch.from_numpy(neg[idx]).to(device), cfg.tau)
             opt.zero_grad()
             loss.backward()  # type: ignore[attr-defined]
             opt.step()
@@ -275,6 +269,8 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
         timing["train"] = time.perf_counter() - t0
         history.append({"epoch": epoch + 1, "gold_states": len(gold_half),
                         "other_states": len(other), "reached_pool": len(pool),
+                        "other_digest": states_digest(other),
+                        "pool_digest": states_digest(pool),
                         "loss": round(float(np.mean(losses)), 5),
                         "seconds": {k: round(v, 3) for k, v in timing.items()}})
         manifest = {"format": FORMAT, "format_version": 1, "config": config,
@@ -283,7 +279,7 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
                     "index_embedder": index.identity,
                     "corpus_fingerprint": index.manifest.get("corpus_fingerprint"),
                     "states_from": None if states_from is None else str(states_from),
-                    "versions": _versions(),
+                    "versions": versions(CHAIN_VERSIONED),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         _write_checkpoint(out, encoder, opt, params, manifest)
     return TrainResult(out, cfg.epochs, history)

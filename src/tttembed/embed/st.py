@@ -6,7 +6,8 @@
 downloads at run time by surprise).
 
 Options: ``query_prompt`` / ``document_prompt`` (prefixes such as E5's ``"query: "`` or
-Qwen3-Embedding's ``"Instruct: ...\\nQuery: "``), ``batch_size``, ``device``,
+Qwen3-Embedding's ``"Instruct: ...\\nQuery: "``), ``batch_size``, ``device`` (default:
+``tttembed.devices.pick_device``: ``TTTEMBED_DEVICE``, else cuda when present, else cpu),
 ``max_seq_length``.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.devices import pick_device
 from tttembed.embed.base import Kind, check_kind, l2_normalize
 from tttembed.errors import BackendError, ConfigError, MissingDependency
 
@@ -43,7 +45,7 @@ def resolve_model(rest: str) -> str:
     return rest
 
 
-def load_sentence_transformer(rest: str, *, device: str = "cpu", allow_download: bool = False,
+def load_sentence_transformer(rest: str, *, device: str | None = None, allow_download: bool = False,
                               **kwargs: Any) -> Any:
     """Load a SentenceTransformer from a st: spec's rest, offline unless allowed."""
     path = resolve_model(rest)
@@ -61,7 +63,7 @@ def load_sentence_transformer(rest: str, *, device: str = "cpu", allow_download:
     if not local and not allow_download:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        return SentenceTransformer(path, device=device,
+        return SentenceTransformer(path, device=pick_device(device),
                                    local_files_only=not allow_download or local, **kwargs)
     except (OSError, ValueError) as exc:
         raise BackendError(
@@ -74,7 +76,7 @@ class SentenceTransformerEmbedder:
     """Embedder backed by a local sentence-transformers model."""
 
     def __init__(self, rest: str, *, query_prompt: str = "", document_prompt: str = "",
-                 batch_size: int = 64, device: str = "cpu", max_seq_length: int | None = None,
+                 batch_size: int = 64, device: str | None = None, max_seq_length: int | None = None,
                  allow_download: bool = False, model: Any = None) -> None:
         self.spec = f"st:{rest}"
         self.query_prompt = query_prompt

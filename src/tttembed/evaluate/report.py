@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.evaluate.stats import aubc, compare
-from tttembed.figures import save_figure
+from tttembed.reporting import markdown_table, pyplot, save_figure, write_json, write_text
 
 MAIN = "ndcg@10"
 METRICS = ("ndcg@10", "recall@100")
@@ -152,25 +152,21 @@ def _light(result: Mapping[str, Any]) -> dict[str, Any]:
 def write_report(result: Mapping[str, Any], out: str | Path, plots: bool = True,
                  per_query: bool = True) -> list[Path]:
     """results.json (every number, config, versions, fingerprints), per_query.json (each
-    query's metrics in every row; large for big studies), report.md and PNG plots."""
+    query's metrics in every row; large for big studies), report.md and PNG plots.
+
+    Each file is written atomically; in the JSON files NaN is null and objects JSON cannot
+    hold (paths) are strings."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    p = out / "results.json"
-    p.write_text(json.dumps(_light(result), indent=1, sort_keys=True, default=str) + "\n")
-    written.append(p)
-    pq = {s["scorer"]: [{"protocol": r["protocol"], "method": r["method"], "B": r["B"],
-                         "setting": r["setting"], "per_query": r["per_query"]}
-                        for r in s["rows"]] for s in result["sections"]}
+    written = [write_json(out / "results.json", _light(result), indent=1)]
     if per_query:
-        p = out / "per_query.json"
-        p.write_text(json.dumps(pq, sort_keys=True, default=str))
-        written.append(p)
+        pq = {s["scorer"]: [{"protocol": r["protocol"], "method": r["method"], "B": r["B"],
+                             "setting": r["setting"], "per_query": r["per_query"]}
+                            for r in s["rows"]] for s in result["sections"]}
+        written.append(write_json(out / "per_query.json", pq, indent=None))
     images = make_plots(result, out) if plots else []
     written += images
-    p = out / "report.md"
-    p.write_text(markdown(result, [i.name for i in images]))
-    written.append(p)
+    written.append(write_text(out / "report.md", markdown(result, [i.name for i in images])))
     return written
 
 
@@ -212,12 +208,6 @@ TITLES = {"fixed": "Fixed population (learn from S_B, evaluate on all queries)",
           "alpha": "Alpha ablation (task-wise states from n rewarded queries per task)",
           "breadth-depth": "Breadth vs depth at fixed b = rho * k",
           "objectives": "Objective comparison (same pairs)"}
-
-
-def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def per_task_rows(section: Mapping[str, Any], protocol: str = "fixed") -> tuple[list[str], list[list[str]]]:
@@ -262,17 +252,17 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
             rows = table_rows(s, proto)
             if not rows:
                 continue
-            lines += ["", f"### {TITLES[proto]}", "", _md_table(HEAD, rows), ""]
+            lines += ["", f"### {TITLES[proto]}", "", markdown_table(HEAD, rows)]
             if proto == "fixed":
                 if s["aubc"]:
                     lines += ["AUBC (mean Δ nDCG@10 per log-budget, ×100): " + ", ".join(
                         f"{m} {_pct(v)}" for m, v in sorted(s["aubc"].items(),
                                                              key=lambda kv: -kv[1])), ""]
                 head, prow = per_task_rows(s)
-                lines += ["Per task (nDCG@10, Δ vs raw):", "", _md_table(head, prow), ""]
+                lines += ["Per task (nDCG@10, Δ vs raw):", "", markdown_table(head, prow)]
             if proto == "heldout" or proto == "loto":
                 head, prow = per_task_rows(s, proto)
-                lines += ["Per task:", "", _md_table(head, prow), ""]
+                lines += ["Per task:", "", markdown_table(head, prow)]
             if proto == "loto" and s["loto_mean_delta"] is not None:
                 lines += [f"Mean Δ over held-out tasks: {_pct(s['loto_mean_delta'])}", ""]
             if proto == "alpha" and s["alpha_regret"]:
@@ -282,12 +272,12 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                                               for n in reg["by_n"]]]
                       for a, v in reg["regret"].items()]
                 lines += [f"Regret to the per-setting oracle alpha ({reg['settings']} settings "
-                          "(task, n)), nDCG@10 ×100:", "", _md_table(head, rr), ""]
+                          "(task, n)), nDCG@10 ×100:", "", markdown_table(head, rr)]
     comp = scorer_comparison(result)
     if comp:
         head, rows = comp
         lines += ["## Reward models compared (Δ nDCG@10 vs raw, ×100, same pairs)", "",
-                  _md_table(head, rows), ""]
+                  markdown_table(head, rows)]
     for img in images:
         lines += [f"![{img}]({img})", ""]
     return "\n".join(lines) + "\n"
@@ -315,11 +305,7 @@ def scorer_comparison(result: Mapping[str, Any]) -> tuple[list[str], list[list[s
 
 def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
     """gain_<scorer>.png: Δ nDCG@10 vs log b per method; tasks_<scorer>.png: per-task bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     paths = []
     for i, s in enumerate(result["sections"]):
         fixed = [r for r in s["rows"] if r["protocol"] == "fixed" and r["B"] > 0]

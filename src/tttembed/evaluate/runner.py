@@ -26,6 +26,7 @@ from tttembed.evaluate import analyses as A
 from tttembed.evaluate import protocols as P
 from tttembed.evaluate.report import summarise
 from tttembed.evaluate.tasks import EvalTask, load_eval_tasks, task_index
+from tttembed.reporting import versions
 
 PROTOCOLS = ("fixed", "heldout", "loto")
 ANALYSES = ("alpha", "breadth-depth", "objectives")
@@ -205,21 +206,9 @@ class RewardSource:
         return out
 
 
-def _versions() -> dict[str, str]:
-    """Versions of what made the numbers (package metadata only: nothing heavy imported)."""
-    import platform
-    from importlib import metadata
-
-    import tttembed
-
-    out = {"tttembed": tttembed.__version__, "python": platform.python_version()}
-    for dist in ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
-                 "transformers", "bm25s"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+#: Distributions whose versions results.json records (besides tttembed and python).
+VERSIONED = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
+             "transformers", "bm25s")
 
 
 def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
@@ -242,7 +231,8 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
         src = RewardSource(spec, work, cfg)
         base = {"embedder": emb.identity, "tasks": fingerprints,
                 "queries": [len(t.queries) for t in work.tasks], "scorer": src.identity(),
-                "split": cfg.split, "version": _versions()["tttembed"], "cells": CELLS_VERSION}
+                "split": cfg.split, "version": versions(())["tttembed"],
+                "cells": CELLS_VERSION}
         if cfg.train_split:
             base["train_split"] = cfg.train_split
         cells = CellCache(cells_root, base)
@@ -302,7 +292,7 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
     return {
         "format": "tttembed-eval/1",
         "config": asdict(cfg),
-        "versions": _versions(),
+        "versions": versions(VERSIONED),
         "embedder_identity": emb.identity,
         "tasks": [{"name": t.name, "source": t.source, "split": t.split,
                    "corpus_fingerprint": t.fingerprint, "documents": len(t.corpus),

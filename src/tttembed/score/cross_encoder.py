@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.devices import pick_device
 from tttembed.errors import BackendError, ConfigError, MissingDependency
 from tttembed.score.base import Item
 
@@ -54,13 +55,12 @@ class CrossEncoderScorer:
             raise ConfigError("cross-encoder: spec needs a model folder or cached hub name, "
                               "e.g. 'cross-encoder:cross-encoder/ms-marco-MiniLM-L6-v2'")
         try:
-            import torch
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
             raise MissingDependency("sentence-transformers", "rerank") from exc
         self.spec = f"cross-encoder:{rest}"
         self.batch_size = int(batch_size)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = pick_device(device)
         kwargs: dict[str, Any] = {"device": device, "local_files_only": True}
         if max_length is not None:
             kwargs["max_length"] = int(max_length)

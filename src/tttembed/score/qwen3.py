@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.devices import pick_device
 from tttembed.errors import BackendError, ConfigError, MissingDependency
 from tttembed.score.base import Item
 
@@ -171,7 +172,7 @@ class Qwen3Reranker:
         self.spec = f"qwen3-reranker:{rest}"
         self.instruction = instruction
         self.batch_size = int(batch_size)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = pick_device(device)
         if dtype == "auto":
             dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         try:

@@ -1,0 +1,220 @@
+"""Writing reports: versions, JSON (atomic, NaN as null), Markdown tables, PNG plots.
+
+Shared by the evaluation harness (``tttembed.evaluate.report``) and the chain evaluation
+(``tttembed.chain.api``); nothing here knows about either. Light at import time:
+matplotlib is imported by the plotting functions only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import platform
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tttembed import __version__
+from tttembed.errors import MissingDependency
+
+DISTRIBUTIONS = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
+                 "transformers", "peft", "bm25s")
+
+
+# --- versions ---------------------------------------------------------------------------
+
+def versions(distributions: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:
+    """``tttembed`` and ``python`` versions, then each installed distribution's (absent ones
+    are skipped). Package metadata only: nothing heavy is imported."""
+    out = {"tttembed": __version__, "python": platform.python_version()}
+    for name in distributions:
+        if name in out:
+            continue
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+# --- JSON -------------------------------------------------------------------------------
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return k
+    if hasattr(k, "item") and getattr(k, "ndim", None) == 0:  # numpy scalar
+        k = k.item()
+    if k is None or isinstance(k, bool):
+        return json.dumps(k)
+    return str(k)
+
+
+def clean(obj: Any) -> Any:
+    """A JSON-safe copy: NaN/inf become None, tuples and numpy arrays lists, numpy scalars
+    Python numbers, mapping keys strings, sets sorted lists; anything else that JSON cannot
+    hold (a Path, a datetime) becomes ``str(obj)``."""
+    if obj is None or isinstance(obj, (str, bool, int)):
+        return obj
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {_key(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [clean(v) for v in sorted(obj, key=repr)]
+    if hasattr(obj, "tolist") and hasattr(obj, "ndim"):  # numpy array or scalar
+        return clean(obj.tolist())
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        return clean(float(obj))
+    return str(obj)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) atomically: a temporary file in the same folder, then a rename,
+    so a reader never sees half a file. Creates the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> Path:
+    """Atomic JSON write of ``clean(obj)`` with sorted keys (NaN as null)."""
+    text = json.dumps(clean(obj), indent=indent, sort_keys=True, ensure_ascii=False)
+    return write_text(path, text + "\n")
+
+
+def write_results(path: str | os.PathLike[str], config: Mapping[str, Any],
+                  results: Mapping[str, Any], *,
+                  distributions: Sequence[str] = DISTRIBUTIONS) -> Path:
+    """results.json: ``{"config", "versions", "created", "results"}``."""
+    return write_json(path, {"config": dict(config), "versions": versions(distributions),
+                             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "results": dict(results)})
+
+
+# --- Markdown ---------------------------------------------------------------------------
+
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A table cell: None and NaN as an en dash, floats with ``digits`` decimals."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy scalar
+        value = value.item()
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _cell(value: Any, digits: int = 2) -> str:
+    return " ".join(fmt(value, digits).split("\n")).replace("|", "\\|")
+
+
+def markdown_table(headers: Sequence[Any], rows: Sequence[Sequence[Any]],
+                   digits: int = 2) -> str:
+    """A GitHub Markdown table ending in a newline. Columns holding only numbers (or None)
+    are right-aligned; floats get ``digits`` decimals; ``|`` in a cell is escaped."""
+    for row in rows:
+        if len(row) != len(headers):
+            raise ValueError(f"a table row has {len(row)} cells for {len(headers)} headers")
+    numeric = [bool(rows) and all(_number(r[i]) or r[i] is None for r in rows)
+               for i in range(len(headers))]
+    lines = ["| " + " | ".join(_cell(h) for h in headers) + " |",
+             "|" + "|".join("---:" if num else "---" for num in numeric) + "|"]
+    lines += ["| " + " | ".join(_cell(v, digits) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# --- plots ------------------------------------------------------------------------------
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot``, on the Agg backend unless pyplot was already imported (a
+    notebook keeps its backend)."""
+    try:
+        import matplotlib
+
+        if "matplotlib.pyplot" not in sys.modules:
+            matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingDependency("matplotlib", "report") from exc
+    return plt
+
+
+def save_figure(plt: Any, fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
+    """Lay out, write atomically (creating the folder) and close a matplotlib figure; the
+    format follows the file's suffix (PNG when it has none)."""
+    path = Path(path)
+    try:
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _values(values: Sequence[Any]) -> list[float]:
+    return [float("nan") if v is None else float(v) for v in values]
+
+
+def bar_plot(path: str | os.PathLike[str], groups: Sequence[str],
+             series: Mapping[str, Sequence[float | None]], *, title: str = "",
+             ylabel: str = "") -> Path:
+    """Grouped bars: one group per label in ``groups``, one bar per series (None: no bar)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(groups) * max(len(series), 1) / 2), 3.2))
+    width = 0.8 / max(len(series), 1)
+    for j, (name, values) in enumerate(series.items()):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        ax.bar(xs, _values(values), width, label=name)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
+    return save_figure(plt, fig, path)
+
+
+def line_plot(path: str | os.PathLike[str], x: Sequence[float],
+              series: Mapping[str, Sequence[float | None]], *, title: str = "",
+              xlabel: str = "", ylabel: str = "") -> Path:
+    """One line per series over shared x values (None: a gap)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    for name, values in series.items():
+        ax.plot(list(x), _values(values), marker="o", label=name)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if series:
+        ax.legend(fontsize=7)
+    return save_figure(plt, fig, path)
+
+
+__all__ = ["DISTRIBUTIONS", "bar_plot", "clean", "fmt", "line_plot", "markdown_table",
+           "pyplot", "save_figure", "versions", "write_json", "write_results", "write_text"]
