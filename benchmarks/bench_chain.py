@@ -98,6 +98,8 @@ def main() -> int:
     texts = state_texts(task, loaded.embedder.model, args.max_seq_length)
     single_shot(n, text_of, encode, search)  # warm-up (model load)
     singles, chains, beams = [], [], []
+    chain_phase = dict.fromkeys(phase, 0.0)    # summed over the repeats
+    warm_phase = dict.fromkeys(phase, 0.0)
     for _ in range(args.repeats):
         # a fresh StateTexts before each timed run: no state text or token offsets cached
         # from an earlier run (a cold start, as for questions never seen before)
@@ -111,7 +113,8 @@ def main() -> int:
         t0 = time.perf_counter()
         greedy_chain(n, text_of, encode, search, steps)
         chains.append(time.perf_counter() - t0)
-        chain_phase = dict(phase)
+        for key in phase:
+            chain_phase[key] += phase[key]
         texts = state_texts(task, loaded.embedder.model, args.max_seq_length)
         t0 = time.perf_counter()
         beam_chain(n, text_of, encode, search, steps, width=4)
@@ -135,7 +138,8 @@ def main() -> int:
         t0 = time.perf_counter()
         greedy_chain(n, text_of, encode, search, steps)
         w_chains.append(time.perf_counter() - t0)
-        warm_phase = dict(phase)
+        for key in phase:
+            warm_phase[key] += phase[key]
     w_single, w_chain = statistics.median(w_singles), statistics.median(w_chains)
     single, chain, beam = (statistics.median(x) for x in (singles, chains, beams))
     seen = []
@@ -160,7 +164,7 @@ def main() -> int:
 
     print(f"  device {loaded.embedder.model.device}, torch threads {torch.get_num_threads()}, "
           f"encode batch {loaded.embedder.batch_size}")
-    print("  chain time split: " + ", ".join(f"{k} {v / chain * 100:.0f}%"
+    print("  chain time split: " + ", ".join(f"{k} {v / sum(chains) * 100:.0f}%"
                                              for k, v in chain_phase.items()))
     print(f"beam search, W=4: {beam / n * 1000:.1f} ms/question "
           f"(ratio to greedy {beam / chain:.2f})")
@@ -169,7 +173,7 @@ def main() -> int:
     print(f"  single {w_single / n * 1000:.2f} ms/question, greedy chain "
           f"{w_chain / n * 1000:.2f} ms/question, ratio chain / (T x single) = "
           f"{w_chain / (steps * w_single):.2f} (goal <= 1.3)")
-    print("  chain time split: " + ", ".join(f"{k} {v / w_chain * 100:.0f}%"
+    print("  chain time split: " + ", ".join(f"{k} {v / sum(w_chains) * 100:.0f}%"
                                              for k, v in warm_phase.items()))
     if args.skip_train:
         return 0
