@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tttembed.reporting import markdown_table
+from tttembed.reporting import fmt, markdown_table
 
 
 def load(folder: str) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def analyses(folder: str) -> str:
     out += [f"Next-step success (%) on the {rec['n_states']} fixed states reached by "
             f"`{rec['reference']}`:", "",
             markdown_table(["encoder", "0 wrong", "1 wrong", ">=2 wrong"],
-                           [[n, *[f"{v[b]['rate']} (n={v[b]['n']})" for b in ("0", "1", ">=2")]]
+                           [[n, *[f"{fmt(v[b]['rate'])} (n={v[b]['n']})" for b in ("0", "1", ">=2")]]
                             for n, v in rec["by_encoder"].items()])]
     d = {k: v for k, v in r["deletion"].items() if k != "reference"}
     out += ["Deletion counterfactual (next-step success %, states holding a wrong passage):",
