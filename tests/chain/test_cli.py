@@ -53,6 +53,7 @@ def test_train_then_eval_writes_the_report(tiny_data, tmp_path):
     assert {"single-shot (untrained)", "chain (untrained)", "chain (gold)",
             "chain (on-policy)", "beam2 (gold)"} <= set(systems)
     assert results["config"]["reference"] == "gold" and "torch" in results["versions"]
+    assert results["config"]["device"].split(":")[0] in ("cpu", "cuda", "mps")
     assert set(results["results"]["recovery"]["by_encoder"]) == {"untrained", "gold",
                                                                  "on-policy"}
     assert "Next-step success" in (rep / "report.md").read_text()

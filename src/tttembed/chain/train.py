@@ -279,7 +279,7 @@ def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
                     "index_embedder": index.identity,
                     "corpus_fingerprint": index.manifest.get("corpus_fingerprint"),
                     "states_from": None if states_from is None else str(states_from),
-                    "versions": versions(CHAIN_VERSIONED),
+                    "versions": versions(CHAIN_VERSIONED), "device": str(device),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         _write_checkpoint(out, encoder, opt, params, manifest)
     return TrainResult(out, cfg.epochs, history)

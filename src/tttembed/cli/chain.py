@@ -163,7 +163,8 @@ def eval_(data: Data,
                            progress=None if quiet else lambda msg: console.print(msg))
     config = {"data": str(data), "split": split, "embedder": embedder, "steps": total,
               "beam": beam, "encoders": dict(encoders), "reference": ref,
-              "n_questions": len(loaded.task.golds), "max_seq_length": max_seq_length}
+              "n_questions": len(loaded.task.golds), "max_seq_length": max_seq_length,
+              "device": str(loaded.embedder.model.device)}   # the latencies depend on it
     api.write_report(out, config, results)
     for name, m in results["systems"].items():
         _metrics_table(name, m)
