@@ -59,6 +59,35 @@ def tiny_loaded(tiny_data, minilm, tmp_path_factory):
     return chain_task(chains, corpus, handle.doc_ids), handle, minilm
 
 
+def tiny_config(**kw):
+    """The short TrainConfig of the chain training tests (overrides as keywords)."""
+    from tttembed.chain.train import TrainConfig
+
+    base = dict(epochs=1, batch_size=4, max_seq_length=48, n_neg=4, seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="session")
+def gold_checkpoint(tiny_loaded, tmp_path_factory):
+    """(folder, TrainResult) of a one-epoch gold run on the tiny dataset, shared by the
+    training tests: copy the folder before changing it."""
+    import torch
+
+    from tttembed.chain.setup import frozen_encode
+    from tttembed.chain.train import train_chain
+
+    task, index, emb = tiny_loaded
+    out = tmp_path_factory.mktemp("ckpt") / "gold"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)       # a session fixture runs before the module pin below
+    try:
+        result = train_chain(task, index, frozen_encode(emb), tiny_config(regime="gold"), out)
+    finally:
+        torch.set_num_threads(before)
+    return out, result
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _one_torch_thread():
     """One intra-op thread: on a small shared CI machine, more threads only contend

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.chain.conftest import tiny_config
 from tttembed.chain.regimes import (
     REGIMES,
     epoch_rng,
@@ -179,30 +180,11 @@ def test_without_shared_pool_each_state_uses_its_own_ranking():
 
 # --- integration on the tiny dataset --------------------------------------------------
 
-def _cfg(**kw):
-    from tttembed.chain.train import TrainConfig
-
-    base = dict(epochs=1, batch_size=4, max_seq_length=48, n_neg=4, seed=3)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-@pytest.fixture(scope="module")
-def gold_ckpt(tiny_loaded, tmp_path_factory):
-    from tttembed.chain.setup import frozen_encode
-    from tttembed.chain.train import train_chain
-
-    task, index, emb = tiny_loaded
-    out = tmp_path_factory.mktemp("regckpt") / "gold"
-    train_chain(task, index, frozen_encode(emb), _cfg(regime="gold"), out)
-    return out
-
-
 STEPS = 8      # long runs reach more states than the 9 gold ones: sampling matters
 
 
 @pytest.fixture(scope="module")
-def first_pool(gold_ckpt, tiny_loaded):
+def first_pool(gold_checkpoint, tiny_loaded):
     """The gold checkpoint's reached states, computed here independently of train_chain."""
     from tttembed.chain.search import greedy_chain
     from tttembed.chain.setup import state_texts
@@ -210,14 +192,14 @@ def first_pool(gold_ckpt, tiny_loaded):
     from tttembed.chain.train import load_encoder
 
     task, index, _ = tiny_loaded
-    enc = load_encoder(gold_ckpt, max_seq_length=48, index=index)
+    enc = load_encoder(gold_checkpoint[0], max_seq_length=48, index=index)
     texts = state_texts(task, enc.model, 48)
     run = greedy_chain(len(task.golds), texts.text, enc.encode, index.search, STEPS)
     return reached_states(run.picked, task.golds)
 
 
 @pytest.mark.parametrize("regime", ["static", "resampled"])
-def test_reached_regimes_sample_the_first_runs_pool(regime, gold_ckpt, first_pool,
+def test_reached_regimes_sample_the_first_runs_pool(regime, gold_checkpoint, first_pool,
                                                     tiny_loaded, tmp_path):
     from tttembed.chain.setup import frozen_encode
     from tttembed.chain.train import train_chain
@@ -228,8 +210,8 @@ def test_reached_regimes_sample_the_first_runs_pool(regime, gold_ckpt, first_poo
     subsets = {states_digest(first_pool[:i] + first_pool[i + 1:]): i
                for i in range(len(first_pool))}
     result = train_chain(task, index, frozen_encode(emb),
-                         _cfg(regime=regime, epochs=2, steps=STEPS), tmp_path / regime,
-                         states_from=gold_ckpt)
+                         tiny_config(regime=regime, epochs=2, steps=STEPS), tmp_path / regime,
+                         states_from=gold_checkpoint[0])
     hist = result.history
     for h in hist:
         assert h["gold_states"] == n_gold and h["other_states"] == n_gold
@@ -249,7 +231,7 @@ def test_synthetic_resampled_redraws_each_epoch(tiny_loaded, tmp_path):
     task, index, emb = tiny_loaded
     n_gold = len(gold_states(task.golds))
     hist = train_chain(task, index, frozen_encode(emb),
-                       _cfg(regime="synthetic-resampled", epochs=2),
+                       tiny_config(regime="synthetic-resampled", epochs=2),
                        tmp_path / "synres").history
     assert hist[0]["other_digest"] != hist[1]["other_digest"]
     for h in hist:
@@ -257,19 +239,19 @@ def test_synthetic_resampled_redraws_each_epoch(tiny_loaded, tmp_path):
         assert h["pool_digest"] == states_digest([])
 
 
-def test_resuming_a_checkpoint_written_without_digests(gold_ckpt, tiny_loaded, tmp_path):
+def test_resuming_a_checkpoint_written_without_digests(gold_checkpoint, tiny_loaded, tmp_path):
     from tttembed.chain.setup import frozen_encode
     from tttembed.chain.train import train_chain
 
     task, index, emb = tiny_loaded
     out = tmp_path / "old"
-    shutil.copytree(gold_ckpt, out)
+    shutil.copytree(gold_checkpoint[0], out)
     mpath = out / "manifest.json"
     manifest = json.loads(mpath.read_text())
     for h in manifest["history"]:
         del h["other_digest"], h["pool_digest"]
     mpath.write_text(json.dumps(manifest))
-    hist = train_chain(task, index, frozen_encode(emb), _cfg(regime="gold", epochs=2),
+    hist = train_chain(task, index, frozen_encode(emb), tiny_config(regime="gold", epochs=2),
                        out).history
     assert [h["epoch"] for h in hist] == [1, 2]
     assert "other_digest" not in hist[0]

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.chain.conftest import tiny_config
 from tttembed.chain.regimes import (
     epoch_rng,
     info_nce,
@@ -68,27 +69,8 @@ def test_state_sampling_is_seeded_and_synthetic_states_hold_one_wrong_passage():
         assert n_wrong(hist, golds[qi]) == 1 and missing_gold(hist, golds[qi])
 
 
-def _cfg(**kw):
-    from tttembed.chain.train import TrainConfig
-
-    base = dict(epochs=1, batch_size=4, max_seq_length=48, n_neg=4, seed=3)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-@pytest.fixture(scope="module")
-def gold_ckpt(tiny_loaded, tmp_path_factory):
-    from tttembed.chain.setup import frozen_encode
-    from tttembed.chain.train import train_chain
-
-    task, index, emb = tiny_loaded
-    out = tmp_path_factory.mktemp("ckpt") / "gold"
-    result = train_chain(task, index, frozen_encode(emb), _cfg(regime="gold"), out)
-    return out, result
-
-
-def test_gold_training_writes_a_checkpoint_with_manifest(gold_ckpt, tiny_loaded):
-    out, result = gold_ckpt
+def test_gold_training_writes_a_checkpoint_with_manifest(gold_checkpoint, tiny_loaded):
+    out, result = gold_checkpoint
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == "tttembed-chain-encoder"
     assert manifest["epochs_done"] == 1 and manifest["config"]["regime"] == "gold"
@@ -102,7 +84,7 @@ def test_gold_training_writes_a_checkpoint_with_manifest(gold_ckpt, tiny_loaded)
     assert np.isfinite(result.history[0]["loss"])
 
 
-def test_fresh_adapter_equals_frozen_and_trained_one_differs(gold_ckpt, tiny_loaded):
+def test_fresh_adapter_equals_frozen_and_trained_one_differs(gold_checkpoint, tiny_loaded):
     from tttembed.chain.train import load_encoder
 
     _, index, emb = tiny_loaded
@@ -110,12 +92,12 @@ def test_fresh_adapter_equals_frozen_and_trained_one_differs(gold_ckpt, tiny_loa
     frozen = emb.encode(texts, "query")
     fresh = load_encoder(None, max_seq_length=48).encode(texts)
     np.testing.assert_allclose(fresh, frozen, atol=1e-5)
-    trained = load_encoder(gold_ckpt[0], max_seq_length=48, index=index).encode(texts)
+    trained = load_encoder(gold_checkpoint[0], max_seq_length=48, index=index).encode(texts)
     assert np.abs(trained - frozen).max() > 1e-4
     np.testing.assert_allclose(np.linalg.norm(trained, axis=1), 1.0, atol=1e-5)
 
 
-def test_resume_continues_after_the_last_epoch(gold_ckpt, tiny_loaded, tmp_path):
+def test_resume_continues_after_the_last_epoch(gold_checkpoint, tiny_loaded, tmp_path):
     import shutil
 
     from tttembed.chain.setup import frozen_encode
@@ -123,32 +105,32 @@ def test_resume_continues_after_the_last_epoch(gold_ckpt, tiny_loaded, tmp_path)
 
     task, index, emb = tiny_loaded
     out = tmp_path / "gold"
-    shutil.copytree(gold_ckpt[0], out)
-    done = train_chain(task, index, frozen_encode(emb), _cfg(regime="gold"), out)
+    shutil.copytree(gold_checkpoint[0], out)
+    done = train_chain(task, index, frozen_encode(emb), tiny_config(regime="gold"), out)
     assert len(done.history) == 1                      # already finished: nothing to do
-    more = train_chain(task, index, frozen_encode(emb), _cfg(regime="gold", epochs=2), out)
+    more = train_chain(task, index, frozen_encode(emb), tiny_config(regime="gold", epochs=2), out)
     assert [h["epoch"] for h in more.history] == [1, 2]
     assert json.loads((out / "manifest.json").read_text())["epochs_done"] == 2
     with pytest.raises(ConfigError, match="another configuration"):
-        train_chain(task, index, frozen_encode(emb), _cfg(regime="gold", lr=1e-3), out)
+        train_chain(task, index, frozen_encode(emb), tiny_config(regime="gold", lr=1e-3), out)
 
 
-def test_on_policy_uses_reached_states(gold_ckpt, tiny_loaded, tmp_path):
+def test_on_policy_uses_reached_states(gold_checkpoint, tiny_loaded, tmp_path):
     from tttembed.chain.setup import frozen_encode
     from tttembed.chain.train import train_chain
 
     task, index, emb = tiny_loaded
     with pytest.raises(ConfigError, match="states-from"):
-        train_chain(task, index, frozen_encode(emb), _cfg(regime="on-policy"), tmp_path / "x")
-    result = train_chain(task, index, frozen_encode(emb), _cfg(regime="on-policy", epochs=2),
-                         tmp_path / "op", states_from=gold_ckpt[0])
+        train_chain(task, index, frozen_encode(emb), tiny_config(regime="on-policy"), tmp_path / "x")
+    result = train_chain(task, index, frozen_encode(emb), tiny_config(regime="on-policy", epochs=2),
+                         tmp_path / "op", states_from=gold_checkpoint[0])
     first, second = result.history
     n_gold = len(gold_states(task.golds))
     for h in (first, second):
         assert h["gold_states"] == n_gold
         assert 0 < h["other_states"] <= n_gold and h["reached_pool"] >= h["other_states"]
     manifest = json.loads((tmp_path / "op" / "manifest.json").read_text())
-    assert manifest["states_from"] == str(gold_ckpt[0])
+    assert manifest["states_from"] == str(gold_checkpoint[0])
 
 
 def test_synthetic_and_shared_pool_regimes_run(tiny_loaded, tmp_path):
@@ -157,12 +139,12 @@ def test_synthetic_and_shared_pool_regimes_run(tiny_loaded, tmp_path):
 
     task, index, emb = tiny_loaded
     result = train_chain(task, index, frozen_encode(emb),
-                         _cfg(regime="synthetic", shared_negatives=True), tmp_path / "syn")
+                         tiny_config(regime="synthetic", shared_negatives=True), tmp_path / "syn")
     assert result.history[0]["other_states"] > 0
 
 
 def test_bad_config_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown regime"):
-        _cfg(regime="offline").check()
+        tiny_config(regime="offline").check()
     with pytest.raises(ConfigError):
-        _cfg(epochs=0).check()
+        tiny_config(epochs=0).check()
