@@ -34,9 +34,9 @@ def main() -> int:
     from tttembed.adapt.state import AdaptState
     from tttembed.data.beir import load_task
     from tttembed.index.search import encode_queries
-    from tttembed.learn import adapted_search
-    from tttembed.paths import cache_dir
-    from tttembed.workload import QuerySet
+    from tttembed.ttt.learn import adapted_search
+    from tttembed.core.paths import cache_dir
+    from tttembed.ttt.queries import QuerySet
 
     task = load_task(args.data, split="test")
     emb = api.load_embedder()

@@ -11,7 +11,7 @@
     OMP_NUM_THREADS=1 python benchmarks/bench_chain.py [--data ../shared/data/2wikimultihopqa]
         [--questions 100] [--train-questions 60] [--max-seq-length 128] [--repeats 3]
 
-The device follows tttembed.devices.pick_device (TTTEMBED_DEVICE, else cuda when present).
+The device follows tttembed.core.devices.pick_device (TTTEMBED_DEVICE, else cuda when present).
 On a CPU the encoder cost grows with the tokens encoded, and chain states are much longer
 than questions: the run prints the token ratio next to the time ratio.
 """

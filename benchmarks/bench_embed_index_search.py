@@ -44,7 +44,7 @@ def main() -> int:
         task = load_task(args.data, split="test")
         corpus, queries, source = task.corpus, task.queries, str(args.data)
     else:
-        from tttembed.democorpus import demo_task
+        from tttembed.demo.corpus import demo_task
 
         t = demo_task()
         corpus, queries, source = t.corpus, t.queries, "stdlib docstrings (demo)"
@@ -112,7 +112,7 @@ def raw_search(api, corpus, queries, inner, task) -> None:
     # [3] raw search of the test queries over the full corpus. The index is built once
     # (and reused from the user cache); queries go to the bare model, uncached, so the
     # encoding time is real model time.
-    from tttembed.paths import cache_dir
+    from tttembed.core.paths import cache_dir
 
     idx_dir = cache_dir() / "bench" / f"full-{len(corpus)}"
     emb3 = CachedEmbedder(inner)

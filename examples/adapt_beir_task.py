@@ -24,7 +24,7 @@ from tttembed.adapt.scopes import SCOPES
 from tttembed.data.beir import load_task
 from tttembed.evaluate.metrics import evaluate_per_query
 from tttembed.evaluate.stats import compare
-from tttembed.learn import (
+from tttembed.ttt.learn import (
     adapted_search,
     build_scorer,
     candidate_depth,
@@ -32,8 +32,8 @@ from tttembed.learn import (
     make_plan,
     rerank_runs,
 )
-from tttembed.paths import cache_dir
-from tttembed.workload import QuerySet, base_retrieval, run_from_arrays, score_pairs
+from tttembed.core.paths import cache_dir
+from tttembed.ttt.queries import QuerySet, base_retrieval, run_from_arrays, score_pairs
 
 
 def main() -> None:

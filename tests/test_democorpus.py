@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from tttembed.democorpus import (
+from tttembed.demo.corpus import (
     DEMO_MODULES,
     MAX_SIGNATURE_CHARS,
     MAX_TEXT_CHARS,
@@ -21,7 +21,7 @@ from tttembed.democorpus import (
     parse_queries,
     stdlib_corpus,
 )
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 #: The Python the shipped labels were checked against, id by id.
 LABELLED_ON = (3, 11)
@@ -204,7 +204,7 @@ def test_minilm_finds_a_sensible_share_of_answers(minilm):
 
 def test_titles_hold_no_memory_addresses():
     # addresses differ between processes and would change the text's cache key every run
-    from tttembed.democorpus import stdlib_corpus
+    from tttembed.demo.corpus import stdlib_corpus
 
     corpus = stdlib_corpus()
     assert not [d for d, doc in corpus.items() if " at 0x" in doc["title"]]

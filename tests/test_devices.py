@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from tttembed.devices import ENV, pick_device
+from tttembed.core.devices import ENV, pick_device
 
 
 def test_explicit_device_wins(monkeypatch):

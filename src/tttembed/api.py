@@ -17,7 +17,7 @@ from typing import Any
 
 from tttembed.embed.base import DEFAULT_EMBEDDER, get_embedder
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.errors import StateMismatch
+from tttembed.core.errors import StateMismatch
 from tttembed.index.search import SearchResult, read_run, write_run
 from tttembed.index.search import search as _search
 from tttembed.index.store import IndexHandle, build_index

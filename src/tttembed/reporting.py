@@ -1,4 +1,4 @@
-"""Writing reports: versions, JSON (atomic, NaN as null), Markdown tables, PNG plots.
+"""Writing reports: results.json, Markdown tables, PNG plots (files through core.io).
 
 Shared by the evaluation harness (``tttembed.evaluate.report``) and the chain evaluation
 (``tttembed.chain.api``); nothing here knows about either. Light at import time:
@@ -7,95 +7,17 @@ matplotlib is imported by the plotting functions only.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
-import platform
 import sys
-import time
-import uuid
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tttembed import __version__
-from tttembed.errors import MissingDependency
+from tttembed.core.errors import MissingDependency
+from tttembed.core.io import DISTRIBUTIONS, atomic_file, clean, now_utc, versions, write_json
 
-DISTRIBUTIONS = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
-                 "transformers", "peft", "bm25s")
-
-
-# --- versions ---------------------------------------------------------------------------
-
-def versions(distributions: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:
-    """``tttembed`` and ``python`` versions, then each installed distribution's (absent ones
-    are skipped). Package metadata only: nothing heavy is imported."""
-    out = {"tttembed": __version__, "python": platform.python_version()}
-    for name in distributions:
-        if name in out:
-            continue
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-# --- JSON -------------------------------------------------------------------------------
-
-def _key(k: Any) -> str:
-    if isinstance(k, str):
-        return k
-    if hasattr(k, "item") and getattr(k, "ndim", None) == 0:  # numpy scalar
-        k = k.item()
-    if k is None or isinstance(k, bool):
-        return json.dumps(k)
-    return str(k)
-
-
-def clean(obj: Any) -> Any:
-    """A JSON-safe copy: NaN/inf become None, tuples and numpy arrays lists, numpy scalars
-    Python numbers, mapping keys strings, sets sorted lists; anything else that JSON cannot
-    hold (a Path, a datetime) becomes ``str(obj)``."""
-    if obj is None or isinstance(obj, (str, bool, int)):
-        return obj
-    if isinstance(obj, float):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {_key(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return [clean(v) for v in sorted(obj, key=repr)]
-    if hasattr(obj, "tolist") and hasattr(obj, "ndim"):  # numpy array or scalar
-        return clean(obj.tolist())
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        return clean(float(obj))
-    return str(obj)
-
-
-def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) atomically: a temporary file in the same folder, then a rename,
-    so a reader never sees half a file. Creates the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> Path:
-    """Atomic JSON write of ``clean(obj)`` with sorted keys (NaN as null)."""
-    text = json.dumps(clean(obj), indent=indent, sort_keys=True, ensure_ascii=False)
-    return write_text(path, text + "\n")
 
 
 def write_results(path: str | os.PathLike[str], config: Mapping[str, Any],
@@ -103,7 +25,7 @@ def write_results(path: str | os.PathLike[str], config: Mapping[str, Any],
                   distributions: Sequence[str] = DISTRIBUTIONS) -> Path:
     """results.json: ``{"config", "versions", "created", "results"}``."""
     return write_json(path, {"config": dict(config), "versions": versions(distributions),
-                             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "created": now_utc(),
                              "results": dict(results)})
 
 
@@ -165,13 +87,8 @@ def save_figure(plt: Any, fig: Any, path: str | os.PathLike[str], dpi: int = 120
     path = Path(path)
     try:
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_file(path, "wb") as fh:
+            fig.savefig(fh, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
     finally:
         plt.close(fig)
     return path
@@ -217,4 +134,4 @@ def line_plot(path: str | os.PathLike[str], x: Sequence[float],
 
 
 __all__ = ["DISTRIBUTIONS", "bar_plot", "clean", "fmt", "line_plot", "markdown_table",
-           "pyplot", "save_figure", "versions", "write_json", "write_results", "write_text"]
+           "pyplot", "save_figure", "versions", "write_json", "write_results"]

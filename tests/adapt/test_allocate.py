@@ -17,7 +17,7 @@ from tttembed.adapt.allocate import (
     plan_rewards,
     water_fill_order,
 )
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 
 
 def _tasks(sizes):

@@ -13,7 +13,7 @@ from tttembed.adapt.objectives import (
     make_targets,
     reference_losses,
 )
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 

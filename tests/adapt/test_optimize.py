@@ -7,7 +7,7 @@ import pytest
 
 from tttembed.adapt.objectives import RIDGE, TAU_S, TAU_T, make_targets, reference_losses
 from tttembed.adapt.optimize import RewardBatch, learn_vectors
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 torch = pytest.importorskip("torch")
 

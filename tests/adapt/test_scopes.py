@@ -12,7 +12,7 @@ from tttembed.adapt.scopes import (
     make_groups,
     query_keys,
 )
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 
 QIDS = ["a", "b", "c", "d"]
 TASKS = ["fiqa", "scifact", "scifact", "scifact"]

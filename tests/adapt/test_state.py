@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tttembed.adapt.state import AdaptState, apply_state, apply_states, load_state, save_state
-from tttembed.errors import DataError, StateMismatch
+from tttembed.core.errors import DataError, StateMismatch
 
 ID = "st:bundled:all-MiniLM-L6-v2"
 

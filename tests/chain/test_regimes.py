@@ -20,7 +20,7 @@ from tttembed.chain.regimes import (
     states_digest,
 )
 from tttembed.chain.states import gold_states, missing_gold, n_wrong
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 GOLDS = [[1, 2, 3], [4, 5], [6, 7], [8, 9, 10]]
 HALF = gold_states(GOLDS)                                  # 10 gold states

@@ -15,7 +15,7 @@ from tttembed.chain.regimes import (
     synthetic_states,
 )
 from tttembed.chain.states import gold_states, missing_gold, n_wrong
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 
 def test_positive_is_earliest_missing_gold():

@@ -18,7 +18,7 @@ from tttembed.data import (
     load_task,
     resolve_task_path,
 )
-from tttembed.errors import DataError, TTTEmbedError
+from tttembed.core.errors import DataError, TTTEmbedError
 
 
 def write(path: Path, content: str | bytes) -> Path:

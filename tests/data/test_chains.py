@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import shared_dataset
 from tttembed.data import Chain, load_chains, load_multihop, load_task
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 
 def write(path: Path, content: str | bytes) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tttembed.data import load_queries
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 
 def write(path: Path, content: str | bytes) -> Path:

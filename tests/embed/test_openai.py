@@ -17,15 +17,15 @@ from tests.servers import Reply, Sleeps, closed_port_url
 from tttembed.embed.base import Embedder
 from tttembed.embed.openai import OpenAIEmbedder, from_spec
 from tttembed.embed.st import SentenceTransformerEmbedder
-from tttembed.errors import BackendError, ConfigError
-from tttembed.http import (
+from tttembed.core.errors import BackendError, ConfigError
+from tttembed.core.http import (
     DEFAULT_BASE_URL,
     RetryPolicy,
     map_ordered,
     retry_after_seconds,
     split_model_url,
 )
-from tttembed.registry import create
+from tttembed.core.registry import create
 
 openai_server = servers.openai_server  # the local OpenAI-compatible server fixture
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from tttembed.evaluate.protocols import EVAL_DEPTH, TaskData
 from tttembed.index.store import open_index, write_index
-from tttembed.workload import QuerySet
+from tttembed.ttt.queries import QuerySet
 
 
 def unit(a: np.ndarray) -> np.ndarray:
@@ -36,7 +36,7 @@ def make_task(root: Path, name: str, seed: int, n_docs: int = 60, n_queries: int
     index = open_index(path)
     queries = QuerySet.from_tasks({name: {f"q{q}": f"query {q}" for q in range(n_queries)}})
     scores, rows = index.search(x, EVAL_DEPTH)
-    from tttembed.workload import BaseRetrieval
+    from tttembed.ttt.queries import BaseRetrieval
 
     corpus = {d: {"title": "", "text": d} for d in doc_ids}
     return TaskData(name, index, corpus, queries, qrels,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 from tttembed.evaluate.methods import average_prf, reward_rocchio, rocchio_prf, unit_rows
 
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 from tttembed.evaluate.metrics import (
     evaluate,
     evaluate_per_query,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tttembed.adapt.allocate import budget_grid
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 from tttembed.evaluate import protocols as P
 from tttembed.evaluate.report import macro
 
@@ -112,7 +112,7 @@ def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
                        corpus_fingerprint="0" * 64)
     index = open_index(path)
     scores, rows = index.search(td.base.x, P.EVAL_DEPTH)
-    from tttembed.workload import BaseRetrieval
+    from tttembed.ttt.queries import BaseRetrieval
 
     qrels = {q: {f"a-{d}" if i % 2 else d: g for i, (d, g) in enumerate(docs.items())}
              for q, docs in td.qrels.items()}
@@ -129,7 +129,7 @@ def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
 def test_heldout_with_train_queries_evaluates_every_test_query(work):
     from dataclasses import replace
 
-    from tttembed.workload import BaseRetrieval, QuerySet
+    from tttembed.ttt.queries import BaseRetrieval, QuerySet
 
     t0 = work[0]
     k = 5

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 from tttembed.evaluate.runner import EvalConfig, run_eval
 from tttembed.evaluate.tasks import index_dir, load_eval_task
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 from tttembed.evaluate.stats import (
     Comparison,
     aubc,

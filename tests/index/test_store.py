@@ -8,7 +8,7 @@ import pytest
 from tests.fakes import HashEmbedder, tiny_corpus
 from tttembed import api
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.errors import ConfigError, DataError, StateMismatch
+from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.index.store import build_index, open_index
 
 

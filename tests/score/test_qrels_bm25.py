@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import shared_dataset
 from tttembed.data.beir import corpus_fingerprint, doc_text, load_qrels
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 from tttembed.score.base import Item, Scorer, get_scorer
 from tttembed.score.bm25 import BM25Scorer
 from tttembed.score.qrels import QrelsScorer

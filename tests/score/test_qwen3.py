@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from tttembed.errors import BackendError, ConfigError
+from tttembed.core.errors import BackendError, ConfigError
 from tttembed.score.base import Item, Scorer, get_scorer
 from tttembed.score.qwen3 import (
     DEFAULT_INSTRUCTION,

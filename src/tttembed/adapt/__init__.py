@@ -46,6 +46,7 @@ from tttembed.adapt.state import (
     apply_states,
     load_state,
     save_state,
+    state_owners,
     state_path,
 )
 
@@ -54,5 +55,5 @@ __all__ = [
     "TAU_T", "AdaptState", "Groups", "LearnResult", "RewardBatch", "alpha_from_counts",
     "apply_state", "apply_states", "check_objective", "check_scope", "group_key",
     "hyperparameters", "learn_vectors", "load_state", "loss_and_grad", "make_groups",
-    "make_targets", "query_key", "query_keys", "save_state", "state_path",
+    "make_targets", "query_key", "query_keys", "save_state", "state_owners", "state_path",
 ]

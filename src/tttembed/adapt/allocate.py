@@ -38,7 +38,7 @@ from itertools import islice
 
 import numpy as np
 
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 
 Pair = tuple[str, str]
 Candidates = Mapping[str, Sequence[str]]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 OBJECTIVES: tuple[str, ...] = ("kd", "rkl", "grpo")
 

@@ -49,7 +49,7 @@ from tttembed.adapt.objectives import (
     make_targets,
 )
 from tttembed.adapt.scopes import alpha_from_counts
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 #: Bytes of candidate vectors per chunk: large enough to amortise the per-chunk Python
 #: overhead, small enough that the second pass over the chunk hits cache.

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 
 SCOPES: tuple[str, ...] = ("global", "task", "query")
 #: Key of the single global group.

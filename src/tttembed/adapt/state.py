@@ -3,7 +3,7 @@
 On disk a state is ``vectors.npz`` (written with ``np.savez``: plain numeric and unicode
 arrays only, readable with ``np.load(allow_pickle=False)``) plus a JSON sidecar
 ``vectors.json`` next to it with the same manifest, for people and tools. Both are
-written to a temporary file first and moved into place with ``os.replace``.
+written whole or not at all (:mod:`tttembed.core.io`).
 
 npz members: ``vectors`` (G, d) float32, ``alpha`` (G,) float64, ``n_g`` (G,) int64,
 ``keys`` (G,) unicode (group keys, see :mod:`tttembed.adapt.scopes`) and ``manifest``,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,8 @@ import numpy as np
 
 from tttembed import __version__
 from tttembed.adapt.scopes import PRECEDENCE, check_scope
-from tttembed.errors import DataError, StateMismatch
+from tttembed.core.errors import DataError, StateMismatch
+from tttembed.core.io import atomic_file, dumps, refuse_existing
 
 FORMAT = "tttembed-state/1"
 FILENAME = "vectors.npz"
@@ -42,7 +42,14 @@ class AdaptState:
 
     ``keys[g]`` names group ``g``; ``vectors[g]`` is ``v_g``; ``alpha[g]`` its magnitude
     ``n_g / (n_g + 1)``. ``identity`` / ``dim`` are the embedder's (a state applies only
-    to query vectors of that embedder). ``budget`` is the number of scored pairs used.
+    to query vectors of that embedder). ``budget`` is the number of scored pairs used;
+    ``corpus_fingerprint`` the corpus of the index it was learned on ("" when learned
+    across several corpora). ``pairs`` counts the reward pairs (requested, served from the
+    ledger, paid, missing; for a dry run: requested, in the ledger, to pay), ``final_loss``
+    each group's loss (not saved) and ``source`` the file it was loaded from.
+
+        >>> state = tt.learn(index, "data/scifact", scorer=tt.load_scorer("bm25", index=index))
+        >>> state.save("vectors.npz")
     """
 
     scope: str
@@ -60,6 +67,11 @@ class AdaptState:
     budget: int = 0
     created: str = ""
     version: str = __version__
+    corpus_fingerprint: str = ""
+    pairs: dict[str, int] = field(default_factory=dict)
+    dry_run: bool = False
+    final_loss: np.ndarray | None = field(default=None, repr=False)
+    source: str = ""
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
@@ -75,6 +87,10 @@ class AdaptState:
             )
         if len(set(keys)) != g:
             raise DataError("state group keys must be unique")
+        if not (np.isfinite(vectors).all() and np.isfinite(alpha).all()):
+            raise DataError("state vectors or alphas are not finite (nan or inf)")
+        if ((alpha < 0) | (alpha > 1)).any():
+            raise DataError("state alphas must lie in [0, 1]")
         created = self.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
         for name, value in (("keys", keys), ("vectors", vectors), ("alpha", alpha),
                             ("n_g", n_g), ("dim", int(self.dim)), ("created", created)):
@@ -89,7 +105,30 @@ class AdaptState:
             "scorer": self.scorer, "reward_mapping": self.reward_mapping,
             "budget": int(self.budget), "rewarded_queries": int(self.n_g.sum()),
             "created": self.created, "tttembed_version": self.version,
+            "corpus_fingerprint": self.corpus_fingerprint, "pairs": dict(self.pairs),
         }
+
+    @property
+    def tasks(self) -> list[str]:
+        """The tasks this state applies to (``["*"]``: every task)."""
+        if self.scope == "global":
+            return ["*"]
+        if self.scope == "task":
+            return list(self.keys)
+        return list(dict.fromkeys(k.split("/", 1)[0] for k in self.keys))
+
+    @property
+    def label(self) -> str:
+        """How the CLI names it: its file, else its scope."""
+        return self.source or f"{self.scope}-wise state"
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the state (``.npz`` + ``.json`` sidecar); refuses to replace a file unless
+        ``overwrite``. Returns the ``.npz`` path.
+
+            >>> state.save("vectors.npz")
+        """
+        return save_state(path, self, overwrite=overwrite)
 
     def index(self) -> dict[str, int]:
         """Group key -> row."""
@@ -102,33 +141,29 @@ def state_path(path: str | os.PathLike[str]) -> Path:
     return p / FILENAME if p.is_dir() else p
 
 
-def save_state(path: str | os.PathLike[str], state: AdaptState) -> Path:
+def save_state(path: str | os.PathLike[str], state: AdaptState, *,
+               overwrite: bool = True) -> Path:
     """Write ``state`` to ``path`` (a ``.npz`` file or a directory) and its JSON sidecar.
 
-    Returns the ``.npz`` path. Parent directories are created."""
+    Returns the ``.npz`` path. Parent directories are created. With ``overwrite=False``
+    an existing file is an error."""
     p = state_path(path)
     if p.suffix != ".npz":
         raise DataError(f"state file must end with .npz: {p}", fix="e.g. out/vectors.npz")
-    p.parent.mkdir(parents=True, exist_ok=True)
+    if state.dry_run or not state.keys:
+        raise DataError("nothing to save: the state holds no learned vector "
+                        + ("(a dry run)" if state.dry_run else "(no query was rewarded)"),
+                        path=p)
+    refuse_existing(p, overwrite, "state file")
     manifest = state.manifest()
-    text = json.dumps(manifest, indent=2, sort_keys=True)
-    keys = np.array(state.keys, dtype=str) if state.keys else np.zeros(0, dtype="<U1")
+    keys = np.array(state.keys, dtype=str)
     arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
               "keys": keys, "manifest": np.array(json.dumps(manifest, sort_keys=True))}
-    _atomic_write(p, lambda f: np.savez(f, **arrays))
-    _atomic_write(p.with_suffix(".json"), lambda f: f.write((text + "\n").encode()))
+    with atomic_file(p) as fh:
+        np.savez(fh, **arrays)
+    with atomic_file(p.with_suffix(".json"), "w") as fh:
+        fh.write(dumps(manifest) + "\n")
     return p
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_state(
@@ -161,7 +196,11 @@ def load_state(
             reward_mapping=manifest.get("reward_mapping", ""),
             budget=int(manifest.get("budget", 0)), created=manifest.get("created", ""),
             version=manifest.get("tttembed_version", ""),
+            corpus_fingerprint=manifest.get("corpus_fingerprint", ""),
+            pairs=dict(manifest.get("pairs", {})), source=str(p),
         )
+    except DataError as exc:
+        raise DataError(str(exc), path=p, fix="write it again with `tttembed learn`") from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"corrupt state manifest ({exc})", path=p) from exc
     if expected_identity is not None and state.identity != expected_identity:
@@ -201,16 +240,35 @@ def apply_states(
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise DataError(f"query vectors must be (n, d), got shape {x.shape}")
-    n, d = x.shape
+    owner, row = state_owners(keys_by_scope, states, len(x))
     out = x.copy()
-    taken = np.zeros(n, dtype=bool)
-    ranked = sorted(states, key=lambda s: PRECEDENCE.index(s.scope))
-    for st in ranked:
-        if st.dim != d:
+    for s, st in enumerate(states):
+        if st.dim != x.shape[1]:
             raise StateMismatch(
-                f"state has dimension {st.dim}, the query vectors have {d}; "
+                f"state has dimension {st.dim}, the query vectors have {x.shape[1]}; "
                 "learn a state with this embedder"
             )
+        hit = owner == s
+        if not hit.any():
+            continue
+        g = row[hit]
+        u = x[hit] + (st.alpha[g, None] * st.vectors[g]).astype(np.float32)
+        out[hit] = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    return out
+
+
+def state_owners(
+    keys_by_scope: Mapping[str, Sequence[str | None]],
+    states: Sequence[AdaptState],
+    n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which state applies to each of ``n`` queries (its position in ``states``, -1 for
+    none) and the group row inside it. Precedence query > task > global; within one scope
+    the first state listed that holds the key wins."""
+    owner = np.full(n, -1, dtype=np.int64)
+    row = np.full(n, -1, dtype=np.int64)
+    for s in sorted(range(len(states)), key=lambda i: PRECEDENCE.index(states[i].scope)):
+        st = states[s]
         keys = keys_by_scope.get(st.scope)
         if keys is None:
             raise DataError(f"no query keys given for the {st.scope!r} state")
@@ -219,11 +277,7 @@ def apply_states(
         index = st.index()
         rows = np.array([index.get(k, -1) if k is not None else -1 for k in keys],
                         dtype=np.int64)
-        hit = (rows >= 0) & ~taken
-        if not hit.any():
-            continue
-        g = rows[hit]
-        u = x[hit] + (st.alpha[g, None] * st.vectors[g]).astype(np.float32)
-        out[hit] = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
-        taken |= hit
-    return out
+        hit = (rows >= 0) & (owner < 0)
+        owner[hit] = s
+        row[hit] = rows[hit]
+    return owner, row

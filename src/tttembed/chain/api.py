@@ -21,7 +21,7 @@ from tttembed.chain.setup import (
 )
 from tttembed.chain.train import load_encoder
 from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 from tttembed.reporting import bar_plot, line_plot, markdown_table, write_json, write_results
 
 
@@ -38,7 +38,7 @@ def load(data: str | os.PathLike[str], split: str, index_dir: str | os.PathLike[
     """Dataset split + frozen passage index (built under ``index_dir``, default
     ``<cache>/chain-index/<dataset name>``, when absent)."""
     from tttembed.data.chains import load_multihop
-    from tttembed.paths import cache_dir
+    from tttembed.core.paths import cache_dir
 
     corpus, chains = load_multihop(data, split)
     emb = frozen_embedder(embedder)

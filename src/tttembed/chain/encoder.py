@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.errors import ConfigError, MissingDependency
+from tttembed.core.errors import ConfigError, MissingDependency
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def load_base_model(spec: str, *, max_seq_length: int = 256, device: str | None 
     """A fresh SentenceTransformer for an ``st:`` spec (the base of the query encoder).
 
     The model is read from disk once per process; every call returns a deep copy."""
-    from tttembed.devices import pick_device
+    from tttembed.core.devices import pick_device
     from tttembed.embed.st import load_sentence_transformer
 
     scheme, _, rest = spec.partition(":")

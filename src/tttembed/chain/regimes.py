@@ -39,7 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tttembed.chain.states import missing_gold
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 REGIMES = ("gold", "synthetic", "synthetic-resampled", "static", "resampled", "on-policy")
 NEEDS_RUN = ("static", "resampled", "on-policy")

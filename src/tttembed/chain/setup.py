@@ -16,7 +16,7 @@ import numpy as np
 from tttembed.chain.states import StateTexts, TokenBudget
 from tttembed.data.chains import Chain
 from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.errors import ConfigError, StateMismatch
+from tttembed.core.errors import ConfigError, StateMismatch
 
 DEFAULT_MAX_SEQ_LENGTH = 256
 

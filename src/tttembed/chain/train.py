@@ -49,8 +49,8 @@ from tttembed.chain.search import greedy_chain
 from tttembed.chain.setup import ChainTask, StateTexts, state_texts
 from tttembed.chain.states import gold_states, reached_states
 from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.errors import ConfigError, StateMismatch
-from tttembed.fsutil import atomic_directory
+from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.core.io import atomic_directory
 from tttembed.reporting import versions
 
 FORMAT = "tttembed-chain-encoder"

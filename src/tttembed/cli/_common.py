@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from tttembed.errors import TTTEmbedError
+from tttembed.core.errors import TTTEmbedError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

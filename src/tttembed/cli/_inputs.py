@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 
 def load_query_sources(sources: list[Path], split: str | None, task_names: list[str] | None = None
@@ -43,7 +43,7 @@ def load_corpus_for(index: Any, corpus: Path | None, folder: Path | None
     """The corpus the index was built from: --corpus, the BEIR folder, or the manifest's
     source; checked against the index's corpus fingerprint."""
     from tttembed.data.beir import load_corpus
-    from tttembed.workload import check_corpus_matches
+    from tttembed.ttt.queries import check_corpus_matches
 
     candidates = [corpus, folder]
     src = index.manifest.get("corpus_source")

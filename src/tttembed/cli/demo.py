@@ -47,17 +47,17 @@ def demo(
     from tttembed import api
     from tttembed.adapt import save_state
     from tttembed.cli.report import print_metrics
-    from tttembed.democorpus import demo_task
-    from tttembed.learn import adapted_search, learn
-    from tttembed.paths import cache_dir as default_cache
+    from tttembed.demo.corpus import demo_task
+    from tttembed.ttt.learn import adapted_search, learn
+    from tttembed.core.paths import cache_dir as default_cache
     from tttembed.score.qrels import QrelsScorer
-    from tttembed.workload import QuerySet, run_from_arrays
+    from tttembed.ttt.queries import QuerySet, run_from_arrays
 
     work = workdir or default_cache(cache_dir) / "demo"
     task = demo_task(tuple(m.strip() for m in modules.split(",") if m.strip())) if modules \
         else demo_task()
     if not task.queries:
-        from tttembed.errors import ConfigError
+        from tttembed.core.errors import ConfigError
 
         raise ConfigError(f"no shipped question has its labels inside modules {modules!r}; "
                           "add more modules or drop --modules")

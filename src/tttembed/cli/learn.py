@@ -24,8 +24,8 @@ def _setup(index: Path, queries: list[Path], split: str, task: list[str] | None,
            instruction: str | None):
     from tttembed import api
     from tttembed.cli._inputs import load_corpus_for, load_query_sources
-    from tttembed.learn import build_scorer
-    from tttembed.workload import QuerySet
+    from tttembed.ttt.learn import build_scorer
+    from tttembed.ttt.queries import QuerySet
 
     qmap, qrels, folder = load_query_sources(queries, split, task)
     handle = api.open_index(index)
@@ -58,7 +58,7 @@ def learn(
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
     from tttembed.adapt import check_objective, check_scope, save_state
-    from tttembed.learn import learn as run_learn
+    from tttembed.ttt.learn import learn as run_learn
 
     check_scope(scope)
     check_objective(objective)
@@ -126,8 +126,8 @@ def rerank(
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
     quiet_libraries()
     from tttembed import api
-    from tttembed.learn import candidate_depth, make_plan, rerank_runs
-    from tttembed.workload import base_retrieval, score_pairs
+    from tttembed.ttt.learn import candidate_depth, make_plan, rerank_runs
+    from tttembed.ttt.queries import base_retrieval, score_pairs
 
     handle, emb, qs, qrels, docs, sc = _setup(index, queries, split, task, corpus, scorer,
                                               ledger, cache_dir, instruction)

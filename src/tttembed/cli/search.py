@@ -31,8 +31,8 @@ def search(
     from tttembed.adapt import load_state
     from tttembed.cli._inputs import load_query_sources
     from tttembed.index.search import encode_queries
-    from tttembed.learn import adapted_search
-    from tttembed.workload import QuerySet, run_from_arrays
+    from tttembed.ttt.learn import adapted_search
+    from tttembed.ttt.queries import QuerySet, run_from_arrays
 
     qmap, qrels, _ = load_query_sources(queries, split, task)
     handle = api.open_index(index)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tttembed.data.beir import LAYOUT, load_corpus
 from tttembed.data.jsonl import duplicate, get_id, get_id_list, get_str, iter_objects, shown
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 _MAX_SHOWN = 60
 

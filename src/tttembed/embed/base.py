@@ -46,6 +46,6 @@ def check_kind(kind: str) -> None:
 
 def get_embedder(spec: str = DEFAULT_EMBEDDER, **options: Any) -> Embedder:
     """Build an embedder from its spec string through the registry."""
-    from tttembed.registry import create
+    from tttembed.core.registry import create
 
     return create("embedder", spec, **options)

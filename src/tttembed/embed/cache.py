@@ -23,12 +23,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tttembed.embed.base import Embedder, Kind, check_kind
-from tttembed.errors import StateMismatch
-from tttembed.paths import cache_dir
-
-
-def text_key(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+from tttembed.core.errors import StateMismatch
+from tttembed.core.io import atomic_file, text_digest, write_json
+from tttembed.core.paths import cache_dir
 
 
 class EmbeddingCache:
@@ -94,18 +91,14 @@ class EmbeddingCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.dim is None:
             self.dim = int(vecs.shape[1])
-            tmp = self.dir / f".namespace.{uuid.uuid4().hex}.tmp"
-            tmp.write_text(json.dumps({"identity": self.identity, "kind": self.kind,
-                                       "dim": self.dim}))
-            os.replace(tmp, self.dir / "namespace.json")
+            write_json(self.dir / "namespace.json",
+                       {"identity": self.identity, "kind": self.kind, "dim": self.dim})
         name = uuid.uuid4().hex
         karr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
         # vectors first, keys last: a shard only counts once its keys file exists
         for suffix, arr in ((".vecs.npy", vecs), (".keys.npy", karr)):
-            tmp = self.dir / f".{name}{suffix}.tmp"
-            with open(tmp, "wb") as fh:
+            with atomic_file(self.dir / f"{name}{suffix}") as fh:
                 np.save(fh, arr, allow_pickle=False)
-            os.replace(tmp, self.dir / f"{name}{suffix}")
         shard = len(self._shards)
         self._shards.append(vecs)
         for row, k in enumerate(keys):
@@ -150,7 +143,7 @@ class CachedEmbedder:
                progress: Callable[[int], None] | None = None) -> np.ndarray:
         check_kind(kind)
         texts = list(texts)
-        keys = [text_key(t) for t in texts]
+        keys = [text_digest(t) for t in texts]
         cache = self.cache(kind)
         found, missing = cache.lookup(keys)
         if progress is not None and len(texts) - len(missing):
@@ -189,4 +182,4 @@ def cached(embedder: Embedder, root: str | os.PathLike[str] | None = None) -> Ca
     return embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, root)
 
 
-__all__ = ["CachedEmbedder", "EmbeddingCache", "cached", "text_key"]
+__all__ = ["CachedEmbedder", "EmbeddingCache", "cached"]

@@ -10,7 +10,7 @@ flight), ``api_key_env`` (name of the variable holding the key, default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``query_prompt`` /
 ``document_prompt`` (prefixes added client-side), ``dimensions`` (sent as the
 ``dimensions`` field), ``dim`` (asserts the vector size), ``retry`` (a
-:class:`~tttembed.http.RetryPolicy`), ``max_retries`` and ``timeout`` (override it).
+:class:`~tttembed.core.http.RetryPolicy`), ``max_retries`` and ``timeout`` (override it).
 Rows are L2-normalised client-side. Without ``dim``/``dimensions`` the first response
 fixes the dimension; reading ``.dim`` before any ``encode`` sends one probe request.
 """
@@ -27,8 +27,9 @@ import httpx
 import numpy as np
 
 from tttembed.embed.base import Kind, check_kind, l2_normalize
-from tttembed.errors import BackendError, ConfigError
-from tttembed.http import (
+from tttembed.core.registry import identity
+from tttembed.core.errors import BackendError, ConfigError
+from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
     JSONClient,
     RetryPolicy,
@@ -71,14 +72,10 @@ class OpenAIEmbedder:
                                                           timeout=timeout)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,
                                  sleep=sleep, rng=rng, transport=transport)
-        parts = [self.spec]
-        if query_prompt:
-            parts.append(f"query_prompt={query_prompt!r}")
-        if document_prompt:
-            parts.append(f"document_prompt={document_prompt!r}")
-        if self.dimensions is not None:
-            parts.append(f"dimensions={self.dimensions}")
-        self.identity = " ".join(parts)
+        self.identity = identity(
+            self.spec, query_prompt=repr(query_prompt) if query_prompt else None,
+            document_prompt=repr(document_prompt) if document_prompt else None,
+            dimensions=self.dimensions)
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(identity={self.identity!r}, dim={self._dim})"

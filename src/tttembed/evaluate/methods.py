@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 PRF_DEPTH = 3
 ROCCHIO_A = 1.0

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]

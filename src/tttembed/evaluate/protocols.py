@@ -32,10 +32,10 @@ from tttembed.adapt.allocate import (
     water_fill_order,
 )
 from tttembed.adapt.state import apply_states
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 from tttembed.evaluate.methods import average_prf, reward_rocchio, rocchio_prf
 from tttembed.evaluate.metrics import evaluate_per_query
-from tttembed.workload import BaseRetrieval, QuerySet, reward_table, run_from_arrays
+from tttembed.ttt.queries import BaseRetrieval, QuerySet, reward_table, run_from_arrays
 
 METRICS = ("ndcg@10", "recall@100")
 EVAL_DEPTH = 100

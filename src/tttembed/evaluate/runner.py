@@ -21,7 +21,7 @@ from typing import Any
 
 from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
 from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 from tttembed.evaluate import analyses as A
 from tttembed.evaluate import protocols as P
 from tttembed.evaluate.report import summarise
@@ -126,7 +126,7 @@ class Workload:
 def prepare(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None) -> Workload:
     """Load the tasks, open (or build) one cached index per task, retrieve the base top-100."""
     from tttembed import api
-    from tttembed.workload import QuerySet, base_retrieval
+    from tttembed.ttt.queries import QuerySet, base_retrieval
 
     t0 = time.perf_counter()
     tasks = load_eval_tasks(cfg.tasks, data_root=cfg.data_root, split=cfg.split,
@@ -165,7 +165,7 @@ class RewardSource:
         self.seconds = 0.0
 
     def scorer(self, task: EvalTask) -> Any:
-        from tttembed.learn import build_scorer
+        from tttembed.ttt.learn import build_scorer
 
         scheme = self.spec.split(":", 1)[0]
         name = task.name if scheme in ("bm25", "qrels") else "*"
@@ -188,7 +188,7 @@ class RewardSource:
         return sum(int(getattr(s, "paid", 0)) for s in self._scorers.values())
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> P.Rewards:
-        from tttembed.workload import QuerySet, score_pairs
+        from tttembed.ttt.queries import QuerySet, score_pairs
 
         t = time.perf_counter()
         by_task: dict[str, list[tuple[str, str]]] = {}
@@ -214,7 +214,7 @@ VERSIONED = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers"
 def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
              use_cell_cache: bool = True) -> dict[str, Any]:
     """Run every protocol and analysis for every scorer; a JSON-ready result."""
-    from tttembed.paths import cache_dir
+    from tttembed.core.paths import cache_dir
 
     t_start = time.perf_counter()
     work = prepare(cfg, stage, embedder)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tttembed.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError
 
 __all__ = ["Comparison", "aubc", "compare", "paired_bootstrap_ci", "paired_randomization_test"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tttembed.errors import ConfigError, DataError, MissingDependency
+from tttembed.core.errors import ConfigError, DataError, MissingDependency
 
 MTEB_PREFIX = "mteb:"
 
@@ -157,7 +157,7 @@ def _mteb_split(data: Any, split: str) -> Mapping[str, Any]:
 
 
 def index_dir(task: EvalTask, cache_root: str | os.PathLike[str] | None = None) -> Path:
-    from tttembed.paths import cache_dir
+    from tttembed.core.paths import cache_dir
 
     return cache_dir(cache_root) / "eval" / "indexes" / f"{task.name}-{task.fingerprint[:12]}"
 
@@ -166,7 +166,7 @@ def task_index(task: EvalTask, embedder: Any, cache_root: str | os.PathLike[str]
                progress: Callable[[int], None] | None = None) -> Any:
     """The task's cached index for ``embedder`` (built once; rebuilt on a manifest mismatch)."""
     from tttembed import api
-    from tttembed.errors import StateMismatch
+    from tttembed.core.errors import StateMismatch
     from tttembed.index.store import read_manifest
 
     base = index_dir(task, cache_root)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.errors import ConfigError, MissingDependency
+from tttembed.core.errors import ConfigError, MissingDependency
 
 INDEX_TYPES = ("flat", "hnsw", "ivf")
 DEFAULT_PARAMS: dict[str, dict[str, int]] = {

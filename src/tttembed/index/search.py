@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 from tttembed.index.store import IndexHandle
 
 RUN_FORMATS = ("trec", "jsonl")

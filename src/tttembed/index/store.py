@@ -15,10 +15,7 @@ leaves a half index behind.
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +23,23 @@ from typing import Any
 import numpy as np
 
 from tttembed import __version__
-from tttembed.errors import ConfigError, DataError, StateMismatch
-from tttembed.fsutil import atomic_directory
+from tttembed.core.errors import DataError, StateMismatch
+from tttembed.core.io import (
+    MANIFEST,
+    atomic_directory,
+    now_utc,
+    read_json,
+    read_manifest as _read_manifest,
+    refuse_existing,
+    write_json,
+    write_manifest,
+)
+from tttembed.core.progress import Advance
+from tttembed.embed.base import Embedder
 from tttembed.index.faiss_backend import build_faiss, configure, faiss_module, resolve_params
 
-MANIFEST = "manifest.json"
 FORMAT = "tttembed-index"
+BUILD_FIX = "build it with 'tttembed index DATA --out DIR'"
 FORMAT_VERSION = 1
 FILES = (MANIFEST, "index.faiss", "doc_ids.json", "vectors.npy")
 
@@ -66,19 +74,12 @@ class IndexHandle:
         return self.faiss_index.search(q, k)
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
-
-
 def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.ndarray, *,
                 embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
                 index_type: str = "flat", index_params: dict[str, int] | None = None,
                 overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
     """Write an index directory from document vectors (atomic: temp folder + rename)."""
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise ConfigError(f"{out} already exists; pass --overwrite to replace it")
+    out = refuse_existing(out, overwrite, "index")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or len(vectors) != len(doc_ids) or len(doc_ids) == 0:
         raise DataError(f"need one vector per document, got {vectors.shape} for "
@@ -96,33 +97,20 @@ def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.nda
         "n_docs": len(doc_ids), "corpus_fingerprint": corpus_fingerprint,
         "index_type": index_type, "index_params": params,
         "tttembed_version": __version__, "faiss_version": getattr(faiss, "__version__", "?"),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": now_utc(),
         **(extra or {}),
     }
     with atomic_directory(out) as tmp:
         faiss.write_index(index, str(tmp / "index.faiss"))
         np.save(tmp / "vectors.npy", vectors, allow_pickle=False)
-        _write_json(tmp / "doc_ids.json", doc_ids)
-        _write_json(tmp / MANIFEST, manifest)
+        write_json(tmp / "doc_ids.json", doc_ids)
+        write_manifest(tmp, manifest)
     return out
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    path = Path(path)
-    mpath = path / MANIFEST
-    if not path.is_dir():
-        raise DataError(f"index directory {path} does not exist", fix="build it with "
-                        "'tttembed index DATA --out DIR'")
-    if not mpath.exists():
-        raise DataError(f"{path} is not a tttembed index (no {MANIFEST})",
-                        fix="build it with 'tttembed index DATA --out DIR'")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"corrupt manifest: {exc}", path=mpath, fix="rebuild the index") from exc
-    if manifest.get("format") != FORMAT:
-        raise DataError("not a tttembed index manifest", path=mpath, fix="rebuild the index")
-    return manifest
+    """An index folder's manifest (a DataError naming the path when absent or corrupt)."""
+    return _read_manifest(path, fmt=FORMAT, what="tttembed index", fix=BUILD_FIX)
 
 
 def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = None,
@@ -144,7 +132,7 @@ def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = 
     faiss = faiss_module()
     index = faiss.read_index(str(path / "index.faiss"))
     configure(index, manifest["index_type"], manifest["index_params"])
-    doc_ids = json.loads((path / "doc_ids.json").read_text(encoding="utf-8"))
+    doc_ids = read_json(path / "doc_ids.json", what="index doc ids", fix="rebuild the index")
     vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
     if index.ntotal != len(doc_ids) or len(vectors) != len(doc_ids):
         raise DataError(f"index {path} is inconsistent ({index.ntotal} vectors in FAISS, "
@@ -153,10 +141,10 @@ def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = 
                        faiss_index=index)
 
 
-def build_index(corpus: dict[str, dict[str, str]], embedder: Any,
+def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
                 out: str | os.PathLike[str], *, index_type: str = "flat",
                 index_params: dict[str, int] | None = None, overwrite: bool = False,
-                progress: Callable[[int], None] | None = None,
+                progress: Advance | None = None,
                 extra: dict[str, Any] | None = None) -> Path:
     """Embed a BEIR corpus (through the cache when ``embedder`` is a CachedEmbedder) and
     write the index directory."""
@@ -166,9 +154,36 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Any,
         raise DataError("the corpus is empty")
     doc_ids = list(corpus)
     texts = [doc_text(corpus[d]) for d in doc_ids]
-    kwargs = {"progress": progress} if progress is not None else {}
-    vectors = embedder.encode(texts, "document", **kwargs)
+    vectors = embedder.encode(texts, "document", progress=progress)
     return write_index(out, doc_ids, vectors, embedder_identity=embedder.identity,
                        embedder_spec=embedder.spec,
                        corpus_fingerprint=corpus_fingerprint(corpus), index_type=index_type,
                        index_params=index_params, overwrite=overwrite, extra=extra)
+
+
+def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str],
+                  embedder: Embedder, *, progress: Advance | None = None,
+                  rebuild: bool = False, source: str | None = None) -> IndexHandle:
+    """The index of ``corpus`` at ``path`` for ``embedder``: opened when its manifest
+    matches both, built there when absent. A mismatch is an error, or (``rebuild=True``,
+    for folders tttembed owns, such as cached evaluation indexes) rebuilt in place."""
+    from tttembed.data.beir import corpus_fingerprint
+
+    path = Path(path)
+    fingerprint = corpus_fingerprint(corpus)
+    if path.exists():
+        try:
+            handle = open_index(path, expected_identity=embedder.identity)
+            if handle.manifest.get("corpus_fingerprint") == fingerprint:
+                return handle
+            problem: Exception = StateMismatch(
+                f"index {path} was built from another corpus; pass another index folder or "
+                "delete this one")
+        except (DataError, StateMismatch) as exc:
+            problem = exc
+        if not rebuild:
+            raise problem
+    extra = {"embedder_options": dict(getattr(embedder, "options", {}) or {}),
+             "corpus_source": source or "<dict>"}
+    build_index(corpus, embedder, path, overwrite=True, progress=progress, extra=extra)
+    return open_index(path, expected_identity=embedder.identity)

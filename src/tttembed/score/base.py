@@ -18,10 +18,49 @@ one are keyed on ``spec``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a scorer needs and promises, declared on its factory (see :func:`declare`)
+    so that callers never test the scheme.
+
+    ``needs_corpus``: built with ``corpus=`` (the documents of the index it scores);
+    ``uses_labels``: reads human judgments by query id (evaluated queries must never be
+    rewarded by it: transfer protocols only; ``qrels=`` may give the judgments);
+    ``cacheable``: its rewards depend on the texts only, so paid pairs go to the ledger.
+    """
+
+    needs_corpus: bool = False
+    uses_labels: bool = False
+    cacheable: bool = True
+
+
+DEFAULT_CAPABILITIES = Capabilities()
+
+
+def declare(capabilities: Capabilities) -> Callable[[F], F]:
+    """Mark a scorer factory (function or class) with its capabilities."""
+    def mark(factory: F) -> F:
+        factory.capabilities = capabilities  # type: ignore[attr-defined]
+        return factory
+    return mark
+
+
+def capabilities(spec: str) -> Capabilities:
+    """The capabilities of the scorer ``spec`` builds (defaults for undeclared factories)."""
+    from tttembed.core.registry import factory
+
+    made = factory("scorer", spec)
+    found = getattr(made, "capabilities", None)
+    return found if isinstance(found, Capabilities) else DEFAULT_CAPABILITIES
 
 
 class Item(NamedTuple):
@@ -41,6 +80,7 @@ class Scorer(Protocol):
 
 
 def get_scorer(spec: str, **options: Any) -> Scorer:
-    from tttembed.registry import create
+    """Build a scorer from its spec string through the registry."""
+    from tttembed.core.registry import create
 
     return create("scorer", spec, **options)

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from tttembed.data.beir import corpus_fingerprint, doc_text, load_corpus
-from tttembed.errors import ConfigError, DataError, MissingDependency
-from tttembed.score.base import Item
+from tttembed.core.registry import identity
+from tttembed.core.errors import ConfigError, DataError, MissingDependency
+from tttembed.score.base import Capabilities, Item, declare
 
 STEMMERS = ("auto", "none", "english")
 
@@ -83,10 +84,11 @@ class BM25Scorer:
         self._cache: OrderedDict[str, tuple[np.ndarray, float]] = OrderedDict()
         self.computed = 0  # full-corpus score computations (cache misses)
         self.spec = f"bm25:{rest}" if rest else "bm25"
-        parts = [self.spec, f"corpus={corpus_fingerprint(corpus)}", f"stem={stem_name}"]
-        if (k1, b, method) != (1.5, 0.75, "lucene"):
-            parts.append(f"k1={k1:g} b={b:g} method={method}")
-        self.identity = " ".join(parts)
+        custom = (k1, b, method) != (1.5, 0.75, "lucene")
+        self.identity = identity(self.spec, corpus=corpus_fingerprint(corpus), stem=stem_name,
+                                 k1=f"{k1:g}" if custom else None,
+                                 b=f"{b:g}" if custom else None,
+                                 method=method if custom else None)
 
     def query_scores(self, text: str) -> tuple[np.ndarray, float]:
         """Raw BM25 of the query against every corpus document, and their maximum."""
@@ -124,5 +126,6 @@ class BM25Scorer:
         return np.clip(out, 0.0, 1.0)
 
 
+@declare(Capabilities(needs_corpus=True))
 def from_spec(rest: str, **options: Any) -> BM25Scorer:
     return BM25Scorer(rest, **options)

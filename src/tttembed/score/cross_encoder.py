@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.devices import pick_device
-from tttembed.errors import BackendError, ConfigError, MissingDependency
+from tttembed.core.devices import pick_device
+from tttembed.core.registry import identity
+from tttembed.core.errors import BackendError, ConfigError, MissingDependency
 from tttembed.score.base import Item
 
 MAPPINGS = {"sigmoid": "sigmoid(logit)", "softmax": "softmax(logits)[1]", "clip": "clip(score)"}
@@ -84,12 +85,9 @@ class CrossEncoderScorer:
                               f"{self.num_labels} output(s); use "
                               + ("'softmax'" if self.num_labels == 2 else "'sigmoid' or 'clip'"))
         self.mapping = MAPPINGS[self.kind]
-        parts = [self.spec]
-        if self.kind != default:
-            parts.append(f"mapping={self.kind}")
-        if max_length is not None:
-            parts.append(f"max_length={int(max_length)}")
-        self.identity = " ".join(parts)
+        self.identity = identity(self.spec,
+                                 mapping=self.kind if self.kind != default else None,
+                                 max_length=None if max_length is None else int(max_length))
 
     def raw(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
         """The model's raw outputs (logits) for the pairs: (n,) or (n, 2)."""

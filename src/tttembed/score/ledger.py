@@ -15,14 +15,13 @@ soon as it is scored, so a killed process loses at most the chunk in flight. A m
 The database is in WAL mode (``synchronous=NORMAL``: a committed chunk survives the
 process being killed; a power cut may lose the last commits): any number of readers, one
 writer at a time (others wait up to ``timeout`` seconds). Default location:
-``ledger.sqlite`` in :func:`tttembed.paths.cache_dir` (``$TTTEMBED_CACHE_DIR``, else
+``ledger.sqlite`` in :func:`tttembed.core.paths.cache_dir` (``$TTTEMBED_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tttembed``, else ``~/.cache/tttembed``). The file is a cache of paid work:
 safe to copy; deleting it means paying again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import sqlite3
@@ -35,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.errors import BackendError, ConfigError, StateMismatch
-from tttembed.paths import cache_dir
+from tttembed.core.errors import BackendError, ConfigError, StateMismatch
+from tttembed.core.io import text_digest
+from tttembed.core.paths import cache_dir
 from tttembed.score.base import Item, Scorer
 
 SCHEMA_VERSION = 1
@@ -64,18 +64,8 @@ WHERE excluded.reward IS NOT NULL OR rewards.reward IS NULL
 
 
 def default_ledger_path(cache_root: str | os.PathLike[str] | None = None) -> Path:
-    """``ledger.sqlite`` in :func:`tttembed.paths.cache_dir` (``cache_root`` overrides it)."""
+    """``ledger.sqlite`` in :func:`tttembed.core.paths.cache_dir` (``cache_root`` overrides it)."""
     return cache_dir(cache_root) / "ledger.sqlite"
-
-
-def text_digest(text: str) -> bytes:
-    """sha256 of the UTF-8 text (32 bytes); ``.hex()`` gives the public hash."""
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
-def text_hash(text: str) -> str:
-    """sha256 of the UTF-8 text, hex (the keys of ``Ledger.get_many``)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def scorer_key(scorer: Any) -> str:
@@ -243,19 +233,28 @@ class LedgerScorer:
     def counts(self) -> LedgerCounts:
         return LedgerCounts(self.requested, self.cached, self.paid, self.missing)
 
-    def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
-        docs = list(docs)
-        out = np.full(len(docs), np.nan, dtype=np.float64)
-        qd = text_digest(query.text)
-        digests = [text_digest(d.text) for d in docs]
+    def _plan(self, query_text: str, doc_texts: Sequence[str]
+              ) -> tuple[bytes, list[bytes], dict[bytes, float], list[tuple[bytes, int]]]:
+        """Digests, what the ledger holds, and the (digest, first position) pairs to pay."""
+        qd = text_digest(query_text)
+        digests = [text_digest(t) for t in doc_texts]
         known = self.ledger.get_digests(self.identity, qd, digests)
         todo: dict[bytes, int] = {}  # digest -> first position, in request order
         for i, dg in enumerate(digests):
             if dg in known and not (self.retry_missing and math.isnan(known[dg])):
                 continue
             todo.setdefault(dg, i)
+        return qd, digests, known, list(todo.items())
+
+    def known(self, query_text: str, doc_texts: Sequence[str]) -> int:
+        """How many of these pairs ``score`` would serve without paying (a dry run)."""
+        return len(doc_texts) - len(self._plan(query_text, doc_texts)[3])
+
+    def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
+        docs = list(docs)
+        out = np.full(len(docs), np.nan, dtype=np.float64)
+        qd, digests, known, pending = self._plan(query.text, [d.text for d in docs])
         fresh: dict[bytes, float] = {}
-        pending = list(todo.items())
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start: start + self.chunk_size]
             rewards = self._pay(query, [docs[i] for _, i in chunk])

@@ -6,7 +6,7 @@ relevance rubric; the model reasons briefly and ends with ``Score: X``. The last
 ``X / 5`` (``mapping = "score/5"``). An answer without a valid score is asked again once;
 if the second answer is no better the pair is recorded as missing (``nan``) with a
 warning that names the query and document ids. Transport failures follow the shared
-:class:`~tttembed.http.RetryPolicy` and end in :class:`~tttembed.errors.BackendError`.
+:class:`~tttembed.core.http.RetryPolicy` and end in :class:`~tttembed.core.errors.BackendError`.
 
 Options: ``max_concurrency`` (4 pairs in flight), ``api_key_env`` (default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``max_tokens`` (sent when given),
@@ -30,8 +30,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tttembed.errors import BackendError
-from tttembed.http import (
+from tttembed.core.registry import identity
+from tttembed.core.errors import BackendError
+from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
     JSONClient,
     RetryPolicy,
@@ -103,10 +104,8 @@ class LLMJudge:
         self.spec = spec or f"llm:{model}@{self.base_url}"
         self.max_concurrency = int(max_concurrency)
         self.max_tokens = None if max_tokens is None else int(max_tokens)
-        parts = [f"llm:{model}@{self.base_url}", f"rubric={RUBRIC_HASH}"]
-        if self.max_tokens is not None:
-            parts.append(f"max_tokens={self.max_tokens}")
-        self.identity = " ".join(parts)
+        self.identity = identity(f"llm:{model}@{self.base_url}", rubric=RUBRIC_HASH,
+                                 max_tokens=self.max_tokens)
         policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
                                                           timeout=timeout)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from tttembed.data.beir import load_qrels
-from tttembed.errors import ConfigError, DataError
-from tttembed.score.base import Item
+from tttembed.core.registry import identity
+from tttembed.core.errors import ConfigError, DataError
+from tttembed.score.base import Capabilities, Item, declare
 
 
 def qrels_file(path: str | Path, split: str = "test") -> Path:
@@ -60,12 +61,13 @@ class QrelsScorer:
         self.spec = f"qrels:{rest}"
         self.mapping = f"grade/{self.top:g}"
         is_dir = bool(rest) and Path(rest).is_dir()
-        self.identity = self.spec + (f" split={split}" if is_dir and split != "test" else "")
+        self.identity = identity(self.spec, split=split if is_dir and split != "test" else None)
 
     def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
         judged = self.qrels.get(query.id, {})
         return np.array([judged.get(d.id, 0.0) for d in docs], dtype=np.float64)
 
 
+@declare(Capabilities(uses_labels=True, cacheable=False))
 def from_spec(rest: str, **options: Any) -> QrelsScorer:
     return QrelsScorer(rest, **options)

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.devices import pick_device
-from tttembed.errors import BackendError, ConfigError, MissingDependency
+from tttembed.core.devices import pick_device
+from tttembed.core.registry import identity
+from tttembed.core.errors import BackendError, ConfigError, MissingDependency
 from tttembed.score.base import Item
 
 log = logging.getLogger(__name__)
@@ -195,12 +196,11 @@ class Qwen3Reranker:
         self.pad_id = int(pad) if pad is not None else 0
         self.prefix_ids = _encode(self.tokenizer, PREFIX)
         self.suffix_ids = _encode(self.tokenizer, SUFFIX)
-        parts = [self.spec]
-        if instruction != DEFAULT_INSTRUCTION:
-            parts.append(f"instruction={instruction!r}")
-        if int(max_length) != DEFAULT_MAX_LENGTH:  # the option; a model's own cap is in its spec
-            parts.append(f"max_length={self.max_length}")
-        self.identity = " ".join(parts)
+        # max_length: the option; a model's own cap is in its spec
+        self.identity = identity(
+            self.spec,
+            instruction=repr(instruction) if instruction != DEFAULT_INSTRUCTION else None,
+            max_length=self.max_length if int(max_length) != DEFAULT_MAX_LENGTH else None)
 
     def build_inputs(self, query: str, docs: Sequence[str]) -> list[list[int]]:
         return build_inputs(self.tokenizer, self.instruction, query, docs, self.max_length,

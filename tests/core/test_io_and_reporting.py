@@ -11,17 +11,15 @@ import pytest
 
 import tttembed
 from tttembed import reporting
+from tttembed.core import io
+from tttembed.core.io import clean, versions, write_json, write_text
 from tttembed.reporting import (
     bar_plot,
-    clean,
     fmt,
     line_plot,
     markdown_table,
     save_figure,
-    versions,
-    write_json,
     write_results,
-    write_text,
 )
 
 
@@ -46,7 +44,7 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
     def boom(*_args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(reporting.os, "replace", boom)
+    monkeypatch.setattr(io.os, "replace", boom)
     with pytest.raises(OSError):
         write_text(path, "new\n")
     assert path.read_text() == "old\n"
@@ -143,6 +141,3 @@ def test_save_figure_closes_the_figure(tmp_path):
     ax.plot([0, 1], [0, 1])
     path = save_figure(plt, fig, tmp_path / "f.png", dpi=50)
     assert _png(path) and not plt.fignum_exists(fig.number)
-    from tttembed.figures import save_figure as old_name
-
-    assert old_name is save_figure

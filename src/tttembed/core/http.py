@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from tttembed.errors import BackendError, ConfigError
+from tttembed.core.errors import BackendError, ConfigError
 
 log = logging.getLogger(__name__)
 

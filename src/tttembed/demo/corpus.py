@@ -2,7 +2,7 @@
 
 The corpus is built on the fly from the docstrings of the Python installation that runs
 it (``importlib`` + ``inspect``), so nothing is downloaded and nothing large is shipped.
-The questions (``demo_data/queries.jsonl``) and graded labels (``demo_data/qrels.tsv``) are
+The questions (``demo/queries.jsonl``) and graded labels (``demo/qrels.tsv``) are
 the project's own. Docstrings and APIs differ a little across Python versions, so
 ``demo_qrels(corpus_ids)`` drops labels whose document this Python lacks, and says how many.
 
@@ -23,7 +23,7 @@ from importlib.resources import files
 from types import ModuleType
 from typing import Any
 
-from tttembed.errors import DataError
+from tttembed.core.errors import DataError
 
 #: Commonly available, import-safe standard-library modules (no GUI, no side effects).
 DEMO_MODULES: tuple[str, ...] = (
@@ -55,7 +55,7 @@ _OWNER_ALIASES: dict[str, tuple[str, ...]] = {
     "threading": ("_thread",),
 }
 
-_DATA_PACKAGE = "tttembed.demo_data"
+_DATA_PACKAGE = "tttembed.demo"
 QUERIES_FILE = "queries.jsonl"
 QRELS_FILE = "qrels.tsv"
 QRELS_HEADER = ("query-id", "corpus-id", "score")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from tttembed.errors import ConfigError
+from tttembed.core.errors import ConfigError
 
 ROLES = ("embedder", "scorer")
 
@@ -74,14 +74,26 @@ def _resolve(factory: str | Callable[..., Any]) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)
 
 
-def create(role: str, spec: str, **options: Any) -> Any:
-    """Build the backend for ``spec``. Unknown schemes list the known ones."""
+def factory(role: str, spec: str) -> Callable[..., Any]:
+    """The factory registered for ``spec``'s scheme. Unknown schemes list the known ones."""
     _check_role(role)
-    scheme, rest = split_spec(spec)
+    scheme, _ = split_spec(spec)
     table = _table(role)
     if scheme not in table:
         raise ConfigError(
             f"unknown {role} scheme {scheme!r} in spec {spec!r}; known schemes: "
             + ", ".join(sorted(table))
         )
-    return _resolve(table[scheme])(rest, **options)
+    return _resolve(table[scheme])
+
+
+def create(role: str, spec: str, **options: Any) -> Any:
+    """Build the backend for ``spec``: ``factory(rest, **options)``."""
+    return factory(role, spec)(split_spec(spec)[1], **options)
+
+
+def identity(spec: str, **fields: object) -> str:
+    """The identity string of a backend: its spec, then ``key=value`` for every field that
+    changes its output (None fields are left out). Values are used as given (format them
+    first). Caches, the ledger and manifests key on it; it never holds a secret."""
+    return " ".join([spec, *(f"{k}={v}" for k, v in fields.items() if v is not None)])

@@ -1,1 +1,0 @@
-"""Shipped demo questions and graded labels over Python standard-library docstrings."""

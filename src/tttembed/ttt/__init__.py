@@ -1,0 +1,44 @@
+"""The TTT pipeline, once: query set + base retrieval (:mod:`.queries`), reward plan and
+paid scoring (:mod:`.rewards`), learning a state (:mod:`.learn`), adapted search and
+direct reranking (:mod:`.search`). ``tttembed.api`` and ``tttembed.evaluate`` both call it.
+"""
+
+from __future__ import annotations
+
+from tttembed.ttt.learn import LearnOutcome, Source, learn, learn_state, pair_counts
+from tttembed.ttt.queries import (
+    BaseRetrieval,
+    QuerySet,
+    base_retrieval,
+    query_sources,
+    run_from_arrays,
+)
+from tttembed.ttt.rewards import (
+    RewardPlan,
+    Rewards,
+    build_scorer,
+    candidate_depth,
+    check_corpus_matches,
+    corpus_for_index,
+    count_in_ledger,
+    make_plan,
+    restrict,
+    reward_table,
+    score_pairs,
+)
+from tttembed.ttt.search import (
+    adapt_queries,
+    adapted_search,
+    applied_counts,
+    check_applied,
+    check_states,
+    rerank_runs,
+    trec_order,
+)
+
+__all__ = ["BaseRetrieval", "LearnOutcome", "QuerySet", "RewardPlan", "Rewards", "Source",
+           "adapt_queries", "adapted_search", "applied_counts", "base_retrieval",
+           "build_scorer", "candidate_depth", "check_applied", "check_corpus_matches",
+           "check_states", "corpus_for_index", "count_in_ledger", "learn", "learn_state",
+           "make_plan", "pair_counts", "query_sources", "rerank_runs", "restrict",
+           "reward_table", "run_from_arrays", "score_pairs", "trec_order"]

@@ -1,0 +1,152 @@
+"""Query sets and their base retrieval: the first stage of the TTT pipeline.
+
+A :class:`QuerySet` holds the task, id and text of every query (query keys are
+``task/qid``, :func:`tttembed.adapt.scopes.query_key`, so ids may repeat across tasks).
+:func:`query_sources` turns what a user gives (a ``{qid: text}`` dict, a query file, a
+BEIR folder, or several of them) into one QuerySet plus the judgments a folder holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from tttembed.adapt.scopes import query_key
+from tttembed.core.errors import ConfigError
+from tttembed.core.progress import Advance
+from tttembed.embed.base import Embedder
+from tttembed.index.search import encode_queries
+from tttembed.index.store import IndexHandle
+
+Pair = tuple[str, str]
+Run = dict[str, dict[str, float]]
+Qrels = dict[str, dict[str, int]]
+#: One query source: ``{qid: text}``, a query file, or a BEIR folder.
+QuerySource = Union[Mapping[str, str], str, os.PathLike]
+#: Task name of a ``{qid: text}`` dict given without ``task``.
+DICT_TASK = "queries"
+
+
+@dataclass(frozen=True)
+class QuerySet:
+    """Parallel tuples: the task, id and text of every query (order kept), and the
+    judgments of tasks that came with them (a BEIR folder's qrels)."""
+
+    tasks: tuple[str, ...]
+    qids: tuple[str, ...]
+    texts: tuple[str, ...]
+    qrels: Mapping[str, Qrels] = field(default_factory=dict, repr=False, compare=False)
+    folder: Path | None = field(default=None, compare=False)  # first BEIR folder (its corpus)
+
+    @classmethod
+    def from_tasks(cls, tasks: Mapping[str, Mapping[str, str]],
+                   qrels: Mapping[str, Qrels] | None = None,
+                   folder: Path | None = None) -> QuerySet:
+        """``{task: {qid: text}}`` -> QuerySet, tasks in the given order."""
+        t, q, x = [], [], []
+        for name, queries in tasks.items():
+            for qid, text in queries.items():
+                t.append(name)
+                q.append(qid)
+                x.append(text)
+        return cls(tuple(t), tuple(q), tuple(x), dict(qrels or {}), folder)
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    @property
+    def keys(self) -> list[str]:
+        return [query_key(t, q) for t, q in zip(self.tasks, self.qids)]
+
+    @property
+    def task_names(self) -> list[str]:
+        return list(dict.fromkeys(self.tasks))
+
+    def subset(self, keep: Sequence[int]) -> QuerySet:
+        return QuerySet(tuple(self.tasks[i] for i in keep), tuple(self.qids[i] for i in keep),
+                        tuple(self.texts[i] for i in keep), self.qrels, self.folder)
+
+
+def _names(task: str | Sequence[str] | None, n: int) -> list[str | None]:
+    if task is None:
+        return [None] * n
+    names = [task] if isinstance(task, str) else list(task)
+    if len(names) != n:
+        raise ConfigError(f"give one task name per query source ({n} sources, "
+                          f"{len(names)} names)")
+    return list(names)
+
+
+def query_sources(queries: QuerySource | Sequence[QuerySource], *,
+                  task: str | Sequence[str] | None = None,
+                  split: str | None = "test") -> QuerySet:
+    """A QuerySet from one source or several (one task each).
+
+    A BEIR folder gives its ``split``'s queries (task = the folder name) and their qrels;
+    a file gives all its queries (task = the file stem); a dict is task ``queries``.
+    ``task`` renames the task(s)."""
+    from tttembed.data.beir import load_task
+    from tttembed.data.queries import load_queries
+
+    sources: list[QuerySource] = (
+        [queries] if isinstance(queries, (Mapping, str, os.PathLike)) else list(queries))
+    if not sources:
+        raise ConfigError("give at least one query source")
+    by_task: dict[str, dict[str, str]] = {}
+    qrels: dict[str, Qrels] = {}
+    folder = None
+    for src, name in zip(sources, _names(task, len(sources))):
+        if isinstance(src, Mapping):
+            key, got = name or DICT_TASK, {str(k): str(v) for k, v in src.items()}
+        elif Path(src).is_dir():
+            loaded = load_task(Path(src), split=split)
+            key, got = name or loaded.name, dict(loaded.queries)
+            if loaded.qrels:
+                qrels[key] = loaded.qrels
+            folder = folder or Path(src)
+        else:
+            key, got = name or Path(src).stem, load_queries(src)
+        if key in by_task:
+            raise ConfigError(f"two query sources are both named {key!r}; name them with "
+                              "--task (task=...)")
+        by_task[key] = got
+    return QuerySet.from_tasks(by_task, qrels, folder)
+
+
+@dataclass(frozen=True)
+class BaseRetrieval:
+    """Base query vectors and top-K candidates (rows into the index) of a QuerySet."""
+
+    x: np.ndarray  # (N, d) float32 unit
+    rows: np.ndarray  # (N, K) int64
+    scores: np.ndarray  # (N, K) float32
+
+    def candidates(self, index: IndexHandle, keys: Sequence[str]) -> dict[str, list[str]]:
+        return {k: [index.doc_ids[r] for r in self.rows[i] if r >= 0]
+                for i, k in enumerate(keys)}
+
+
+def base_retrieval(index: IndexHandle, embedder: Embedder, queries: QuerySet, k: int,
+                   progress: Advance | None = None) -> BaseRetrieval:
+    x = encode_queries(embedder, list(queries.texts), progress=progress)
+    scores, rows = index.search(x, k)
+    return BaseRetrieval(x=x, rows=rows.astype(np.int64), scores=scores)
+
+
+def run_from_arrays(queries: QuerySet, index: IndexHandle, rows: np.ndarray,
+                    scores: np.ndarray) -> dict[str, Run]:
+    """Per-task BEIR runs ``{task: {qid: {doc: score}}}`` from search arrays."""
+    out: dict[str, Run] = {}
+    for i, (task, qid) in enumerate(zip(queries.tasks, queries.qids)):
+        out.setdefault(task, {})[qid] = {index.doc_ids[r]: float(s)
+                                         for r, s in zip(rows[i], scores[i]) if r >= 0}
+    return out
+
+
+__all__ = ["DICT_TASK", "BaseRetrieval", "Pair", "QuerySet", "QuerySource", "Qrels", "Run",
+           "base_retrieval", "query_sources", "run_from_arrays"]

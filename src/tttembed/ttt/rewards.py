@@ -1,0 +1,194 @@
+"""Rewards: the reward plan, scorers through the ledger, paid scoring, the reward table.
+
+Pairs are ``(query_key, doc_id)``; rewards ``{query_key: {doc_id: r}}``. A scorer is built
+from its spec with what its declared :class:`~tttembed.score.base.Capabilities` ask for
+(the corpus, the judgments) and, when cacheable, wrapped in the paid-pair ledger.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tttembed.adapt.allocate import plan_rewards
+from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.progress import Advance
+from tttembed.index.store import IndexHandle
+from tttembed.score.base import Scorer, capabilities
+from tttembed.ttt.queries import BaseRetrieval, Pair, QuerySet
+
+Corpus = Mapping[str, Mapping[str, str]]
+Rewards = dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class RewardPlan:
+    """The pairs to score, and how many of them the ledger already holds (None: unknown)."""
+
+    pairs: list[Pair]
+    n_queries: int
+    avg_budget: float
+    depth: int
+    in_ledger: int | None = None
+
+    @property
+    def queries_rewarded(self) -> int:
+        return len({k for k, _ in self.pairs})
+
+    @property
+    def to_pay(self) -> int:
+        return len(self.pairs) - (self.in_ledger or 0)
+
+
+def build_scorer(spec: str, corpus: Corpus | None = None, *,
+                 ledger_path: str | os.PathLike[str] | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, use_ledger: bool = True,
+                 **options: Any) -> Scorer:
+    """A scorer from its spec, given the corpus when it needs it, wrapped in the ledger
+    when its rewards are cacheable."""
+    from tttembed.score.base import get_scorer
+    from tttembed.score.ledger import Ledger, LedgerScorer, default_ledger_path
+
+    caps = capabilities(spec)
+    if caps.needs_corpus and "corpus" not in options:
+        if corpus is None:
+            raise ConfigError(f"scorer {spec!r} needs the document texts: give the corpus "
+                              "(--corpus, or an index whose manifest names it)")
+        options["corpus"] = corpus
+    scorer = get_scorer(spec, **options)
+    if not caps.cacheable or not use_ledger:
+        return scorer
+    return LedgerScorer(scorer, Ledger(ledger_path or default_ledger_path(cache_dir)))
+
+
+def candidate_depth(avg_budget: float, depth: int, n_docs: int) -> int:
+    """How many base candidates the plan may reach: ``depth``, or more past full coverage."""
+    return max(1, min(n_docs, max(depth, math.ceil(avg_budget))))
+
+
+def make_plan(queries: QuerySet, base: BaseRetrieval, index: IndexHandle, avg_budget: float,
+              depth: int = 10, seed: int = 0) -> RewardPlan:
+    cands = base.candidates(index, queries.keys)
+    pairs = plan_rewards(queries.keys, cands, avg_budget, depth=depth, seed=seed)
+    return RewardPlan(pairs=pairs, n_queries=len(queries), avg_budget=avg_budget, depth=depth)
+
+
+def _by_query(pairs: Sequence[Pair], queries: QuerySet) -> dict[str, list[str]]:
+    pos = set(queries.keys)
+    out: dict[str, list[str]] = {}
+    for key, did in pairs:
+        if key not in pos:
+            raise DataError(f"reward pair names unknown query {key!r}")
+        out.setdefault(key, []).append(did)
+    return out
+
+
+def _items(dids: Sequence[str], corpus: Corpus) -> list[Any]:
+    from tttembed.data.beir import doc_text
+    from tttembed.score.base import Item
+
+    missing = [d for d in dids if d not in corpus]
+    if missing:
+        raise DataError(f"document {missing[0]!r} is in the index but not in the corpus",
+                        fix="give the corpus the index was built from")
+    return [Item(d, doc_text(corpus[d])) for d in dids]
+
+
+def count_in_ledger(plan: RewardPlan, queries: QuerySet, corpus: Corpus,
+                    scorer: Scorer) -> RewardPlan:
+    """The plan with ``in_ledger`` set: pairs a real run would serve from the ledger (the
+    same lookup :class:`~tttembed.score.ledger.LedgerScorer` makes; None without one)."""
+    ledger = getattr(scorer, "ledger", None)
+    if ledger is None:
+        return plan
+    texts = dict(zip(queries.keys, queries.texts))
+    found = 0
+    for key, dids in _by_query(plan.pairs, queries).items():
+        found += scorer.known(texts[key], [it.text for it in _items(dids, corpus)])  # type: ignore[attr-defined]
+    return replace(plan, in_ledger=found)
+
+
+def score_pairs(pairs: Sequence[Pair], queries: QuerySet, corpus: Corpus, scorer: Scorer,
+                progress: Advance | None = None) -> Rewards:
+    """Rewards for (query_key, doc_id) pairs; one ``scorer.score`` call per query (the
+    ledger wrapper pays only for new pairs and commits them as they arrive)."""
+    from tttembed.score.base import Item
+
+    pos = {k: i for i, k in enumerate(queries.keys)}
+    out: Rewards = {}
+    for key, dids in _by_query(pairs, queries).items():
+        i = pos[key]
+        rewards = scorer.score(Item(queries.qids[i], queries.texts[i]), _items(dids, corpus))
+        out[key] = {d: float(r) for d, r in zip(dids, rewards)}
+        if progress is not None:
+            progress(len(dids))
+    return out
+
+
+def restrict(rewards: Mapping[str, Mapping[str, float]], pairs: Sequence[Pair]) -> Rewards:
+    """The rewards of ``pairs`` only."""
+    out: Rewards = {}
+    for key, did in pairs:
+        out.setdefault(key, {})[did] = rewards[key][did]
+    return out
+
+
+def reward_table(queries: QuerySet, base: BaseRetrieval, index: IndexHandle,
+                 rewards: Mapping[str, Mapping[str, float]]
+                 ) -> tuple[list[int], np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Rows of rewarded queries (with at least one finite reward), their x, candidate
+    vectors z_q and rewards r_q, ready for ``RewardBatch.from_ragged``."""
+    row_of = {d: r for r, d in enumerate(index.doc_ids)}
+    kept, zs, rs = [], [], []
+    for i, key in enumerate(queries.keys):
+        got = rewards.get(key)
+        dids = [d for d, r in got.items() if np.isfinite(r)] if got else []
+        if not dids:
+            continue
+        kept.append(i)
+        zs.append(np.asarray(index.vectors[[row_of[d] for d in dids]], dtype=np.float32))
+        rs.append(np.array([got[d] for d in dids], dtype=np.float64))  # type: ignore[index]
+    x = base.x[kept] if kept else np.zeros((0, base.x.shape[1]), np.float32)
+    return kept, x, zs, rs
+
+
+def check_corpus_matches(index: IndexHandle, corpus: Corpus) -> None:
+    from tttembed.data.beir import corpus_fingerprint
+
+    if corpus_fingerprint(corpus) != index.manifest.get("corpus_fingerprint"):
+        raise ConfigError(f"the corpus given is not the one index {index.path} was built from "
+                          "(fingerprints differ); give the same corpus or rebuild the index")
+
+
+def corpus_for_index(index: IndexHandle, corpus: str | os.PathLike[str] | Corpus | None = None,
+                     folder: Path | None = None) -> dict[str, dict[str, str]]:
+    """The corpus the index was built from: ``corpus`` (a dict, BEIR folder or
+    corpus.jsonl), the queries' BEIR folder, or the manifest's source; checked against the
+    index's corpus fingerprint."""
+    from tttembed.data.beir import load_corpus
+
+    if isinstance(corpus, Mapping):
+        docs = {k: dict(v) for k, v in corpus.items()}
+    else:
+        candidates = [corpus, folder]
+        src = index.manifest.get("corpus_source")
+        if src and src != "<dict>" and Path(src).exists():
+            candidates.append(Path(src))
+        path = next((Path(p) for p in candidates if p is not None), None)
+        if path is None:
+            raise ConfigError("this scorer needs the document texts: give --corpus (a BEIR "
+                              "folder or corpus.jsonl; corpus= in Python)")
+        docs = load_corpus(path / "corpus.jsonl" if path.is_dir() else path)
+    check_corpus_matches(index, docs)
+    return docs
+
+
+__all__ = ["Corpus", "RewardPlan", "Rewards", "build_scorer", "candidate_depth",
+           "check_corpus_matches", "corpus_for_index", "count_in_ledger", "make_plan",
+           "restrict", "reward_table", "score_pairs"]

@@ -1,0 +1,91 @@
+"""Adapted search and direct reranking: the last stage of the TTT pipeline.
+
+Adapted search re-searches the unchanged index with ``unit(x + alpha v)``, the most
+specific state winning for each query; it reports how many queries each state reached and
+refuses states that reach none, or that were learned on another corpus. Direct reranking
+(the baseline) sorts the rewarded candidates by reward inside their original slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tttembed.adapt import AdaptState, apply_states, query_keys, state_owners
+from tttembed.adapt.rerank import direct_rerank
+from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.index.store import IndexHandle
+from tttembed.ttt.queries import QuerySet, Run, run_from_arrays
+
+
+def _keys(queries: QuerySet, states: Sequence[AdaptState]) -> dict[str, list[str]]:
+    return {s.scope: query_keys(s.scope, list(queries.qids), list(queries.tasks))
+            for s in states}
+
+
+def applied_counts(queries: QuerySet, states: Sequence[AdaptState]) -> list[int]:
+    """How many of ``queries`` each state applies to (the most specific one wins)."""
+    owner, _ = state_owners(_keys(queries, states), states, len(queries))
+    return np.bincount(owner[owner >= 0], minlength=len(states)).tolist()
+
+
+def adapt_queries(x: np.ndarray, queries: QuerySet, states: Sequence[AdaptState]) -> np.ndarray:
+    """``unit(x + alpha v)`` per query with its most specific state; others unchanged."""
+    return apply_states(x, _keys(queries, states), states) if states else x
+
+
+def check_states(states: Sequence[AdaptState], index: IndexHandle, *,
+                 allow_foreign: bool = False) -> None:
+    """Refuse states made for another embedder, dimension or corpus than ``index``."""
+    for st in states:
+        where = st.label
+        if st.identity != index.identity or st.dim != index.dim:
+            raise StateMismatch(f"{where}: learned for embedder {st.identity!r} (dim {st.dim}), "
+                                f"the index {index.path} uses {index.identity!r} (dim "
+                                f"{index.dim}); learn a state on this index")
+        fp = index.manifest.get("corpus_fingerprint")
+        if st.corpus_fingerprint and fp and st.corpus_fingerprint != fp and not allow_foreign:
+            raise StateMismatch(f"{where}: learned on another corpus than index {index.path} "
+                                "(fingerprints differ); learn it on this index, or pass "
+                                "--allow-foreign-state (allow_foreign_state=True) to apply "
+                                "it anyway")
+
+
+def check_applied(states: Sequence[AdaptState], counts: Sequence[int],
+                  queries: QuerySet) -> None:
+    """A state that applies to none of the queries is an error naming both sides' tasks."""
+    for st, n in zip(states, counts):
+        if n == 0:
+            raise ConfigError(
+                f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) applies to "
+                f"none of the {len(queries)} queries (tasks {', '.join(queries.task_names)}); "
+                "name the queries' task with --task NAME (task= in Python) to match the state")
+
+
+def adapted_search(index: IndexHandle, queries: QuerySet, x: np.ndarray,
+                   states: Sequence[AdaptState], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Re-search the unchanged index with ``unit(x + alpha v)`` (most specific state wins)."""
+    return index.search(adapt_queries(x, queries, states), k)
+
+
+def trec_order(run: Mapping[str, float]) -> dict[str, float]:
+    """A query's run re-listed in trec_eval's order (score desc, then doc id desc)."""
+    by_id = sorted(run.items(), key=lambda kv: kv[0], reverse=True)
+    return dict(sorted(by_id, key=lambda kv: -kv[1]))
+
+
+def rerank_runs(queries: QuerySet, index: IndexHandle, rows: np.ndarray, scores: np.ndarray,
+                rewards: Mapping[str, Mapping[str, float]]) -> dict[str, Run]:
+    """Direct reranking baseline, per task: each base run (in trec_eval's order, so equal
+    scores rank as the metrics read them) with its rewarded slots sorted by reward."""
+    out = {}
+    for task, run in run_from_arrays(queries, index, rows, scores).items():
+        base = {q: trec_order(r) for q, r in run.items()}
+        task_rewards = {q: rewards[f"{task}/{q}"] for q in base if f"{task}/{q}" in rewards}
+        out[task] = direct_rerank(base, task_rewards)
+    return out
+
+
+__all__ = ["adapt_queries", "adapted_search", "applied_counts", "check_applied",
+           "check_states", "rerank_runs", "trec_order"]
