@@ -1,22 +1,29 @@
 """Wiring for the chain retriever: data, the frozen passage index, encoders, state texts.
 
-This is the I/O edge; ``states``, ``search`` and ``analysis`` stay pure.
+This is the I/O edge; ``states``, ``search`` and ``analysis`` stay pure. Light at import
+time: models and FAISS are loaded by the functions that need them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tttembed.chain.search import Encode
 from tttembed.chain.states import StateTexts, TokenBudget
+from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.core.progress import Advance, Progress
 from tttembed.data.chains import Chain
 from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.core.errors import ConfigError, StateMismatch
+
+if TYPE_CHECKING:
+    from tttembed.embed.st import SentenceTransformerEmbedder
+    from tttembed.index.store import IndexHandle
 
 DEFAULT_MAX_SEQ_LENGTH = 256
 
@@ -43,22 +50,50 @@ class ChainTask:
         return ChainTask(self.chains[:n], self.golds[:n], self.passages)
 
 
-def open_or_build_index(corpus: dict[str, dict[str, str]], index_dir: str | os.PathLike[str],
-                        embedder: Any, progress: Callable[[int], None] | None = None) -> Any:
-    """Open the passage index at ``index_dir`` (checked against the corpus and embedder),
-    or build it there with the frozen embedder (through the embedding cache)."""
-    from tttembed.data.beir import corpus_fingerprint
-    from tttembed.embed.cache import cached
-    from tttembed.index.store import build_index, open_index
+@dataclass(frozen=True)
+class Loaded:
+    """A split of a multi-hop dataset, its frozen passage index and the frozen embedder."""
 
-    path = Path(index_dir)
-    if not path.exists():
-        build_index(corpus, cached(embedder), path, progress=progress)
-    handle = open_index(path, expected_identity=embedder.identity)
-    if handle.manifest.get("corpus_fingerprint") != corpus_fingerprint(corpus):
-        raise StateMismatch(f"index {path} was built from another corpus; pass another "
-                            "--index folder or delete this one")
-    return handle
+    task: ChainTask
+    index: IndexHandle
+    embedder: SentenceTransformerEmbedder
+
+
+def lazy_stage(progress: Progress | None, name: str, total: int | None) -> Advance | None:
+    """An Advance that opens the stage on its first call (nothing shown when the stage never
+    does any work, e.g. an index that is only opened); None without ``progress``."""
+    if progress is None:
+        return None
+    opened: list[Advance] = []
+
+    def advance(n: int) -> None:
+        if not opened:
+            opened.append(progress(name, total))
+        opened[0](n)
+
+    return advance
+
+
+def load(data: str | os.PathLike[str], split: str,
+         index_dir: str | os.PathLike[str] | None, *, embedder: str = DEFAULT_EMBEDDER,
+         max_questions: int | None = None, progress: Progress | None = None) -> Loaded:
+    """Dataset split + frozen passage index (opened, or built under ``index_dir``, default
+    ``<cache>/chain-index/<dataset name>``, through the embedding cache when absent)."""
+    from tttembed.core.paths import cache_dir
+    from tttembed.data.chains import load_multihop
+    from tttembed.embed.cache import cached
+    from tttembed.index.store import open_or_build
+
+    if max_questions is not None and max_questions < 1:
+        raise ConfigError("max_questions (--max-questions) must be at least 1")
+    corpus, chains = load_multihop(data, split)
+    emb = frozen_embedder(embedder)
+    if index_dir is None:
+        index_dir = cache_dir() / "chain-index" / Path(data).resolve().name
+    handle = open_or_build(corpus, index_dir, cached(emb),
+                           progress=lazy_stage(progress, "embedding passages", len(corpus)),
+                           source=str(data))
+    return Loaded(chain_task(chains, corpus, handle.doc_ids).subset(max_questions), handle, emb)
 
 
 def chain_task(chains: Sequence[Chain], corpus: dict[str, dict[str, str]], doc_ids: list[str]
@@ -74,29 +109,37 @@ def chain_task(chains: Sequence[Chain], corpus: dict[str, dict[str, str]], doc_i
     return ChainTask(list(chains), [[row[d] for d in c.chain] for c in chains], passages)
 
 
-def frozen_embedder(spec: str = DEFAULT_EMBEDDER) -> Any:
+def frozen_embedder(spec: str = DEFAULT_EMBEDDER) -> SentenceTransformerEmbedder:
     """The frozen passage/query embedder (tttembed Embedder) used for the index; passages
     are encoded at the model's own max_seq_length (states are cut to their budget before
     they reach any encoder)."""
     from tttembed.embed import get_embedder
+    from tttembed.embed.st import SentenceTransformerEmbedder
 
     if not spec.startswith("st:"):
         raise ConfigError(f"the chain retriever needs an 'st:' embedder, got {spec!r}")
-    return get_embedder(spec)
+    emb = get_embedder(spec)
+    if not isinstance(emb, SentenceTransformerEmbedder):
+        raise ConfigError(f"the chain retriever needs a sentence-transformers embedder, "
+                          f"got {spec!r}")
+    return emb
 
 
 def state_texts(task: ChainTask, model: Any, max_seq_length: int) -> StateTexts:
+    """State texts of the task's questions, cut to the token budget of ``model`` (a
+    SentenceTransformer)."""
     return StateTexts(task.questions, task.passages,
                       budget=TokenBudget.for_model(model, max_seq_length))
 
 
-def index_search(handle: Any) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
-    return lambda Q, k: handle.search(Q, k)
+def frozen_encode(embedder: SentenceTransformerEmbedder) -> Encode:
+    """The frozen model's query side as an ``Encode`` (texts -> unit vectors)."""
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return embedder.encode(texts, "query")
+
+    return encode
 
 
-def frozen_encode(embedder: Any) -> Callable[[list[str]], np.ndarray]:
-    return lambda texts: embedder.encode(texts, "query")
-
-
-__all__ = ["ChainTask", "DEFAULT_MAX_SEQ_LENGTH", "chain_task", "frozen_embedder",
-           "frozen_encode", "index_search", "open_or_build_index", "state_texts"]
+__all__ = ["DEFAULT_MAX_SEQ_LENGTH", "ChainTask", "Loaded", "chain_task", "frozen_embedder",
+           "frozen_encode", "lazy_stage", "load", "state_texts"]

@@ -201,20 +201,19 @@ def load_task(path: str | Path, split: str | None = "test", name: str | None = N
 
 
 def resolve_task_path(name_or_path: str, data_root: str | Path | None = None) -> Path:
-    """An existing path as given; else <root>/<name> for data_root, or $TTTEMBED_DATA then ./data.
-    """
+    """An existing path as given; else ``<root>/<name>`` with root = ``data_root``, else
+    ``$TTTEMBED_DATA``. No other folder is guessed."""
     given = Path(name_or_path)
     if given.exists():
         return given
-    if data_root is not None:
-        roots = [Path(data_root)]
-    else:
-        roots = [Path(r) for r in (os.environ.get("TTTEMBED_DATA"), "data") if r]
-    tried = [str(given)]
-    for root in roots:
-        candidate = root / name_or_path
-        if candidate.exists():
-            return candidate
-        tried.append(str(candidate))
-    raise DataError(f"no dataset {name_or_path!r}; tried: {', '.join(tried)}",
-                    fix="pass a BEIR folder path, or set TTTEMBED_DATA to the folder that holds it")
+    root = data_root if data_root is not None else os.environ.get("TTTEMBED_DATA")
+    if not root:
+        raise DataError(f"no dataset {name_or_path!r}: it is not a path, and no data root is "
+                        "set", fix="pass a BEIR folder path, or the folder that holds it with "
+                        "--data-root (data_root=) or the TTTEMBED_DATA environment variable")
+    candidate = Path(root) / name_or_path
+    if candidate.exists():
+        return candidate
+    raise DataError(f"no dataset {name_or_path!r}; tried: {given}, {candidate}",
+                    fix="pass a BEIR folder path, or set --data-root / TTTEMBED_DATA to the "
+                    "folder that holds it")

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from tttembed.core.progress import Advance
+
 Kind = Literal["query", "document"]
 KINDS: tuple[str, ...] = ("query", "document")
 
@@ -22,14 +24,26 @@ KINDS: tuple[str, ...] = ("query", "document")
 DEFAULT_EMBEDDER = "st:bundled:all-MiniLM-L6-v2"
 
 
+#: Embedder options that change the vectors (recorded in the index manifest).
+VECTOR_OPTIONS = ("query_prompt", "document_prompt", "max_seq_length", "dimensions")
+
+
 @runtime_checkable
 class Embedder(Protocol):
+    """``spec`` as given, ``identity`` (spec + options that change the vectors), ``dim``,
+    ``options`` (the vector-changing options it was built with, for manifests)."""
+
     spec: str
     identity: str
-    dim: int
+    options: dict[str, Any]
 
-    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
-        """Return float32 (len(texts), dim), rows L2-normalised."""
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str], kind: Kind = "document",
+               progress: Advance | None = None) -> np.ndarray:
+        """Return float32 (len(texts), dim), rows L2-normalised; ``progress`` is advanced
+        by the texts finished."""
         ...
 
 
@@ -45,7 +59,11 @@ def check_kind(kind: str) -> None:
 
 
 def get_embedder(spec: str = DEFAULT_EMBEDDER, **options: Any) -> Embedder:
-    """Build an embedder from its spec string through the registry."""
+    """Build an embedder from its spec string through the registry (no cache); ``options``
+    that change the vectors are recorded on it as ``embedder.options``."""
     from tttembed.core.registry import create
 
-    return create("embedder", spec, **options)
+    options = {k: v for k, v in options.items() if v is not None}
+    emb = create("embedder", spec, **options)
+    emb.options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
+    return emb  # type: ignore[no-any-return]

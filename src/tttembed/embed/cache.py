@@ -18,11 +18,13 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from tttembed.embed.base import Embedder, Kind, check_kind
+from tttembed.core.progress import Advance
+from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder, Kind, check_kind, get_embedder
 from tttembed.core.errors import StateMismatch
 from tttembed.core.io import atomic_file, text_digest, write_json
 from tttembed.core.paths import cache_dir
@@ -115,10 +117,11 @@ class CachedEmbedder:
     """
 
     def __init__(self, inner: Embedder, root: str | os.PathLike[str] | None = None,
-                 chunk_size: int = 1024) -> None:
+                 chunk_size: int = 256) -> None:
         self.inner = inner
         self.spec = inner.spec
         self.identity = inner.identity
+        self.options: dict[str, Any] = dict(getattr(inner, "options", {}) or {})
         self.root = root
         self.chunk_size = int(chunk_size)
         self._caches: dict[str, EmbeddingCache] = {}
@@ -140,7 +143,7 @@ class CachedEmbedder:
         return self._caches[kind]
 
     def encode(self, texts: Sequence[str], kind: Kind = "document",
-               progress: Callable[[int], None] | None = None) -> np.ndarray:
+               progress: Advance | None = None) -> np.ndarray:
         check_kind(kind)
         texts = list(texts)
         keys = [text_digest(t) for t in texts]
@@ -182,4 +185,12 @@ def cached(embedder: Embedder, root: str | os.PathLike[str] | None = None) -> Ca
     return embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, root)
 
 
-__all__ = ["CachedEmbedder", "EmbeddingCache", "cached"]
+def load_embedder(spec: str = DEFAULT_EMBEDDER, *, cache: bool = True,
+                  cache_dir: str | os.PathLike[str] | None = None,
+                  **options: Any) -> Embedder:
+    """An embedder from its spec, wrapped in the content-addressed cache by default."""
+    inner = get_embedder(spec, **options)
+    return CachedEmbedder(inner, cache_dir) if cache else inner
+
+
+__all__ = ["CachedEmbedder", "EmbeddingCache", "cached", "load_embedder"]

@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 
 from tttembed.embed.base import Kind, check_kind, l2_normalize
+from tttembed.core.progress import Advance
 from tttembed.core.registry import identity
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import (
@@ -40,6 +41,9 @@ from tttembed.core.http import (
 
 class OpenAIEmbedder:
     """Embedder backed by an OpenAI-compatible HTTP embeddings endpoint."""
+
+    #: vector-changing options it was built with (set by get_embedder; never mutated)
+    options: dict[str, Any] = {}
 
     def __init__(self, model: str, base_url: str, *, spec: str | None = None,
                  batch_size: int = 64, max_concurrency: int = 4,
@@ -101,7 +105,8 @@ class OpenAIEmbedder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+    def encode(self, texts: Sequence[str], kind: Kind = "document",
+               progress: Advance | None = None) -> np.ndarray:
         check_kind(kind)
         prompt = self.query_prompt if kind == "query" else self.document_prompt
         texts = [prompt + t for t in texts]
@@ -111,6 +116,8 @@ class OpenAIEmbedder:
         batches = [texts[i * self.batch_size:(i + 1) * self.batch_size]
                    for i in range(n_batches)]
         parts = map_ordered(self._embed_batch, batches, self.max_concurrency)
+        if progress is not None:
+            progress(len(texts))
         return l2_normalize(np.concatenate(parts, axis=0))
 
     def _embed_batch(self, batch: list[str]) -> np.ndarray:

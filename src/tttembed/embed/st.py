@@ -21,6 +21,7 @@ import numpy as np
 
 from tttembed.core.devices import pick_device
 from tttembed.embed.base import Kind, check_kind, l2_normalize
+from tttembed.core.progress import Advance
 from tttembed.core.registry import identity
 from tttembed.core.errors import BackendError, ConfigError, MissingDependency
 
@@ -76,6 +77,9 @@ def load_sentence_transformer(rest: str, *, device: str | None = None, allow_dow
 class SentenceTransformerEmbedder:
     """Embedder backed by a local sentence-transformers model."""
 
+    #: vector-changing options it was built with (set by get_embedder; never mutated)
+    options: dict[str, Any] = {}
+
     def __init__(self, rest: str, *, query_prompt: str = "", document_prompt: str = "",
                  batch_size: int = 64, device: str | None = None, max_seq_length: int | None = None,
                  allow_download: bool = False, model: Any = None) -> None:
@@ -110,7 +114,8 @@ class SentenceTransformerEmbedder:
         get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
         return int(get())
 
-    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+    def encode(self, texts: Sequence[str], kind: Kind = "document",
+               progress: Advance | None = None) -> np.ndarray:
         check_kind(kind)
         texts = list(texts)
         if not texts:
@@ -120,6 +125,8 @@ class SentenceTransformerEmbedder:
         vecs = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt or None,
                                  convert_to_numpy=True, normalize_embeddings=True,
                                  show_progress_bar=False)
+        if progress is not None:
+            progress(len(texts))
         return l2_normalize(vecs)
 
 

@@ -24,18 +24,29 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt import AdaptState, RewardBatch, learn_vectors, make_groups, query_keys
+from tttembed.adapt import AdaptState
 from tttembed.adapt.allocate import (
     BREADTH_DEPTH,
+    TASK_SEED_OFFSET,
     budget_grid,
     nested_schedule,
     water_fill_order,
 )
-from tttembed.adapt.state import apply_states
 from tttembed.core.errors import ConfigError
 from tttembed.evaluate.methods import average_prf, reward_rocchio, rocchio_prf
 from tttembed.evaluate.metrics import evaluate_per_query
-from tttembed.ttt.queries import BaseRetrieval, QuerySet, reward_table, run_from_arrays
+from tttembed.index.store import IndexHandle
+from tttembed.ttt import (
+    BaseRetrieval,
+    QuerySet,
+    Source,
+    adapt_queries,
+    learn_state,
+    rerank_runs,
+    restrict,
+    reward_table,
+    run_from_arrays,
+)
 
 METRICS = ("ndcg@10", "recall@100")
 EVAL_DEPTH = 100
@@ -53,7 +64,7 @@ class TaskData:
     (top ``EVAL_DEPTH`` or more); optional learning-only queries (a train split)."""
 
     name: str
-    index: Any
+    index: IndexHandle
     corpus: Mapping[str, Mapping[str, str]] = field(repr=False)
     queries: QuerySet = field(repr=False)
     qrels: Mapping[str, Mapping[str, int]] = field(repr=False)
@@ -89,13 +100,6 @@ def candidates(work: Sequence[TaskData], depth: int = EVAL_DEPTH) -> dict[str, l
 
 def task_orders(work: Sequence[TaskData]) -> list[tuple[int, str]]:
     return water_fill_order([td.queries.keys for td in work])
-
-
-def restrict(rewards: Mapping[str, Mapping[str, float]], pairs: Sequence[tuple[str, str]]) -> Rewards:
-    out: Rewards = {}
-    for key, did in pairs:
-        out.setdefault(key, {})[did] = rewards[key][did]
-    return out
 
 
 def lazy(rewards_for: Callable[[list], Rewards], pairs: list) -> Callable[[], Rewards]:
@@ -144,27 +148,17 @@ def raw_metrics(work: Sequence[TaskData], keep: set[str] | None = None) -> PerQu
                               keep) for td in work])
 
 
-def trec_order(run: Mapping[str, float]) -> dict[str, float]:
-    """A query's run re-listed in trec_eval's order (score desc, then doc id desc)."""
-    by_id = sorted(run.items(), key=lambda kv: kv[0], reverse=True)
-    return dict(sorted(by_id, key=lambda kv: -kv[1]))
-
-
 def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
                    keep: set[str] | None = None) -> PerQuery:
     """Direct reranking of the base top 100. The slots are the base ranking as every other
     method is evaluated (trec_eval's tie rule: equal scores by doc id, descending), so an
     unrewarded query scores exactly its raw value even where documents tie (CoSQA holds
     thousands of duplicate texts, hence exact ties)."""
-    from tttembed.adapt.rerank import direct_rerank
-
     parts = []
     for td in work:
-        runs = run_from_arrays(td.queries, td.index, td.base.rows[:, :EVAL_DEPTH],
-                               td.base.scores[:, :EVAL_DEPTH]).get(td.name, {})
-        base = {q: trec_order(r) for q, r in runs.items()}
-        task_rewards = {q: rewards[f"{td.name}/{q}"] for q in base if f"{td.name}/{q}" in rewards}
-        per = evaluate_per_query(_judged(td, keep), direct_rerank(base, task_rewards), METRICS)
+        run = rerank_runs(td.queries, td.index, td.base.rows[:, :EVAL_DEPTH],
+                          td.base.scores[:, :EVAL_DEPTH], rewards).get(td.name, {})
+        per = evaluate_per_query(_judged(td, keep), run, METRICS)
         parts.append({m: {f"{td.name}/{q}": v for q, v in vals.items()}
                       for m, vals in per.items()})
     return merge(parts)
@@ -188,42 +182,10 @@ def rw_rocchio_metrics(work: Sequence[TaskData], rewards: Rewards,
     return search_metrics(work, vec, keep)
 
 
-Source = tuple[QuerySet, BaseRetrieval, Any]
-
-
-def learn_state(scope: str, sources: Sequence[Source], rewards: Rewards,
-                objective: str = "kd") -> AdaptState | None:
-    """One scope's state from the rewards of several (queries, base, index) sources — one
-    per task, each with its own index — learned as one batched problem."""
-    xs, zs, rs, qids, tasks = [], [], [], [], []
-    identity, dim = "", 0
-    for queries, base, index in sources:
-        kept, x, z, r = reward_table(queries, base, index, rewards)
-        identity, dim = index.identity, index.dim
-        if not kept:
-            continue
-        xs.append(x)
-        zs.extend(z)
-        rs.extend(r)
-        qids.extend(queries.qids[i] for i in kept)
-        tasks.extend(queries.tasks[i] for i in kept)
-    if not qids:
-        return None
-    groups = make_groups(scope, qids, tasks)
-    batch = RewardBatch.from_ragged(np.concatenate(xs), zs, rs, groups.index, groups.weights)
-    res = learn_vectors(batch, len(groups.keys), objective)
-    return AdaptState(scope, tuple(groups.keys), res.vectors, res.alpha, res.n_g,
-                      identity=identity, dim=dim, objective=objective,
-                      hyperparameters=res.hyperparameters)
-
-
 def state_metrics(work: Sequence[TaskData], state: AdaptState | None,
                   keep: set[str] | None = None) -> PerQuery:
     def vec(td: TaskData) -> np.ndarray:
-        if state is None:
-            return td.base.x
-        keys = query_keys(state.scope, list(td.queries.qids), list(td.queries.tasks))
-        return apply_states(td.base.x, {state.scope: keys}, [state])
+        return adapt_queries(td.base.x, td.queries, [state] if state is not None else [])
     return search_metrics(work, vec, keep)
 
 
@@ -234,7 +196,7 @@ def eval_sources(work: Sequence[TaskData]) -> list[Source]:
 def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, objective: str = "kd",
                   keep: set[str] | None = None, sources: Sequence[Source] | None = None) -> PerQuery:
     state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
-                        objective)
+                        objective=objective)
     return state_metrics(work, state, keep)
 
 
@@ -282,13 +244,13 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
 
 def heldout_split(work: Sequence[TaskData], fraction: float = 0.8) -> tuple[set[str], set[str]]:
     """``S`` = the first ``ceil(fraction * n_t)`` queries of each task in its seeded order
-    (``default_rng(1000 + t)``, as the water-filling uses); ``U`` the rest."""
+    (``default_rng(TASK_SEED_OFFSET + t)``, as the water-filling uses); ``U`` the rest."""
     if not 0.0 < fraction < 1.0:
         raise ConfigError(f"held-out fraction must lie in (0, 1), got {fraction}")
     s: set[str] = set()
     for t, td in enumerate(work):
         keys = td.queries.keys
-        perm = np.random.default_rng(1000 + t).permutation(len(keys))
+        perm = np.random.default_rng(TASK_SEED_OFFSET + t).permutation(len(keys))
         s.update(keys[i] for i in perm[: math.ceil(fraction * len(keys))].tolist())
     all_keys = {k for td in work for k in td.queries.keys}
     return s, all_keys - s
@@ -355,7 +317,7 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
                                 setting={"held_out": td.name}))
 
         def compute(t: TaskData = td, o: list = others) -> PerQuery:
-            state = learn_state("global", eval_sources(o), rw(), objective)
+            state = learn_state("global", eval_sources(o), rw(), objective=objective)
             return state_metrics([t], state)
         B = sum(len(cands[k]) for o in others for k in o.queries.keys)
         out.append(MethodResult("loto", "global", cells({**tag, "m": "global"}, compute),

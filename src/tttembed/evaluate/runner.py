@@ -10,8 +10,6 @@ scorer calls; ``counts`` in the result says so.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,17 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
-from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.core.errors import ConfigError
+from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_json
+from tttembed.core.progress import Progress, stage
+from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.evaluate import analyses as A
 from tttembed.evaluate import protocols as P
 from tttembed.evaluate.report import summarise
 from tttembed.evaluate.tasks import EvalTask, load_eval_tasks, task_index
-from tttembed.reporting import versions
+from tttembed.score.base import Scorer, capabilities
 
 PROTOCOLS = ("fixed", "heldout", "loto")
 ANALYSES = ("alpha", "breadth-depth", "objectives")
-Stage = Callable[[str, int | None], Callable[[int], None]]
 #: Bump when a protocol's numbers change for the same inputs (invalidates cached cells).
 CELLS_VERSION = 2
 
@@ -78,7 +77,8 @@ class EvalConfig:
 
 
 def is_label_scorer(spec: str) -> bool:
-    return spec.split(":", 1)[0] == "qrels"
+    """A scorer that reads human judgments (evaluated queries must never be rewarded by it)."""
+    return capabilities(spec).uses_labels
 
 
 class CellCache:
@@ -91,27 +91,23 @@ class CellCache:
         self.seconds = 0.0
 
     def key(self, parts: Mapping[str, Any]) -> str:
-        blob = json.dumps({**self.base, **parts}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        return json_hash({**self.base, **parts})
 
     def __call__(self, parts: Mapping[str, Any], compute: Callable[[], P.PerQuery]) -> P.PerQuery:
         path = None if self.root is None else self.root / f"{self.key(parts)}.json"
         if path is not None and path.is_file():
             try:
-                got = json.loads(path.read_text())
+                got: P.PerQuery = read_json(path, what="cached evaluation cell")
                 self.hits += 1
                 return got
-            except (OSError, json.JSONDecodeError):
-                pass
+            except DataError:
+                pass  # a corrupt cell is recomputed and rewritten
         t = time.perf_counter()
         value = compute()
         self.seconds += time.perf_counter() - t
         self.misses += 1
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(value))
-            os.replace(tmp, path)
+            write_json(path, value, indent=None)
         return value
 
 
@@ -119,25 +115,26 @@ class CellCache:
 class Workload:
     tasks: list[EvalTask]
     data: list[P.TaskData]
-    embedder: Any
+    embedder: Embedder
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def prepare(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None) -> Workload:
+def prepare(cfg: EvalConfig, progress: Progress | None = None,
+            embedder: Embedder | None = None) -> Workload:
     """Load the tasks, open (or build) one cached index per task, retrieve the base top-100."""
-    from tttembed import api
-    from tttembed.ttt.queries import QuerySet, base_retrieval
+    from tttembed.embed.cache import load_embedder
+    from tttembed.ttt import QuerySet, base_retrieval
 
     t0 = time.perf_counter()
     tasks = load_eval_tasks(cfg.tasks, data_root=cfg.data_root, split=cfg.split,
                             train_split=cfg.train_split)
-    emb = embedder if embedder is not None else api.load_embedder(cfg.embedder,
-                                                                   cache_dir=cfg.cache_dir)
+    emb = embedder if embedder is not None else load_embedder(cfg.embedder,
+                                                               cache_dir=cfg.cache_dir)
     timings = {"load_tasks": time.perf_counter() - t0}
     data = []
     t1 = time.perf_counter()
     for task in tasks:
-        bar = stage(f"index {task.name}", len(task.corpus)) if stage else None
+        bar = stage(progress, f"index {task.name}", len(task.corpus))
         index = task_index(task, emb, cfg.cache_dir, progress=bar)
         queries = QuerySet.from_tasks({task.name: task.queries})
         base = base_retrieval(index, emb, queries, P.EVAL_DEPTH)
@@ -160,26 +157,29 @@ class RewardSource:
         self.spec = spec
         self.work = work
         self.cfg = cfg
-        self._scorers: dict[str, Any] = {}
+        self.caps = capabilities(spec)
+        self._scorers: dict[str, Scorer] = {}
         self.requested = 0
         self.seconds = 0.0
 
-    def scorer(self, task: EvalTask) -> Any:
-        from tttembed.ttt.learn import build_scorer
+    def scorer(self, task: EvalTask) -> Scorer:
+        """One scorer per task when it depends on the task's corpus or judgments, else one."""
+        from tttembed.ttt import build_scorer
 
-        scheme = self.spec.split(":", 1)[0]
-        name = task.name if scheme in ("bm25", "qrels") else "*"
+        per_task = self.caps.needs_corpus or self.caps.uses_labels
+        name = task.name if per_task else "*"
         if name not in self._scorers:
-            if scheme == "qrels":
+            if self.caps.uses_labels:  # every split's judgments of this task, by query id
                 judged = {**task.train_qrels, **task.qrels}
-                sc = build_scorer(f"qrels:{task.source}", task.corpus, qrels=judged)
+                sc = build_scorer(f"{self.spec.split(':', 1)[0]}:{task.source}", task.corpus,
+                                  qrels=judged)
             else:
                 sc = build_scorer(self.spec, task.corpus, cache_dir=self.cfg.cache_dir)
             self._scorers[name] = sc
         return self._scorers[name]
 
     def identity(self) -> str:
-        if is_label_scorer(self.spec):
+        if self.caps.uses_labels:
             return "qrels"
         return getattr(self.scorer(self.work.tasks[0]), "identity", self.spec)
 
@@ -188,7 +188,7 @@ class RewardSource:
         return sum(int(getattr(s, "paid", 0)) for s in self._scorers.values())
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> P.Rewards:
-        from tttembed.ttt.queries import QuerySet, score_pairs
+        from tttembed.ttt import QuerySet, score_pairs
 
         t = time.perf_counter()
         by_task: dict[str, list[tuple[str, str]]] = {}
@@ -206,85 +206,103 @@ class RewardSource:
         return out
 
 
-#: Distributions whose versions results.json records (besides tttembed and python).
-VERSIONED = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
-             "transformers", "bm25s")
+def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCache,
+               progress: Progress | None) -> tuple[list[P.MethodResult], list[str]]:
+    """Every asked protocol for one scorer (label scorers skip the fixed population)."""
+    label = src.caps.uses_labels
+    results: list[P.MethodResult] = []
+    notes: list[str] = []
+    for proto in cfg.protocols:
+        if proto == "fixed" and label:
+            notes.append("fixed protocol skipped for the qrels scorer: its judged "
+                         "queries would be evaluated (use heldout or loto)")
+        elif proto == "fixed":
+            n = sum(len(t.queries) for t in work.tasks)
+            bar = stage(progress, f"fixed [{src.spec}]", len(budget_grid(n, cfg.budgets)))
+            results += P.fixed_population(work.data, src, budgets=cfg.budgets,
+                                          scopes=cfg.scopes, baselines=cfg.baselines,
+                                          objective=cfg.objective, cells=cells, progress=bar)
+        elif proto == "heldout":
+            results += P.heldout(work.data, src, fraction=cfg.heldout_fraction,
+                                 scopes=[s for s in cfg.scopes if s != "query"],
+                                 objective=cfg.objective, cells=cells,
+                                 use_train=cfg.train_split is not None)
+        elif len(work.data) < 2:
+            notes.append("leave-one-task-out skipped: it needs two tasks or more")
+        else:
+            results += P.leave_one_task_out(work.data, src, objective=cfg.objective,
+                                            cells=cells)
+    return results, notes
 
 
-def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
-             use_cell_cache: bool = True) -> dict[str, Any]:
-    """Run every protocol and analysis for every scorer; a JSON-ready result."""
+def _analyses(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCache
+              ) -> tuple[list[P.MethodResult], list[str]]:
+    label = src.caps.uses_labels
+    results: list[P.MethodResult] = []
+    notes: list[str] = []
+    for analysis in cfg.analyses:
+        if analysis == "alpha":
+            results += A.alpha_ablation(work.data, src, objective=cfg.objective,
+                                        heldout_eval=label, cells=cells)
+        elif label:
+            notes.append(f"{analysis} skipped for the qrels scorer (it would evaluate "
+                         "judged queries)")
+        elif analysis == "breadth-depth":
+            results += A.breadth_depth(work.data, src, objective=cfg.objective, cells=cells)
+        elif analysis == "objectives":
+            results += A.objective_comparison(work.data, src, scopes=cfg.scopes, cells=cells)
+    return results, notes
+
+
+def _cells(cfg: EvalConfig, work: Workload, src: RewardSource, use_cell_cache: bool
+           ) -> CellCache:
     from tttembed.core.paths import cache_dir
 
+    root = cache_dir(cfg.cache_dir) / "eval" / "cells" if use_cell_cache else None
+    base = {"embedder": work.embedder.identity,
+            "tasks": {t.name: t.fingerprint for t in work.tasks},
+            "queries": [len(t.queries) for t in work.tasks], "scorer": src.identity(),
+            "split": cfg.split, "version": versions(())["tttembed"], "cells": CELLS_VERSION}
+    if cfg.train_split:
+        base["train_split"] = cfg.train_split
+    return CellCache(root, base)
+
+
+def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: P.PerQuery,
+             counts: dict[str, Any], timings: dict[str, float], use_cell_cache: bool,
+             progress: Progress | None) -> dict[str, Any]:
+    """One scorer's protocols, analyses and summary; adds to ``counts`` and ``timings``."""
+    src = RewardSource(spec, work, cfg)
+    cells = _cells(cfg, work, src, use_cell_cache)
+    results, notes = _protocols(cfg, work, src, cells, progress)
+    more, more_notes = _analyses(cfg, work, src, cells)
+    t_sum = time.perf_counter()
+    summary = summarise(results + more, raw_all, n_resamples=cfg.n_resamples,
+                        few_queries=cfg.few_queries)
+    timings[f"tests_and_summary[{spec}]"] = time.perf_counter() - t_sum
+    counts["scorer_paid"] += src.paid
+    counts["reward_pairs_requested"] += src.requested
+    counts["cells_cached"] += cells.hits
+    counts["cells_computed"] += cells.misses
+    timings[f"scoring[{spec}]"] = src.seconds
+    timings[f"learn_and_search[{spec}]"] = cells.seconds - src.seconds
+    return {"scorer": spec, "scorer_identity": src.identity(), "notes": notes + more_notes,
+            **summary}
+
+
+def run_eval(cfg: EvalConfig, progress: Progress | None = None,
+             embedder: Embedder | None = None, use_cell_cache: bool = True) -> dict[str, Any]:
+    """Run every protocol and analysis for every scorer; a JSON-ready result."""
     t_start = time.perf_counter()
-    work = prepare(cfg, stage, embedder)
+    work = prepare(cfg, progress, embedder)
     emb = work.embedder
     calls0 = int(getattr(emb, "model_calls", 0))
-    fingerprints = {t.name: t.fingerprint for t in work.tasks}
-    cells_root = cache_dir(cfg.cache_dir) / "eval" / "cells" if use_cell_cache else None
-    sections: list[dict[str, Any]] = []
     counts: dict[str, Any] = {"scorer_paid": 0, "reward_pairs_requested": 0,
                               "cells_cached": 0, "cells_computed": 0}
     timings = dict(work.timings)
     raw_all = P.raw_metrics(work.data)
-    for spec in cfg.scorers:
-        src = RewardSource(spec, work, cfg)
-        base = {"embedder": emb.identity, "tasks": fingerprints,
-                "queries": [len(t.queries) for t in work.tasks], "scorer": src.identity(),
-                "split": cfg.split, "version": versions(())["tttembed"],
-                "cells": CELLS_VERSION}
-        if cfg.train_split:
-            base["train_split"] = cfg.train_split
-        cells = CellCache(cells_root, base)
-        label = is_label_scorer(spec)
-        results: list[P.MethodResult] = []
-        notes: list[str] = []
-        for proto in cfg.protocols:
-            if proto == "fixed":
-                if label:
-                    notes.append("fixed protocol skipped for the qrels scorer: its judged "
-                                 "queries would be evaluated (use heldout or loto)")
-                    continue
-                n = sum(len(t.queries) for t in work.tasks)
-                bar = stage(f"fixed [{spec}]", len(budget_grid(n, cfg.budgets))) if stage else None
-                results += P.fixed_population(work.data, src, budgets=cfg.budgets,
-                                              scopes=cfg.scopes, baselines=cfg.baselines,
-                                              objective=cfg.objective, cells=cells,
-                                              progress=bar)
-            elif proto == "heldout":
-                results += P.heldout(work.data, src, fraction=cfg.heldout_fraction,
-                                     scopes=[s for s in cfg.scopes if s != "query"],
-                                     objective=cfg.objective, cells=cells,
-                                     use_train=cfg.train_split is not None)
-            elif proto == "loto":
-                if len(work.data) < 2:
-                    notes.append("leave-one-task-out skipped: it needs two tasks or more")
-                    continue
-                results += P.leave_one_task_out(work.data, src, objective=cfg.objective,
-                                                cells=cells)
-        for analysis in cfg.analyses:
-            if analysis == "alpha":
-                results += A.alpha_ablation(work.data, src, objective=cfg.objective,
-                                            heldout_eval=label, cells=cells)
-            elif label:
-                notes.append(f"{analysis} skipped for the qrels scorer (it would evaluate "
-                             "judged queries)")
-            elif analysis == "breadth-depth":
-                results += A.breadth_depth(work.data, src, objective=cfg.objective, cells=cells)
-            elif analysis == "objectives":
-                results += A.objective_comparison(work.data, src, scopes=cfg.scopes, cells=cells)
-        t_sum = time.perf_counter()
-        summary = summarise(results, raw_all, n_resamples=cfg.n_resamples,
-                            few_queries=cfg.few_queries)
-        timings[f"tests_and_summary[{spec}]"] = time.perf_counter() - t_sum
-        sections.append({"scorer": spec, "scorer_identity": src.identity(), "notes": notes,
-                         **summary})
-        counts["scorer_paid"] += src.paid
-        counts["reward_pairs_requested"] += src.requested
-        counts["cells_cached"] += cells.hits
-        counts["cells_computed"] += cells.misses
-        timings[f"scoring[{spec}]"] = src.seconds
-        timings[f"learn_and_search[{spec}]"] = cells.seconds - src.seconds
+    sections = [_section(cfg, work, spec, raw_all, counts, timings, use_cell_cache, progress)
+                for spec in cfg.scorers]
     counts["embedding_model_calls"] = int(getattr(emb, "model_calls", 0))
     counts["texts_embedded"] = int(getattr(emb, "texts_embedded", 0))
     counts["embedding_model_calls_after_indexing"] = counts["embedding_model_calls"] - calls0
@@ -292,7 +310,7 @@ def run_eval(cfg: EvalConfig, stage: Stage | None = None, embedder: Any = None,
     return {
         "format": "tttembed-eval/1",
         "config": asdict(cfg),
-        "versions": versions(VERSIONED),
+        "versions": versions(DISTRIBUTIONS),
         "embedder_identity": emb.identity,
         "tasks": [{"name": t.name, "source": t.source, "split": t.split,
                    "corpus_fingerprint": t.fingerprint, "documents": len(t.corpus),

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.core.errors import ConfigError, DataError, MissingDependency
+from tttembed.core.progress import Advance
+from tttembed.embed.base import Embedder
+from tttembed.index.store import IndexHandle
 
 MTEB_PREFIX = "mteb:"
 
@@ -45,15 +48,6 @@ class EvalTask:
         return sum(1 for g in self.qrels.values() if any(v >= 1 for v in g.values()))
 
 
-def default_data_root() -> Path | None:
-    """$TTTEMBED_DATA, else ``../shared/data`` next to the working directory when present."""
-    env = os.environ.get("TTTEMBED_DATA")
-    if env:
-        return Path(env)
-    guess = Path.cwd().parent / "shared" / "data"
-    return guess if guess.is_dir() else None
-
-
 def task_name(spec: str) -> str:
     """A short name for a task spec (folder name, or the MTEB name)."""
     if spec.startswith(MTEB_PREFIX):
@@ -68,8 +62,7 @@ def load_eval_task(spec: str, *, data_root: str | Path | None = None, split: str
 
     if spec.startswith(MTEB_PREFIX):
         return load_mteb_task(spec[len(MTEB_PREFIX):], split=split)
-    root = data_root if data_root is not None else default_data_root()
-    path = resolve_task_path(spec, root)
+    path = resolve_task_path(spec, data_root)
     task = load_task(path, split=split, name=task_name(spec))
     if not task.qrels:
         raise DataError(f"task {task.name!r} has no judgments for split {split!r}", path=path,
@@ -156,32 +149,21 @@ def _mteb_split(data: Any, split: str) -> Mapping[str, Any]:
     return data
 
 
-def index_dir(task: EvalTask, cache_root: str | os.PathLike[str] | None = None) -> Path:
+def index_dir(task: EvalTask, identity: str,
+              cache_root: str | os.PathLike[str] | None = None) -> Path:
+    """``<cache>/eval/indexes/<task>-<corpus fingerprint[:12]>-<embedder hash[:8]>``."""
+    from tttembed.core.io import text_hash
     from tttembed.core.paths import cache_dir
 
-    return cache_dir(cache_root) / "eval" / "indexes" / f"{task.name}-{task.fingerprint[:12]}"
+    name = f"{task.name}-{task.fingerprint[:12]}-{text_hash(identity)[:8]}"
+    return cache_dir(cache_root) / "eval" / "indexes" / name
 
 
-def task_index(task: EvalTask, embedder: Any, cache_root: str | os.PathLike[str] | None = None,
-               progress: Callable[[int], None] | None = None) -> Any:
+def task_index(task: EvalTask, embedder: Embedder,
+               cache_root: str | os.PathLike[str] | None = None,
+               progress: Advance | None = None) -> IndexHandle:
     """The task's cached index for ``embedder`` (built once; rebuilt on a manifest mismatch)."""
-    from tttembed import api
-    from tttembed.core.errors import StateMismatch
-    from tttembed.index.store import read_manifest
+    from tttembed.index.store import open_or_build
 
-    base = index_dir(task, cache_root)
-    ident = embedder.identity
-    import hashlib
-
-    out = base.with_name(base.name + "-" + hashlib.sha256(ident.encode()).hexdigest()[:8])
-    if out.is_dir():
-        try:
-            manifest = read_manifest(out)
-            if (manifest.get("embedder") == ident
-                    and manifest.get("corpus_fingerprint") == task.fingerprint):
-                return api.open_index(out, embedder=embedder)
-        except (DataError, StateMismatch, OSError):
-            pass
-    api.index_corpus(task.corpus, out, embedder=embedder, overwrite=True, source=task.source,
-                     progress=progress)
-    return api.open_index(out, embedder=embedder)
+    return open_or_build(task.corpus, index_dir(task, embedder.identity, cache_root), embedder,
+                         progress=progress, rebuild=True, source=task.source)
