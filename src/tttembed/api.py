@@ -1,79 +1,121 @@
-"""The Python API. The CLI calls these functions and holds no logic of its own.
+"""The Python API: what users script against, and all the CLI calls.
 
-    >>> import tttembed.api as tt
-    >>> emb = tt.load_embedder()                       # bundled all-MiniLM-L6-v2, cached
-    >>> tt.index_corpus("data/scifact", "idx/scifact", embedder=emb)
-    >>> index = tt.open_index("idx/scifact")
-    >>> result = tt.search(index, {"q1": "0-dimensional biomaterials"}, k=10)
-    >>> result.to_run()
+    >>> import tttembed as tt
+    >>> index = tt.index_corpus("data/scifact", "idx/scifact")          # bundled MiniLM
+    >>> state = tt.learn(index, "data/scifact", scorer="bm25", scope="task", budget=10)
+    >>> state.save("vectors.npz")
+    >>> result = tt.search(index, "data/scifact", states=[tt.load_state("vectors.npz")])
+    >>> result.applied, result.to_run()
+
+``queries`` everywhere may be a ``{qid: text}`` dict, a query file (.jsonl/.tsv/.txt), a
+BEIR folder (its ``split``'s queries and judgments), or a list of them (one task each).
+Importing this module is light: torch, transformers and faiss load when first needed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tttembed.embed.base import DEFAULT_EMBEDDER, get_embedder
-from tttembed.embed.cache import CachedEmbedder
-from tttembed.core.errors import StateMismatch
+from tttembed.adapt.allocate import NORMALISED_BUDGETS
+from tttembed.adapt.scopes import SCOPES
+from tttembed.adapt.state import AdaptState
+from tttembed.adapt.state import load_state as _load_state
+from tttembed.chain.api import chain_eval, chain_search, chain_train
+from tttembed.chain.regimes import REGIMES
+from tttembed.core.errors import (
+    BackendError,
+    ConfigError,
+    DataError,
+    MissingDependency,
+    StateMismatch,
+    TTTEmbedError,
+)
+from tttembed.core.progress import Progress, stage
+from tttembed.demo.run import DemoResult, run_demo
+from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
+from tttembed.evaluate.stats import Comparison
 from tttembed.index.search import SearchResult, read_run, write_run
-from tttembed.index.search import search as _search
-from tttembed.index.store import IndexHandle, build_index
-from tttembed.index.store import open_index as _open_index
+from tttembed.index.store import IndexHandle as Index
+from tttembed.score.base import Scorer
+from tttembed.ttt.queries import QuerySet, QuerySource
 
-__all__ = ["SearchResult", "embedder_for_index", "index_corpus", "load_embedder",
-           "open_index", "read_run", "search", "write_run"]
+__all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError",
+           "Comparison", "ConfigError", "DataError", "DemoResult", "EvalReport", "Index",
+           "MissingDependency", "SearchResult", "StateMismatch", "TTTEmbedError",
+           "chain_eval", "chain_search", "chain_train", "compare", "embedder_for_index",
+           "evaluate", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
+           "open_index", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run"]
 
-#: embedder options that change the vectors, recorded in the index manifest
-VECTOR_OPTIONS = ("query_prompt", "document_prompt", "max_seq_length", "dimensions")
+Queries = QuerySource | Sequence[QuerySource]
+PathLike = str | os.PathLike[str]
 
 
 def load_embedder(spec: str = DEFAULT_EMBEDDER, *, cache: bool = True,
-                  cache_dir: str | os.PathLike[str] | None = None, **options: Any) -> Any:
-    """Build an embedder from its spec; wrapped in the content-addressed cache by default."""
-    options = {k: v for k, v in options.items() if v is not None}
-    inner = get_embedder(spec, **options)
-    inner.options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}  # type: ignore[attr-defined]
-    return CachedEmbedder(inner, cache_dir) if cache else inner
+                  cache_dir: PathLike | None = None, **options: Any) -> Embedder:
+    """An embedder from its spec (``st:...``, ``openai:MODEL@URL``), wrapped in the
+    content-addressed embedding cache unless ``cache=False``. ``options`` go to the backend
+    (``query_prompt``, ``document_prompt``, ``dimensions`` ...).
+
+        >>> emb = tt.load_embedder()                     # the bundled all-MiniLM-L6-v2
+        >>> emb.encode(["a question"], "query").shape
+        (1, 384)
+    """
+    from tttembed.embed.cache import load_embedder as _load
+
+    return _load(spec, cache=cache, cache_dir=cache_dir, **options)
 
 
-def index_corpus(data: str | os.PathLike[str] | Mapping[str, Mapping[str, str]],
-                 out: str | os.PathLike[str], *, embedder: Any = None,
-                 index_type: str = "flat", index_params: dict[str, int] | None = None,
-                 overwrite: bool = False, source: str | None = None,
-                 progress: Callable[[int], None] | None = None) -> Path:
-    """Embed a corpus (a BEIR folder, a corpus.jsonl file, or a BEIR corpus dict) and
-    write an index directory."""
+def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike, *,
+                 embedder: Embedder | str | None = None, index_type: str = "flat",
+                 index_params: Mapping[str, int] | None = None, overwrite: bool = False,
+                 progress: Progress | None = None) -> Index:
+    """Embed a corpus (a BEIR folder, a corpus.jsonl file, or a ``{id: {title, text}}``
+    dict) and write an index folder with its manifest; returns the opened index.
+
+        >>> index = tt.index_corpus("data/scifact", "idx/scifact")
+        >>> len(index), index.dim
+        (5183, 384)
+    """
     from tttembed.data.beir import load_corpus
+    from tttembed.index.store import build_index
+    from tttembed.index.store import open_index as _open
 
-    if embedder is None:
-        embedder = load_embedder()
+    emb = load_embedder(embedder) if isinstance(embedder, str) or embedder is None \
+        else embedder
     if isinstance(data, Mapping):
-        corpus = {k: dict(v) for k, v in data.items()}
-        source = source or "<dict>"
+        corpus, source = {k: dict(v) for k, v in data.items()}, "<dict>"
     else:
         path = Path(data)
-        corpus = load_corpus(path / "corpus.jsonl" if path.is_dir() else path)
-        source = str(path)
-    options = getattr(getattr(embedder, "inner", embedder), "options", {})
-    return build_index(corpus, embedder, out, index_type=index_type,
-                       index_params=index_params, overwrite=overwrite, progress=progress,
-                       extra={"embedder_options": options, "corpus_source": source})
+        corpus, source = load_corpus(path / "corpus.jsonl" if path.is_dir() else path), str(path)
+    build_index(corpus, emb, out, index_type=index_type,
+                index_params=dict(index_params or {}), overwrite=overwrite,
+                progress=stage(progress, "embedding corpus", len(corpus)),
+                extra={"embedder_options": dict(emb.options), "corpus_source": source})
+    return _open(out, expected_identity=emb.identity)
 
 
-def open_index(path: str | os.PathLike[str], *, embedder: Any = None) -> IndexHandle:
-    """Open an index; with ``embedder``, refuse an index built by another one."""
+def open_index(path: PathLike, *, embedder: Embedder | None = None) -> Index:
+    """Open an index folder; with ``embedder``, refuse one built by another embedder.
+
+        >>> index = tt.open_index("idx/scifact")
+    """
+    from tttembed.index.store import open_index as _open
+
     if embedder is None:
-        return _open_index(path)
-    return _open_index(path, expected_identity=embedder.identity,
-                       expected_dim=int(embedder.dim))
+        return _open(path)
+    return _open(path, expected_identity=embedder.identity, expected_dim=int(embedder.dim))
 
 
-def embedder_for_index(index: IndexHandle, *, cache: bool = True,
-                       cache_dir: str | os.PathLike[str] | None = None) -> Any:
-    """Rebuild the embedder recorded in an index manifest (spec + vector options)."""
+def embedder_for_index(index: Index, *, cache: bool = True,
+                       cache_dir: PathLike | None = None) -> Embedder:
+    """The embedder recorded in an index manifest (spec + vector options), rebuilt.
+
+        >>> emb = tt.embedder_for_index(tt.open_index("idx/scifact"))
+    """
     options = dict(index.manifest.get("embedder_options") or {})
     emb = load_embedder(index.manifest["embedder_spec"], cache=cache, cache_dir=cache_dir,
                         **options)
@@ -83,13 +125,258 @@ def embedder_for_index(index: IndexHandle, *, cache: bool = True,
     return emb
 
 
-def search(index: IndexHandle, queries: Mapping[str, str], *, embedder: Any = None,
-           k: int = 100, batch_size: int = 256,
-           progress: Callable[[int], None] | None = None) -> SearchResult:
-    """Raw search: encode the queries with the index's embedder and search."""
+def _embedder(index: Index, embedder: Embedder | None) -> Embedder:
     if embedder is None:
-        embedder = embedder_for_index(index)
-    elif embedder.identity != index.identity or int(embedder.dim) != index.dim:
+        return embedder_for_index(index)
+    if embedder.identity != index.identity or int(embedder.dim) != index.dim:
         raise StateMismatch(f"index {index.path} was built with {index.identity!r} "
                             f"(dim {index.dim}); got embedder {embedder.identity!r}")
-    return _search(index, queries, embedder, k=k, batch_size=batch_size, progress=progress)
+    return embedder
+
+
+def load_scorer(spec: str, *, index: Index | None = None,
+                corpus: PathLike | Mapping[str, Mapping[str, str]] | None = None,
+                ledger: PathLike | None = None, cache_dir: PathLike | None = None,
+                use_ledger: bool = True, **options: Any) -> Scorer:
+    """A reward scorer from the same spec strings as the CLI (``bm25``, ``qrels:PATH``,
+    ``qwen3-reranker:PATH``, ``cross-encoder:PATH``, ``llm:MODEL@URL``, or a third-party
+    scheme), given the corpus when it needs one (from ``corpus`` or the ``index``'s
+    manifest), wrapped in the paid-pair ledger when its rewards are cacheable.
+
+        >>> scorer = tt.load_scorer("bm25", index=index)
+    """
+    from tttembed.score.base import capabilities
+    from tttembed.ttt.rewards import build_scorer, corpus_for_index
+
+    docs = None
+    if capabilities(spec).needs_corpus and "corpus" not in options:
+        if index is not None:
+            docs = corpus_for_index(index, corpus)
+        elif isinstance(corpus, Mapping):
+            docs = {k: dict(v) for k, v in corpus.items()}
+        elif corpus is not None:
+            from tttembed.data.beir import load_corpus
+
+            path = Path(corpus)
+            docs = load_corpus(path / "corpus.jsonl" if path.is_dir() else path)
+    return build_scorer(spec, docs, ledger_path=ledger, cache_dir=cache_dir,
+                        use_ledger=use_ledger, **options)
+
+
+def _queries(queries: Queries | QuerySet, task: str | Sequence[str] | None,
+             split: str | None) -> QuerySet:
+    from tttembed.ttt.queries import query_sources
+
+    if isinstance(queries, QuerySet):
+        return queries
+    return query_sources(queries, task=task, split=split)
+
+
+def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = "task",
+          budget: float = 10, task: str | Sequence[str] | None = None,
+          objective: str = "kd", dry_run: bool = False, split: str = "test", depth: int = 10,
+          seed: int = 0, embedder: Embedder | None = None,
+          corpus: PathLike | Mapping[str, Mapping[str, str]] | None = None,
+          progress: Progress | None = None) -> AdaptState:
+    """Spend ``budget`` rewards per query (on average) on the top candidates of
+    ``queries``, paid once through the ledger, and learn one ``scope``'s state.
+
+    ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
+    pairs. With ``dry_run`` nothing is scored: the state holds no vector, and
+    ``state.pairs`` says requested / in_ledger / to_pay.
+
+        >>> state = tt.learn(index, "data/scifact", scorer="bm25", scope="task", budget=10)
+        >>> state.pairs
+        {'requested': 3000, 'cached': 0, 'paid': 3000, 'missing': 0}
+    """
+    from tttembed.adapt import check_objective, check_scope
+    from tttembed.ttt import corpus_for_index
+    from tttembed.ttt import learn as run_learn
+
+    check_scope(scope)
+    check_objective(objective)
+    qs = _queries(queries, task, split)
+    docs = corpus_for_index(index, corpus, qs.folder)
+    sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
+    outcome = run_learn(index, _embedder(index, embedder), qs, docs, sc, scope=scope,
+                        avg_budget=budget, depth=depth, objective=objective, seed=seed,
+                        dry_run=dry_run, progress=progress)
+    if outcome.state is not None:
+        return outcome.state
+    plan = outcome.plan
+    pairs = ({"requested": len(plan.pairs), "in_ledger": plan.in_ledger or 0,
+              "to_pay": plan.to_pay} if dry_run else outcome.counts)
+    return AdaptState(scope, (), _empty(index.dim), (), (), identity=index.identity,
+                      dim=index.dim, objective=objective, pairs=pairs, dry_run=dry_run,
+                      budget=len(plan.pairs))
+
+
+def _empty(dim: int) -> Any:
+    import numpy as np
+
+    return np.zeros((0, dim), np.float32)
+
+
+def load_state(path: PathLike) -> AdaptState:
+    """Read a state file (``vectors.npz``) written by ``learn`` / ``AdaptState.save``.
+
+        >>> state = tt.load_state("vectors.npz")
+        >>> state.scope, state.keys
+        ('task', ('scifact',))
+    """
+    return _load_state(path)
+
+
+def search(index: Index, queries: Queries, *, k: int = 100,
+           states: Sequence[AdaptState | PathLike] = (),
+           task: str | Sequence[str] | None = None, split: str = "test",
+           embedder: Embedder | None = None, allow_foreign_state: bool = False,
+           batch_size: int = 256, progress: Progress | None = None) -> SearchResult:
+    """Search with raw or adapted query vectors (``unit(x + alpha v)``; the most specific
+    state wins per query: query > task > global). The index never changes.
+
+    ``result.applied`` maps each state to the number of queries it was applied to; a state
+    that applies to none, or was learned on another corpus (unless
+    ``allow_foreign_state``), is an error.
+
+        >>> result = tt.search(index, {"q1": "0-dimensional biomaterials"}, k=10)
+        >>> adapted = tt.search(index, "data/scifact", states=["vectors.npz"])
+    """
+    import time
+
+    from tttembed.index.search import encode_queries
+    from tttembed.ttt import adapted_search, applied_counts, check_applied, check_states
+
+    loaded = [s if isinstance(s, AdaptState) else _load_state(s) for s in states]
+    check_states(loaded, index, allow_foreign=allow_foreign_state)
+    qs = _queries(queries, task, split)
+    emb = _embedder(index, embedder)
+    counts = applied_counts(qs, loaded)
+    check_applied(loaded, counts, qs)
+    t0 = time.perf_counter()
+    x = encode_queries(emb, list(qs.texts), batch_size,
+                       progress=stage(progress, "encoding queries", len(qs)))
+    t1 = time.perf_counter()
+    scores, rows = adapted_search(index, qs, x, loaded, min(int(k), len(index)))
+    return SearchResult(qids=list(qs.qids), scores=scores, rows=rows, doc_ids=index.doc_ids,
+                        timings={"encode_s": t1 - t0, "search_s": time.perf_counter() - t1},
+                        tasks=list(qs.tasks), qrels=dict(qs.qrels),
+                        applied=dict(zip(loaded, counts)))
+
+
+def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: float = 10,
+           k: int = 100, depth: int = 10, seed: int = 0,
+           task: str | Sequence[str] | None = None, split: str = "test",
+           embedder: Embedder | None = None,
+           corpus: PathLike | Mapping[str, Mapping[str, str]] | None = None,
+           progress: Progress | None = None) -> SearchResult:
+    """Direct reranking (the baseline): the same reward plan as ``learn``, rewarded
+    candidates sorted by reward inside their original slots.
+
+        >>> result = tt.rerank(index, "data/scifact", scorer="bm25", budget=10)
+    """
+    from tttembed.ttt import (
+        base_retrieval,
+        candidate_depth,
+        corpus_for_index,
+        make_plan,
+        rerank_runs,
+        score_pairs,
+    )
+
+    qs = _queries(queries, task, split)
+    docs = corpus_for_index(index, corpus, qs.folder)
+    sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
+    depth_k = max(int(k), candidate_depth(budget, depth, len(index)))
+    base = base_retrieval(index, _embedder(index, embedder), qs, depth_k,
+                          progress=stage(progress, "encoding queries", len(qs)))
+    plan = make_plan(qs, base, index, budget, depth, seed)
+    rewards = score_pairs(plan.pairs, qs, docs, sc,
+                          progress=stage(progress, "scoring pairs", len(plan.pairs)))
+    runs = rerank_runs(qs, index, base.rows, base.scores, rewards)
+    return SearchResult.from_runs(runs, qs.tasks, qs.qids, index.doc_ids, int(k),
+                                  qrels=dict(qs.qrels))
+
+
+def run_metrics(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+                metrics: Sequence[str] = ("ndcg@10", "recall@100", "mrr@10")
+                ) -> dict[str, float]:
+    """Mean of each metric over the judged queries (trec_eval's rules), 0-1.
+
+        >>> tt.run_metrics(qrels, result.to_run())["ndcg@10"]
+        0.6451
+    """
+    from tttembed.evaluate.metrics import evaluate as _evaluate
+
+    return _evaluate(qrels, run, metrics=tuple(metrics))
+
+
+def compare(a: Mapping[str, float], b: Mapping[str, float], *,
+            n_resamples: int = 10000, seed: int = 0) -> Comparison:
+    """Paired randomisation test and bootstrap interval of ``mean(a - b)`` over shared ids.
+
+        >>> tt.compare(per_query_adapted, per_query_raw).p_value
+    """
+    from tttembed.evaluate.stats import compare as _compare
+
+    return _compare(a, b, n_resamples=n_resamples, seed=seed)
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """What ``evaluate`` returns: ``data`` is the JSON-ready result (results.json)."""
+
+    data: dict[str, Any] = field(repr=False)
+
+    def write(self, out: PathLike, *, plots: bool = True, overwrite: bool = False) -> list[Path]:
+        """results.json, per_query.json, report.md and PNG plots, written whole or not at all.
+
+            >>> report.write("reports/run1")
+        """
+        from tttembed.core.io import refuse_existing
+        from tttembed.evaluate.report import write_report
+
+        refuse_existing(out, overwrite, "report folder")
+        return write_report(self.data, out, plots=plots)
+
+    def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """(title, header, rows) of every protocol's table, metrics 0-1 with 4 decimals."""
+        from tttembed.evaluate.report import CONSOLE_SCALE, HEAD, TITLES, table_rows
+
+        out = []
+        for s in self.data["sections"]:
+            for proto, title in TITLES.items():
+                rows = table_rows(s, proto, CONSOLE_SCALE)
+                if rows:
+                    out.append((f"{title} — scorer {s['scorer']}", list(HEAD), rows))
+        return out
+
+
+def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
+             embedder: str = DEFAULT_EMBEDDER, scopes: Sequence[str] = SCOPES,
+             budgets: Sequence[float] = NORMALISED_BUDGETS,
+             protocols: Sequence[str] = ("fixed",), analyses: Sequence[str] = (),
+             baselines: Sequence[str] = ("direct", "prf-avg", "prf-rocchio", "rw-rocchio"),
+             objective: str = "kd", split: str = "test", train_split: str | None = None,
+             heldout_fraction: float = 0.8, data_root: PathLike | None = None,
+             cache_dir: PathLike | None = None, resamples: int = 10000,
+             use_cell_cache: bool = True, progress: Progress | None = None) -> EvalReport:
+    """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
+    TTT-Embed scopes on the same rewarded pairs, over BEIR tasks (folder paths, or names
+    under ``data_root`` / ``$TTTEMBED_DATA``), with paired tests. Everything is cached: a
+    rerun makes no embedding or scorer call.
+
+        >>> report = tt.evaluate(["scifact"], scorers=["bm25"], data_root="data")
+        >>> report.write("reports/run1")
+    """
+    from tttembed.evaluate.runner import EvalConfig, run_eval
+
+    cfg = EvalConfig(tasks=tuple(tasks), embedder=embedder, scorers=tuple(scorers),
+                     scopes=tuple(scopes), budgets=tuple(budgets), protocols=tuple(protocols),
+                     analyses=tuple(analyses), baselines=tuple(baselines),
+                     objective=objective, split=split, train_split=train_split,
+                     heldout_fraction=heldout_fraction,
+                     data_root=None if data_root is None else str(data_root),
+                     cache_dir=None if cache_dir is None else str(cache_dir),
+                     n_resamples=resamples)
+    return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))

@@ -19,7 +19,6 @@ from tttembed.core.errors import MissingDependency
 from tttembed.core.io import DISTRIBUTIONS, atomic_file, clean, now_utc, versions, write_json
 
 
-
 def write_results(path: str | os.PathLike[str], config: Mapping[str, Any],
                   results: Mapping[str, Any], *,
                   distributions: Sequence[str] = DISTRIBUTIONS) -> Path:

@@ -51,12 +51,31 @@ def tiny_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_data, minilm, tmp_path_factory):
     """(ChainTask, IndexHandle, frozen embedder) for the tiny dataset."""
-    from tttembed.chain.setup import chain_task, open_or_build_index
+    from tttembed.chain.setup import chain_task
     from tttembed.data.chains import load_multihop
+    from tttembed.embed.cache import cached
+    from tttembed.index.store import open_or_build
 
     corpus, chains = load_multihop(tiny_data, "test")
-    handle = open_or_build_index(corpus, tmp_path_factory.mktemp("tinyidx") / "idx", minilm)
+    handle = open_or_build(corpus, tmp_path_factory.mktemp("tinyidx") / "idx", cached(minilm))
     return chain_task(chains, corpus, handle.doc_ids), handle, minilm
+
+
+class Stages:
+    """A recording Progress: ``totals[name]`` and ``done[name]`` (units advanced)."""
+
+    def __init__(self):
+        self.totals = {}
+        self.done = {}
+
+    def __call__(self, name, total):
+        self.totals[name] = total
+        self.done[name] = 0
+
+        def advance(n):
+            self.done[name] += n
+
+        return advance
 
 
 def tiny_config(**kw):

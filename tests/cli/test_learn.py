@@ -78,18 +78,21 @@ def test_learn_then_adapted_search_with_ledger_reuse(beir, tmp_path):
     assert not np.allclose(s_raw, s_ada)
 
 
-def test_state_from_another_task_name_leaves_queries_unchanged(beir, tmp_path):
+def test_state_that_applies_to_no_query_is_an_error(beir, tmp_path):
     data, idx = beir
-    r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer",
+    r = runner.invoke(app, ["learn", str(data), "--index", str(idx), "--scorer",
                             f"qrels:{data}", "--budget", "2", "--task", "other",
                             "--out", str(tmp_path / "v.npz")])
     assert r.exit_code == 0, r.output
-    a = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data), "-k", "5",
+    a = runner.invoke(app, ["search", str(data), "--index", str(idx), "-k", "5",
                             "--state", str(tmp_path / "v.npz"), "--out", str(tmp_path / "a.trec")])
-    b = runner.invoke(app, ["search", "--index", str(idx), "--queries", str(data), "-k", "5",
-                            "--out", str(tmp_path / "b.trec")])
-    assert a.exit_code == 0 and b.exit_code == 0
-    assert (tmp_path / "a.trec").read_text() == (tmp_path / "b.trec").read_text()
+    assert a.exit_code == 1 and not (tmp_path / "a.trec").exists()
+    assert "applies to none of the 5 queries" in a.output and "tasks other" in a.output
+    assert f"(tasks {data.name})" in a.output and "--task NAME" in a.output
+    # naming the queries' task as the state's makes it apply
+    b = runner.invoke(app, ["search", str(data), "--index", str(idx), "-k", "5", "--task",
+                            "other", "--state", str(tmp_path / "v.npz")])
+    assert b.exit_code == 0 and "applied to 5 of 5 queries" in b.output, b.output
 
 
 def test_state_against_another_index_is_a_clear_error(beir, tmp_path):

@@ -321,13 +321,15 @@ def test_resolve_task_path(tmp_path, monkeypatch):
     assert resolve_task_path("scifact") == root / "scifact"
     monkeypatch.delenv("TTTEMBED_DATA")
     (tmp_path / "data" / "local").mkdir(parents=True)
-    assert resolve_task_path("local") == Path("data") / "local"
+    assert resolve_task_path("data/local") == Path("data") / "local"  # a path as given
+    with pytest.raises(DataError, match="no data root is set"):
+        resolve_task_path("local")  # no folder is guessed
     with pytest.raises(DataError) as exc:
         resolve_task_path("missing", data_root=root)
     message = str(exc.value)
     assert "missing" in message and str(root / "missing") in message
     monkeypatch.setenv("TTTEMBED_DATA", str(root))
-    with pytest.raises(DataError, match="tried: missing, .*root/missing, data/missing"):
+    with pytest.raises(DataError, match="tried: missing, .*root/missing \\("):
         resolve_task_path("missing")
 
 

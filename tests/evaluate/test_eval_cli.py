@@ -3,26 +3,20 @@ from __future__ import annotations
 import json
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from tttembed.cli.eval import eval_command
+from tttembed.cli import app as cli_app
 
 from .evaldata import write_tasks
 
 
 @pytest.fixture()
 def app():
-    a = typer.Typer()
-    a.command("eval")(eval_command)
-
-    @a.command("other")
-    def other() -> None:  # a second command keeps "eval" a named subcommand
-        pass
-    return a
+    return cli_app
 
 
 def test_eval_prints_tables_and_writes_a_report(app, tmp_path, minilm):
+    """Old spellings (--tasks, --budgets, --scopes, --report) still work, with a note."""
     data = write_tasks(tmp_path / "data")
     out = tmp_path / "rep"
     args = ["eval", "--tasks", "alpha,beta", "--data-root", str(data), "--scorer", "bm25",
@@ -41,14 +35,23 @@ def test_eval_prints_tables_and_writes_a_report(app, tmp_path, minilm):
     again = CliRunner().invoke(app, args[:-2])
     assert again.exit_code == 0
     assert "embedding model calls 0, scorer calls (paid pairs) 0" in again.output
+    assert "note: --tasks is an old spelling" in res.output
+    # an existing report folder is refused without --overwrite, kept as it was
+    before = (out / "results.json").read_text()
+    res = CliRunner().invoke(app, ["eval", "alpha,beta", "--data-root", str(data), "--budget",
+                                   "1,10", "--scope", "task,query", "--baselines", "direct",
+                                   "--resamples", "50", "--cache-dir", str(tmp_path / "c"),
+                                   "--out", str(out)])
+    assert res.exit_code == 1 and "already exists; pass --overwrite" in res.output
+    assert (out / "results.json").read_text() == before
 
 
 def test_bad_input_messages(app, tmp_path):
     data = write_tasks(tmp_path / "data")
-    base = ["eval", "--tasks", "alpha", "--data-root", str(data)]
+    base = ["eval", "alpha", "--data-root", str(data)]
     res = CliRunner().invoke(app, base + ["--protocol", "sideways"])
     assert res.exit_code == 1 and "unknown protocol 'sideways'" in res.output
-    res = CliRunner().invoke(app, base + ["--budgets", "1,x"])
+    res = CliRunner().invoke(app, base + ["--budget", "1,x"])
     assert res.exit_code == 2 and "not a number" in res.output
-    res = CliRunner().invoke(app, ["eval", "--tasks", "nope", "--data-root", str(data)])
+    res = CliRunner().invoke(app, ["eval", "nope", "--data-root", str(data)])
     assert res.exit_code == 1 and "no dataset 'nope'" in res.output

@@ -68,7 +68,7 @@ def test_index_is_cached_per_task(minilm, data, tmp_path):
                      baselines=("direct",), n_resamples=50)
     run_eval(cfg, embedder=CachedEmbedder(minilm, cache))
     task = load_eval_task("beta", data_root=data)
-    built = list(index_dir(task, cache).parent.glob("beta-*"))
+    built = list(index_dir(task, minilm.identity, cache).parent.glob("beta-*"))
     assert len(built) == 1
     mtime = (built[0] / "manifest.json").stat().st_mtime_ns
     run_eval(cfg, embedder=CachedEmbedder(minilm, cache))

@@ -37,7 +37,7 @@ def test_search_returns_brute_force_top_k_as_beir_run(fake_index):
     brute = qv @ np.asarray(index.vectors).T
     for i, qid in enumerate(queries):
         expected = [index.doc_ids[j] for j in np.argsort(-brute[i])[:7]]
-        assert list(result.candidates()[qid]) == expected
+        assert list(result.to_run()[qid]) == expected
         assert set(run[qid]) == set(expected)
     assert set(result.timings) == {"encode_s", "search_s"}
 
@@ -78,5 +78,5 @@ def test_real_model_finds_the_matching_document(minilm, tmp_path):
     index = api.open_index(tmp_path / "idx", embedder=emb)
     result = api.search(index, {"q1": "What is the capital of France?",
                                 "q2": "memory-safe programming languages"}, embedder=emb, k=3)
-    cands = result.candidates()
+    cands = {q: list(r) for q, r in result.to_run().items()}
     assert cands["q1"][0] == "paris" and cands["q2"][0] == "rust"

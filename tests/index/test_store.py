@@ -70,7 +70,7 @@ def test_existing_output_needs_overwrite_and_crash_leaves_no_half_index(tmp_path
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(store, "_write_json", boom)
+    monkeypatch.setattr(store, "write_manifest", boom)
     with pytest.raises(OSError):
         build_index(tiny_corpus(10), emb, tmp_path / "idx2")
     assert not (tmp_path / "idx2").exists()

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.chain.search import (
+    ChainRun,
     Encode,
     Search,
     TextOf,
@@ -28,7 +30,10 @@ from tttembed.chain.search import (
     next_picks,
     single_shot,
 )
-from tttembed.chain.states import missing_gold, n_wrong
+from tttembed.chain.states import missing_gold, n_wrong, reached_states
+from tttembed.core.progress import Progress, stage
+
+log = logging.getLogger(__name__)
 
 State = tuple[int, tuple[int, ...]]
 WRONG_BUCKETS = ("0", "1", ">=2")
@@ -105,61 +110,90 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
+def _runs(golds: Sequence[Sequence[int]], text_of: TextOf, search: Search,
+          encoders: Mapping[str, Encode], names: Sequence[str], *, steps: int, beam: bool,
+          width: int, depth: int, progress: Progress | None
+          ) -> tuple[dict[str, ChainRun], dict[str, Any], dict[str, float]]:
+    """Greedy (``beam`` False) or beam chain runs of the named encoders: (runs, metrics,
+    seconds per question), keyed by the system label."""
+    n = len(golds)
+    runs: dict[str, ChainRun] = {}
+    systems: dict[str, Any] = {}
+    latency: dict[str, float] = {}
+    for name in names:
+        label = f"beam{width} ({name})" if beam else f"chain ({name})"
+        log.info("%s", label)
+        advance = stage(progress, f"{'beam' if beam else 'chain'} search: {name}", steps * n)
+        enc = encoders[name]
+        t0 = time.perf_counter()
+        if beam:
+            run = beam_chain(n, text_of, enc, search, steps, width=width, depth=depth,
+                             keep=depth, progress=advance)
+        else:
+            run = greedy_chain(n, text_of, enc, search, steps, depth=depth, keep=depth,
+                               progress=advance)
+        secs = time.perf_counter() - t0
+        runs[label] = run
+        systems[label] = chain_metrics(run.ranking, golds)
+        latency[label] = secs / max(n, 1)
+    return runs, systems, latency
+
+
+def _recovery(fixed: Sequence[State], golds: Sequence[Sequence[int]], text_of: TextOf,
+              search: Search, encoders: Mapping[str, Encode], ref: str, depth: int,
+              progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Next-step success and the deletion counterfactual of each encoder on ``fixed``."""
+    recovery: dict[str, Any] = {"reference": ref, "n_states": len(fixed), "by_encoder": {}}
+    deletion: dict[str, Any] = {"reference": ref}
+    advance = stage(progress, "recovery analyses", len(encoders))
+    for name, enc in encoders.items():
+        log.info("recovery analyses: %s", name)
+        ok = next_step_success(fixed, golds, text_of, enc, search, depth)
+        recovery["by_encoder"][name] = success_by_wrong(ok, fixed, golds)
+        deletion[name] = deletion_counterfactual(fixed, golds, text_of, enc, search, depth)
+        advance(1)
+    return recovery, deletion
+
+
 def evaluate_chain(golds: Sequence[Sequence[int]], text_of: TextOf, search: Search,
                    encoders: Mapping[str, Encode], *, steps: int,
                    reference: str | None = None, beam_width: int = 0,
                    beam_encoders: Sequence[str] = (), depth: int = 100,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   progress: Progress | None = None) -> dict[str, Any]:
     """The full chain evaluation for named encoders (the first is the 'untrained' one when
     the caller names it so). ``reference`` names the encoder whose reached states form the
     fixed state set of the recovery and deletion analyses (default: the last encoder).
+    ``progress`` gets one stage per chain / beam run (total: steps x questions) and one for
+    the recovery analyses (total: encoders).
 
     Returns {"systems": {name: metrics}, "mismatch": {name: rows}, "recovery": {...},
-    "deletion": {...}, "latency": {system: seconds per question}}.
+    "deletion": {...}, "latency_s_per_question": {system: seconds per question}}; rates
+    are percentages (0-100).
     """
     n = len(golds)
     names = list(encoders)
     if not names:
         raise ValueError("no encoders to evaluate")
-    systems: dict[str, Any] = {}
-    mismatch: dict[str, Any] = {}
-    latency: dict[str, float] = {}
-    runs = {}
     first = names[0]
     res, secs = timed(lambda: single_shot(n, text_of, encoders[first], search, keep=depth))
-    systems[f"single-shot ({first})"] = chain_metrics(res.ranking, golds)
-    latency[f"single-shot ({first})"] = secs / max(n, 1)
-    for name in names:
-        if progress is not None:
-            progress(f"chain search: {name}")
-        run, secs = timed(lambda enc=encoders[name]: greedy_chain(  # type: ignore[misc]
-            n, text_of, enc, search, steps, depth=depth, keep=depth))
-        runs[name] = run
-        systems[f"chain ({name})"] = chain_metrics(run.ranking, golds)
-        latency[f"chain ({name})"] = secs / max(n, 1)
-        mismatch[name] = state_mismatch(run.picked, golds)
+    systems: dict[str, Any] = {f"single-shot ({first})": chain_metrics(res.ranking, golds)}
+    latency = {f"single-shot ({first})": secs / max(n, 1)}
+    runs, chain_systems, chain_latency = _runs(
+        golds, text_of, search, encoders, names, steps=steps, beam=False, width=1,
+        depth=depth, progress=progress)
+    systems.update(chain_systems)
+    latency.update(chain_latency)
     if beam_width > 1:
-        for name in beam_encoders:
-            if progress is not None:
-                progress(f"beam search: {name}")
-            run, secs = timed(lambda enc=encoders[name]: beam_chain(  # type: ignore[misc]
-                n, text_of, enc, search, steps, width=beam_width, depth=depth, keep=depth))
-            label = f"beam{beam_width} ({name})"
-            systems[label] = chain_metrics(run.ranking, golds)
-            latency[label] = secs / max(n, 1)
+        _, beam_systems, beam_latency = _runs(
+            golds, text_of, search, encoders, beam_encoders, steps=steps, beam=True,
+            width=beam_width, depth=depth, progress=progress)
+        systems.update(beam_systems)
+        latency.update(beam_latency)
+    mismatch = {name: state_mismatch(runs[f"chain ({name})"].picked, golds) for name in names}
     ref = reference or names[-1]
-    from tttembed.chain.states import reached_states
-
-    fixed = reached_states(runs[ref].picked, golds)
-    recovery: dict[str, Any] = {"reference": ref, "n_states": len(fixed), "by_encoder": {}}
-    deletion: dict[str, Any] = {"reference": ref}
-    for name in names:
-        if progress is not None:
-            progress(f"recovery analyses: {name}")
-        ok = next_step_success(fixed, golds, text_of, encoders[name], search, depth)
-        recovery["by_encoder"][name] = success_by_wrong(ok, fixed, golds)
-        deletion[name] = deletion_counterfactual(fixed, golds, text_of, encoders[name],
-                                                 search, depth)
+    fixed = reached_states(runs[f"chain ({ref})"].picked, golds)
+    recovery, deletion = _recovery(fixed, golds, text_of, search, encoders, ref, depth,
+                                   progress)
     return {"systems": systems, "mismatch": mismatch, "recovery": recovery,
             "deletion": deletion, "latency_s_per_question": latency}
 

@@ -1,66 +1,92 @@
-"""The chain retriever's Python API (what ``tttembed chain search|train|eval`` call)."""
+"""The chain retriever's public Python API: :func:`chain_search`, :func:`chain_train` and
+:func:`chain_eval` (``tttembed.api`` re-exports them unchanged; ``tttembed chain search |
+train | eval`` call them and only print).
+
+    >>> from tttembed import api
+    >>> res = api.chain_search("data/2wiki", split="test", max_questions=100)
+    >>> res.metrics["all"]["C@5"]                      # percent of complete chains
+    >>> api.chain_train("data/2wiki", "ckpt/gold", regime="gold")
+    >>> api.chain_eval("data/2wiki", "reports/chain", encoders={"gold": "ckpt/gold"})
+
+Metric scale: the returned metric dicts, results.json and report.md hold percentages
+(0-100, two decimals), as the published ``docs/results-chain`` tables do; the CLI prints
+them as fractions (0-1, four decimals).
+
+Light at import time: torch, transformers, sentence-transformers and peft are imported by
+the functions that need them. ``progress`` is the one progress protocol
+(``tttembed.core.progress.Progress``): each long stage is opened with its name and total.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeAlias
 
-from tttembed.chain.analysis import WRONG_BUCKETS, evaluate_chain
-from tttembed.chain.search import ChainRun, beam_chain, chain_metrics, greedy_chain
+from tttembed.chain.analysis import evaluate_chain
+from tttembed.chain.regimes import NEEDS_RUN, REGIMES
+from tttembed.chain.report import write_report
+from tttembed.chain.search import ChainRun, Encode, beam_chain, chain_metrics, greedy_chain
 from tttembed.chain.setup import (
     DEFAULT_MAX_SEQ_LENGTH,
-    ChainTask,
-    chain_task,
-    frozen_embedder,
+    Loaded,
     frozen_encode,
-    open_or_build_index,
+    load,
     state_texts,
 )
-from tttembed.chain.train import load_encoder
-from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.chain.train import TrainConfig, TrainResult, read_manifest, train_chain
 from tttembed.core.errors import ConfigError
-from tttembed.reporting import bar_plot, line_plot, markdown_table, write_json, write_results
+from tttembed.core.io import refuse_existing
+from tttembed.core.progress import Advance, Progress, stage
+from tttembed.embed.base import DEFAULT_EMBEDDER
+
+PathLike: TypeAlias = "str | os.PathLike[str]"
+UNTRAINED = "untrained"
+_NO_ENCODERS: Mapping[str, PathLike] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
-class Loaded:
-    task: ChainTask
-    index: Any
-    embedder: Any
+class ChainSearchResult:
+    """What :func:`chain_search` returns.
+
+    ``run``: the ChainRun (index rows); ``metrics``: C@k and recall@k in percent,
+    ``{"all": {...}, "by_hops": {hops: {...}}}``; ``qids``: the question ids in run order;
+    ``doc_ids``: index row -> document id; ``steps``: the chain steps T that ran;
+    ``beam``: the beam width (1 = greedy).
+    """
+
+    run: ChainRun
+    metrics: dict[str, Any]
+    qids: tuple[str, ...]
+    doc_ids: Sequence[str]
+    steps: int
+    beam: int
+
+    def to_run(self) -> dict[str, dict[str, float]]:
+        """The final rankings as a BEIR run ``{qid: {doc_id: score}}``; scores decrease
+        along each ranking (rank-based: ``1 / (1 + rank)``)."""
+        return {qid: {self.doc_ids[int(r)]: 1.0 / (1 + pos)
+                      for pos, r in enumerate(self.run.ranking[i]) if r >= 0}
+                for i, qid in enumerate(self.qids)}
 
 
-def load(data: str | os.PathLike[str], split: str, index_dir: str | os.PathLike[str] | None,
-         *, embedder: str = DEFAULT_EMBEDDER, max_questions: int | None = None,
-         progress: Callable[[int], None] | None = None) -> Loaded:
-    """Dataset split + frozen passage index (built under ``index_dir``, default
-    ``<cache>/chain-index/<dataset name>``, when absent)."""
-    from tttembed.data.chains import load_multihop
-    from tttembed.core.paths import cache_dir
+# --- lower-level helpers (also used by benchmarks/bench_chain.py) ---------------------------
 
-    corpus, chains = load_multihop(data, split)
-    emb = frozen_embedder(embedder)
-    if index_dir is None:
-        index_dir = cache_dir() / "chain-index" / Path(data).resolve().name
-    handle = open_or_build_index(corpus, index_dir, emb, progress)
-    if max_questions is not None and max_questions < 1:
-        raise ConfigError("--max-questions must be at least 1")
-    return Loaded(chain_task(chains, corpus, handle.doc_ids).subset(max_questions), handle, emb)
-
-
-def query_encoder(loaded: Loaded, adapter: str | os.PathLike[str] | None,
-                  max_seq_length: int) -> Callable[[list[str]], Any]:
-    """The frozen model's query side (adapter None) or a trained checkpoint's encoder."""
-    if adapter is None:
+def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int) -> Encode:
+    """The frozen model's query side (``encoder`` None) or a trained checkpoint's encoder."""
+    if encoder is None:
         return frozen_encode(loaded.embedder)
-    return load_encoder(adapter, max_seq_length=max_seq_length, index=loaded.index).encode
+    from tttembed.chain.train import load_encoder
+
+    return load_encoder(encoder, max_seq_length=max_seq_length, index=loaded.index).encode
 
 
-def run_search(loaded: Loaded, encode: Callable[[list[str]], Any], *, steps: int | None = None,
-               beam: int = 1, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, depth: int = 100,
-               progress: Callable[[int], None] | None = None) -> ChainRun:
+def run_search(loaded: Loaded, encode: Encode, *, steps: int | None = None, beam: int = 1,
+               max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, depth: int = 100,
+               progress: Advance | None = None) -> ChainRun:
+    """Greedy (``beam`` 1) or beam chain search of every question of ``loaded``."""
     task = loaded.task
     texts = state_texts(task, loaded.embedder.model, max_seq_length)
     steps = steps or task.max_hops
@@ -72,29 +98,21 @@ def run_search(loaded: Loaded, encode: Callable[[list[str]], Any], *, steps: int
                         keep=depth, progress=progress)
 
 
-def run_to_beir(run: ChainRun, loaded: Loaded) -> dict[str, dict[str, float]]:
-    """BEIR run dict; scores decrease along the final ranking (rank-based: 1/(1+rank))."""
-    ids = loaded.index.doc_ids
-    return {c.qid: {ids[int(r)]: 1.0 / (1 + pos) for pos, r in enumerate(run.ranking[i])
-                    if r >= 0}
-            for i, c in enumerate(loaded.task.chains)}
-
-
-def search_metrics(run: ChainRun, loaded: Loaded) -> dict[str, Any]:
-    return chain_metrics(run.ranking, loaded.task.golds)
-
-
-def run_eval(loaded: Loaded, encoders: Sequence[tuple[str, str | None]], *,
-             steps: int | None = None, beam: int = 4, beam_encoders: Sequence[str] = (),
-             reference: str | None = None, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Evaluate named encoders ((name, adapter folder or None for the untrained model))."""
-    names = [n for n, _ in encoders]
+def _check_names(names: Sequence[str], wanted: Sequence[str]) -> None:
     if len(set(names)) != len(names):
         raise ConfigError("encoder names must be distinct")
-    for name in [*beam_encoders, *([reference] if reference else [])]:
+    for name in wanted:
         if name not in names:
             raise ConfigError(f"unknown encoder name {name!r}; known: {', '.join(names)}")
+
+
+def run_eval(loaded: Loaded, encoders: Sequence[tuple[str, PathLike | None]], *,
+             steps: int | None = None, beam: int = 4, beam_encoders: Sequence[str] = (),
+             reference: str | None = None, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
+             progress: Progress | None = None) -> dict[str, Any]:
+    """Evaluate named encoders ((name, checkpoint folder or None for the untrained model))."""
+    names = [n for n, _ in encoders]
+    _check_names(names, [*beam_encoders, *([reference] if reference else [])])
     fns = {name: query_encoder(loaded, path, max_seq_length) for name, path in encoders}
     texts = state_texts(loaded.task, loaded.embedder.model, max_seq_length)
     return evaluate_chain(loaded.task.golds, texts, loaded.index.search, fns,
@@ -102,62 +120,141 @@ def run_eval(loaded: Loaded, encoders: Sequence[tuple[str, str | None]], *,
                           beam_width=beam, beam_encoders=beam_encoders, progress=progress)
 
 
-def write_report(out: str | os.PathLike[str], config: dict[str, Any],
-                 results: dict[str, Any]) -> list[Path]:
-    """results.json, report.md and PNG plots of an evaluation."""
-    out = Path(out)
-    written = [write_results(out / "results.json", config, results)]
-    systems = results["systems"]
-    md = ["# Chain retrieval report", "",
-          f"Data: `{config.get('data')}` split `{config.get('split')}`, "
-          f"{config.get('n_questions')} questions, T = {config.get('steps')} steps.", "",
-          "## Retrieval (%)", ""]
-    hop_keys = sorted({h for m in systems.values() for h in m["by_hops"]})
-    headers = ["system", "C@5", "C@10", "recall@5", "recall@10"] + \
-        [f"C@5 ({h}-hop)" for h in hop_keys] + ["s / question"]
-    rows = [[name, m["all"]["C@5"], m["all"]["C@10"], m["all"]["recall@5"],
-             m["all"]["recall@10"]] + [m["by_hops"].get(h, {}).get("C@5") for h in hop_keys]
-            + [results["latency_s_per_question"].get(name)] for name, m in systems.items()]
-    md += [markdown_table(headers, rows), "## State mismatch (% of states still missing gold "
-           "that hold a wrong passage)", ""]
-    steps_ = sorted({r["step"] for rows_ in results["mismatch"].values() for r in rows_})
-    mm = results["mismatch"]
-    md.append(markdown_table(["encoder"] + [f"step {s}" for s in steps_],
-                             [[name] + [next((r["share_wrong"] for r in mm[name]
-                                              if r["step"] == s), None) for s in steps_]
-                              for name in mm]))
-    rec = results["recovery"]
-    md += ["", f"## Next-step success (%) on {rec['n_states']} states reached by "
-           f"`{rec['reference']}`, by wrong passages in the history", ""]
-    md.append(markdown_table(["encoder"] + [f"{b} wrong" for b in WRONG_BUCKETS],
-                             [[name] + [f"{v[b]['rate']} (n={v[b]['n']})" for b in WRONG_BUCKETS]
-                              for name, v in rec["by_encoder"].items()]))
-    dele = {k: v for k, v in results["deletion"].items() if k != "reference"}
-    md += ["", "## Deletion counterfactual (states with a wrong passage)", ""]
-    md.append(markdown_table(["encoder", "states", "as reached", "wrong deleted", "cost"],
-                             [[k, v["n"], v["original"], v["deleted"], v["cost"]]
-                              for k, v in dele.items()]))
-    names = list(systems)
-    written.append(bar_plot(out / "completeness.png", names,
-                            {"C@5": [systems[n]["all"]["C@5"] for n in names],
-                             "C@10": [systems[n]["all"]["C@10"] for n in names]},
-                            title="Complete evidence in the top k", ylabel="%"))
-    written.append(line_plot(out / "mismatch.png", steps_,
-                             {n: [next((r["share_wrong"] for r in mm[n] if r["step"] == s),
-                                       None) for s in steps_] for n in mm},
-                             title="States holding a wrong passage", xlabel="step",
-                             ylabel="% of states missing gold"))
-    written.append(bar_plot(out / "recovery.png", list(WRONG_BUCKETS),
-                            {n: [v[b]["rate"] for b in WRONG_BUCKETS]
-                             for n, v in rec["by_encoder"].items()},
-                            title="Next-step success by wrong passages", ylabel="%"))
-    md += ["", "![completeness](completeness.png) ![mismatch](mismatch.png) "
-           "![recovery](recovery.png)", ""]
-    report = out / "report.md"
-    report.write_text("\n".join(md), encoding="utf-8")
-    written.append(report)
-    return written
+def _check_common(steps: int, max_questions: int | None, max_seq_length: int) -> None:
+    if steps < 0:
+        raise ConfigError("steps must be 0 (the data's max hops) or more")
+    if max_questions is not None and max_questions < 1:
+        raise ConfigError("max_questions must be at least 1")
+    if max_seq_length < 8:
+        raise ConfigError("max_seq_length must be at least 8")
 
 
-__all__ = ["Loaded", "load", "query_encoder", "run_eval", "run_search", "run_to_beir",
-           "search_metrics", "write_json", "write_report"]
+# --- the public API -----------------------------------------------------------------------
+
+def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None = None,
+                 embedder: str = DEFAULT_EMBEDDER, encoder: PathLike | None = None,
+                 steps: int = 0, beam: int = 1, max_questions: int | None = None,
+                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
+                 progress: Progress | None = None) -> ChainSearchResult:
+    """Chain retrieval for every question of a split of a multi-hop folder.
+
+    ``data`` holds corpus.jsonl and chains_<split>.jsonl; ``index`` is the frozen passage
+    index folder (built there when absent; default: in the cache); ``encoder`` a trained
+    checkpoint folder (None: the untrained model); ``steps`` the chain steps T (0: the
+    data's max hops); ``beam`` the beam width (1: greedy). Metrics are percentages.
+
+        >>> from tttembed import api
+        >>> res = api.chain_search("data/2wiki", encoder="ckpt/gold", beam=4)
+        >>> res.metrics["all"]["C@5"], len(res.to_run())
+    """
+    if beam < 1:
+        raise ConfigError("beam must be at least 1")
+    _check_common(steps, max_questions, max_seq_length)
+    loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
+                  progress=progress)
+    encode = query_encoder(loaded, encoder, max_seq_length)
+    total = steps or loaded.task.max_hops
+    advance = stage(progress, "chain steps", total * len(loaded.task.golds))
+    run = run_search(loaded, encode, steps=total, beam=beam, max_seq_length=max_seq_length,
+                     progress=advance)
+    return ChainSearchResult(run, chain_metrics(run.ranking, loaded.task.golds),
+                             tuple(c.qid for c in loaded.task.chains), loaded.index.doc_ids,
+                             total, beam)
+
+
+def chain_train(data: PathLike, out: PathLike, *, regime: str = "gold",
+                states_from: PathLike | None = None, split: str = "train",
+                index: PathLike | None = None, embedder: str = DEFAULT_EMBEDDER,
+                epochs: int = 3, batch_size: int = 32, lr: float = 2e-4, n_neg: int = 32,
+                shared_negatives: bool = False, steps: int = 0, seed: int = 0,
+                max_questions: int | None = None,
+                max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, overwrite: bool = False,
+                progress: Progress | None = None) -> TrainResult:
+    """Train (or resume) the LoRA query encoder of the chain retriever into ``out``.
+
+    ``regime`` is one of ``REGIMES`` (gold, synthetic, synthetic-resampled, static,
+    resampled, on-policy); static / resampled / on-policy need ``states_from``, a
+    gold-trained checkpoint. ``out`` is resumed when it holds an unfinished run of the same
+    configuration; another configuration (or a folder that is no checkpoint) is refused
+    unless ``overwrite``.
+
+        >>> from tttembed import api
+        >>> gold = api.chain_train("data/2wiki", "ckpt/gold", regime="gold", epochs=3)
+        >>> api.chain_train("data/2wiki", "ckpt/op", regime="on-policy", states_from=gold.path)
+    """
+    if regime not in REGIMES:
+        raise ConfigError(f"unknown regime {regime!r}; choose one of {', '.join(REGIMES)}")
+    if regime in NEEDS_RUN and states_from is None:
+        raise ConfigError(f"regime {regime!r} needs --states-from (states_from): a "
+                          "gold-trained checkpoint (train one with --regime gold first)")
+    if states_from is not None:
+        read_manifest(states_from)
+    _check_common(steps, max_questions, max_seq_length)
+    cfg = TrainConfig(regime=regime, epochs=epochs, batch_size=batch_size, lr=lr,
+                      n_neg=n_neg, steps=steps, max_seq_length=max_seq_length, seed=seed,
+                      shared_negatives=shared_negatives, base=embedder)
+    cfg.check()
+    loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
+                  progress=progress)
+    return train_chain(loaded.task, loaded.index, frozen_encode(loaded.embedder), cfg, out,
+                       states_from=states_from, overwrite=overwrite, progress=progress)
+
+
+def _named_encoders(encoders: Mapping[str, PathLike]) -> list[tuple[str, PathLike | None]]:
+    if UNTRAINED in encoders:
+        raise ConfigError(f"the encoder name {UNTRAINED!r} is reserved for the untrained "
+                          "model (always included)")
+    for name, path in encoders.items():
+        if not name:
+            raise ConfigError("encoder names must not be empty")
+        read_manifest(path)
+    return [(UNTRAINED, None), *encoders.items()]
+
+
+def chain_eval(data: PathLike, out: PathLike, *,
+               encoders: Mapping[str, PathLike] = _NO_ENCODERS, reference: str | None = None,
+               beam: int = 4, beam_encoders: Sequence[str] | None = None,
+               split: str = "test", index: PathLike | None = None,
+               embedder: str = DEFAULT_EMBEDDER, steps: int = 0,
+               max_questions: int | None = None,
+               max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, overwrite: bool = False,
+               progress: Progress | None = None) -> dict[str, Any]:
+    """Evaluate trained encoders (``{name: checkpoint folder}``) against the untrained model
+    (always included as "untrained") and write the report folder ``out``.
+
+    Runs single-shot, greedy chain and (``beam`` > 1) beam search for ``beam_encoders``
+    (default: the reference), C@k / recall@k, state mismatch, next-step success and the
+    deletion counterfactual on the states reached by ``reference`` (default: the first
+    trained encoder), and latency. ``out`` (results.json, report.md, completeness.png,
+    mismatch.png, recovery.png) is written whole or not at all; an existing ``out`` is
+    refused unless ``overwrite``. Returns the results as in results.json (percentages).
+
+        >>> from tttembed import api
+        >>> res = api.chain_eval("data/2wiki", "reports/chain",
+        ...                      encoders={"gold": "ckpt/gold", "on-policy": "ckpt/op"})
+        >>> res["systems"]["chain (on-policy)"]["all"]["C@5"]
+    """
+    named = _named_encoders(encoders)
+    ref = reference or (named[1][0] if len(named) > 1 else UNTRAINED)
+    beams = list(beam_encoders) if beam_encoders is not None else [ref]
+    _check_names([n for n, _ in named], [*beams, ref])
+    if beam < 1:
+        raise ConfigError("beam must be at least 1 (1: no beam baseline)")
+    _check_common(steps, max_questions, max_seq_length)
+    refuse_existing(out, overwrite, "report folder")
+    loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
+                  progress=progress)
+    total = steps or loaded.task.max_hops
+    results = run_eval(loaded, named, steps=total, beam=beam, beam_encoders=beams,
+                       reference=ref, max_seq_length=max_seq_length, progress=progress)
+    config = {"data": str(data), "split": split, "embedder": embedder, "steps": total,
+              "beam": beam, "encoders": {n: None if p is None else str(p) for n, p in named},
+              "reference": ref, "n_questions": len(loaded.task.golds),
+              "max_seq_length": max_seq_length,
+              "device": str(loaded.embedder.model.device)}   # the latencies depend on it
+    write_report(out, config, results)
+    return results
+
+
+__all__ = ["DEFAULT_EMBEDDER", "REGIMES", "ChainSearchResult", "chain_eval", "chain_search",
+           "chain_train"]

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tttembed.core.progress import Advance
+
 Encode = Callable[[list[str]], np.ndarray]
 Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 TextOf = Callable[[int, Sequence[int]], str]
@@ -67,7 +69,7 @@ def first_free(ids: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarr
     free = ids >= 0
     if taken.shape[1]:
         free &= ~(ids[:, :, None] == taken[:, None, :]).any(axis=2)
-    return free.any(axis=1), free.argmax(axis=1)
+    return np.asarray(free.any(axis=1)), np.asarray(free.argmax(axis=1))
 
 
 def next_picks(states: Sequence[tuple[int, Sequence[int]]], text_of: TextOf, encode: Encode,
@@ -186,8 +188,9 @@ def final_ranking(picked: Sequence[int], best: dict[int, float], keep: int
 
 def greedy_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search,
                  steps: int, *, depth: int = 100, keep: int = 100,
-                 progress: Callable[[int], None] | None = None) -> ChainRun:
-    """Greedy chain search for ``steps`` steps over all questions (batched per step)."""
+                 progress: Advance | None = None) -> ChainRun:
+    """Greedy chain search for ``steps`` steps over all questions (batched per step);
+    ``progress`` is advanced by ``n_questions`` after each step (total: steps x questions)."""
     picked = np.full((n_questions, steps), -1, dtype=np.int64)
     picked_scores = np.full((n_questions, steps), -np.inf, dtype=np.float32)
     seen_ids: list[np.ndarray] = []
@@ -200,7 +203,7 @@ def greedy_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Sear
         seen_ids.append(ids)
         seen_sims.append(sims)
         if progress is not None:
-            progress(1)
+            progress(n_questions)
     owner, rows, sims = _flat([np.repeat(np.arange(n_questions), ids.shape[1])
                                for ids in seen_ids],
                               [ids.ravel() for ids in seen_ids],
@@ -211,11 +214,12 @@ def greedy_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Sear
 
 def beam_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search,
                steps: int, *, width: int = 4, depth: int = 100, keep: int = 100,
-               progress: Callable[[int], None] | None = None) -> ChainRun:
+               progress: Advance | None = None) -> ChainRun:
     """Beam search of width W: each beam expands to its W best new passages, the W best
     histories by summed score survive; the best final beam is the chain. The ranking's
     tail uses the best score each passage got in any state encoded for the question.
-    With W = 1 this is greedy search. Encodes n * (1 + W * (T - 1)) states at most."""
+    With W = 1 this is greedy search. Encodes n * (1 + W * (T - 1)) states at most.
+    ``progress`` is advanced by ``n_questions`` after each step."""
     beams: list[list[tuple[tuple[int, ...], float]]] = [[((), 0.0)] for _ in range(n_questions)]
     seen_owner: list[np.ndarray] = []
     seen_ids: list[np.ndarray] = []
@@ -256,7 +260,7 @@ def beam_chain(n_questions: int, text_of: TextOf, encode: Encode, search: Search
             if uniq:
                 beams[qi] = uniq[:width]
         if progress is not None:
-            progress(1)
+            progress(n_questions)
     picked = np.full((n_questions, steps), -1, dtype=np.int64)
     for qi in range(n_questions):
         hist, _ = beams[qi][0]

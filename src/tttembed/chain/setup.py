@@ -86,7 +86,7 @@ def load(data: str | os.PathLike[str], split: str,
 
     if max_questions is not None and max_questions < 1:
         raise ConfigError("max_questions (--max-questions) must be at least 1")
-    corpus, chains = load_multihop(data, split)
+    corpus, chains = load_multihop(Path(data), split)
     emb = frozen_embedder(embedder)
     if index_dir is None:
         index_dir = cache_dir() / "chain-index" / Path(data).resolve().name

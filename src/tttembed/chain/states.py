@@ -30,7 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SEP = " [SEP] "
 
@@ -230,7 +233,7 @@ def gold_states(golds: Sequence[Sequence[int]]) -> list[tuple[int, tuple[int, ..
             for qi, gold in enumerate(golds) for j in range(len(gold))]
 
 
-def reached_states(picked: Any, golds: Sequence[Sequence[int]]
+def reached_states(picked: np.ndarray | Sequence[Sequence[int]], golds: Sequence[Sequence[int]]
                    ) -> list[tuple[int, tuple[int, ...]]]:
     """States a chain run reached that still miss a gold passage, deduplicated, in order.
 

@@ -20,13 +20,12 @@ uninterrupted run up to floating-point nondeterminism).
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,18 +44,30 @@ from tttembed.chain.regimes import (
     states_digest,
     wrong_passages,
 )
-from tttembed.chain.search import greedy_chain
+from tttembed.chain.search import Encode, Search, greedy_chain
 from tttembed.chain.setup import ChainTask, StateTexts, state_texts
 from tttembed.chain.states import gold_states, reached_states
-from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.core.errors import ConfigError, StateMismatch
-from tttembed.core.io import atomic_directory
-from tttembed.reporting import versions
+from tttembed.core.io import (
+    MANIFEST,
+    atomic_directory,
+    now_utc,
+    versions,
+    write_manifest,
+)
+from tttembed.core.io import (
+    read_manifest as _read_manifest,
+)
+from tttembed.core.progress import Progress, stage
+from tttembed.embed.base import DEFAULT_EMBEDDER
+
+if TYPE_CHECKING:
+    from tttembed.index.store import IndexHandle
 
 FORMAT = "tttembed-chain-encoder"
-MANIFEST = "manifest.json"
+TRAIN_FIX = "train one with 'tttembed chain train DATA --out FOLDER'"
 
-Progress = Callable[[str, int, int], None]   # (phase, done, total)
+log = logging.getLogger(__name__)
 
 #: Distributions whose versions a checkpoint manifest records (besides tttembed, python).
 CHAIN_VERSIONED = ("numpy", "torch", "transformers", "sentence-transformers", "peft")
@@ -101,19 +112,13 @@ def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    mpath = Path(path) / MANIFEST
-    if not mpath.is_file():
-        raise ConfigError(f"{path} is not a chain encoder checkpoint (no {MANIFEST}); "
-                          "train one with 'tttembed chain train'")
-    manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    if manifest.get("format") != FORMAT:
-        raise ConfigError(f"{mpath} is not a chain encoder manifest")
-    return manifest
+    """The manifest of the chain encoder checkpoint at ``path`` (a DataError otherwise)."""
+    return _read_manifest(path, fmt=FORMAT, what="chain encoder checkpoint", fix=TRAIN_FIX)
 
 
 def load_encoder(path: str | os.PathLike[str] | None, *, base: str = DEFAULT_EMBEDDER,
                  max_seq_length: int = 256, trainable: bool = False,
-                 index: Any = None) -> LoraQueryEncoder:
+                 index: IndexHandle | None = None) -> LoraQueryEncoder:
     """A query encoder: the checkpoint's adapter on a fresh base model, or (path None) a
     fresh adapter, which encodes exactly like the frozen model. With ``index`` the
     checkpoint must have been trained against the same passage index."""
@@ -153,8 +158,8 @@ def _load_optimizer(opt: Any, params: list[Any], path: Path) -> None:
             opt.state[p] = state
 
 
-def _frozen_tops(states: list[State], texts: StateTexts, frozen: Callable[[list[str]], Any],
-                 search: Any, cfg: TrainConfig, cache: dict[State, list[int]]) -> list[list[int]]:
+def _frozen_tops(states: list[State], texts: StateTexts, frozen: Encode, search: Search,
+                 cfg: TrainConfig, cache: dict[State, list[int]]) -> list[list[int]]:
     """Frozen top rows per state (memoised); the shared pool uses the question alone."""
     keys = [frozen_key(s, cfg.shared_negatives) for s in states]
     todo = sorted({k for k in keys if k not in cache})
@@ -162,136 +167,200 @@ def _frozen_tops(states: list[State], texts: StateTexts, frozen: Callable[[list[
         chunk = todo[start:start + 256]
         Q = frozen(texts.texts(chunk))
         _, ids = search(np.ascontiguousarray(Q, dtype=np.float32),
-                      cfg.neg_depth + max(len(h) for _, h in chunk))
+                        cfg.neg_depth + max(len(h) for _, h in chunk))
         for key, row in zip(chunk, ids):
             cache[key] = [int(r) for r in row[:cfg.neg_depth + len(key[1])]]
     return [cache[k] for k in keys]
 
 
-def _run_states(encoder: LoraQueryEncoder, task: ChainTask, texts: StateTexts, search: Any,
-                steps: int) -> list[State]:
-    run = greedy_chain(len(task.golds), texts, encoder.encode, search, steps)
+def _run_states(encoder: LoraQueryEncoder, task: ChainTask, texts: StateTexts, search: Search,
+                steps: int, progress: Progress | None = None, name: str = "reached states"
+                ) -> list[State]:
+    advance = stage(progress, name, steps * len(task.golds))
+    run = greedy_chain(len(task.golds), texts, encoder.encode, search, steps, progress=advance)
     return reached_states(run.picked, task.golds)
 
 
-def train_chain(task: ChainTask, index: Any, frozen: Callable[[list[str]], Any],
-                cfg: TrainConfig, out: str | os.PathLike[str], *,
-                states_from: str | os.PathLike[str] | None = None,
-                progress: Progress | None = None, overwrite: bool = False) -> TrainResult:
-    """Train (or resume) a LoRA query encoder for the chain retriever.
+@dataclass
+class _Session:
+    """What one training call carries from epoch to epoch."""
 
-    ``index`` is the frozen passage index (``IndexHandle``), ``frozen`` the frozen query
-    encoder (texts -> unit vectors), ``states_from`` a gold-trained checkpoint that supplies
-    the reached states of the static / resampled / on-policy regimes.
-    """
+    task: ChainTask
+    index: IndexHandle
+    frozen: Encode
+    cfg: TrainConfig
+    steps: int
+    states_from: str | os.PathLike[str] | None
+    encoder: LoraQueryEncoder
+    opt: Any                                  # torch.optim.AdamW
+    params: list[Any]                         # the trainable torch parameters
+    texts: StateTexts
+    passage_vecs: Any                         # torch tensor (n_docs, dim) on the device
+    gold_half: list[State]
+    tops_cache: dict[State, list[int]] = field(default_factory=dict)
+    first_pool: list[State] | None = None
+    wrong_pool: list[list[int]] | None = None
+
+
+def _resume_point(out: Path, config: dict[str, Any], n_questions: int,
+                  overwrite: bool) -> tuple[int, list[dict[str, Any]]]:
+    """(epochs done, history) of the checkpoint at ``out`` when it matches the config; a
+    fresh start for a missing or empty folder (or with ``overwrite``)."""
+    if overwrite or not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return 0, []
+    if not (out / MANIFEST).is_file():
+        raise ConfigError(f"{out} exists and is not a chain encoder checkpoint; pass "
+                          "--overwrite (overwrite=True) to replace it, or another --out folder")
+    manifest = read_manifest(out)
+    if manifest["config"] != config or manifest.get("n_questions") != n_questions:
+        raise ConfigError(f"{out} holds a checkpoint with another configuration; pass "
+                          "--overwrite (overwrite=True) or another --out folder")
+    return int(manifest["epochs_done"]), list(manifest["history"])
+
+
+def _open_session(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: TrainConfig,
+                  out: Path, start: int, states_from: str | os.PathLike[str] | None
+                  ) -> _Session:
+    """The encoder (fresh, or the checkpoint's when resuming), its optimizer, the passage
+    vectors on the encoder's device and the gold states."""
     import torch
 
-    cfg.check()
-    if cfg.regime in NEEDS_RUN and states_from is None:
-        raise ConfigError(f"regime {cfg.regime!r} needs --states-from: a gold-trained "
-                          "checkpoint (train one with --regime gold first)")
-    out = Path(out)
-    steps = cfg.steps or task.max_hops
-    config = _config_dict(replace(cfg, epochs=0))
-    start, history = 0, []
-    manifest: dict[str, Any] | None = None
-    if (out / MANIFEST).is_file() and not overwrite:
-        manifest = read_manifest(out)
-        if manifest["config"] != config or manifest.get("n_questions") != len(task.golds):
-            raise ConfigError(f"{out} holds a checkpoint with another configuration; pass "
-                              "--overwrite or another --out folder")
-        start, history = int(manifest["epochs_done"]), list(manifest["history"])
-    if start >= cfg.epochs:
-        return TrainResult(out, start, history)
     torch.manual_seed(cfg.seed)
-    search = index.search
     if start:
         encoder = load_encoder(out, max_seq_length=cfg.max_seq_length, trainable=True)
     else:
         model = load_base_model(cfg.base, max_seq_length=cfg.max_seq_length)
         encoder = LoraQueryEncoder(model, lora=cfg.lora)
-    texts = state_texts(task, encoder.model, cfg.max_seq_length)
     params = encoder.trainable_parameters()
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     if start:
         _load_optimizer(opt, params, out / "optimizer.safetensors")
-    device = encoder.device
-    passage_vecs = torch.from_numpy(np.array(index.vectors, dtype=np.float32)).to(device)
-    gold_half = gold_states(task.golds)
-    tops_cache: dict[State, list[int]] = {}
-    first_pool: list[State] | None = None
-    wrong_pool: list[list[int]] | None = None
+    vecs = torch.from_numpy(np.array(index.vectors, dtype=np.float32)).to(encoder.device)
+    return _Session(task, index, frozen, cfg, cfg.steps or task.max_hops, states_from,
+                    encoder, opt, params, state_texts(task, encoder.model, cfg.max_seq_length),
+                    vecs, gold_states(task.golds))
+
+
+def _other_states(s: _Session, epoch: int, progress: Progress | None
+                  ) -> tuple[list[State], list[State]]:
+    """(reached-state pool, other half) of an epoch, as the regime asks."""
+    cfg, task, search = s.cfg, s.task, s.index.search
+    pool: list[State] = []
+    source = run_source(cfg.regime, epoch)
+    if source == "current":
+        pool = _run_states(s.encoder, task, s.texts, search, s.steps, progress,
+                           f"epoch {epoch + 1}: reached states")
+    elif source == "states_from":
+        if s.first_pool is None:
+            runner = load_encoder(s.states_from, max_seq_length=cfg.max_seq_length,
+                                  index=s.index)
+            s.first_pool = _run_states(runner, task, s.texts, search, s.steps, progress,
+                                       "reached states (--states-from)")
+            del runner
+        pool = s.first_pool
+    elif cfg.regime.startswith("synthetic") and s.wrong_pool is None:
+        tops = _frozen_tops([(qi, ()) for qi in range(len(task.golds))], s.texts, s.frozen,
+                            search, replace(cfg, shared_negatives=False), s.tops_cache)
+        s.wrong_pool = wrong_passages(tops, task.golds, cfg.neg_depth)
+    other = other_half(cfg.regime, epoch, cfg.seed, s.gold_half, pool=pool,
+                       golds=task.golds, wrong_pool=s.wrong_pool)
+    return pool, other
+
+
+def _fit(s: _Session, states: list[State], pos: np.ndarray, neg: np.ndarray, epoch: int,
+         progress: Progress | None) -> float:
+    """One pass of InfoNCE over ``states`` in seeded batches; the mean loss."""
+    import torch
+
+    cfg, device = s.cfg, s.encoder.device
+    torch.manual_seed(cfg.seed * 1000 + epoch)
+    order = epoch_rng(cfg.seed, epoch, 3).permutation(len(states))
+    n_batches = (len(states) + cfg.batch_size - 1) // cfg.batch_size
+    advance = stage(progress, f"epoch {epoch + 1}/{cfg.epochs}: batches", n_batches)
+    s.encoder.model.train()
+    losses = []
+    for b in range(n_batches):
+        idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+        q = s.encoder.forward(s.texts.texts([states[i] for i in idx]))
+        loss = info_nce(q.float(), s.passage_vecs, torch.from_numpy(pos[idx]).to(device),
+                        torch.from_numpy(neg[idx]).to(device), cfg.tau)
+        s.opt.zero_grad()
+        loss.backward()  # type: ignore[attr-defined]
+        s.opt.step()
+        losses.append(float(loss.detach()))  # type: ignore[attr-defined]
+        advance(1)
+    s.encoder.model.eval()
+    return float(np.mean(losses))
+
+
+def _epoch(s: _Session, epoch: int, progress: Progress | None) -> dict[str, Any]:
+    """Train one epoch; its history row (states, digests, loss, seconds per phase)."""
+    t0 = time.perf_counter()
+    pool, other = _other_states(s, epoch, progress)
+    t_run = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    states = s.gold_half + other
+    tops = _frozen_tops(states, s.texts, s.frozen, s.index.search, s.cfg, s.tops_cache)
+    pos = positives(states, s.task.golds)
+    neg = negatives(states, s.task.golds, tops, s.cfg.n_neg)
+    t_neg = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    loss = _fit(s, states, pos, neg, epoch, progress)
+    timing = {"run": t_run, "negatives": t_neg, "train": time.perf_counter() - t0}
+    log.info("epoch %d/%d: loss %.5f", epoch + 1, s.cfg.epochs, loss)
+    return {"epoch": epoch + 1, "gold_states": len(s.gold_half), "other_states": len(other),
+            "reached_pool": len(pool), "other_digest": states_digest(other),
+            "pool_digest": states_digest(pool), "loss": round(loss, 5),
+            "seconds": {k: round(v, 3) for k, v in timing.items()}}
+
+
+def _manifest(s: _Session, config: dict[str, Any], history: list[dict[str, Any]]
+              ) -> dict[str, Any]:
+    return {"format": FORMAT, "format_version": 1, "config": config,
+            "epochs": s.cfg.epochs, "epochs_done": len(history), "history": history,
+            "n_questions": len(s.task.golds), "steps": s.steps,
+            "index_embedder": s.index.identity,
+            "corpus_fingerprint": s.index.manifest.get("corpus_fingerprint"),
+            "states_from": None if s.states_from is None else str(s.states_from),
+            "versions": versions(CHAIN_VERSIONED), "device": str(s.encoder.device),
+            "created": now_utc()}
+
+
+def _write_checkpoint(out: Path, s: _Session, manifest: dict[str, Any]) -> None:
+    with atomic_directory(out) as tmp:
+        s.encoder.save(tmp / "adapter")
+        _save_optimizer(s.opt, s.params, tmp / "optimizer.safetensors")
+        write_manifest(tmp, manifest)
+
+
+def train_chain(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: TrainConfig,
+                out: str | os.PathLike[str], *,
+                states_from: str | os.PathLike[str] | None = None,
+                progress: Progress | None = None, overwrite: bool = False) -> TrainResult:
+    """Train (or resume) a LoRA query encoder for the chain retriever.
+
+    ``index`` is the frozen passage index, ``frozen`` the frozen query encoder (texts ->
+    unit vectors), ``states_from`` a gold-trained checkpoint that supplies the reached
+    states of the static / resampled / on-policy regimes. ``progress`` gets a stage per
+    epoch (total: batches) and per chain run that collects reached states (total: steps x
+    questions). An existing ``out`` that is not a checkpoint of this configuration is
+    refused unless ``overwrite``; the checkpoint is rewritten atomically after each epoch.
+    """
+    cfg.check()
+    if cfg.regime in NEEDS_RUN and states_from is None:
+        raise ConfigError(f"regime {cfg.regime!r} needs --states-from: a gold-trained "
+                          "checkpoint (train one with --regime gold first)")
+    out = Path(out)
+    config = _config_dict(replace(cfg, epochs=0))
+    start, history = _resume_point(out, config, len(task.golds), overwrite)
+    if start >= cfg.epochs:
+        return TrainResult(out, start, history)
+    session = _open_session(task, index, frozen, cfg, out, start, states_from)
     for epoch in range(start, cfg.epochs):
-        timing = {"run": 0.0, "negatives": 0.0, "train": 0.0}
-        t0 = time.perf_counter()
-        pool: list[State] = []
-        source = run_source(cfg.regime, epoch)
-        if source == "current":
-            pool = _run_states(encoder, task, texts, search, steps)
-        elif source == "states_from":
-            if first_pool is None:
-                runner = load_encoder(states_from, max_seq_length=cfg.max_seq_length,
-                                      index=index)
-                first_pool = _run_states(runner, task, texts, search, steps)
-                del runner
-            pool = first_pool
-        elif cfg.regime.startswith("synthetic") and wrong_pool is None:
-            tops = _frozen_tops([(qi, ()) for qi in range(len(task.golds))], texts, frozen,
-                                search, replace(cfg, shared_negatives=False), tops_cache)
-            wrong_pool = wrong_passages(tops, task.golds, cfg.neg_depth)
-        other = other_half(cfg.regime, epoch, cfg.seed, gold_half, pool=pool,
-                           golds=task.golds, wrong_pool=wrong_pool)
-        timing["run"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        states = gold_half + other
-        tops = _frozen_tops(states, texts, frozen, search, cfg, tops_cache)
-        pos = positives(states, task.golds)
-        neg = negatives(states, task.golds, tops, cfg.n_neg)
-        timing["negatives"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        torch.manual_seed(cfg.seed * 1000 + epoch)
-        order = epoch_rng(cfg.seed, epoch, 3).permutation(len(states))
-        encoder.model.train()
-        losses = []
-        n_batches = (len(states) + cfg.batch_size - 1) // cfg.batch_size
-        for b in range(n_batches):
-            idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-            q = encoder.forward(texts.texts([states[i] for i in idx]))
-            loss = info_nce(q.float(), passage_vecs, torch.from_numpy(pos[idx]).to(device),
-                            torch.from_numpy(neg[idx]).to(device), cfg.tau)
-            opt.zero_grad()
-            loss.backward()  # type: ignore[attr-defined]
-            opt.step()
-            losses.append(float(loss.detach()))  # type: ignore[attr-defined]
-            if progress is not None:
-                progress(f"epoch {epoch + 1}/{cfg.epochs}", b + 1, n_batches)
-        encoder.model.eval()
-        timing["train"] = time.perf_counter() - t0
-        history.append({"epoch": epoch + 1, "gold_states": len(gold_half),
-                        "other_states": len(other), "reached_pool": len(pool),
-                        "other_digest": states_digest(other),
-                        "pool_digest": states_digest(pool),
-                        "loss": round(float(np.mean(losses)), 5),
-                        "seconds": {k: round(v, 3) for k, v in timing.items()}})
-        manifest = {"format": FORMAT, "format_version": 1, "config": config,
-                    "epochs": cfg.epochs, "epochs_done": epoch + 1, "history": history,
-                    "n_questions": len(task.golds), "steps": steps,
-                    "index_embedder": index.identity,
-                    "corpus_fingerprint": index.manifest.get("corpus_fingerprint"),
-                    "states_from": None if states_from is None else str(states_from),
-                    "versions": versions(CHAIN_VERSIONED), "device": str(device),
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _write_checkpoint(out, encoder, opt, params, manifest)
+        history.append(_epoch(session, epoch, progress))
+        _write_checkpoint(out, session, _manifest(session, config, history))
     return TrainResult(out, cfg.epochs, history)
 
-
-def _write_checkpoint(out: Path, encoder: LoraQueryEncoder, opt: Any, params: list[Any],
-                      manifest: dict[str, Any]) -> None:
-    with atomic_directory(out) as tmp:
-        encoder.save(tmp / "adapter")
-        _save_optimizer(opt, params, tmp / "optimizer.safetensors")
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n",
-                                    encoding="utf-8")
 
 __all__ = ["FORMAT", "TrainConfig", "TrainResult", "load_encoder", "read_manifest",
            "train_chain"]

@@ -1,12 +1,17 @@
 """The ``tttembed`` command line. One module per command group, joined here.
 
-Importing this package must stay light: commands import torch, transformers and the
-backends inside their bodies, so ``tttembed --help`` starts fast.
+Commands parse arguments and print; all the work is ``tttembed.api``. Importing this
+package stays light (no torch), so ``tttembed --help`` starts fast. The option scheme is
+in ``cli/_options.py``; old spellings are hidden aliases for one release (``ALIASES``).
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from tttembed import __version__
 from tttembed.cli import chain
@@ -16,12 +21,53 @@ from tttembed.cli.index import index
 from tttembed.cli.learn import learn, rerank
 from tttembed.cli.search import search
 
+#: command -> {old spelling: new spelling, or None for "now the positional argument"}
+ALIASES: dict[str, dict[str, str | None]] = {
+    "search": {"--queries": None, "-q": None, "-s": "--state"},
+    "learn": {"--queries": None, "-q": None},
+    "rerank": {"--queries": None, "-q": None},
+    "eval": {"--tasks": None, "-t": None, "--scopes": "--scope", "--budgets": "--budget",
+             "--report": "--out"},
+    "chain search": {"-q": "--quiet", "--adapter": "--encoder"},
+    "chain train": {"-q": "--quiet"},
+    "chain eval": {"-q": "--quiet"},
+}
+
+
+def rewrite_aliases(args: list[str]) -> list[str]:
+    """Old option spellings -> the current ones, with a note on stderr for each."""
+    words = [a for a in args if not a.startswith("-")]
+    command = " ".join(words[:2]) if words[:1] == ["chain"] else (words[0] if words else "")
+    table = ALIASES.get(command, {})
+    out: list[str] = []
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if name not in table:
+            out.append(arg)
+            continue
+        new = table[name]
+        print(f"note: {name} is an old spelling; use "
+              f"{new or 'the positional argument'} ({command} --help)", file=sys.stderr)
+        if new is not None:
+            out.append(new + eq + value)
+        elif eq:
+            out.append(value)
+    return out
+
+
+class AliasGroup(TyperGroup):
+    def main(self, args: Any = None, *a: Any, **kw: Any) -> Any:
+        args = list(sys.argv[1:] if args is None else args)
+        return super().main(rewrite_aliases(args), *a, **kw)
+
+
 app = typer.Typer(
     name="tttembed",
     help="Make a frozen embedding retriever better after deployment.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=AliasGroup,
 )
 app.command()(index)
 app.command()(search)

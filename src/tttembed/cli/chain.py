@@ -1,135 +1,168 @@
-"""``tttembed chain search | train | eval``: the multi-hop chain retriever."""
+"""``tttembed chain search | train | eval``: the multi-hop chain retriever.
+
+Argument parsing and printing only; the work is ``tttembed.api.chain_search``,
+``chain_train`` and ``chain_eval``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from rich.table import Table
 
-from tttembed.cli._common import console, handle_errors, progress_bar, quiet_libraries
+from tttembed import api
+from tttembed.cli._common import console, handle_errors, progress_group, quiet_libraries
+from tttembed.cli._options import OverwriteOpt, QuietOpt
 
 app = typer.Typer(help="Multi-hop chain retrieval with on-policy state training.",
                   no_args_is_help=True, add_completion=False)
 
-REGIME_HELP = "gold | synthetic | synthetic-resampled | static | resampled | on-policy"
+#: Printed under every chain metrics table.
+LEGEND = ("legend: C@k = share of questions whose whole gold chain is in the top k; "
+          "recall@k = share of gold passages in the top k (both 0-1, 4 decimals; "
+          "results.json and report.md keep percentages); T = chain steps")
+COLUMNS = ("C@5", "C@10", "recall@5", "recall@10")
 
-Data = Annotated[Path, typer.Argument(help="Multi-hop folder (corpus.jsonl + "
-                                           "chains_<split>.jsonl).")]
-Split = Annotated[str, typer.Option(help="Which chains_<split>.jsonl to use.")]
+DataArg = Annotated[Path, typer.Argument(
+    help="Multi-hop folder (corpus.jsonl + chains_<split>.jsonl).", show_default=False)]
+SplitOpt = Annotated[str, typer.Option(help="Which chains_<split>.jsonl to use.")]
 IndexOpt = Annotated[Optional[Path], typer.Option(
-    "--index", help="Passage index folder (built there when absent; default: in the cache).")]
-Embedder = Annotated[str, typer.Option(help="Frozen passage encoder (an st: spec).")]
-Steps = Annotated[int, typer.Option(help="Chain steps T (0 = the data's max hops).", min=0)]
-MaxQ = Annotated[Optional[int], typer.Option(help="Use only the first N questions.", min=1)]
-SeqLen = Annotated[int, typer.Option(help="State token limit of the query encoder.", min=8)]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+    "--index", "-i", help="Frozen passage index folder (built there when absent; "
+    "default: in the cache).")]
+EmbedderOpt = Annotated[str, typer.Option(
+    "--embedder", "-e", help="Frozen passage encoder (an st: spec).")]
+StepsOpt = Annotated[int, typer.Option(help="Chain steps T (0 = the data's max hops).", min=0)]
+MaxQOpt = Annotated[Optional[int], typer.Option(help="Use only the first N questions.", min=1)]
+SeqLenOpt = Annotated[int, typer.Option(help="State token limit of the query encoder.",
+                                        min=8)]
 
 
-def _metrics_table(title: str, metrics: dict) -> None:
-    from rich.table import Table
+def _fraction(value: Any) -> str:
+    """A percentage from the API as a 0-1 fraction with 4 decimals (– when missing)."""
+    if value is None or value != value:
+        return "–"
+    return f"{float(value) / 100:.4f}"
 
+
+def _metrics_table(title: str, metrics: Mapping[str, Any]) -> None:
     table = Table(title=title)
-    cols = ["C@5", "C@10", "recall@5", "recall@10", "n"]
     table.add_column("questions")
-    for c in cols:
+    for c in (*COLUMNS, "n"):
         table.add_column(c, justify="right")
     rows = [("all", metrics["all"])] + [(f"{h}-hop", m) for h, m in metrics["by_hops"].items()]
     for label, m in rows:
-        table.add_row(label, *[str(m[c]) for c in cols])
+        table.add_row(label, *[_fraction(m[c]) for c in COLUMNS], str(m["n"]))
     console.print(table)
+    console.print(LEGEND, style="dim")
 
 
-def _load(data: Path, split: str, index: Path | None, embedder: str, max_questions: int | None,
-          quiet: bool):
-    from tttembed.chain import api
+def _systems_table(title: str, results: Mapping[str, Any]) -> None:
+    table = Table(title=title)
+    table.add_column("system", no_wrap=True)
+    for c in COLUMNS:
+        table.add_column(c, justify="right")
+    table.add_column("s/q", justify="right")
+    latency = results["latency_s_per_question"]
+    for name, m in results["systems"].items():
+        table.add_row(name, *[_fraction(m["all"][c]) for c in COLUMNS],
+                      f"{latency.get(name, float('nan')):.4f}")
+    console.print(table)
+    console.print(LEGEND + "; s/q = seconds per question", style="dim")
 
-    quiet_libraries()
-    with progress_bar("embedding passages", None, not quiet) as advance:
-        return api.load(data, split, index, embedder=embedder, max_questions=max_questions,
-                        progress=advance)
+
+def _encoders(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"expected NAME=CHECKPOINT, got {item!r}",
+                                     param_hint="--encoder")
+        if name in out:
+            raise typer.BadParameter(f"encoder name {name!r} given twice",
+                                     param_hint="--encoder")
+        out[name] = path
+    return out
 
 
 @app.command()
 @handle_errors
-def search(data: Data, split: Split = "test", index: IndexOpt = None,
-           embedder: Embedder = "st:bundled:all-MiniLM-L6-v2",
-           adapter: Annotated[Optional[Path], typer.Option(
-               help="Trained encoder checkpoint (default: the untrained model).")] = None,
-           steps: Steps = 0,
+def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
+           embedder: EmbedderOpt = api.DEFAULT_EMBEDDER,
+           encoder: Annotated[Optional[Path], typer.Option(
+               help="Trained encoder checkpoint folder (default: the untrained model).")]
+           = None,
+           steps: StepsOpt = 0,
            beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).", min=1)] = 1,
-           max_questions: MaxQ = None, max_seq_length: SeqLen = 256,
+           max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
            out: Annotated[Optional[Path], typer.Option(
-               help="Write the final rankings as a BEIR run JSON here.")] = None,
-           quiet: Quiet = False) -> None:
+               "--out", "-o", help="Write the final rankings here as a run file (.trec, "
+               "or .jsonl / .json for JSON lines).")] = None,
+           quiet: QuietOpt = False) -> None:
     """Chain retrieval for every question of a split; prints C@k and recall@k."""
-    from tttembed.chain import api
-
-    loaded = _load(data, split, index, embedder, max_questions, quiet)
-    encode = api.query_encoder(loaded, adapter, max_seq_length)
-    total = steps or loaded.task.max_hops
-    with progress_bar("chain steps", total, not quiet) as advance:
-        run = api.run_search(loaded, encode, steps=total, beam=beam,
-                             max_seq_length=max_seq_length, progress=advance)
-    metrics = api.search_metrics(run, loaded)
+    quiet_libraries()
+    with progress_group(not quiet) as progress:
+        result = api.chain_search(data, split=split, index=index, embedder=embedder,
+                                  encoder=encoder, steps=steps, beam=beam,
+                                  max_questions=max_questions,
+                                  max_seq_length=max_seq_length, progress=progress)
     kind = "greedy" if beam == 1 else f"beam {beam}"
-    _metrics_table(f"chain search ({kind}, T={total}) on {data.name}/{split}", metrics)
+    _metrics_table(f"chain search ({kind}, T={result.steps}) on {data.name}/{split}",
+                   result.metrics)
     if out is not None:
-        api.write_json(out, api.run_to_beir(run, loaded))
+        api.write_run(result.to_run(), out)
         console.print(f"run written to {out}")
 
 
 @app.command()
 @handle_errors
-def train(data: Data,
-          out: Annotated[Path, typer.Option(help="Checkpoint folder (resumed when it "
-                                                 "holds an unfinished run).")],
-          regime: Annotated[str, typer.Option(help=REGIME_HELP)] = "gold",
+def train(data: DataArg,
+          out: Annotated[Path, typer.Option(
+              "--out", "-o", help="Checkpoint folder (resumed when it holds an unfinished "
+              "run of the same configuration).", show_default=False)],
+          regime: Annotated[str, typer.Option(
+              help="Training states: " + " | ".join(api.REGIMES) + ".")] = "gold",
           states_from: Annotated[Optional[Path], typer.Option(
               help="Gold-trained checkpoint that supplies reached states (static, "
                    "resampled, on-policy).")] = None,
-          split: Split = "train", index: IndexOpt = None,
-          embedder: Embedder = "st:bundled:all-MiniLM-L6-v2",
-          epochs: Annotated[int, typer.Option(min=1)] = 3,
-          batch_size: Annotated[int, typer.Option(min=1)] = 32,
-          lr: Annotated[float, typer.Option(min=0.0)] = 2e-4,
+          split: SplitOpt = "train", index: IndexOpt = None,
+          embedder: EmbedderOpt = api.DEFAULT_EMBEDDER,
+          epochs: Annotated[int, typer.Option(help="Training epochs.", min=1)] = 3,
+          batch_size: Annotated[int, typer.Option(help="States per batch.", min=1)] = 32,
+          lr: Annotated[float, typer.Option(help="AdamW learning rate.", min=0.0)] = 2e-4,
           n_neg: Annotated[int, typer.Option(help="Negatives per state.", min=1)] = 32,
           shared_negatives: Annotated[bool, typer.Option(
               help="One negative pool per question (the question's frozen top-100).")] = False,
-          steps: Steps = 0, seed: int = 0, max_questions: MaxQ = None,
-          max_seq_length: SeqLen = 256,
-          overwrite: Annotated[bool, typer.Option(help="Replace a checkpoint made with "
-                                                       "another configuration.")] = False,
-          quiet: Quiet = False) -> None:
+          steps: StepsOpt = 0,
+          seed: Annotated[int, typer.Option(help="Seed of sampling, order and init.")] = 0,
+          max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
+          overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
     """Train the LoRA query encoder on gold, synthetic or reached states."""
-    from tttembed.chain.regimes import REGIMES
-    from tttembed.chain.setup import frozen_encode
-    from tttembed.chain.train import TrainConfig, train_chain
-
-    if regime not in REGIMES:
-        raise typer.BadParameter(f"unknown regime {regime!r}; choose one of "
-                                 f"{', '.join(REGIMES)}", param_hint="--regime")
-    cfg = TrainConfig(regime=regime, epochs=epochs, batch_size=batch_size, lr=lr, n_neg=n_neg,
-                      steps=steps, max_seq_length=max_seq_length, seed=seed,
-                      shared_negatives=shared_negatives, base=embedder)
-    cfg.check()
-    loaded = _load(data, split, index, embedder, max_questions, quiet)
-    with progress_bar("training", None, not quiet) as advance:
-        result = train_chain(loaded.task, loaded.index, frozen_encode(loaded.embedder), cfg,
-                             out, states_from=states_from, overwrite=overwrite,
-                             progress=lambda phase, done, total: advance(1))
+    quiet_libraries()
+    with progress_group(not quiet) as progress:
+        result = api.chain_train(data, out, regime=regime, states_from=states_from,
+                                 split=split, index=index, embedder=embedder, epochs=epochs,
+                                 batch_size=batch_size, lr=lr, n_neg=n_neg,
+                                 shared_negatives=shared_negatives, steps=steps, seed=seed,
+                                 max_questions=max_questions,
+                                 max_seq_length=max_seq_length, overwrite=overwrite,
+                                 progress=progress)
     for row in result.history:
+        secs = ", ".join(f"{k} {v:.1f}" for k, v in row["seconds"].items())
         console.print(f"epoch {row['epoch']}: {row['gold_states']} gold + "
-                      f"{row['other_states']} other states, loss {row['loss']}, "
-                      f"seconds {row['seconds']}")
+                      f"{row['other_states']} other states, loss {row['loss']:.4f} "
+                      f"(seconds: {secs})")
     console.print(f"checkpoint: {result.path} ({result.epochs_done} epochs)")
 
 
 @app.command("eval")
 @handle_errors
-def eval_(data: Data,
-          out: Annotated[Path, typer.Option(help="Report folder (results.json, report.md, "
-                                                 "PNG plots).")],
+def eval_(data: DataArg,
+          out: Annotated[Path, typer.Option(
+              "--out", "-o", help="Report folder (results.json, report.md, PNG plots); "
+              "written whole or not at all.", show_default=False)],
           encoder: Annotated[Optional[list[str]], typer.Option(
               help="NAME=CHECKPOINT of a trained encoder; repeat. The untrained model is "
                    "always included as 'untrained'.")] = None,
@@ -139,33 +172,21 @@ def eval_(data: Data,
           beam: Annotated[int, typer.Option(help="Beam width for the beam baseline "
                                                  "(1 = none).", min=1)] = 4,
           beam_encoder: Annotated[Optional[list[str]], typer.Option(
-              help="Encoders run with beam search (default: the reference).")] = None,
-          split: Split = "test", index: IndexOpt = None,
-          embedder: Embedder = "st:bundled:all-MiniLM-L6-v2",
-          steps: Steps = 0, max_questions: MaxQ = None, max_seq_length: SeqLen = 256,
-          quiet: Quiet = False) -> None:
+              help="Encoder run with beam search; repeat (default: the reference).")] = None,
+          split: SplitOpt = "test", index: IndexOpt = None,
+          embedder: EmbedderOpt = api.DEFAULT_EMBEDDER,
+          steps: StepsOpt = 0, max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
+          overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
     """C@k / recall@k, state mismatch, recovery and deletion analyses, latency."""
-    from tttembed.chain import api
-
-    encoders: list[tuple[str, Optional[str]]] = [("untrained", None)]
-    for item in encoder or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise typer.BadParameter(f"expected NAME=CHECKPOINT, got {item!r}",
-                                     param_hint="--encoder")
-        encoders.append((name, path))
-    ref = reference or (encoders[1][0] if len(encoders) > 1 else "untrained")
-    beams = beam_encoder if beam_encoder is not None else [ref]
-    loaded = _load(data, split, index, embedder, max_questions, quiet)
-    total = steps or loaded.task.max_hops
-    results = api.run_eval(loaded, encoders, steps=total, beam=beam, beam_encoders=beams,
-                           reference=ref, max_seq_length=max_seq_length,
-                           progress=None if quiet else lambda msg: console.print(msg))
-    config = {"data": str(data), "split": split, "embedder": embedder, "steps": total,
-              "beam": beam, "encoders": dict(encoders), "reference": ref,
-              "n_questions": len(loaded.task.golds), "max_seq_length": max_seq_length,
-              "device": str(loaded.embedder.model.device)}   # the latencies depend on it
-    api.write_report(out, config, results)
-    for name, m in results["systems"].items():
-        _metrics_table(name, m)
+    encoders = _encoders(encoder)
+    quiet_libraries()
+    with progress_group(not quiet) as progress:
+        results = api.chain_eval(data, out, encoders=encoders, reference=reference,
+                                 beam=beam, beam_encoders=beam_encoder, split=split,
+                                 index=index, embedder=embedder, steps=steps,
+                                 max_questions=max_questions,
+                                 max_seq_length=max_seq_length, overwrite=overwrite,
+                                 progress=progress)
+    n = next(iter(results["systems"].values()))["all"]["n"]
+    _systems_table(f"chain eval on {data.name}/{split} ({n} questions)", results)
     console.print(f"report written to {out}")

@@ -17,8 +17,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tttembed.data.jsonl import duplicate, get_id, get_str, iter_objects, read_lines, shown
 from tttembed.core.errors import DataError
+from tttembed.data.jsonl import duplicate, get_id, get_str, iter_objects, read_lines, shown
 
 LAYOUT = ("a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv "
           "(query-id<TAB>corpus-id<TAB>score)")

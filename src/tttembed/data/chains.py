@@ -12,9 +12,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from tttembed.core.errors import DataError
 from tttembed.data.beir import LAYOUT, load_corpus
 from tttembed.data.jsonl import duplicate, get_id, get_id_list, get_str, iter_objects, shown
-from tttembed.core.errors import DataError
 
 
 @dataclass(frozen=True)

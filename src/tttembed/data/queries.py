@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tttembed.core.errors import DataError
 from tttembed.data.beir import load_beir_queries
 from tttembed.data.jsonl import duplicate, read_lines, shown
-from tttembed.core.errors import DataError
 
 SUFFIXES = (".jsonl", ".tsv", ".txt")
 _TSV_HEADERS = frozenset({("query-id", "text"), ("id", "text")})
@@ -23,7 +23,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
     """{query_id: text} from a .jsonl, .tsv or .txt file, in file order."""
     path = Path(path)
     if not path.exists():
-        raise DataError("query file or folder not found", path=path,
+        raise DataError("query file not found (no file or folder at this path)", path=path,
                         fix="give an existing query file (.jsonl, .tsv, .txt) or BEIR folder")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":

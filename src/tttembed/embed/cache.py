@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.core.progress import Advance
-from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder, Kind, check_kind, get_embedder
 from tttembed.core.errors import StateMismatch
 from tttembed.core.io import atomic_file, text_digest, write_json
 from tttembed.core.paths import cache_dir
+from tttembed.core.progress import Advance
+from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder, Kind, check_kind, get_embedder
 
 
 class EmbeddingCache:

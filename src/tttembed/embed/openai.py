@@ -26,9 +26,6 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tttembed.embed.base import Kind, check_kind, l2_normalize
-from tttembed.core.progress import Advance
-from tttembed.core.registry import identity
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
@@ -37,6 +34,9 @@ from tttembed.core.http import (
     map_ordered,
     split_model_url,
 )
+from tttembed.core.progress import Advance
+from tttembed.core.registry import identity
+from tttembed.embed.base import Kind, check_kind, l2_normalize
 
 
 class OpenAIEmbedder:

@@ -83,7 +83,7 @@ def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewar
 
         def state(p: list = pairs, m: dict = memo, w: list = sub) -> AdaptState | None:
             if "s" not in m:
-                m["s"] = learn_state("task", eval_sources(w), rewards_for(p), objective)
+                m["s"] = learn_state("task", eval_sources(w), rewards_for(p), objective=objective)
             return m["s"]
         for a in ("rule", *alphas):
             def compute(a: Any = a, w: list = sub, st: Callable = state,

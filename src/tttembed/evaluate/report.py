@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.core.io import atomic_directory, write_json, write_text
 from tttembed.evaluate.stats import aubc, compare
-from tttembed.reporting import markdown_table, pyplot, save_figure, write_json, write_text
+from tttembed.reporting import markdown_table, pyplot, save_figure
 
 MAIN = "ndcg@10"
 METRICS = ("ndcg@10", "recall@100")
@@ -154,38 +155,58 @@ def write_report(result: Mapping[str, Any], out: str | Path, plots: bool = True,
     """results.json (every number, config, versions, fingerprints), per_query.json (each
     query's metrics in every row; large for big studies), report.md and PNG plots.
 
-    Each file is written atomically; in the JSON files NaN is null and objects JSON cannot
-    hold (paths) are strings."""
+    The folder is written whole or not at all (built beside ``out``, swapped in once); in
+    the JSON files NaN is null and objects JSON cannot hold (paths) are strings."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [write_json(out / "results.json", _light(result), indent=1)]
-    if per_query:
-        pq = {s["scorer"]: [{"protocol": r["protocol"], "method": r["method"], "B": r["B"],
-                             "setting": r["setting"], "per_query": r["per_query"]}
-                            for r in s["rows"]] for s in result["sections"]}
-        written.append(write_json(out / "per_query.json", pq, indent=None))
-    images = make_plots(result, out) if plots else []
-    written += images
-    written.append(write_text(out / "report.md", markdown(result, [i.name for i in images])))
-    return written
+    with atomic_directory(out) as tmp:
+        written = [write_json(tmp / "results.json", _light(result), indent=1)]
+        if per_query:
+            pq = {s["scorer"]: [{"protocol": r["protocol"], "method": r["method"], "B": r["B"],
+                                 "setting": r["setting"], "per_query": r["per_query"]}
+                                for r in s["rows"]] for s in result["sections"]}
+            written.append(write_json(tmp / "per_query.json", pq, indent=None))
+        images = make_plots(result, tmp) if plots else []
+        written += images
+        written.append(write_text(tmp / "report.md",
+                                  markdown(result, [i.name for i in images])))
+    return [out / p.name for p in written]
+
+
+#: How metrics print: report.md in points (x100, 2 decimals, as docs/results.md); the
+#: console on trec_eval's 0-1 scale with 4 decimals.
+REPORT_SCALE = (100.0, 2)
+CONSOLE_SCALE = (1.0, 4)
+_scale = REPORT_SCALE
 
 
 def _pct(x: float | None) -> str:
-    return "" if x is None or not np.isfinite(x) else f"{100 * x:+.2f}"
+    unit, digits = _scale
+    return "" if x is None or not np.isfinite(x) else f"{unit * x:+.{digits}f}"
 
 
 def _val(x: float | None) -> str:
-    return "" if x is None or not np.isfinite(x) else f"{100 * x:.2f}"
+    unit, digits = _scale
+    return "" if x is None or not np.isfinite(x) else f"{unit * x:.{digits}f}"
 
 
 def _p(c: Mapping[str, float] | None) -> str:
     if not c:
         return ""
-    return f"{c['p_value']:.3g} [{100 * c['ci_low']:+.2f}, {100 * c['ci_high']:+.2f}]"
+    return f"{c['p_value']:.3g} [{_pct(c['ci_low'])}, {_pct(c['ci_high'])}]"
 
 
-def table_rows(section: Mapping[str, Any], protocol: str) -> list[list[str]]:
+def table_rows(section: Mapping[str, Any], protocol: str,
+               scale: tuple[float, int] = REPORT_SCALE) -> list[list[str]]:
     """One line per row of a protocol: method, b, B, nDCG@10, Delta, R@100, tests."""
+    global _scale
+    _scale, previous = scale, _scale
+    try:
+        return _table_rows(section, protocol)
+    finally:
+        _scale = previous
+
+
+def _table_rows(section: Mapping[str, Any], protocol: str) -> list[list[str]]:
     out = []
     for r in section["rows"]:
         if r["protocol"] != protocol:

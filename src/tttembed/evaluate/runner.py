@@ -10,7 +10,7 @@ scorer calls; ``counts`` in the result says so.
 
 from __future__ import annotations
 
-import os
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,7 +19,7 @@ from typing import Any
 
 from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_json
+from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_text
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.evaluate import analyses as A
@@ -106,8 +106,8 @@ class CellCache:
         value = compute()
         self.seconds += time.perf_counter() - t
         self.misses += 1
-        if path is not None:
-            write_json(path, value, indent=None)
+        if path is not None:  # key order kept: sums over it must not move a last bit
+            write_text(path, json.dumps(value))
         return value
 
 

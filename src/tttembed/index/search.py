@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import ConfigError
+from tttembed.core.io import atomic_file, refuse_existing
+from tttembed.core.progress import Advance
+from tttembed.embed.base import Embedder
 from tttembed.index.store import IndexHandle
 
 RUN_FORMATS = ("trec", "jsonl")
@@ -25,26 +28,57 @@ RUN_FORMATS = ("trec", "jsonl")
 
 @dataclass(frozen=True)
 class SearchResult:
+    """Search arrays of shape (nq, k) beside the query ids (and their tasks); ``qrels``
+    holds the judgments that came with the queries (``{task: qrels}``), ``applied`` maps
+    each adapted state to the number of queries it was applied to."""
+
     qids: list[str]
     scores: np.ndarray  # (nq, k) float32
     rows: np.ndarray  # (nq, k) int64 row ids into index.doc_ids; -1 = none
     doc_ids: list[str]
     timings: dict[str, float] = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=list)
+    qrels: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, repr=False)
+    applied: dict[Any, int] = field(default_factory=dict)
+
+    def _task(self, i: int) -> str:
+        return self.tasks[i] if self.tasks else ""
 
     def to_run(self) -> dict[str, dict[str, float]]:
+        """The BEIR run ``{qid: {doc_id: score}}`` (every task's queries together)."""
         run: dict[str, dict[str, float]] = {}
         for i, qid in enumerate(self.qids):
             run[qid] = {self.doc_ids[r]: float(s)
                         for r, s in zip(self.rows[i], self.scores[i]) if r >= 0}
         return run
 
-    def candidates(self) -> dict[str, list[str]]:
-        return {qid: [self.doc_ids[r] for r in self.rows[i] if r >= 0]
-                for i, qid in enumerate(self.qids)}
+    def runs(self) -> dict[str, dict[str, dict[str, float]]]:
+        """One BEIR run per task: ``{task: {qid: {doc_id: score}}}``."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for i, qid in enumerate(self.qids):
+            out.setdefault(self._task(i), {})[qid] = {
+                self.doc_ids[r]: float(s) for r, s in zip(self.rows[i], self.scores[i]) if r >= 0}
+        return out
+
+    @classmethod
+    def from_runs(cls, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
+                  tasks: Sequence[str], qids: Sequence[str], doc_ids: list[str], k: int,
+                  **fields: Any) -> SearchResult:
+        """Arrays from per-task runs (each query's top ``k`` by score, ties by doc id as
+        trec_eval reads them); queries in the order of ``tasks``/``qids``."""
+        row_of = {d: r for r, d in enumerate(doc_ids)}
+        scores = np.full((len(qids), k), -np.inf, np.float32)
+        rows = np.full((len(qids), k), -1, np.int64)
+        for i, (task, qid) in enumerate(zip(tasks, qids)):
+            ranked = sorted(sorted(runs[task][qid].items(), key=lambda kv: kv[0], reverse=True),
+                            key=lambda kv: -kv[1])[:k]
+            for j, (did, s) in enumerate(ranked):
+                scores[i, j], rows[i, j] = s, row_of[did]
+        return cls(list(qids), scores, rows, doc_ids, tasks=list(tasks), **fields)
 
 
-def encode_queries(embedder: Any, texts: list[str], batch_size: int = 256,
-                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+def encode_queries(embedder: Embedder, texts: list[str], batch_size: int = 256,
+                   progress: Advance | None = None) -> np.ndarray:
     """Encode query texts in batches (each batch goes through the embedder's cache)."""
     if not texts:
         return np.zeros((0, int(embedder.dim)), dtype=np.float32)
@@ -73,8 +107,8 @@ def search_vectors(index: IndexHandle, qids: list[str], vectors: np.ndarray, k: 
                         timings={"search_s": time.perf_counter() - t0})
 
 
-def search(index: IndexHandle, queries: Mapping[str, str], embedder: Any, k: int = 100,
-           batch_size: int = 256, progress: Callable[[int], None] | None = None) -> SearchResult:
+def search(index: IndexHandle, queries: Mapping[str, str], embedder: Embedder, k: int = 100,
+           batch_size: int = 256, progress: Advance | None = None) -> SearchResult:
     """Encode ``queries`` ({qid: text}) and search the index; timings split encode/search."""
     qids = list(queries)
     t0 = time.perf_counter()
@@ -86,15 +120,14 @@ def search(index: IndexHandle, queries: Mapping[str, str], embedder: Any, k: int
 
 
 def write_run(run: Mapping[str, Mapping[str, float]], path: str | os.PathLike[str],
-              fmt: str | None = None, tag: str = "tttembed") -> Path:
-    """Write a run as TREC (``qid Q0 doc rank score tag``) or JSONL, atomically."""
-    path = Path(path)
+              fmt: str | None = None, tag: str = "tttembed", *, overwrite: bool = True) -> Path:
+    """Write a run as TREC (``qid Q0 doc rank score tag``) or JSONL, atomically; with
+    ``overwrite=False`` an existing file is an error."""
+    path = refuse_existing(path, overwrite, "run file")
     fmt = fmt or ("jsonl" if path.suffix in (".jsonl", ".json") else "trec")
     if fmt not in RUN_FORMATS:
         raise ConfigError(f"unknown run format {fmt!r}; known: {', '.join(RUN_FORMATS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_file(path, "w") as fh:
         for qid, docs in run.items():
             ranked = sorted(docs.items(), key=lambda kv: -kv[1])
             if fmt == "trec":
@@ -104,7 +137,6 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | os.PathLike[st
                 fh.write(json.dumps({"query_id": qid, "results": [
                     {"doc_id": did, "rank": r, "score": round(float(s), 6)}
                     for r, (did, s) in enumerate(ranked, 1)]}, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
     return path
 
 

@@ -29,10 +29,12 @@ from tttembed.core.io import (
     atomic_directory,
     now_utc,
     read_json,
-    read_manifest as _read_manifest,
     refuse_existing,
     write_json,
     write_manifest,
+)
+from tttembed.core.io import (
+    read_manifest as _read_manifest,
 )
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder

@@ -1,0 +1,60 @@
+"""The option scheme, once: every command spells the same thing the same way.
+
+| meaning | spelling |
+|---|---|
+| data read (BEIR folder, query file, corpus, task name) | positional `DATA...` |
+| index folder | `--index`, `-i` |
+| reward scorer spec | `--scorer`, `-s` |
+| learned state file(s) | `--state` |
+| scope(s) | `--scope` |
+| budget(s), rewards per query | `--budget`, `-b` |
+| results per query (API `k`) | `--top-k`, `-k` |
+| output (state, run, index, report folder) | `--out`, `-o` |
+| replace an existing output | `--overwrite` |
+| embedder spec | `--embedder`, `-e` |
+| BEIR split / task names | `--split` / `--task` |
+| no progress bars | `--quiet` |
+
+Old spellings stay for one release as hidden aliases (``cli/__init__.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tttembed.api import DEFAULT_EMBEDDER
+
+QueriesArg = Annotated[list[Path], typer.Argument(
+    help="Query sources, one task each: a BEIR folder (its --split queries; qrels give "
+         "metrics), or a query file (.jsonl, .tsv, .txt).", show_default=False)]
+IndexOpt = Annotated[Path, typer.Option("--index", "-i", help="Index folder made by "
+                                        "'tttembed index'.")]
+ScorerOpt = Annotated[str, typer.Option(
+    "--scorer", "-s", help="Reward scorer spec: bm25, qrels:PATH, qwen3-reranker:PATH, "
+    "cross-encoder:PATH, llm:MODEL@URL (or a third-party scheme).")]
+BudgetOpt = Annotated[float, typer.Option("--budget", "-b", min=0, help="Average rewards per "
+                                          "query (b): B = round(b x N) scored pairs.")]
+DepthOpt = Annotated[int, typer.Option(min=1, help="Candidates per rewarded query before "
+                                       "every query is covered.")]
+TopKOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Results per query.")]
+SplitOpt = Annotated[str, typer.Option(help="Split to read from BEIR folders.")]
+TaskOpt = Annotated[Optional[list[str]], typer.Option(
+    "--task", help="Task name per query source (default: folder name or file stem); "
+    "task-wise states are looked up by it.")]
+CorpusOpt = Annotated[Optional[Path], typer.Option(
+    help="Corpus the index was built from (BEIR folder or corpus.jsonl); default: the "
+    "query folder's, else the one the index manifest names.")]
+InstructionOpt = Annotated[Optional[str], typer.Option(
+    help="Reranker instruction (qwen3-reranker only).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the reward plan.")]
+LedgerOpt = Annotated[Optional[Path], typer.Option(
+    help="Reward ledger (SQLite); default <cache>/ledger.sqlite.")]
+CacheOpt = Annotated[Optional[Path], typer.Option(
+    help="Cache folder (default $TTTEMBED_CACHE_DIR, else ~/.cache/tttembed).")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bars.")]
+EmbedderOpt = Annotated[str, typer.Option("--embedder", "-e", help="Embedder spec, e.g. "
+                                          f"{DEFAULT_EMBEDDER} or openai:MODEL@URL.")]
