@@ -32,10 +32,10 @@ def main() -> int:
     from tttembed import api
     from tttembed.adapt import make_groups
     from tttembed.adapt.state import AdaptState
+    from tttembed.core.paths import cache_dir
     from tttembed.data.beir import load_task
     from tttembed.index.search import encode_queries
     from tttembed.ttt.learn import adapted_search
-    from tttembed.core.paths import cache_dir
     from tttembed.ttt.queries import QuerySet
 
     task = load_task(args.data, split="test")

@@ -107,12 +107,11 @@ def warm_reindex(api, corpus, inner, tmp, n_docs) -> None:
 
 
 def raw_search(api, corpus, queries, inner, task) -> None:
-    from tttembed.embed.cache import CachedEmbedder
-
     # [3] raw search of the test queries over the full corpus. The index is built once
     # (and reused from the user cache); queries go to the bare model, uncached, so the
     # encoding time is real model time.
     from tttembed.core.paths import cache_dir
+    from tttembed.embed.cache import CachedEmbedder
 
     idx_dir = cache_dir() / "bench" / f"full-{len(corpus)}"
     emb3 = CachedEmbedder(inner)
@@ -125,7 +124,7 @@ def raw_search(api, corpus, queries, inner, task) -> None:
     print(f"    encode {enc:.3f} s ({enc / (enc + srch):.1%}), search {srch:.4f} s "
           f"({srch / (enc + srch):.1%}); {len(queries) / (enc + srch):.0f} queries/s")
     if task_qrels := getattr(task, "qrels", None):
-        from tttembed.evaluate.metrics import evaluate
+        from tttembed.evaluation.metrics import evaluate
 
         print(f"    nDCG@10 = {evaluate(task_qrels, res.to_run(), ('ndcg@10',))['ndcg@10']:.4f}")
 

@@ -36,8 +36,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from tttembed.cli._common import progress_group, quiet_libraries
-    from tttembed.evaluate.report import write_report
-    from tttembed.evaluate.runner import EvalConfig, run_eval
+    from tttembed.evaluation.report import write_report
+    from tttembed.evaluation.runner import EvalConfig, run_eval
 
     quiet_libraries()
     tasks = tuple(t for t in args.tasks.split(",") if t)

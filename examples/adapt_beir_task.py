@@ -1,7 +1,7 @@
 """Adapt one BEIR task's queries with rewards, and compare every scope on the same pairs.
 
     python examples/adapt_beir_task.py ../shared/data/scifact --scorer bm25 --budget 10
-    python examples/adapt_beir_task.py ../shared/data/scifact --scorer qrels:../shared/data/scifact/qrels/train.tsv \
+    python examples/adapt_beir_task.py ../shared/data/scifact --scorer qrels:../shared/data/scifact/qrels/train.tsv \\
         --learn-split train --eval-split test --scopes task
 
 With ``--learn-split`` = ``--eval-split`` (default ``test``), rewards are paid on the very
@@ -10,7 +10,8 @@ saw the labels, e.g. ``bm25`` or a reranker). With different splits it is a leak
 transfer: states learned on one split's queries are applied to the other's.
 
 Prints nDCG@10 for raw search, direct reranking (same pairs; only for the fixed
-population) and the adapted searches, one scoring pass for all scopes.
+population) and the adapted searches. Rewards are paid once: the ledger serves every
+scope after the first. Uses only the public API, ``tttembed.api``.
 """
 
 from __future__ import annotations
@@ -19,91 +20,53 @@ import argparse
 import time
 from pathlib import Path
 
-from tttembed import api
-from tttembed.adapt.scopes import SCOPES
-from tttembed.data.beir import load_task
-from tttembed.evaluate.metrics import evaluate_per_query
-from tttembed.evaluate.stats import compare
-from tttembed.ttt.learn import (
-    adapted_search,
-    build_scorer,
-    candidate_depth,
-    learn_from_rewards,
-    make_plan,
-    rerank_runs,
-)
-from tttembed.core.paths import cache_dir
-from tttembed.ttt.queries import QuerySet, base_retrieval, run_from_arrays, score_pairs
+import tttembed.api as tt
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--scorer", default="bm25")
-    ap.add_argument("--budget", type=float, default=10.0)
-    ap.add_argument("--depth", type=int, default=10)
-    ap.add_argument("--learn-split", default="test")
-    ap.add_argument("--eval-split", default="test")
-    ap.add_argument("--scopes", default=",".join(SCOPES))
-    ap.add_argument("--objective", default="kd")
+    ap.add_argument("data", type=Path, help="BEIR folder")
+    ap.add_argument("--scorer", default="bm25", help="reward scorer spec")
+    ap.add_argument("--budget", type=float, default=10.0, help="rewards per query (b)")
+    ap.add_argument("--learn-split", default="test", help="split whose queries are rewarded")
+    ap.add_argument("--eval-split", default="test", help="split whose queries are evaluated")
+    ap.add_argument("--scopes", default=",".join(tt.SCOPES), help="comma-separated scopes")
+    ap.add_argument("--index", type=Path, default=None,
+                    help="index folder (default: idx/<data name>, built when absent)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    learn_task = load_task(args.data, split=args.learn_split)
-    eval_task = load_task(args.data, split=args.eval_split)
-    name = learn_task.name
-    emb = api.load_embedder()
-    idx_dir = cache_dir() / "examples" / f"{name}-{learn_task.fingerprint()[:12]}"
-    if not (idx_dir / "manifest.json").exists():
-        api.index_corpus(learn_task.corpus, idx_dir, embedder=emb, overwrite=True)
-    index = api.open_index(idx_dir, embedder=emb)
-    fixed = args.learn_split == args.eval_split
-
-    lq = QuerySet.from_tasks({name: learn_task.queries})
-    eq = QuerySet.from_tasks({name: eval_task.queries})
-    k = max(100, candidate_depth(args.budget, args.depth, len(index)))
-    lbase = base_retrieval(index, emb, lq, k)
-    ebase = lbase if fixed else base_retrieval(index, emb, eq, 100)
-    plan = make_plan(lq, lbase, index, args.budget, args.depth)
-    scorer = build_scorer(args.scorer, learn_task.corpus)
-    t1 = time.perf_counter()
-    rewards = score_pairs(plan.pairs, lq, learn_task.corpus, scorer)
-    t2 = time.perf_counter()
-    qrels = eval_task.qrels
-
-    def ndcg(run):
-        return evaluate_per_query(qrels, run, ("ndcg@10",))["ndcg@10"]
-
-    raw = ndcg(run_from_arrays(eq, index, ebase.rows[:, :100], ebase.scores[:, :100])[name])
+    idx = args.index or Path("idx") / args.data.name
+    index = tt.open_index(idx) if idx.exists() else tt.index_corpus(args.data, idx)
+    task = args.data.name
+    scorer = tt.load_scorer(args.scorer, index=index, corpus=args.data)
+    evaluated = tt.search(index, args.data, split=args.eval_split, task=task)
+    qrels = evaluated.qrels[task]
+    raw = tt.per_query_metric(qrels, evaluated.to_run())
     rows = [("raw", raw)]
-    if fixed:
-        rows.append(("direct rerank", ndcg(rerank_runs(eq, index, ebase, rewards)[name])))
-    timings = {}
+    if args.learn_split == args.eval_split:
+        rr = tt.rerank(index, args.data, scorer=scorer, budget=args.budget, split=args.eval_split)
+        rows.append(("direct rerank", tt.per_query_metric(qrels, rr.to_run())))
+    pairs = {}
     for scope in args.scopes.split(","):
-        ts = time.perf_counter()
-        state, _ = learn_from_rewards(scope, lq, lbase, index, rewards, objective=args.objective,
-                                      scorer_identity=scorer.spec, reward_mapping=scorer.mapping,
-                                      budget=len(plan.pairs))
-        timings[scope] = time.perf_counter() - ts
-        states = [state] if state is not None else []
-        scores, rws = adapted_search(index, eq, ebase.x, states, 100)
-        rows.append((f"TTT-Embed {scope}-wise", ndcg(run_from_arrays(eq, index, rws, scores)[name])))
-    c = getattr(scorer, "counts", None)
-    paid = c().paid if c else len(plan.pairs)
-    print(f"task {name}: learn on {args.learn_split} ({len(lq)} queries), evaluate on "
-          f"{args.eval_split} ({len(eq)} queries); scorer {args.scorer}; "
-          f"b = {args.budget:g} -> {len(plan.pairs)} pairs ({paid} paid now)")
+        state = tt.learn(index, args.data, scorer=scorer, scope=scope, budget=args.budget,
+                         split=args.learn_split, task=task)
+        pairs[scope] = state.pairs
+        adapted = tt.search(index, args.data, split=args.eval_split, task=task, states=[state])
+        rows.append((f"TTT-Embed {scope}-wise", tt.per_query_metric(qrels, adapted.to_run())))
+    print(f"task {task}: learn on {args.learn_split}, evaluate on {args.eval_split} "
+          f"({len(raw)} judged queries); scorer {args.scorer}; b = {args.budget:g}; pairs "
+          + "; ".join(f"{s}: {p}" for s, p in pairs.items()))
     print(f"{'method':<24}{'nDCG@10':>9}{'delta':>9}{'p (vs raw)':>12}  95% CI of delta")
     for label, per_q in rows:
         mean = sum(per_q.values()) / len(per_q)
         if label == "raw":
             print(f"{label:<24}{mean:9.4f}")
             continue
-        cmp = compare(per_q, raw)
-        print(f"{label:<24}{mean:9.4f}{cmp.delta:+9.4f}{cmp.p_value:12.4f}  "
-              f"[{cmp.ci_low:+.4f}, {cmp.ci_high:+.4f}]")
-    print(f"time: setup+retrieval {t1 - t0:.1f}s, scoring {t2 - t1:.1f}s, "
-          + ", ".join(f"learn {s} {t:.2f}s" for s, t in timings.items()))
+        c = tt.compare(per_q, raw)
+        print(f"{label:<24}{mean:9.4f}{c.delta:+9.4f}{c.p_value:12.4f}  "
+              f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]")
+    print(f"time: {time.perf_counter() - t0:.1f} s")
 
 
 if __name__ == "__main__":

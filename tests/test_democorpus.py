@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from tttembed.core.errors import DataError
 from tttembed.demo.corpus import (
     DEMO_MODULES,
     MAX_SIGNATURE_CHARS,
@@ -21,7 +22,6 @@ from tttembed.demo.corpus import (
     parse_queries,
     stdlib_corpus,
 )
-from tttembed.core.errors import DataError
 
 #: The Python the shipped labels were checked against, id by id.
 LABELLED_ON = (3, 11)

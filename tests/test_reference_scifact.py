@@ -16,7 +16,7 @@ def test_scifact_raw_ndcg_matches_the_published_figure(tmp_path, minilm):
     from tttembed import api
     from tttembed.data.beir import load_task
     from tttembed.embed.cache import CachedEmbedder
-    from tttembed.evaluate.metrics import evaluate
+    from tttembed.evaluation.metrics import evaluate
 
     task = load_task(shared_dataset("scifact"), split="test")
     emb = CachedEmbedder(minilm, tmp_path / "cache")

@@ -35,9 +35,9 @@ from tttembed.core.errors import (
     TTTEmbedError,
 )
 from tttembed.core.progress import Progress, stage
-from tttembed.demo.run import DemoResult, run_demo
+from tttembed.demo.run import DemoResult, export_demo, run_demo
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
-from tttembed.evaluate.stats import Comparison
+from tttembed.evaluation.stats import Comparison
 from tttembed.index.search import SearchResult, read_run, write_run
 from tttembed.index.store import IndexHandle as Index
 from tttembed.score.base import Scorer
@@ -47,8 +47,9 @@ __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError"
            "Comparison", "ConfigError", "DataError", "DemoResult", "EvalReport", "Index",
            "MissingDependency", "SearchResult", "StateMismatch", "TTTEmbedError",
            "chain_eval", "chain_search", "chain_train", "compare", "embedder_for_index",
+           "export_demo",
            "evaluate", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
-           "open_index", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run"]
+           "open_index", "per_query_metric", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run"]
 
 Queries = QuerySource | Sequence[QuerySource]
 PathLike = str | os.PathLike[str]
@@ -84,8 +85,8 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
     from tttembed.index.store import build_index
     from tttembed.index.store import open_index as _open
 
-    emb = load_embedder(embedder) if isinstance(embedder, str) or embedder is None \
-        else embedder
+    emb = embedder if embedder is not None and not isinstance(embedder, str) \
+        else load_embedder(embedder or DEFAULT_EMBEDDER)
     if isinstance(data, Mapping):
         corpus, source = {k: dict(v) for k, v in data.items()}, "<dict>"
     else:
@@ -206,7 +207,10 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     plan = outcome.plan
     pairs = ({"requested": len(plan.pairs), "in_ledger": plan.in_ledger or 0,
               "to_pay": plan.to_pay} if dry_run else outcome.counts)
-    return AdaptState(scope, (), _empty(index.dim), (), (), identity=index.identity,
+    import numpy as np
+
+    return AdaptState(scope, (), _empty(index.dim), np.zeros(0), np.zeros(0, np.int64),
+                      identity=index.identity,
                       dim=index.dim, objective=objective, pairs=pairs, dry_run=dry_run,
                       budget=len(plan.pairs))
 
@@ -306,9 +310,21 @@ def run_metrics(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mappin
         >>> tt.run_metrics(qrels, result.to_run())["ndcg@10"]
         0.6451
     """
-    from tttembed.evaluate.metrics import evaluate as _evaluate
+    from tttembed.evaluation.metrics import evaluate as _evaluate
 
     return _evaluate(qrels, run, metrics=tuple(metrics))
+
+
+def per_query_metric(qrels: Mapping[str, Mapping[str, int]],
+                     run: Mapping[str, Mapping[str, float]], metric: str = "ndcg@10"
+                     ) -> dict[str, float]:
+    """One metric for each judged query of ``run`` (the input of ``compare``).
+
+        >>> raw = tt.per_query_metric(qrels, result.to_run())
+    """
+    from tttembed.evaluation.metrics import evaluate_per_query
+
+    return evaluate_per_query(qrels, run, (metric,))[metric]
 
 
 def compare(a: Mapping[str, float], b: Mapping[str, float], *,
@@ -317,7 +333,7 @@ def compare(a: Mapping[str, float], b: Mapping[str, float], *,
 
         >>> tt.compare(per_query_adapted, per_query_raw).p_value
     """
-    from tttembed.evaluate.stats import compare as _compare
+    from tttembed.evaluation.stats import compare as _compare
 
     return _compare(a, b, n_resamples=n_resamples, seed=seed)
 
@@ -334,14 +350,14 @@ class EvalReport:
             >>> report.write("reports/run1")
         """
         from tttembed.core.io import refuse_existing
-        from tttembed.evaluate.report import write_report
+        from tttembed.evaluation.report import write_report
 
         refuse_existing(out, overwrite, "report folder")
-        return write_report(self.data, out, plots=plots)
+        return write_report(self.data, Path(out), plots=plots)
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """(title, header, rows) of every protocol's table, metrics 0-1 with 4 decimals."""
-        from tttembed.evaluate.report import CONSOLE_SCALE, HEAD, TITLES, table_rows
+        from tttembed.evaluation.report import CONSOLE_SCALE, HEAD, TITLES, table_rows
 
         out = []
         for s in self.data["sections"]:
@@ -369,7 +385,7 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
         >>> report = tt.evaluate(["scifact"], scorers=["bm25"], data_root="data")
         >>> report.write("reports/run1")
     """
-    from tttembed.evaluate.runner import EvalConfig, run_eval
+    from tttembed.evaluation.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(tasks=tuple(tasks), embedder=embedder, scorers=tuple(scorers),
                      scopes=tuple(scopes), budgets=tuple(budgets), protocols=tuple(protocols),

@@ -1,6 +1,6 @@
 """Writing reports: results.json, Markdown tables, PNG plots (files through core.io).
 
-Shared by the evaluation harness (``tttembed.evaluate.report``) and the chain evaluation
+Shared by the evaluation harness (``tttembed.evaluation.report``) and the chain evaluation
 (``tttembed.chain.api``); nothing here knows about either. Light at import time:
 matplotlib is imported by the plotting functions only.
 """

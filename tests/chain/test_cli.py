@@ -131,3 +131,19 @@ def test_every_option_has_help_and_quiet_has_no_short_form():
                 assert param.opts == ["--quiet"] and not param.secondary_opts
         assert "overwrite" in {p.name for p in cmd.params} or name == "search"
     assert "encoder" in {p.name for p in group.commands["search"].params}
+
+
+def test_the_cli_module_imports_only_the_api_and_cli_helpers():
+    import ast
+    import inspect
+
+    import tttembed.cli.chain as module
+
+    tree = ast.parse(inspect.getsource(module))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in imported if m and m.startswith("tttembed")}
+    assert ours <= {"tttembed"} | {m for m in ours if m.startswith("tttembed.cli.")}
+    assert not {m for m in imported if m and m.split(".")[0] not in
+                {"tttembed", "typer", "rich", "__future__", "collections", "pathlib",
+                 "typing"}}

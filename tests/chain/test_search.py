@@ -13,7 +13,7 @@ from tttembed.chain.search import (
     recall_at_k,
     single_shot,
 )
-from tttembed.evaluate.metrics import recall_at_k as beir_recall
+from tttembed.evaluation.metrics import recall_at_k as beir_recall
 
 N_DOCS = 8
 DOCS = np.eye(N_DOCS, dtype=np.float32)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import shared_dataset
+from tttembed.core.errors import DataError, TTTEmbedError
 from tttembed.data import (
     Task,
     corpus_fingerprint,
@@ -18,7 +19,6 @@ from tttembed.data import (
     load_task,
     resolve_task_path,
 )
-from tttembed.core.errors import DataError, TTTEmbedError
 
 
 def write(path: Path, content: str | bytes) -> Path:

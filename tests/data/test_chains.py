@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import shared_dataset
-from tttembed.data import Chain, load_chains, load_multihop, load_task
 from tttembed.core.errors import DataError
+from tttembed.data import Chain, load_chains, load_multihop, load_task
 
 
 def write(path: Path, content: str | bytes) -> Path:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tttembed.data import load_queries
 from tttembed.core.errors import DataError
+from tttembed.data import load_queries
 
 
 def write(path: Path, content: str | bytes) -> Path:

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tests.fakes import HashEmbedder
+from tttembed.core.errors import StateMismatch
 from tttembed.core.io import text_digest as text_key
 from tttembed.embed.cache import CachedEmbedder, EmbeddingCache
-from tttembed.core.errors import StateMismatch
 
 
 def test_second_encode_makes_no_model_call(tmp_path):

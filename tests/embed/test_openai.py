@@ -14,9 +14,6 @@ import pytest
 
 from tests import servers
 from tests.servers import Reply, Sleeps, closed_port_url
-from tttembed.embed.base import Embedder
-from tttembed.embed.openai import OpenAIEmbedder, from_spec
-from tttembed.embed.st import SentenceTransformerEmbedder
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import (
     DEFAULT_BASE_URL,
@@ -26,6 +23,9 @@ from tttembed.core.http import (
     split_model_url,
 )
 from tttembed.core.registry import create
+from tttembed.embed.base import Embedder
+from tttembed.embed.openai import OpenAIEmbedder, from_spec
+from tttembed.embed.st import SentenceTransformerEmbedder
 
 openai_server = servers.openai_server  # the local OpenAI-compatible server fixture
 

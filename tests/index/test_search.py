@@ -5,8 +5,8 @@ import pytest
 
 from tests.fakes import HashEmbedder, tiny_corpus
 from tttembed import api
-from tttembed.embed.cache import CachedEmbedder
 from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.embed.cache import CachedEmbedder
 from tttembed.index.search import encode_queries, read_run, search, write_run
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.fakes import HashEmbedder, tiny_corpus
 from tttembed import api
-from tttembed.embed.cache import CachedEmbedder
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.embed.cache import CachedEmbedder
 from tttembed.index.store import build_index, open_index
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_dataset
-from tttembed.data.beir import corpus_fingerprint, doc_text, load_qrels
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.data.beir import corpus_fingerprint, doc_text, load_qrels
 from tttembed.score.base import Item, Scorer, get_scorer
 from tttembed.score.bm25 import BM25Scorer
 from tttembed.score.qrels import QrelsScorer

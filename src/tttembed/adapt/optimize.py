@@ -372,7 +372,7 @@ def learn_vectors(
                                     batch.weight)
     if n and np.any(np.diff(group) < 0):
         order = np.argsort(group, kind="stable")
-        x, z, r, mask, group, weight = (a[order] for a in (x, z, r, mask, group, weight))
+        x, z, r, mask, group, weight = (a[order] for a in (x, z, r, mask, group, weight))  # type: ignore[index]
     trace = np.zeros(steps, dtype=np.float64)
     with _one_blas_thread():
         adam = _Adam(n_groups, batch.dim, lr)
@@ -382,7 +382,7 @@ def learn_vectors(
         s0 = None
         if objective == "grpo":
             s0 = base / (TAU_S * np.sqrt(np.einsum("nd,nd->n", x, x)))[:, None]
-        targets = make_targets(objective, r, mask, s0, tau_t=TAU_T)
+        targets = make_targets(objective, r, mask, s0, tau_t=TAU_T)  # type: ignore[arg-type]
         pieces = _pieces(x, z, base, targets, weight, group, chunk)
         acc = np.zeros_like(adam.v)
         for step in range(steps):

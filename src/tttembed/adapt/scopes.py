@@ -35,7 +35,7 @@ PRECEDENCE: tuple[str, ...] = ("query", "task", "global")
 class Groups(NamedTuple):
     """``index`` (N,) int64 group of each row; ``keys`` one per group; ``weights`` (N,)."""
 
-    index: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]
     keys: list[str]
     weights: np.ndarray
 

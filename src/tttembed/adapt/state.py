@@ -160,7 +160,7 @@ def save_state(path: str | os.PathLike[str], state: AdaptState, *,
     arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
               "keys": keys, "manifest": np.array(json.dumps(manifest, sort_keys=True))}
     with atomic_file(p) as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]
     with atomic_file(p.with_suffix(".json"), "w") as fh:
         fh.write(dumps(manifest) + "\n")
     return p

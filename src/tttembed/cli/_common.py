@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tttembed.api import TTTEmbedError
+from tttembed.core.progress import Progress, silent
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,13 +56,12 @@ def handle_errors(func: F) -> F:
 
 
 @contextmanager
-def progress_group(enabled: bool = True
-                   ) -> Iterator[Callable[[str, int | None], Callable[[int], None]]]:
+def progress_group(enabled: bool = True) -> Iterator[Progress]:
     """One live rich display for a command's stages: a :class:`tttembed.core.progress.Progress`
     (``stage(name, total)`` adds a bar and returns its ``advance(n)``). Quiet when stderr
     is not a terminal."""
     if not enabled or not err_console.is_terminal:
-        yield lambda name, total: (lambda n: None)
+        yield silent
         return
     from rich.progress import (
         BarColumn,

@@ -28,6 +28,7 @@ def demo(
     budget: BudgetOpt = 10.0,
     seed: Annotated[int, typer.Option(help="Seed of the 80/20 question split.")] = 0,
     modules: Annotated[Optional[str], typer.Option(help="Comma-separated stdlib modules to index instead of the default set (questions whose labels are absent are dropped).")] = None,
+    export: Annotated[Optional[Path], typer.Option(help="Write the demo task as a BEIR folder here (corpus.jsonl, queries.jsonl, qrels/test.tsv) and stop: data to try every other command on.")] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Offline demo: index stdlib docstrings, search shipped questions, learn from 80% of the labels.
@@ -38,6 +39,11 @@ def demo(
     quiet_libraries()
     from tttembed import api
 
+    if export is not None:
+        path = api.export_demo(export, modules=split_list([modules or ""]))
+        console.print(f"wrote the demo task as a BEIR folder: {path}\n"
+                      f"next: tttembed index {path} --out idx/{path.name}")
+        return
     with progress_group(not quiet) as stage:
         r = api.run_demo(embedder=embedder, workdir=workdir, cache_dir=cache_dir, k=top_k,
                          budget=budget, seed=seed, modules=split_list([modules or ""]),

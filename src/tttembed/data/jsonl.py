@@ -54,8 +54,8 @@ def read_lines(path: str | Path, *, missing_fix: str | None = None) -> list[tupl
                         path=path, line=line,
                         fix="re-save the file as UTF-8") from None
     out: list[tuple[int, str]] = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
+    for number, line in enumerate(text.split("\n"), start=1):  # type: ignore[assignment]
+        line = line.removesuffix("\r")  # type: ignore[attr-defined]
         if line.strip():
             out.append((number, line))
     return out

@@ -131,7 +131,7 @@ def _module_entries(name: str, module: ModuleType) -> Iterator[tuple[str, object
         if inspect.isclass(obj):
             classes.append((f"{name}.{attr}", obj))
     for qual, cls in classes:
-        for meth_name, raw in _public_members(vars(cls), ()):
+        for meth_name, raw in _public_members(vars(cls), ()):  # type: ignore[arg-type]
             func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
             if inspect.isroutine(func) and _defined_in(cls, func):
                 yield f"{qual}.{meth_name}", func, func

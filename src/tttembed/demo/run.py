@@ -27,6 +27,32 @@ def split_queries(qids: list[str], frac: float = 0.8, seed: int = 0) -> tuple[li
     return [qids[i] for i in sorted(perm[:n])], [qids[i] for i in sorted(perm[n:])]
 
 
+def export_demo(out: str | os.PathLike[str], *, modules: Sequence[str] = (),
+                overwrite: bool = False) -> Path:
+    """Write the demo task (this Python's docstrings, the shipped questions and labels) as a
+    BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv. Written whole or not at all.
+
+        >>> export_demo("data/stdlib-docs")
+    """
+    import json
+
+    from tttembed.core.io import atomic_directory, refuse_existing, write_text
+    from tttembed.demo.corpus import demo_task
+
+    out = refuse_existing(out, overwrite, "folder")
+    task = demo_task(tuple(modules)) if modules else demo_task()
+    with atomic_directory(out) as tmp:
+        write_text(tmp / "corpus.jsonl", "".join(
+            json.dumps({"_id": d, "title": doc.get("title", ""), "text": doc["text"]},
+                       ensure_ascii=False) + "\n" for d, doc in task.corpus.items()))
+        write_text(tmp / "queries.jsonl", "".join(
+            json.dumps({"_id": q, "text": t}, ensure_ascii=False) + "\n"
+            for q, t in task.queries.items()))
+        write_text(tmp / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\n" + "".join(
+            f"{q}\t{d}\t{g}\n" for q, docs in task.qrels.items() for d, g in docs.items()))
+    return out
+
+
 @dataclass(frozen=True)
 class DemoResult:
     """What the demo did: sizes, the raw run, and raw vs adapted on the unseen questions."""
@@ -58,7 +84,7 @@ def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: str | os.PathLike[str
     from tttembed import api
     from tttembed.core.paths import cache_dir as default_cache
     from tttembed.demo.corpus import demo_task
-    from tttembed.evaluate.metrics import evaluate_per_query
+    from tttembed.evaluation.metrics import evaluate_per_query
     from tttembed.score.qrels import QrelsScorer
 
     work = Path(workdir) if workdir else default_cache(cache_dir) / "demo"

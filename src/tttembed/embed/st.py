@@ -103,7 +103,7 @@ class SentenceTransformerEmbedder:
     def model(self) -> Any:
         """The SentenceTransformer, loaded on first use (a warm cache never loads it)."""
         if self._model is None:
-            self._model = load_sentence_transformer(self._rest, **self._load_options)
+            self._model = load_sentence_transformer(self._rest, **self._load_options)  # type: ignore[arg-type]
         if self._max_seq_length is not None:
             self._model.max_seq_length = int(self._max_seq_length)
         return self._model

@@ -258,7 +258,7 @@ class LedgerScorer:
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start: start + self.chunk_size]
             rewards = self._pay(query, [docs[i] for _, i in chunk])
-            self.ledger.put_digests(self.identity, qd, [dg for dg, _ in chunk], rewards)
+            self.ledger.put_digests(self.identity, qd, [dg for dg, _ in chunk], rewards)  # type: ignore[arg-type]
             self.paid += len(chunk)
             self.missing += int(np.isnan(rewards).sum())
             fresh.update(zip((dg for dg, _ in chunk), rewards.tolist()))

@@ -185,7 +185,7 @@ class Qwen3Reranker:
             raise BackendError(
                 f"cannot load reranker {rest!r}: {str(exc).splitlines()[0] if str(exc) else exc}"
                 " (give a local folder, or a hub name already in the local cache)") from exc
-        self.model.to(self.device).eval()
+        self.model.to(self.device).eval()  # type: ignore[arg-type]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.max_length = min(int(max_length), int(limit)) if limit else int(max_length)
         self.yes_id = _token_id(self.tokenizer, "yes")

@@ -1,6 +1,6 @@
 """The TTT pipeline, once: query set + base retrieval (:mod:`.queries`), reward plan and
 paid scoring (:mod:`.rewards`), learning a state (:mod:`.learn`), adapted search and
-direct reranking (:mod:`.search`). ``tttembed.api`` and ``tttembed.evaluate`` both call it.
+direct reranking (:mod:`.search`). ``tttembed.api`` and ``tttembed.evaluation`` both call it.
 """
 
 from __future__ import annotations

@@ -47,7 +47,11 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     """One scope's state from rewards already paid, over one or more sources, learned as
     one batched problem (None when no query has a finite reward). ``meta`` fills the
     state's scorer, reward_mapping and budget fields."""
-    xs, zs, rs, qids, tasks = [], [], [], [], []
+    xs: list[np.ndarray] = []
+    zs: list[np.ndarray] = []
+    rs: list[np.ndarray] = []
+    qids: list[str] = []
+    tasks: list[str] = []
     for queries, base, index in sources:
         kept, x, z, r = reward_table(queries, base, index, rewards)
         xs.append(x)

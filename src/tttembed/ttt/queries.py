@@ -110,7 +110,7 @@ def query_sources(queries: QuerySource | Sequence[QuerySource], *,
                 qrels[key] = loaded.qrels
             folder = folder or Path(src)
         else:
-            key, got = name or Path(src).stem, load_queries(src)
+            key, got = name or Path(src).stem, load_queries(Path(src))
         if key in by_task:
             raise ConfigError(f"two query sources are both named {key!r}; name them with "
                               "--task (task=...)")

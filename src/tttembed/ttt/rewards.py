@@ -64,7 +64,8 @@ def build_scorer(spec: str, corpus: Corpus | None = None, *,
     scorer = get_scorer(spec, **options)
     if not caps.cacheable or not use_ledger:
         return scorer
-    return LedgerScorer(scorer, Ledger(ledger_path or default_ledger_path(cache_dir)))
+    return LedgerScorer(scorer, Ledger(Path(ledger_path) if ledger_path else
+                                       default_ledger_path(cache_dir)))
 
 
 def candidate_depth(avg_budget: float, depth: int, n_docs: int) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tttembed.evaluate.metrics import (
+from tttembed.evaluation.metrics import (
     DEFAULT_METRICS,
     evaluate,
     evaluate_per_query,
@@ -12,7 +12,7 @@ from tttembed.evaluate.metrics import (
     ndcg_at_k,
     recall_at_k,
 )
-from tttembed.evaluate.stats import (
+from tttembed.evaluation.stats import (
     Comparison,
     aubc,
     compare,

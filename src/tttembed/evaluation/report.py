@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.io import atomic_directory, write_json, write_text
-from tttembed.evaluate.stats import aubc, compare
+from tttembed.evaluation.stats import aubc, compare
 from tttembed.reporting import markdown_table, pyplot, save_figure
 
 MAIN = "ndcg@10"

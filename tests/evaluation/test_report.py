@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from tttembed.evaluate.protocols import MethodResult
-from tttembed.evaluate.report import (
+from tttembed.evaluation.protocols import MethodResult
+from tttembed.evaluation.report import (
     alpha_regret,
     macro,
     markdown,
@@ -103,7 +103,7 @@ def test_write_report_files(tmp_path):
 
 
 def test_scorer_comparison_side_by_side():
-    from tttembed.evaluate.report import scorer_comparison
+    from tttembed.evaluation.report import scorer_comparison
 
     def sec(name, gain):
         return {"scorer": name, "rows": [

@@ -12,7 +12,7 @@ The expensive part of each record is memoised through ``cells`` (a callable
 ``cells(key_parts, compute)``; the runner passes an on-disk cache) and rewards are asked
 lazily through ``rewards_for(pairs)``, so a run whose records are all cached scores nothing.
 The analyses built on this machinery (alpha ablation, breadth vs depth, objective
-comparison) live in :mod:`tttembed.evaluate.analyses`.
+comparison) live in :mod:`tttembed.evaluation.analyses`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from tttembed.adapt.allocate import (
     water_fill_order,
 )
 from tttembed.core.errors import ConfigError
-from tttembed.evaluate.methods import average_prf, reward_rocchio, rocchio_prf
-from tttembed.evaluate.metrics import evaluate_per_query
+from tttembed.evaluation.methods import average_prf, reward_rocchio, rocchio_prf
+from tttembed.evaluation.metrics import evaluate_per_query
 from tttembed.index.store import IndexHandle
 from tttembed.ttt import (
     BaseRetrieval,
@@ -223,16 +223,16 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
     for kind in ("prf-avg", "prf-rocchio"):
         if kind in baselines:
             out.append(MethodResult("fixed", kind, cells({"p": "fixed", "m": kind},
-                                                         lambda k=kind: prf_metrics(work, k))))
+                                                         lambda k=kind: prf_metrics(work, k))))  # type: ignore[misc]
     for B, pairs in zip(grid, schedules):
         b = B / n
         todo: list[tuple[str, Callable[[], PerQuery]]] = []
         if "direct" in baselines:
-            todo.append(("direct", lambda p=pairs: direct_metrics(work, rewards_at(p))))
+            todo.append(("direct", lambda p=pairs: direct_metrics(work, rewards_at(p))))  # type: ignore[misc]
         if "rw-rocchio" in baselines:
-            todo.append(("rw-rocchio", lambda p=pairs: rw_rocchio_metrics(work, rewards_at(p))))
+            todo.append(("rw-rocchio", lambda p=pairs: rw_rocchio_metrics(work, rewards_at(p))))  # type: ignore[misc]
         for scope in scopes:
-            todo.append((scope, lambda p=pairs, s=scope: scope_metrics(work, s, rewards_at(p),
+            todo.append((scope, lambda p=pairs, s=scope: scope_metrics(work, s, rewards_at(p),  # type: ignore[misc]
                                                                       objective)))
         for method, compute in todo:
             per = cells({"p": "fixed", "m": method, "B": B, "o": objective}, compute)
@@ -290,11 +290,11 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                         setting)]
     for kind in ("prf-avg", "prf-rocchio"):
         out.append(MethodResult("heldout", kind, cells({**tag, "m": kind},
-                                                        lambda k=kind: prf_metrics(work, k, u_keys)),
+                                                        lambda k=kind: prf_metrics(work, k, u_keys)),  # type: ignore[misc]
                                 0.0, 0, setting))
     for scope in scopes:
         per = cells({**tag, "m": scope, "B": B},
-                    lambda s=scope: scope_metrics(work, s, rw(), objective, u_keys, sources))
+                    lambda s=scope: scope_metrics(work, s, rw(), objective, u_keys, sources))  # type: ignore[misc]
         out.append(MethodResult("heldout", scope, per, B / n, B, setting))
     return out
 
@@ -313,7 +313,7 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
         others = [o for o in work if o is not td]
         tag = {"p": "loto", "held": td.name, "d": depth, "o": objective}
         out.append(MethodResult("loto", "raw", cells({**tag, "m": "raw"},
-                                                      lambda t=td: raw_metrics([t])),
+                                                      lambda t=td: raw_metrics([t])),  # type: ignore[misc]
                                 setting={"held_out": td.name}))
 
         def compute(t: TaskData = td, o: list = others) -> PerQuery:

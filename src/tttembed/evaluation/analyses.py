@@ -1,9 +1,9 @@
 """Analyses (METHOD.md Part 1) on the protocols' machinery: alpha ablation, breadth vs
 depth at a fixed budget, and the objective comparison.
 
-Each returns :class:`~tttembed.evaluate.protocols.MethodResult` records, memoised through
+Each returns :class:`~tttembed.evaluation.protocols.MethodResult` records, memoised through
 ``cells`` and asking rewards lazily through ``rewards_for(pairs)``, exactly as the
-protocols in :mod:`tttembed.evaluate.protocols` do.
+protocols in :mod:`tttembed.evaluation.protocols` do.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from tttembed.adapt import AdaptState
 from tttembed.adapt.allocate import BREADTH_DEPTH, budget_grid, budget_pairs, nested_schedule
-from tttembed.evaluate.protocols import (
+from tttembed.evaluation.protocols import (
     EVAL_DEPTH,
     SCOPE_METHODS,
     Cells,
@@ -117,11 +117,11 @@ def breadth_depth(work: Sequence[TaskData], rewards_for: Callable[[list], Reward
             tag = {"p": "bd", "B": B, "k": k, "o": objective}
             out.append(MethodResult("breadth-depth", "direct",
                                     cells({**tag, "m": "direct"},
-                                          lambda r=rw: direct_metrics(work, r())),
+                                          lambda r=rw: direct_metrics(work, r())),  # type: ignore[misc]
                                     B / n, B, setting))
             for scope in scopes:
                 per = cells({**tag, "m": scope},
-                            lambda s=scope, r=rw: scope_metrics(work, s, r(), objective))
+                            lambda s=scope, r=rw: scope_metrics(work, s, r(), objective))  # type: ignore[misc]
                 out.append(MethodResult("breadth-depth", scope, per, B / n, B, setting))
     return out
 
@@ -142,6 +142,6 @@ def objective_comparison(work: Sequence[TaskData], rewards_for: Callable[[list],
         for scope in scopes:
             for obj in objectives:
                 per = cells({"p": "fixed", "m": scope, "B": B, "o": obj},
-                            lambda s=scope, o=obj, r=rw: scope_metrics(work, s, r(), o))
+                            lambda s=scope, o=obj, r=rw: scope_metrics(work, s, r(), o))  # type: ignore[misc]
                 out.append(MethodResult("objectives", scope, per, B / n, B, {"objective": obj}))
     return out

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tttembed.evaluate import analyses as A
-from tttembed.evaluate import protocols as P
+from tttembed.evaluation import analyses as A
+from tttembed.evaluation import protocols as P
 
 from .synth import QrelsRewards, make_work
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tttembed.evaluate.protocols import EVAL_DEPTH, TaskData
+from tttembed.evaluation.protocols import EVAL_DEPTH, TaskData
 from tttembed.index.store import open_index, write_index
 from tttembed.ttt.queries import QuerySet
 

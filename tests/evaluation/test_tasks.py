@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tttembed.core.errors import ConfigError, DataError, MissingDependency
-from tttembed.evaluate.tasks import load_eval_task, load_eval_tasks, load_mteb_task
+from tttembed.evaluation.tasks import load_eval_task, load_eval_tasks, load_mteb_task
 
 from .evaldata import write_task, write_tasks
 

@@ -5,8 +5,8 @@ import pytest
 
 from tttembed.adapt.allocate import budget_grid
 from tttembed.core.errors import ConfigError
-from tttembed.evaluate import protocols as P
-from tttembed.evaluate.report import macro
+from tttembed.evaluation import protocols as P
+from tttembed.evaluation.report import macro
 
 from .synth import QrelsRewards, make_work
 

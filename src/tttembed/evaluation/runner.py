@@ -22,10 +22,10 @@ from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_text
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
-from tttembed.evaluate import analyses as A
-from tttembed.evaluate import protocols as P
-from tttembed.evaluate.report import summarise
-from tttembed.evaluate.tasks import EvalTask, load_eval_tasks, task_index
+from tttembed.evaluation import analyses as A
+from tttembed.evaluation import protocols as P
+from tttembed.evaluation.report import summarise
+from tttembed.evaluation.tasks import EvalTask, load_eval_tasks, task_index
 from tttembed.score.base import Scorer, capabilities
 
 PROTOCOLS = ("fixed", "heldout", "loto")
@@ -324,7 +324,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None,
 
 
 def summary_raw(raw: P.PerQuery) -> dict[str, dict[str, float]]:
-    from tttembed.evaluate.report import by_task
+    from tttembed.evaluation.report import by_task
 
     out: dict[str, dict[str, float]] = {}
     for metric, values in raw.items():

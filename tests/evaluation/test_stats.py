@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.evaluate.stats import (
+from tttembed.evaluation.stats import (
     Comparison,
     aubc,
     compare,
@@ -82,7 +82,7 @@ def test_seeded_and_chunked_runs_are_deterministic(monkeypatch):
     assert paired_bootstrap_ci(a, b, n_resamples=3000, seed=11) == ci1
     assert paired_randomization_test(a, b, n_resamples=3000, seed=12) != p1
     # Chunk size changes the stream split, not the statistics: still a valid p-value.
-    monkeypatch.setattr("tttembed.evaluate.stats._CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr("tttembed.evaluation.stats._CHUNK_ELEMENTS", 1000)
     p_small_chunks = paired_randomization_test(a, b, n_resamples=3000, seed=11)
     assert abs(p_small_chunks - p1) < 0.05
 

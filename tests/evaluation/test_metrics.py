@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.evaluate.metrics import (
+from tttembed.evaluation.metrics import (
     evaluate,
     evaluate_per_query,
     evaluated_queries,

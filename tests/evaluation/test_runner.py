@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from tttembed.embed.cache import CachedEmbedder
 from tttembed.core.errors import ConfigError
-from tttembed.evaluate.runner import EvalConfig, run_eval
-from tttembed.evaluate.tasks import index_dir, load_eval_task
+from tttembed.embed.cache import CachedEmbedder
+from tttembed.evaluation.runner import EvalConfig, run_eval
+from tttembed.evaluation.tasks import index_dir, load_eval_task
 
 from .evaldata import write_tasks
 
