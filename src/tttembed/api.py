@@ -45,7 +45,7 @@ from tttembed.ttt.queries import QuerySet, QuerySource
 
 __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError",
            "Comparison", "ConfigError", "DataError", "DemoResult", "EvalReport", "Index",
-           "MissingDependency", "SearchResult", "StateMismatch", "TTTEmbedError",
+           "MissingDependency", "Progress", "SearchResult", "StateMismatch", "TTTEmbedError",
            "chain_eval", "chain_search", "chain_train", "compare", "embedder_for_index",
            "export_demo",
            "evaluate", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
@@ -255,8 +255,8 @@ def search(index: Index, queries: Queries, *, k: int = 100,
     check_states(loaded, index, allow_foreign=allow_foreign_state)
     qs = _queries(queries, task, split)
     emb = _embedder(index, embedder)
+    check_applied(loaded, qs)
     counts = applied_counts(qs, loaded)
-    check_applied(loaded, counts, qs)
     t0 = time.perf_counter()
     x = encode_queries(emb, list(qs.texts), batch_size,
                        progress=stage(progress, "encoding queries", len(qs)))

@@ -15,8 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tttembed.api import TTTEmbedError
-from tttembed.core.progress import Progress, silent
+from tttembed.api import Progress, TTTEmbedError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,7 +60,7 @@ def progress_group(enabled: bool = True) -> Iterator[Progress]:
     (``stage(name, total)`` adds a bar and returns its ``advance(n)``). Quiet when stderr
     is not a terminal."""
     if not enabled or not err_console.is_terminal:
-        yield silent
+        yield lambda name, total: (lambda n: None)
         return
     from rich.progress import (
         BarColumn,

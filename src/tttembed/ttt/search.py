@@ -52,11 +52,11 @@ def check_states(states: Sequence[AdaptState], index: IndexHandle, *,
                                 "it anyway")
 
 
-def check_applied(states: Sequence[AdaptState], counts: Sequence[int],
-                  queries: QuerySet) -> None:
-    """A state that applies to none of the queries is an error naming both sides' tasks."""
-    for st, n in zip(states, counts):
-        if n == 0:
+def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
+    """A state whose keys match none of the queries (on its own; a more specific state
+    may still shadow it) is an error naming both sides' tasks."""
+    for st in states:
+        if applied_counts(queries, [st])[0] == 0:
             raise ConfigError(
                 f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) applies to "
                 f"none of the {len(queries)} queries (tasks {', '.join(queries.task_names)}); "
