@@ -35,7 +35,7 @@ def main() -> int:
     from tttembed.core.paths import cache_dir
     from tttembed.data.beir import load_task
     from tttembed.index.search import encode_queries
-    from tttembed.ttt.learn import adapted_search
+    from tttembed.ttt import adapted_search
     from tttembed.ttt.queries import QuerySet
 
     task = load_task(args.data, split="test")

@@ -58,7 +58,7 @@ def main() -> None:
             continue
         t = time.perf_counter()
         with progress_group() as stage:
-            result = run_eval(cfg, stage=stage)
+            result = run_eval(cfg, stage)
         out = Path(args.out) / name
         write_report(result, out, per_query=args.per_query)
         summary[name] = {"seconds": round(time.perf_counter() - t, 1),
