@@ -24,7 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from claims import Goal, emit
+
 ROOT = Path(__file__).resolve().parents[1]
+GOALS = {
+    "chain": Goal("chain search: greedy T-step chain / T single searches", "<=", 1.3, "x"),
+    "epoch": Goal("chain training: on-policy / gold epoch time (paper 1.62)", "info", None, "x"),
+}
 
 
 def main() -> int:
@@ -156,6 +162,7 @@ def main() -> int:
     print(f"greedy chain, T={steps}: {chain / n * 1000:.1f} ms/question "
           f"({n / chain:.1f} questions/s)")
     print(f"  ratio chain / (T x single) = {chain / (steps * single):.2f} (goal <= 1.3)")
+    emit(GOALS, {"chain": chain / (steps * single)})
     token_ratio = chain_tokens / (steps * single_tokens)
     print(f"  tokens encoded: single {single_tokens / n:.1f}/question, chain "
           f"{chain_tokens / n:.1f}/question (= {token_ratio:.2f} x T single); "
@@ -198,6 +205,7 @@ def main() -> int:
     print(f"  on-policy epoch: {o['gold_states']} + {o['other_states']} states, "
           f"{o_total:.1f} s {o['seconds']} (wall {onp_wall:.1f} s)")
     print(f"  ratio on-policy / gold epoch = {o_total / g_total:.2f} (paper: 1.62)")
+    emit(GOALS, {"epoch": o_total / g_total})
     return 0
 
 

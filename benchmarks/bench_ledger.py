@@ -29,10 +29,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from claims import Goal, emit
 
 from tttembed.score.base import Item
 from tttembed.score.ledger import Ledger, LedgerScorer
 
+GOALS = {
+    "nested": Goal("ledger: pairs paid twice across nested budgets", "==", 0),
+    "lost": Goal("ledger: committed pairs lost to a SIGKILL", "==", 0),
+    "lookup": Goal("ledger: lookup time per pair served from the ledger", "info", None, " us"),
+}
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
 DEPTH = 10  # candidates per query in the pair order
 
@@ -165,6 +171,7 @@ def run(args: argparse.Namespace, order: list[tuple[Item, Item]], tmp: Path) -> 
     assert c2.paid == b2 - b1 and c2.cached == b1, (c2, b1, b2)
     assert np.array_equal(r1, r2[:b1])
     print(f"paid2 == B2 - B1 == {b2 - b1}: ok; total paid {c1.paid + c2.paid} for {b2} pairs")
+    emit(GOALS, {"nested": c1.paid + c2.paid - b2})
 
     # (b) SIGKILL mid-scoring and restart -------------------------------------------------
     db, log = tmp / "b.sqlite", tmp / "paid.log"
@@ -206,6 +213,7 @@ def run(args: argparse.Namespace, order: list[tuple[Item, Item]], tmp: Path) -> 
     print(f"in flight at the kill (paid twice): {paid_before - committed}; "
           f"committed pairs lost: {lost_committed}")
     print(f"total paid across both runs: {len(lines)} for {len(pairs)} distinct pairs")
+    emit(GOALS, {"lost": lost_committed})
     assert lost_committed == 0 and scorer.cached == committed
     assert len(lines) == len(pairs) + (paid_before - committed)
     assert 0 <= paid_before - committed <= args.chunk
@@ -234,6 +242,7 @@ def run(args: argparse.Namespace, order: list[tuple[Item, Item]], tmp: Path) -> 
           f"x{t_write / t_bare:.1f} of bare, +{(t_write - t_bare) / n * 1e6:.1f} us/pair")
     print(f"ledger, all from ledger:   {t_read:8.3f} s  ({n / t_read:12,.0f} pairs/s)  "
           f"x{t_read / t_bare:.1f} of bare, {t_read / n * 1e6:.1f} us/pair lookup")
+    emit(GOALS, {"lookup": t_read / n * 1e6})
     ledger.close()  # the last connection checkpoints the WAL into the file
     size = sum(p.stat().st_size for p in tmp.glob("c.sqlite*"))
     print(f"ledger file after close: {size / n:.0f} bytes/pair")

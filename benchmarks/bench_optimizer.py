@@ -9,12 +9,19 @@ synthetic reward table of N queries x K candidates x d dims and prints:
   bandwidth is measured in this run by big reductions (numpy and torch, best of a few)
   over the candidate tensor itself; goal: time / bound <= 1.5;
 - the speedup over a per-query Python loop of the same math, the way ReFIT/TouR-style
-  tools run (torch autograd + one small Adam per query, 300 steps each; goal >= 40x),
+  tools run (torch autograd + one small Adam per query, 300 steps each),
   and, for the shared scopes, over a loop over queries inside each step that
   accumulates the shared vector's gradient. Both loops are timed on a sample of
   --loop-sample queries and EXTRAPOLATED to N.
 
 The table is built in group order (``Groups.order()``), as the library's callers do.
+
+Query-wise groups are learned block by block, all steps of a block while it sits in
+cache (``--threads`` threads; bit-identical to the step-major path, which
+``--reference`` times instead). After the table: the optimizer's own peak memory
+(tracemalloc, beyond the reward table) and the process's peak RSS. The goals are
+:data:`GOALS`; the query-scope time is scaled linearly to the goal's size
+(N = 12,263, 300 steps) when run smaller (the query scope is linear in N x steps).
 
 The default run takes a few minutes on 2 cores; use --n 2000 for a quick look.
 """
@@ -22,12 +29,26 @@ The default run takes a few minutes on 2 cores; use --n 2000 for a quick look.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
+import tracemalloc
 
 import numpy as np
+from claims import Goal, emit
 
 from tttembed.adapt import RewardBatch, learn_vectors, make_groups
 from tttembed.adapt.objectives import RIDGE, TAU_S, TAU_T
+
+GOAL_N, GOAL_STEPS = 12263, 300
+GOALS = {
+    "query_s": Goal("optimizer: query scope, N=12,263 K=10 d=1024, 300 steps", "<=", 10.0, " s"),
+    "query_x": Goal("optimizer: query scope speedup over the per-query loop", ">=", 200.0, "x"),
+    "shared_bound": Goal("optimizer: shared scopes, time / memory-traffic bound", "<=", 1.5),
+    "k100_s": Goal("optimizer: query scope, N=12,263 K=100 d=1024, 300 steps", "info", None,
+                   " s"),
+    "k100_mem": Goal("optimizer: query scope K=100, optimizer peak memory beyond the table",
+                     "info", None, " GiB"),
+}
 
 
 def synthetic(n: int, k: int, d: int, n_tasks: int, seed: int = 0):
@@ -111,6 +132,14 @@ def main() -> None:
     ap.add_argument("--objective", default="kd", choices=["kd", "rkl", "grpo"])
     ap.add_argument("--chunk-size", type=int, default=None, help="queries per chunk")
     ap.add_argument("--scopes", default="global,task,query")
+    ap.add_argument("--threads", type=int, default=None, help="threads for query blocks")
+    ap.add_argument("--peak-memory", action="store_true",
+                    help="trace the optimizer's peak memory (tracemalloc; on for K >= 100)")
+    ap.add_argument("--reference", action="store_true",
+                    help="time the step-major reference path instead of query blocks")
+    ap.add_argument("--vs-reference", action="store_true",
+                    help="also time the reference path on the query scope, in this run, "
+                         "and check that the vectors are bit-identical")
     args = ap.parse_args()
     n, k, d, steps = args.n, args.k, args.d, args.steps
 
@@ -130,23 +159,69 @@ def main() -> None:
 
     print(f"{'scope':<7} {'groups':>6} {'GB/s':>5} {'time s':>7} {'bound s':>7} "
           f"{'time/bound':>10} {'x per-query loop':>17} {'x shared loop':>14}")
+    times: dict[str, tuple[float, float]] = {}
+    after = ""
+    peak = 0
+    trace_memory = args.peak_memory or k >= 100
+    warm = make_groups("query", qids[:4], tasks[:4])  # warm up numba / first calls
+    learn_vectors(RewardBatch(x[:4], z[:4], r[:4], warm.index, warm.weights), 4, steps=2)
     for scope in args.scopes.split(","):
         groups = make_groups(scope, qids, tasks)
         order = groups.order()
-        batch = RewardBatch(x[order], z[order], r[order], groups.index[order],
-                            groups.weights[order])
+        same = bool(np.array_equal(order, np.arange(n)))  # no copy of z when already in order
+        batch = RewardBatch(x if same else x[order], z if same else z[order],
+                            r if same else r[order], groups.index[order], groups.weights[order])
         bw = bandwidth(batch.z)
         bound = steps * 2 * z.nbytes / bw
+        if trace_memory:
+            tracemalloc.start()
         t0 = time.perf_counter()
         res = learn_vectors(batch, len(groups.keys), args.objective, steps=steps,
-                            chunk_size=args.chunk_size)
+                            chunk_size=args.chunk_size, threads=args.threads,
+                            block_queries=not args.reference)
         t = time.perf_counter() - t0
+        if trace_memory:
+            peak = max(peak, tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
         assert np.isfinite(res.vectors).all()
+        times[scope] = (t, bound)
+        if args.vs_reference and scope == "query" and not args.reference:
+            t0 = time.perf_counter()
+            ref = learn_vectors(batch, len(groups.keys), args.objective, steps=steps,
+                                chunk_size=args.chunk_size, block_queries=False)
+            t_ref = time.perf_counter() - t0
+            after = (f"(query scope, step-major reference path in this run: {t_ref:.1f} s = "
+                     f"{t_ref / t:.2f}x the blocks; vectors bit-identical: "
+                     f"{np.array_equal(ref.vectors, res.vectors)})")
+            del ref
         shared = "-" if scope == "query" else f"{t_shared / t:.0f}x"
         print(f"{scope:<7} {len(groups.keys):>6} {bw / 1e9:>5.1f} {t:>7.1f} {bound:>7.1f} "
               f"{t / bound:>10.2f} {t_own / t:>16.0f}x {shared:>14}", flush=True)
-        del batch
-    print("goals: time/bound <= 1.5; speedup over the per-query loop >= 40x")
+        del batch, res
+    if after:
+        print(after)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    traced = f"{peak / 2**30:.2f} GiB" if trace_memory else "not traced (--peak-memory)"
+    print(f"optimizer peak memory beyond the table (tracemalloc): {traced}; "
+          f"process peak RSS {rss:.2f} GiB (z = {z.nbytes / 2**30:.2f} GiB)")
+    emit(GOALS, claims(times, t_own, n, k, steps, peak), note=f"run at N={n}, {steps} steps"
+         if (n, steps) != (GOAL_N, GOAL_STEPS) else "")
+
+
+def claims(times, t_own, n, k, steps, peak) -> dict[str, float]:
+    """The measured values of :data:`GOALS` (query time scaled to N = 12,263, 300 steps)."""
+    out: dict[str, float] = {}
+    scale = GOAL_N * GOAL_STEPS / (n * steps)
+    if "query" in times and k == 10:
+        out["query_s"] = times["query"][0] * scale
+        out["query_x"] = t_own / times["query"][0]
+    elif "query" in times and k == 100:
+        out["k100_s"] = times["query"][0] * scale
+        out["k100_mem"] = peak / 2**30
+    shared = [t / b for s, (t, b) in times.items() if s != "query"]
+    if shared and k == 10:
+        out["shared_bound"] = max(shared)
+    return out
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ thread and speaks the OpenAI wire format:
   multiplies every row by ``scale`` (default 3.0) to send unnormalised vectors, as many
   real servers do; client-side normalisation is therefore exercised. ``dimensions``
   truncates the vectors (Matryoshka-style).
-* ``POST /v1/chat/completions``: answered by ``server.chat(payload) -> str``.
+* ``POST /v1/chat/completions``: answered by ``server.chat(payload) -> str`` (an ``int``
+  instead fails that request with that HTTP status).
 
 Fault injection: ``server.script(Reply(...), ...)`` queues replies; each incoming request
 takes the next one (then the queue falls back to normal answers). A ``Reply`` with a
@@ -17,12 +18,18 @@ optionally passed through ``mutate``" and any other status sends an OpenAI-style
 ``delay`` waits before answering (for timeouts). Every request is logged in
 ``server.requests`` (method, path, lower-cased headers, raw body, decoded JSON).
 
-Fixtures ``openai_server`` (needs the session ``minilm`` fixture) and ``chat_server``
-(no model) are defined here; test modules import them explicitly.
+Without a model, ``embed(texts) -> array`` answers ``/v1/embeddings`` (e.g.
+:func:`hash_vectors`: bag-of-words hashing, fast and deterministic, for fault tests).
+A ``Reply.body`` may also be a function of the :class:`Request` (e.g. to echo a header).
+
+Fixtures ``openai_server`` (needs the session ``minilm`` fixture), ``hash_server`` (no
+model) and ``chat_server`` (no model) are defined here; test modules import them
+explicitly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import sys
@@ -42,7 +49,7 @@ class Reply:
     """One scripted reply (see the module docstring)."""
 
     status: int = 200
-    body: bytes | str | dict[str, Any] | None = None
+    body: bytes | str | dict[str, Any] | Callable[[Request], Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -71,9 +78,11 @@ class LocalOpenAIServer:
     """OpenAI-compatible test server; use as a context manager."""
 
     def __init__(self, model: Any = None,
-                 chat: Callable[[dict[str, Any]], str] | None = None,
-                 scale: float = 3.0) -> None:
+                 chat: Callable[[dict[str, Any]], str | int] | None = None,
+                 scale: float = 3.0,
+                 embed: Callable[[list[str]], np.ndarray] | None = None) -> None:
         self.model = model
+        self.embed = embed
         self.chat = chat
         self.scale = scale
         self.requests: list[Request] = []
@@ -121,7 +130,7 @@ class LocalOpenAIServer:
         return 404, _error(f"no route {path}")
 
     def _embeddings(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        if self.model is None:
+        if self.model is None and self.embed is None:
             return 500, _error("this test server has no embedding model")
         texts = payload.get("input")
         if isinstance(texts, str):
@@ -129,8 +138,12 @@ class LocalOpenAIServer:
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             return 400, _error("'input' must be a string or a list of strings")
         with self._model_lock:
-            vecs = self.model.encode(texts, normalize_embeddings=False, convert_to_numpy=True,
-                                     show_progress_bar=False, batch_size=64)
+            if self.model is None:
+                vecs = self.embed(texts)  # type: ignore[misc]
+            else:
+                vecs = self.model.encode(texts, normalize_embeddings=False,
+                                         convert_to_numpy=True, show_progress_bar=False,
+                                         batch_size=64)
         vecs = np.asarray(vecs, dtype=np.float32) * np.float32(self.scale)
         if payload.get("dimensions") is not None:
             vecs = vecs[:, : int(payload["dimensions"])]
@@ -143,6 +156,8 @@ class LocalOpenAIServer:
         if self.chat is None:
             return 500, _error("this test server has no chat function")
         content = self.chat(payload)
+        if isinstance(content, int):  # chat() may fail one request with an HTTP status
+            return content, _error(f"scripted HTTP {content}")
         return 200, {
             "id": "chatcmpl-local", "object": "chat.completion", "model": payload.get("model"),
             "choices": [{"index": 0, "finish_reason": "stop",
@@ -155,6 +170,7 @@ class LocalOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go in two writes: no 40 ms stall
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -176,11 +192,14 @@ class LocalOpenAIServer:
                 except ValueError:
                     payload = None
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                reply = server._record(Request("POST", self.path, headers, raw, payload))
+                request = Request("POST", self.path, headers, raw, payload)
+                reply = server._record(request)
                 if reply is not None and reply.delay:
                     server._stop.wait(reply.delay)
                 if reply is not None and reply.body is not None:
                     body = reply.body
+                    if callable(body):
+                        body = body(request)
                     if isinstance(body, dict):
                         body = json.dumps(body)
                     if isinstance(body, str):
@@ -212,6 +231,17 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
+def hash_vectors(texts: list[str], dim: int = 16) -> np.ndarray:
+    """Bag-of-words hashing vectors (unnormalised): texts sharing words are similar."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            h = hashlib.sha256(word.encode()).digest()
+            out[row, h[0] % dim] += 1.0 + h[1] / 255.0
+        out[row, dim - 1] += 0.5  # never a zero vector, even for an empty text
+    return out
+
+
 class Sleeps(list[float]):
     """An injectable ``sleep`` that records the delays instead of sleeping."""
 
@@ -223,6 +253,13 @@ class Sleeps(list[float]):
 def openai_server(minilm: Any) -> Iterator[LocalOpenAIServer]:
     """A fresh local server whose /v1/embeddings is the bundled MiniLM."""
     with LocalOpenAIServer(model=minilm.model) as server:
+        yield server
+
+
+@pytest.fixture
+def hash_server() -> Iterator[LocalOpenAIServer]:
+    """A fresh local server whose /v1/embeddings is :func:`hash_vectors` (no model)."""
+    with LocalOpenAIServer(embed=hash_vectors) as server:
         yield server
 
 

@@ -41,6 +41,7 @@ from tttembed.evaluation.stats import Comparison
 from tttembed.index.search import SearchResult, read_run, write_run
 from tttembed.index.store import IndexHandle as Index
 from tttembed.score.base import Scorer
+from tttembed.serve import ServeConfig, create_app, run_server
 from tttembed.ttt.queries import QuerySet, QuerySource
 
 __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError",
@@ -49,7 +50,8 @@ __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError"
            "chain_eval", "chain_search", "chain_train", "compare", "embedder_for_index",
            "export_demo",
            "evaluate", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
-           "open_index", "per_query_metric", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run"]
+           "open_index", "per_query_metric", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run",
+           "ServeConfig", "create_app", "run_server"]
 
 Queries = QuerySource | Sequence[QuerySource]
 PathLike = str | os.PathLike[str]
@@ -95,7 +97,8 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
     build_index(corpus, emb, out, index_type=index_type,
                 index_params=dict(index_params or {}), overwrite=overwrite,
                 progress=stage(progress, "embedding corpus", len(corpus)),
-                extra={"embedder_options": dict(emb.options), "corpus_source": source})
+                extra={"embedder_options": dict(getattr(emb, "options", {}) or {}),
+                       "corpus_source": source})
     return _open(out, expected_identity=emb.identity)
 
 
@@ -112,14 +115,17 @@ def open_index(path: PathLike, *, embedder: Embedder | None = None) -> Index:
 
 
 def embedder_for_index(index: Index, *, cache: bool = True,
-                       cache_dir: PathLike | None = None) -> Embedder:
-    """The embedder recorded in an index manifest (spec + vector options), rebuilt.
+                       cache_dir: PathLike | None = None, **options: Any) -> Embedder:
+    """The embedder recorded in an index manifest (spec + vector options), rebuilt; it
+    knows the index's dimension before its first call (every vector is checked against
+    it before it is cached). ``options`` add backend settings that do not change the
+    vectors (``timeout``, ``max_retries`` for HTTP embedders).
 
         >>> emb = tt.embedder_for_index(tt.open_index("idx/scifact"))
     """
-    options = dict(index.manifest.get("embedder_options") or {})
+    options = {**dict(index.manifest.get("embedder_options") or {}), **options}
     emb = load_embedder(index.manifest["embedder_spec"], cache=cache, cache_dir=cache_dir,
-                        **options)
+                        expected_dim=index.dim, **options)
     if emb.identity != index.identity:
         raise StateMismatch(f"rebuilt embedder {emb.identity!r} does not match the index's "
                             f"{index.identity!r}")

@@ -118,3 +118,79 @@ def test_apply_states_precedence():
     np.testing.assert_allclose(out[2], unit(x[2] + glob.alpha[0] * glob.vectors[0]), atol=1e-6)
     with pytest.raises(DataError, match="no query keys"):
         apply_states(x, {"global": ["*"] * 3}, [task])
+
+
+def _tamper(path, **changes):
+    """Rewrite the state file at ``path`` with some arrays or manifest fields changed."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: np.array(data[k]) for k in data.files}
+    manifest = json.loads(str(arrays["manifest"][()]))
+    manifest.update(changes.pop("manifest", {}))
+    arrays.update(changes)
+    arrays["manifest"] = np.array(json.dumps(manifest))
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"vectors": np.array([[0.1] * 8, [np.nan] * 8, [0.2] * 8])}, "vector row 1 .* not finite"),
+    ({"manifest": {"dim": 16}}, "manifest dimension is 16 but the vectors have shape"),
+    ({"manifest": {"dim": "8"}}, "not a positive integer"),
+    ({"manifest": {"scope": "corpus"}}, "unknown scope 'corpus'"),
+    ({"manifest": {"groups": 5}}, "manifest counts 5 groups"),
+    ({"alpha": np.array([0.5, 1.5, 0.2])}, r"alphas must lie in \[0, 1\]"),
+    ({"alpha": np.array([0.5, 0.2])}, "state arrays disagree"),
+    ({"n_g": np.array([1, -2, 3])}, "negative counts"),
+    ({"n_g": np.array([1.0, 2.0, 3.0])}, "n_g has dtype float64"),
+    ({"manifest": {"scope": "query"}}, "query-wise keys must be"),
+    ({"manifest": {"scope": "global"}}, "a global state has the one key"),
+    ({"manifest": {"identity": None, "dim": None}}, "not a positive integer"),
+])
+def test_a_tampered_state_is_refused_with_its_path(tmp_path, change, message):
+    """Every defect of a state file is a DataError that names the file (never a silent run)."""
+    path = save_state(tmp_path / "v.npz", make_state(keys=("a", "b", "c")))
+    _tamper(path, **change)
+    with pytest.raises(DataError, match=message) as info:
+        load_state(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_a_failed_save_leaves_the_old_pair_and_no_temp(tmp_path, monkeypatch):
+    """Disk full while writing the .npz: the old .npz + .json stay, no new file, no temp."""
+    import errno
+
+    old = make_state(keys=("a",), seed=1)
+    path = save_state(tmp_path / "v.npz", old)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full(fh, **arrays):
+        fh.write(b"PK\x03\x04 partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(OSError, match="No space left"):
+        save_state(path, make_state(keys=("b",), seed=2), overwrite=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    with pytest.raises(OSError):
+        save_state(tmp_path / "new.npz", make_state(keys=("b",), seed=2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.json", "v.npz"]
+    monkeypatch.undo()
+    assert load_state(path).keys == ("a",)
+
+
+def test_save_refuses_while_another_writer_holds_the_file(tmp_path):
+    """A second writer of the same state file gets a ConfigError naming it."""
+    from tttembed.core.io import writer_lock
+
+    path = tmp_path / "v.npz"
+    with writer_lock(path):
+        import subprocess
+        import sys
+        code = ("from tests.adapt.test_state import make_state; "
+                "from tttembed.adapt.state import save_state; "
+                f"save_state({str(path)!r}, make_state())")
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120)
+    assert res.returncode == 1 and "ConfigError" in res.stderr
+    assert f"{path} is being written by another process" in res.stderr
+    assert not path.exists()
+    save_state(path, make_state())

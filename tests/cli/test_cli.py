@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tttembed.cli import app
+from tttembed.core.io import resolve_version
 
 runner = CliRunner()
 
@@ -52,7 +53,7 @@ def test_index_and_search_end_to_end(tmp_path, minilm):
     r = runner.invoke(app, ["index", str(data), "--out", str(tmp_path / "idx")])
     assert r.exit_code == 0, r.output
     assert "indexed 3 documents" in r.output
-    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    manifest = json.loads((resolve_version(tmp_path / "idx") / "manifest.json").read_text())
     assert manifest["embedder"] == "st:bundled:all-MiniLM-L6-v2" and manifest["dim"] == 384
     r = runner.invoke(app, ["search", "--index", str(tmp_path / "idx"), "--queries", str(data),
                             "--top-k", "2", "--out", str(tmp_path / "run.trec")])

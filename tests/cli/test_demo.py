@@ -5,6 +5,7 @@ import re
 from typer.testing import CliRunner
 
 from tttembed.cli import app
+from tttembed.core.io import resolve_version
 
 runner = CliRunner()
 MODULES = "json,csv,shutil,os.path,pathlib,tempfile,gzip,heapq,statistics,difflib,subprocess,glob"
@@ -15,7 +16,7 @@ def test_demo_runs_offline_end_to_end_on_a_module_subset(tmp_path, minilm):
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "raw search, all questions" in r.output and "unseen 20%" in r.output
-    assert (tmp_path / "w" / "index" / "manifest.json").exists()
+    assert (resolve_version(tmp_path / "w" / "index") / "manifest.json").exists()
     assert (tmp_path / "w" / "vectors.npz").exists() and (tmp_path / "w" / "raw.trec").exists()
     ndcgs = [float(x) for x in re.findall(r"│\s+\d+ │\s+([01]\.\d{4}) │", r.output)]
     assert len(ndcgs) == 3 and all(0 < x <= 1 for x in ndcgs)

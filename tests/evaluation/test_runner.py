@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tttembed.core.errors import ConfigError
+from tttembed.core.io import resolve_version
 from tttembed.embed.cache import CachedEmbedder
 from tttembed.evaluation.runner import EvalConfig, run_eval
 from tttembed.evaluation.tasks import index_dir, load_eval_task
@@ -70,9 +71,9 @@ def test_index_is_cached_per_task(minilm, data, tmp_path):
     task = load_eval_task("beta", data_root=data)
     built = list(index_dir(task, minilm.identity, cache).parent.glob("beta-*"))
     assert len(built) == 1
-    mtime = (built[0] / "manifest.json").stat().st_mtime_ns
+    mtime = (resolve_version(built[0]) / "manifest.json").stat().st_mtime_ns
     run_eval(cfg, embedder=CachedEmbedder(minilm, cache))
-    assert (built[0] / "manifest.json").stat().st_mtime_ns == mtime
+    assert (resolve_version(built[0]) / "manifest.json").stat().st_mtime_ns == mtime
 
 
 def test_config_is_validated():

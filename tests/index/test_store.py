@@ -8,8 +8,9 @@ import pytest
 from tests.fakes import HashEmbedder, tiny_corpus
 from tttembed import api
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.core.io import resolve_version
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.index.store import build_index, open_index
+from tttembed.index.store import build_index, open_index, read_manifest
 
 
 def _build(tmp_path, index_type="flat", **kw):
@@ -21,7 +22,8 @@ def _build(tmp_path, index_type="flat", **kw):
 
 def test_manifest_records_what_made_the_index(tmp_path):
     emb, corpus, out = _build(tmp_path)
-    m = json.loads((out / "manifest.json").read_text())
+    m = json.loads((resolve_version(out) / "manifest.json").read_text())
+    assert m == read_manifest(out)
     assert m["embedder"] == "fake:hash" and m["dim"] == 16
     assert m["metric"] == "inner_product" and m["normalized"] is True
     assert m["n_docs"] == 200 and m["index_type"] == "flat"
@@ -88,7 +90,7 @@ def test_missing_and_incomplete_index(tmp_path):
     with pytest.raises(DataError, match="not a tttembed index"):
         open_index(tmp_path / "empty")
     _, _, out = _build(tmp_path)
-    (out / "vectors.npy").unlink()
+    (resolve_version(out) / "vectors.npy").unlink()
     with pytest.raises(DataError, match="vectors.npy is missing"):
         open_index(out)
 
@@ -108,5 +110,71 @@ def test_reindex_with_warm_cache_makes_zero_model_calls(tmp_path):
     emb2 = CachedEmbedder(inner, tmp_path / "c")
     build_index(corpus, emb2, tmp_path / "b")
     assert inner.calls == calls and emb2.model_calls == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "a" / "vectors.npy"),
-                                  np.load(tmp_path / "b" / "vectors.npy"))
+    np.testing.assert_array_equal(np.load(resolve_version(tmp_path / "a") / "vectors.npy"),
+                                  np.load(resolve_version(tmp_path / "b") / "vectors.npy"))
+
+
+def test_versions_and_one_pointer(tmp_path):
+    """A rebuild adds a version and switches CURRENT; the superseded version is removed."""
+    emb, corpus, out = _build(tmp_path)
+    first = resolve_version(out)
+    assert first.parent == out and first.name.startswith("v-")
+    assert sorted(p.name for p in out.iterdir()) == ["CURRENT", first.name]
+    build_index(tiny_corpus(50), emb, out, overwrite=True)
+    second = resolve_version(out)
+    assert second != first and sorted(p.name for p in out.iterdir()) == ["CURRENT", second.name]
+    assert open_index(out).manifest["n_docs"] == 50
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")] == []  # no lock left
+
+
+def test_old_flat_layout_opens_and_is_converted_on_overwrite(tmp_path):
+    """An index folder of the flat layout (files directly inside) still opens."""
+    emb, corpus, out = _build(tmp_path)
+    flat = tmp_path / "flat"
+    import shutil
+    shutil.copytree(resolve_version(out), flat)
+    assert open_index(flat).manifest["n_docs"] == 200
+    build_index(tiny_corpus(30), emb, flat, overwrite=True)
+    assert open_index(flat).manifest["n_docs"] == 30
+    assert sorted(p.name for p in flat.iterdir()) == ["CURRENT", resolve_version(flat).name]
+
+
+def test_a_second_writer_gets_a_clear_error(tmp_path):
+    """While one writer holds the lock, another gets a ConfigError naming the folder."""
+    from tttembed.core.io import writer_lock
+
+    emb = CachedEmbedder(HashEmbedder(dim=16), tmp_path / "cache")
+    out = tmp_path / "idx"
+    import subprocess
+    import sys
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from tttembed.core.io import writer_lock\n"
+        f"with writer_lock({str(out)!r}):\n"
+        "    print('held', flush=True); sys.stdin.readline()")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"{out} is being written by another process"):
+            build_index(tiny_corpus(10), emb, out)
+    finally:
+        holder.communicate("\n", timeout=30)
+    build_index(tiny_corpus(10), emb, out)
+    with writer_lock(out), writer_lock(out):  # re-entrant inside one process
+        pass
+
+
+def test_corrupt_index_files_are_data_errors_naming_the_file(tmp_path):
+    """Truncated FAISS file, vectors or ids, or a garbage pointer: DataError with the path."""
+    _, _, out = _build(tmp_path)
+    version = resolve_version(out)
+    faiss_file = version / "index.faiss"
+    faiss_file.write_bytes(faiss_file.read_bytes()[:100])
+    with pytest.raises(DataError, match="index.faiss: corrupt FAISS index"):
+        open_index(out)
+    _, _, out = _build(tmp_path / "b")
+    (resolve_version(out) / "vectors.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(DataError, match="vectors.npy: corrupt index vectors"):
+        open_index(out)
+    (out / "CURRENT").write_text("../../etc\n")
+    with pytest.raises(DataError, match="CURRENT: corrupt version pointer"):
+        open_index(out)

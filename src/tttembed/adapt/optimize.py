@@ -24,19 +24,33 @@ flat mat-vecs (``z . x`` is precomputed, so only ``z . v_g`` is needed); pieces 
 small groups use batched mat-vecs and take those groups' Adam steps in cache. The step
 has no Python loop over queries or groups, only over pieces; extra memory is
 O(N K + G d). Deterministic: the same inputs give bit-identical vectors.
+
+Query-wise groups (pieces whose rows are each their own group) depend on nothing
+else, so they are not run step by step: each such piece (about 2 MB of candidates, it
+fits the L2 cache) takes all its steps at once, on a few threads, before the step loop
+of the shared groups (:func:`_solo_blocks`). The float operations per row are the same
+as in the step-major loop (``block_queries=False``, the reference), so the vectors are
+bit-identical; the Adam update of those blocks runs as one fused numba loop when numba
+is installed (:mod:`tttembed.adapt.kernels`, also bit-identical). Only exact operation
+order is safe: the KD and GRPO problems amplify float rounding (summing the same
+dot products in another order moves 300-step vectors by up to ~1e-2).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from tttembed.adapt import kernels
 from tttembed.adapt.objectives import (
     LR,
     RIDGE,
@@ -246,11 +260,12 @@ def _pieces(x, z, base, targets, weight, group, chunk) -> list[_Piece]:
 class _Adam:
     """Adam (PyTorch's update, float32) on rows of V; a step count shared by all rows."""
 
-    def __init__(self, g: int, d: int, lr: float) -> None:
+    def __init__(self, g: int, d: int, lr: float, fused: bool = False) -> None:
         self.v = np.zeros((g, d), dtype=np.float32)
         self.m = np.zeros_like(self.v)
         self.s = np.zeros_like(self.v)
         self.lr, self.t = lr, 0
+        self.fused: Any = kernels.adam_kernel() if fused else None
 
     def next_step(self) -> None:
         self.t += 1
@@ -263,6 +278,11 @@ class _Adam:
         ``grad`` is overwritten. Returns ``ridge * ||v||^2`` of the rows before the step."""
         v, m, s = self.v[ids], self.m[ids], self.s[ids]
         ridge = RIDGE * float(np.vdot(v, v))
+        if self.fused is not None and isinstance(ids, slice):  # contiguous rows
+            c = kernels.constants(RIDGE, BETAS, 1.0 / (self.bc2_sqrt * self.step_size),
+                                  EPS / self.step_size)
+            self.fused(v.reshape(-1), m.reshape(-1), s.reshape(-1), grad.reshape(-1), c)
+            return ridge
         buf = np.multiply(v, 2.0 * RIDGE)
         grad += buf
         m *= BETAS[0]
@@ -299,34 +319,99 @@ def _logits(pc: _Piece, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return u, nrm, s
 
 
-def _step(pieces: list[_Piece], adam: _Adam, acc: np.ndarray) -> float:
-    """One full-batch Adam step over every group; returns the total loss before it."""
+def _piece_step(pc: _Piece, adam: _Adam, acc: np.ndarray | None) -> tuple[float, float]:
+    """One piece's share of a step: ``(sum_q w_q loss_q, ridge of the rows it updates)``."""
+    vu, nrm, s = _logits(pc, adam.v)
+    loss, gs = loss_and_grad(s, pc.t)
+    lsum = float(np.dot(loss, pc.w))
+    nrm = nrm[:, None]
+    gs *= pc.wt / nrm                 # dL/ds * w / tau / ||u||
+    c = np.einsum("ck,ck->c", gs, s)  # dL/du = z^T gs - c u,  c = tau sum gs s / ||u||
+    c *= TAU_S / nrm[:, 0]
+    if pc.group is not None:
+        assert acc is not None
+        g = pc.group
+        red = gs.reshape(-1) @ pc.z.reshape(len(gs) * gs.shape[1], -1)
+        red -= c @ pc.x
+        red -= float(c.sum()) * vu
+        acc[g] += red
+        if not pc.last:
+            return lsum, 0.0
+        ridge = adam.update(slice(g, g + 1), acc[g:g + 1])
+        acc[g] = 0.0
+        return lsum, ridge
+    gu = np.matmul(gs[:, None, :], pc.z)[:, 0, :]
+    vu *= c[:, None]
+    gu -= vu
+    red = gu if pc.starts is None else np.add.reduceat(gu, pc.starts, axis=0)
+    return lsum, adam.update(pc.ids, red)  # type: ignore[arg-type]
+
+
+def _step(pieces: list[_Piece], adam: _Adam, acc: np.ndarray,
+          done: dict[int, np.ndarray] | None = None, step: int = 0) -> float:
+    """One full-batch Adam step over every group; returns the total loss before it.
+
+    ``done`` maps the index of a piece already learned by :func:`_solo_block` to its
+    per-step ``(loss, ridge)`` terms; those are only added to the total (in piece order)."""
     adam.next_step()
     total = 0.0
-    for pc in pieces:
-        vu, nrm, s = _logits(pc, adam.v)
-        loss, gs = loss_and_grad(s, pc.t)
-        total += float(np.dot(loss, pc.w))
-        nrm = nrm[:, None]
-        gs *= pc.wt / nrm                 # dL/ds * w / tau / ||u||
-        c = np.einsum("ck,ck->c", gs, s)  # dL/du = z^T gs - c u,  c = tau sum gs s / ||u||
-        c *= TAU_S / nrm[:, 0]
-        if pc.group is not None:
-            g = pc.group
-            red = gs.reshape(-1) @ pc.z.reshape(len(gs) * gs.shape[1], -1)
-            red -= c @ pc.x
-            red -= float(c.sum()) * vu
-            acc[g] += red
-            if pc.last:
-                total += adam.update(slice(g, g + 1), acc[g:g + 1])
-                acc[g] = 0.0
+    for i, pc in enumerate(pieces):
+        if done is not None and i in done:
+            lsum, ridge = done[i][step]
         else:
-            gu = np.matmul(gs[:, None, :], pc.z)[:, 0, :]
-            vu *= c[:, None]
-            gu -= vu
-            red = gu if pc.starts is None else np.add.reduceat(gu, pc.starts, axis=0)
-            total += adam.update(pc.ids, red)  # type: ignore[arg-type]
+            lsum, ridge = _piece_step(pc, adam, acc)
+        total += lsum
+        total += ridge
     return total
+
+
+def _solo_block(pc: _Piece, adam: _Adam, steps: int, fused: bool = False) -> np.ndarray:
+    """Every step of a piece whose rows are each their own group, while it sits in cache.
+
+    The rows' vectors depend on nothing else, so running all steps of this piece before
+    the next one does the same float operations as the step-major loop: the vectors and
+    Adam moments written back to ``adam`` are bit-identical (``fused``: the Adam update
+    in one numba loop, the same operations). Returns (steps, 2) terms."""
+    local = _Adam(len(pc.w), adam.v.shape[1], adam.lr, fused=fused)
+    own = dataclasses.replace(pc, ids=slice(None), gather=slice(None))
+    out = np.zeros((steps, 2), dtype=np.float64)
+    for step in range(steps):
+        local.next_step()
+        out[step] = _piece_step(own, local, None)
+    adam.v[pc.ids], adam.m[pc.ids], adam.s[pc.ids] = local.v, local.m, local.s  # type: ignore[index]
+    return out
+
+
+def _solo_blocks(pieces: list[_Piece], adam: _Adam, steps: int,
+                 callback: Callable[[int], None] | None, threads: int = 1,
+                 fused: bool = False) -> dict[int, np.ndarray]:
+    """Learn every piece of one-query groups block by block (see :func:`_solo_block`)
+    ahead of the step loop, on ``threads`` threads (blocks are independent and write
+    disjoint rows, so the result does not depend on it). When those are all the pieces,
+    ``callback`` sees steps 1..steps in proportion to the blocks done."""
+    solo = [i for i, pc in enumerate(pieces) if pc.group is None and pc.starts is None]
+    report = callback if len(solo) == len(pieces) else None
+    done: dict[int, np.ndarray] = {}
+    shown = 0
+    if fused and solo:
+        kernels.adam_kernel()  # load / compile once, before the threads
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        jobs = [pool.submit(_solo_block, pieces[i], adam, steps, fused) for i in solo]
+        for j, (i, job) in enumerate(zip(solo, jobs)):
+            done[i] = job.result()
+            while report is not None and shown < steps * (j + 1) // len(solo):
+                shown += 1
+                report(shown)
+    return done
+
+
+def default_threads() -> int:
+    """Threads for the query-wise blocks: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(8, n))
 
 
 def _one_blas_thread() -> Any:
@@ -339,6 +424,30 @@ def _one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _check_args(batch: RewardBatch, n_groups: int, objective: str, steps: int) -> None:
+    check_objective(objective)
+    if n_groups < 1:
+        raise ValueError("n_groups must be >= 1")
+    if batch.n and int(batch.group.max()) >= n_groups:
+        raise DataError(f"group index {int(batch.group.max())} >= n_groups={n_groups}")
+    if steps < 0:
+        raise ValueError("steps must be >= 0")
+
+
+def _setup(objective: str, x: np.ndarray, z: np.ndarray, r: np.ndarray, mask: np.ndarray,
+           group: np.ndarray, weight: np.ndarray, chunk: int) -> list[_Piece]:
+    """Base cosines, the objective's targets and the pieces of the group-sorted rows."""
+    n, k = r.shape
+    base = np.empty((n, k), dtype=np.float32)
+    for a in range(0, n, chunk):
+        base[a:a + chunk] = np.matmul(z[a:a + chunk], x[a:a + chunk, :, None])[:, :, 0]
+    s0 = None
+    if objective == "grpo":
+        s0 = base / (TAU_S * np.sqrt(np.einsum("nd,nd->n", x, x)))[:, None]
+    targets = make_targets(objective, r, mask, s0, tau_t=TAU_T)
+    return _pieces(x, z, base, targets, weight, group, chunk)
+
+
 def learn_vectors(
     batch: RewardBatch,
     n_groups: int,
@@ -348,6 +457,9 @@ def learn_vectors(
     lr: float = LR,
     chunk_size: int | None = None,
     callback: Callable[[int], None] | None = None,
+    block_queries: bool = True,
+    threads: int | None = None,
+    fused: bool = True,
 ) -> LearnResult:
     """Minimise ``L_g(v) = sum_{q in g} w_q loss_q(v) + 0.3 ||v||^2`` for every group.
 
@@ -357,15 +469,13 @@ def learn_vectors(
     runs after each step (1-based), e.g. for a progress bar. Groups without rows keep
     ``v = 0`` and ``alpha = 0``. Rows are processed in group order: when ``batch`` is not
     sorted by group, a sorted copy of its candidate tensor is made once (build the table
-    in ``Groups.order()`` to avoid that copy).
+    in ``Groups.order()`` to avoid that copy). ``block_queries=False`` runs every piece
+    step by step (the reference path; the default takes all steps of each block of
+    one-query groups while it sits in cache, on ``threads`` threads (default
+    :func:`default_threads`), with the fused numba Adam when numba is installed and
+    ``fused``, and gives bit-identical vectors).
     """
-    check_objective(objective)
-    if n_groups < 1:
-        raise ValueError("n_groups must be >= 1")
-    if batch.n and int(batch.group.max()) >= n_groups:
-        raise DataError(f"group index {int(batch.group.max())} >= n_groups={n_groups}")
-    if steps < 0:
-        raise ValueError("steps must be >= 0")
+    _check_args(batch, n_groups, objective, steps)
     n, k = batch.r.shape
     chunk = chunk_size or chunk_rows(k, batch.dim)
     x, z, r, mask, group, weight = (batch.x, batch.z, batch.r, batch.mask, batch.group,
@@ -376,18 +486,15 @@ def learn_vectors(
     trace = np.zeros(steps, dtype=np.float64)
     with _one_blas_thread():
         adam = _Adam(n_groups, batch.dim, lr)
-        base = np.empty((n, k), dtype=np.float32)
-        for a in range(0, n, chunk):
-            base[a:a + chunk] = np.matmul(z[a:a + chunk], x[a:a + chunk, :, None])[:, :, 0]
-        s0 = None
-        if objective == "grpo":
-            s0 = base / (TAU_S * np.sqrt(np.einsum("nd,nd->n", x, x)))[:, None]
-        targets = make_targets(objective, r, mask, s0, tau_t=TAU_T)  # type: ignore[arg-type]
-        pieces = _pieces(x, z, base, targets, weight, group, chunk)
+        pieces = _setup(objective, x, z, r, mask, group, weight, chunk)  # type: ignore[arg-type]
         acc = np.zeros_like(adam.v)
+        done = {}
+        if block_queries:
+            done = _solo_blocks(pieces, adam, steps, callback, threads or default_threads(),
+                                fused)
         for step in range(steps):
-            trace[step] = _step(pieces, adam, acc)
-            if callback is not None:
+            trace[step] = _step(pieces, adam, acc, done, step)
+            if callback is not None and (not done or len(done) < len(pieces)):
                 callback(step + 1)
         v = adam.v
         row_loss = np.zeros(n, dtype=np.float64)

@@ -3,7 +3,14 @@
 On disk a state is ``vectors.npz`` (written with ``np.savez``: plain numeric and unicode
 arrays only, readable with ``np.load(allow_pickle=False)``) plus a JSON sidecar
 ``vectors.json`` next to it with the same manifest, for people and tools. Both are
-written whole or not at all (:mod:`tttembed.core.io`).
+written whole or not at all, together (:func:`tttembed.core.io.atomic_files`: both are
+written and synced before either replaces the old one; the ``.npz`` is renamed last, so a
+failure such as a full disk leaves the old pair, never a new ``.npz`` that looks complete),
+under the file's writer lock (a second writer gets a clear error).
+
+Loading validates everything with the file's path in the error: readable archive, known
+format, scope and keys of that scope, array shapes and the manifest's dimension and group
+count, finite vectors, alphas in [0, 1], non-negative counts.
 
 npz members: ``vectors`` (G, d) float32, ``alpha`` (G,) float64, ``n_g`` (G,) int64,
 ``keys`` (G,) unicode (group keys, see :mod:`tttembed.adapt.scopes`) and ``manifest``,
@@ -28,9 +35,14 @@ from typing import Any
 import numpy as np
 
 from tttembed import __version__
-from tttembed.adapt.scopes import PRECEDENCE, check_scope
-from tttembed.core.errors import DataError, StateMismatch
-from tttembed.core.io import atomic_file, dumps, refuse_existing
+from tttembed.adapt.scopes import GLOBAL_KEY, PRECEDENCE, check_scope
+from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.core.io import (
+    atomic_files,
+    dumps,
+    refuse_existing,
+    writer_lock,
+)
 
 FORMAT = "tttembed-state/1"
 FILENAME = "vectors.npz"
@@ -154,15 +166,18 @@ def save_state(path: str | os.PathLike[str], state: AdaptState, *,
         raise DataError("nothing to save: the state holds no learned vector "
                         + ("(a dry run)" if state.dry_run else "(no query was rewarded)"),
                         path=p)
-    refuse_existing(p, overwrite, "state file")
     manifest = state.manifest()
     keys = np.array(state.keys, dtype=str)
     arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
               "keys": keys, "manifest": np.array(json.dumps(manifest, sort_keys=True))}
-    with atomic_file(p) as fh:
-        np.savez(fh, **arrays)  # type: ignore[arg-type]
-    with atomic_file(p.with_suffix(".json"), "w") as fh:
-        fh.write(dumps(manifest) + "\n")
+    sidecar = p.with_suffix(".json")
+    with writer_lock(p):
+        refuse_existing(p, overwrite, "state file")
+        for stale in (*p.parent.glob(f".{p.name}.tmp-*"), *p.parent.glob(f".{sidecar.name}.tmp-*")):
+            stale.unlink(missing_ok=True)  # left by a killed writer
+        with atomic_files(sidecar, p) as (js, npz):  # the .npz last: the commit point
+            js.write((dumps(manifest) + "\n").encode("utf-8"))
+            np.savez(npz, **arrays)  # type: ignore[arg-type]
     return p
 
 
@@ -180,12 +195,14 @@ def load_state(
         with np.load(p, allow_pickle=False) as data:
             manifest = json.loads(str(data["manifest"][()]))
             arrays = {k: np.array(data[k]) for k in ("vectors", "alpha", "n_g", "keys")}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
+            json.JSONDecodeError) as exc:
         raise DataError(f"not a readable state file ({type(exc).__name__})", path=p,
                         fix="write it again with `tttembed learn`") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise DataError(f"unknown state format (expected {FORMAT})", path=p)
     try:
+        check_loaded(manifest, arrays)
         state = AdaptState(
             scope=manifest["scope"], keys=tuple(arrays["keys"].tolist()),
             vectors=arrays["vectors"], alpha=arrays["alpha"], n_g=arrays["n_g"],
@@ -199,10 +216,11 @@ def load_state(
             corpus_fingerprint=manifest.get("corpus_fingerprint", ""),
             pairs=dict(manifest.get("pairs", {})), source=str(p),
         )
-    except DataError as exc:
+    except (DataError, ConfigError) as exc:
         raise DataError(str(exc), path=p, fix="write it again with `tttembed learn`") from exc
     except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"corrupt state manifest ({exc})", path=p) from exc
+        raise DataError(f"corrupt state manifest ({type(exc).__name__}: {exc})", path=p,
+                        fix="write it again with `tttembed learn`") from exc
     if expected_identity is not None and state.identity != expected_identity:
         raise StateMismatch(
             f"{p}: state was learned for embedder {state.identity!r}, not {expected_identity!r}; "
@@ -214,6 +232,36 @@ def load_state(
             "learn a state with this embedder"
         )
     return state
+
+
+def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """What a state file must satisfy beyond :class:`AdaptState`'s own checks (the caller
+    adds the path): the manifest's dim, group count and scope agree with the arrays, the
+    keys fit the scope, the numbers are numbers, every vector row is finite."""
+    scope = check_scope(str(manifest["scope"]))
+    dim, vectors, keys = manifest["dim"], arrays["vectors"], arrays["keys"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise DataError(f"manifest dimension {dim!r} is not a positive integer")
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        raise DataError(f"manifest dimension is {dim} but the vectors have shape "
+                        f"{vectors.shape}")
+    for name, kinds in (("vectors", "fiu"), ("alpha", "fiu"), ("n_g", "iu"), ("keys", "U")):
+        if arrays[name].dtype.kind not in kinds:
+            raise DataError(f"{name} has dtype {arrays[name].dtype}, not a "
+                            f"{'unicode' if kinds == 'U' else 'numeric'} array")
+    if keys.ndim != 1 or manifest.get("groups", len(keys)) != len(keys):
+        raise DataError(f"manifest counts {manifest.get('groups')} groups, the file holds "
+                        f"keys of shape {keys.shape}")
+    bad = np.flatnonzero(~np.isfinite(vectors.astype(np.float64)).all(axis=1))
+    if len(bad):
+        raise DataError(f"vector row {int(bad[0])} (group {str(keys[bad[0]])!r}) is not "
+                        f"finite (nan or inf); {len(bad)} such row(s)")
+    if (arrays["n_g"] < 0).any():
+        raise DataError("n_g (rewarded queries per group) holds negative counts")
+    if scope == "global" and keys.tolist() not in ([], [GLOBAL_KEY]):
+        raise DataError(f"a global state has the one key {GLOBAL_KEY!r}, not {keys.tolist()[:3]}")
+    if scope == "query" and not all("/" in k for k in keys.tolist()):
+        raise DataError("query-wise keys must be '<task>/<query id>'")
 
 
 def apply_state(

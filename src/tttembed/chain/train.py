@@ -15,7 +15,12 @@ before these keys existed resume unchanged (old entries simply lack them).
 
 Resume: calling ``train_chain`` again with the same config continues after the last
 finished epoch (all randomness is derived from (seed, epoch), so the result matches an
-uninterrupted run up to floating-point nondeterminism).
+uninterrupted run up to floating-point nondeterminism). It resumes only when the
+configuration, the questions (their digest), the index embedder and the corpus fingerprint
+all match the checkpoint's; otherwise a ConfigError names what differs (``overwrite``
+restarts). Training holds the folder's writer lock (a second trainer gets a clear error)
+and a kill during the checkpoint swap leaves the previous checkpoint, so no finished
+epoch but the one being saved is lost.
 """
 
 from __future__ import annotations
@@ -51,9 +56,12 @@ from tttembed.core.errors import ConfigError, StateMismatch
 from tttembed.core.io import (
     MANIFEST,
     atomic_directory,
+    json_hash,
     now_utc,
+    recover_directory,
     versions,
     write_manifest,
+    writer_lock,
 )
 from tttembed.core.io import (
     read_manifest as _read_manifest,
@@ -202,20 +210,49 @@ class _Session:
     wrong_pool: list[list[int]] | None = None
 
 
-def _resume_point(out: Path, config: dict[str, Any], n_questions: int,
+def questions_digest(task: ChainTask) -> str:
+    """A digest of the questions and their gold rows: what a checkpoint was trained on."""
+    return json_hash([task.questions, task.golds])
+
+
+def _identity(task: ChainTask, index: IndexHandle, config: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal for a checkpoint to resume."""
+    return {"config": config, "n_questions": len(task.golds),
+            "questions_digest": questions_digest(task), "index_embedder": index.identity,
+            "corpus_fingerprint": index.manifest.get("corpus_fingerprint")}
+
+
+def _resume_point(out: Path, expected: dict[str, Any],
                   overwrite: bool) -> tuple[int, list[dict[str, Any]]]:
-    """(epochs done, history) of the checkpoint at ``out`` when it matches the config; a
-    fresh start for a missing or empty folder (or with ``overwrite``)."""
+    """(epochs done, history) of the checkpoint at ``out`` when it matches ``expected``
+    (:func:`_identity`; keys an older checkpoint lacks are not compared); a fresh start
+    for a missing or empty folder (or with ``overwrite``). Repairs a swap a kill cut short."""
+    recover_directory(out)
     if overwrite or not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return 0, []
     if not (out / MANIFEST).is_file():
         raise ConfigError(f"{out} exists and is not a chain encoder checkpoint; pass "
                           "--overwrite (overwrite=True) to replace it, or another --out folder")
     manifest = read_manifest(out)
-    if manifest["config"] != config or manifest.get("n_questions") != n_questions:
-        raise ConfigError(f"{out} holds a checkpoint with another configuration; pass "
-                          "--overwrite (overwrite=True) or another --out folder")
+    differ = [k for k, v in expected.items()
+              if k in manifest and manifest[k] != v or k not in manifest and k == "config"]
+    if differ:
+        raise ConfigError(f"{out} holds a checkpoint trained with another "
+                          f"{', '.join(_LABELS[k] for k in differ)} (checkpoint: "
+                          f"{_short(manifest.get(differ[0]))}, this run: "
+                          f"{_short(expected[differ[0]])}); pass --overwrite "
+                          "(overwrite=True) to restart, or another --out folder")
     return int(manifest["epochs_done"]), list(manifest["history"])
+
+
+_LABELS = {"config": "configuration", "n_questions": "number of questions",
+           "questions_digest": "questions", "index_embedder": "index embedder",
+           "corpus_fingerprint": "corpus (fingerprint)"}
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json_hash(value, 12)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _open_session(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: TrainConfig,
@@ -316,11 +353,9 @@ def _epoch(s: _Session, epoch: int, progress: Progress | None) -> dict[str, Any]
 
 def _manifest(s: _Session, config: dict[str, Any], history: list[dict[str, Any]]
               ) -> dict[str, Any]:
-    return {"format": FORMAT, "format_version": 1, "config": config,
+    return {"format": FORMAT, "format_version": 1, **_identity(s.task, s.index, config),
             "epochs": s.cfg.epochs, "epochs_done": len(history), "history": history,
-            "n_questions": len(s.task.golds), "steps": s.steps,
-            "index_embedder": s.index.identity,
-            "corpus_fingerprint": s.index.manifest.get("corpus_fingerprint"),
+            "steps": s.steps,
             "states_from": None if s.states_from is None else str(s.states_from),
             "versions": versions(CHAIN_VERSIONED), "device": str(s.encoder.device),
             "created": now_utc()}
@@ -352,13 +387,14 @@ def train_chain(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: TrainC
                           "checkpoint (train one with --regime gold first)")
     out = Path(out)
     config = _config_dict(replace(cfg, epochs=0))
-    start, history = _resume_point(out, config, len(task.golds), overwrite)
-    if start >= cfg.epochs:
-        return TrainResult(out, start, history)
-    session = _open_session(task, index, frozen, cfg, out, start, states_from)
-    for epoch in range(start, cfg.epochs):
-        history.append(_epoch(session, epoch, progress))
-        _write_checkpoint(out, session, _manifest(session, config, history))
+    with writer_lock(out):
+        start, history = _resume_point(out, _identity(task, index, config), overwrite)
+        if start >= cfg.epochs:
+            return TrainResult(out, start, history)
+        session = _open_session(task, index, frozen, cfg, out, start, states_from)
+        for epoch in range(start, cfg.epochs):
+            history.append(_epoch(session, epoch, progress))
+            _write_checkpoint(out, session, _manifest(session, config, history))
     return TrainResult(out, cfg.epochs, history)
 
 

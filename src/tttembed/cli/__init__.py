@@ -20,6 +20,7 @@ from tttembed.cli.eval import eval_command
 from tttembed.cli.index import index
 from tttembed.cli.learn import learn, rerank
 from tttembed.cli.search import search
+from tttembed.cli.serve import serve
 
 #: command -> {old spelling: new spelling, or None for "now the positional argument"}
 ALIASES: dict[str, dict[str, str | None]] = {
@@ -75,6 +76,7 @@ app.command()(learn)
 app.command()(rerank)
 app.command()(demo)
 app.command("eval")(eval_command)
+app.command()(serve)
 app.add_typer(chain.app, name="chain")
 
 

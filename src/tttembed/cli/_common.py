@@ -5,8 +5,14 @@ Light on purpose: importing this module must not import torch or transformers.
 
 from __future__ import annotations
 
+import errno
 import functools
+import json
+import os
+import pickle
+import sqlite3
 import sys
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -33,25 +39,123 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: local variable names that hold the file an I/O call was working on
+_PATH_NAMES = ("path", "file", "filename", "fname", "fn", "folder", "src", "out", "target")
+_RERUN = "re-create it by running the command that wrote it again with --overwrite"
+
+
+def _path_of(exc: BaseException) -> str:
+    """The file an exception was about: its ``filename``, else the innermost frame-local
+    path (``path``, ``file`` ...) that exists on disk; "" when none is found."""
+    name = getattr(exc, "filename", None)
+    if name:
+        return str(name)
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for key in _PATH_NAMES:
+            value = frame.f_locals.get(key)
+            if isinstance(value, (str, os.PathLike)) and str(value) and len(str(value)) < 4096:
+                try:
+                    if os.path.exists(value):
+                        return str(value)
+                except (OSError, ValueError):
+                    continue
+    return ""
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _os_error(exc: OSError) -> str:
+    fixes = {errno.ENOSPC: "free disk space and run again; nothing half-written is kept",
+             errno.EDQUOT: "free disk space (quota) and run again",
+             errno.EACCES: "check the permissions of the path",
+             errno.EPERM: "check the permissions of the path",
+             errno.EROFS: "write to a writable file system",
+             errno.ENOENT: "check the path"}
+    where = _path_of(exc)
+    fix = fixes.get(exc.errno or 0, "check the path and its permissions")
+    return f"{where + ': ' if where else ''}{exc.strerror or _first_line(exc)} ({fix})"
+
+
+def describe(exc: BaseException) -> str | None:
+    """The one-line message for an exception a user can cause, or None (a bug)."""
+    if isinstance(exc, TTTEmbedError):
+        return str(exc)
+    where = _path_of(exc)
+    at = f" {where}" if where else ""
+    kind = type(exc).__name__
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (f"SQLite database{at} is unreadable: {_first_line(exc)} (a corrupt file: try "
+                f"'sqlite3 {where or 'FILE'} .recover' into a new file, or move it aside)")
+    if isinstance(exc, json.JSONDecodeError):
+        return (f"corrupt JSON file{at}: {exc.msg} at line {exc.lineno} column {exc.colno} "
+                f"(a truncated or edited file; {_RERUN})")
+    if isinstance(exc, pickle.UnpicklingError):
+        return (f"refused to load{at}: it holds a pickle, which tttembed never executes "
+                f"({_first_line(exc, 120)}; {_RERUN})")
+    if kind == "SafetensorError":
+        return f"cannot read checkpoint{at}: {_first_line(exc)} (truncated or corrupt; {_RERUN})"
+    if isinstance(exc, (EOFError, zipfile.BadZipFile)):
+        return f"truncated or empty file{at}: {_first_line(exc)} ({_RERUN})"
+    if isinstance(exc, RuntimeError) and "faiss" in str(exc).lower():
+        detail = " ".join(str(exc).split()).rpartition("Error: ")[2] or _first_line(exc)
+        return (f"FAISS could not read or write{at}: {detail[:200]} (a truncated or corrupt "
+                "index file; rebuild it with 'tttembed index DATA --out INDEX --overwrite')")
+    if isinstance(exc, OSError):
+        return _os_error(exc)
+    return None
+
+
 def handle_errors(func: F) -> F:
-    """Map every error a user can cause to one line on stderr: exit 1 (no traceback);
-    Ctrl-C exits 130."""
+    """Map every error a user can cause (ours, OSError, corrupt SQLite/JSON/FAISS/safetensors
+    files, refused pickles, truncated files) to one line on stderr with the path and a fix:
+    exit 1, no traceback. Ctrl-C exits 130."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except TTTEmbedError as exc:
-            raise _fail(str(exc), 1) from None
-        except OSError as exc:
-            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            raise _fail(f"{where}{exc.strerror or exc} (check the path and its "
-                        "permissions)", 1) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
+        except Exception as exc:
+            message = describe(exc)
+            if message is None:
+                raise
+            raise _fail(message, 1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+#: spec schemes of the HTTP backends, which take --timeout and --max-retries
+HTTP_SCHEMES = ("openai", "llm")
+
+
+def http_options(spec: str, timeout: float | None, max_retries: int | None) -> dict[str, Any]:
+    """``timeout`` / ``max_retries`` options for an HTTP backend spec (given ones only);
+    nothing for the other backends, which make no HTTP requests."""
+    if spec.partition(":")[0] not in HTTP_SCHEMES:
+        return {}
+    return {k: v for k, v in (("timeout", timeout), ("max_retries", max_retries))
+            if v is not None}
+
+
+def index_embedder(handle: Any, cache_dir: Any, timeout: float | None = None,
+                   max_retries: int | None = None) -> Any:
+    """The embedder an index was built with (``api.embedder_for_index``), given the index's
+    dimension before the first call (every vector is checked against it before it is
+    cached) and the HTTP options."""
+    from tttembed import api
+
+    options = http_options(handle.manifest["embedder_spec"], timeout, max_retries)
+    return api.embedder_for_index(handle, cache_dir=cache_dir, **options)
 
 
 @contextmanager

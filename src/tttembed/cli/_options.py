@@ -14,6 +14,7 @@
 | embedder spec | `--embedder`, `-e` |
 | BEIR split / task names | `--split` / `--task` |
 | no progress bars | `--quiet` |
+| HTTP backends (openai:, llm:) | `--timeout`, `--max-retries` |
 
 Old spellings stay for one release as hidden aliases (``cli/__init__.py``).
 """
@@ -58,3 +59,14 @@ OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an exis
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bars.")]
 EmbedderOpt = Annotated[str, typer.Option("--embedder", "-e", help="Embedder spec, e.g. "
                                           f"{DEFAULT_EMBEDDER} or openai:MODEL@URL.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--timeout", min=0.001, show_default=False,
+    help="Seconds per HTTP request of openai:/llm: backends [default: 60]; one request with "
+         "all its retries ends within 3 x timeout + 30 s.")]
+MaxRetriesOpt = Annotated[Optional[int], typer.Option(
+    "--max-retries", min=0, show_default=False,
+    help="Retries of a failed HTTP request (429, 5xx, timeout, connection) of openai:/llm: "
+         "backends [default: 5].")]
+RetryMissingOpt = Annotated[bool, typer.Option(
+    "--retry-missing", help="Ask the scorer again for pairs recorded as missing in the "
+    "ledger (e.g. an LLM answer without a score).")]

@@ -11,11 +11,19 @@ from tttembed.api import DEFAULT_EMBEDDER
 from tttembed.cli._common import (
     console,
     handle_errors,
+    http_options,
     parse_params,
     progress_group,
     quiet_libraries,
 )
-from tttembed.cli._options import CacheOpt, EmbedderOpt, OverwriteOpt, QuietOpt
+from tttembed.cli._options import (
+    CacheOpt,
+    EmbedderOpt,
+    MaxRetriesOpt,
+    OverwriteOpt,
+    QuietOpt,
+    TimeoutOpt,
+)
 
 
 @handle_errors
@@ -30,6 +38,8 @@ def index(
     cache_dir: CacheOpt = None,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
+    timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
 ) -> None:
     """Embed a corpus and write a FAISS index with its manifest."""
     quiet_libraries()
@@ -39,7 +49,8 @@ def index(
     if out.exists() and not overwrite:
         raise api.ConfigError(f"index {out} already exists; pass --overwrite to replace it")
     emb = api.load_embedder(embedder, cache_dir=cache_dir, query_prompt=query_prompt,
-                            document_prompt=document_prompt)
+                            document_prompt=document_prompt,
+                            **http_options(embedder, timeout, max_retries))
     with progress_group(not quiet) as stage:
         handle = api.index_corpus(data, out, embedder=emb, index_type=index_type,
                                   index_params=params, overwrite=overwrite, progress=stage)

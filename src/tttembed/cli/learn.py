@@ -12,7 +12,8 @@ from tttembed.cli._common import (
     LEGEND,
     console,
     handle_errors,
-    print_metrics,
+    http_options,
+    index_embedder,
     progress_group,
     quiet_libraries,
 )
@@ -24,25 +25,36 @@ from tttembed.cli._options import (
     IndexOpt,
     InstructionOpt,
     LedgerOpt,
+    MaxRetriesOpt,
     OverwriteOpt,
     QueriesArg,
     QuietOpt,
+    RetryMissingOpt,
     ScorerOpt,
     SeedOpt,
     SplitOpt,
     TaskOpt,
+    TimeoutOpt,
     TopKOpt,
 )
-from tttembed.cli.search import write_runs
+from tttembed.cli.search import report_result
 
 SCOPE_HELP = "global (one vector), task (one per task) or query (one per rewarded query)."
 
 
-def _scorer(api: Any, spec: str, handle: Any, corpus: Optional[Path], ledger: Optional[Path],
-            cache_dir: Optional[Path], instruction: Optional[str]) -> Any:
+def _open(api: Any, index: Path, spec: str, corpus: Optional[Path], ledger: Optional[Path],
+          cache_dir: Optional[Path], instruction: Optional[str],
+          http: tuple[Optional[float], Optional[int]] = (None, None),
+          retry_missing: bool = False) -> tuple[Any, Any, Any]:
+    """The index, its own embedder and the scorer (through the ledger); ``http`` is
+    (--timeout, --max-retries) for HTTP backends."""
+    handle = api.open_index(index)
+    emb = index_embedder(handle, cache_dir, *http)
     options = {"instruction": instruction} if instruction else {}
-    return api.load_scorer(spec, index=handle, corpus=corpus, ledger=ledger,
-                           cache_dir=cache_dir, **options)
+    sc = api.load_scorer(spec, index=handle, corpus=corpus, ledger=ledger,
+                         cache_dir=cache_dir, retry_missing=retry_missing, **options,
+                         **http_options(spec, *http))
+    return handle, emb, sc
 
 
 @handle_errors
@@ -65,6 +77,9 @@ def learn(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the reward plan and its cost; score nothing.")] = False,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
+    timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
+    retry_missing: RetryMissingOpt = False,
 ) -> None:
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
@@ -73,9 +88,8 @@ def learn(
     if out.exists() and not overwrite and not dry_run:
         raise api.ConfigError(f"state file {out} already exists; pass --overwrite to replace "
                               "it, or choose another --out")
-    handle = api.open_index(index)
-    emb = api.embedder_for_index(handle, cache_dir=cache_dir)
-    sc = _scorer(api, scorer, handle, corpus, ledger, cache_dir, instruction)
+    handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
+                            (timeout, max_retries), retry_missing)
     with progress_group(not quiet) as stage:
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
@@ -133,21 +147,18 @@ def rerank(
     cache_dir: CacheOpt = None,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
+    timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
+    retry_missing: RetryMissingOpt = False,
 ) -> None:
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
     quiet_libraries()
     from tttembed import api
 
-    handle = api.open_index(index)
-    emb = api.embedder_for_index(handle, cache_dir=cache_dir)
-    sc = _scorer(api, scorer, handle, corpus, ledger, cache_dir, instruction)
+    handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
+                            (timeout, max_retries), retry_missing)
     with progress_group(not quiet) as stage:
         result = api.rerank(handle, queries, scorer=sc, budget=budget, k=top_k, depth=depth,
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,
                             progress=stage)
-    runs = result.runs()
-    if out is not None:
-        write_runs(runs, out, None, overwrite)
-    if result.qrels:
-        print_metrics({t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
-                      title=f"direct rerank, b = {budget:g}")
+    report_result(result, out, None, overwrite, f"direct rerank, b = {budget:g}")

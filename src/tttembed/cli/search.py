@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from tttembed.cli._common import (
     console,
     handle_errors,
+    index_embedder,
     print_metrics,
     progress_group,
     quiet_libraries,
@@ -17,11 +18,13 @@ from tttembed.cli._common import (
 from tttembed.cli._options import (
     CacheOpt,
     IndexOpt,
+    MaxRetriesOpt,
     OverwriteOpt,
     QueriesArg,
     QuietOpt,
     SplitOpt,
     TaskOpt,
+    TimeoutOpt,
     TopKOpt,
 )
 
@@ -34,6 +37,18 @@ def write_runs(runs: dict, out: Path, fmt: Optional[str], overwrite: bool) -> No
         path = out if len(runs) == 1 else out.with_name(f"{out.stem}.{name}{out.suffix}")
         api.write_run(run, path, fmt, overwrite=overwrite)
         console.print(f"wrote {path}")
+
+
+def report_result(result: Any, out: Optional[Path], fmt: Optional[str], overwrite: bool,
+                  title: str) -> dict:
+    """Write the runs (when asked) and print metrics for the tasks that came with qrels."""
+    runs = result.runs()
+    if out is not None:
+        write_runs(runs, out, fmt, overwrite)
+    if result.qrels:
+        print_metrics({t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
+                      title=title)
+    return runs
 
 
 @handle_errors
@@ -51,13 +66,15 @@ def search(
     cache_dir: CacheOpt = None,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
+    timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
 ) -> None:
     """Search an index with raw or adapted query vectors (the index never changes)."""
     quiet_libraries()
     from tttembed import api
 
     handle = api.open_index(index)
-    emb = api.embedder_for_index(handle, cache_dir=cache_dir)
+    emb = index_embedder(handle, cache_dir, timeout, max_retries)
     with progress_group(not quiet) as stage:
         result = api.search(handle, queries, k=top_k, states=state or [], task=task,
                             split=split, embedder=emb, allow_foreign_state=allow_foreign_state,
@@ -69,12 +86,7 @@ def search(
     for st, n in result.applied.items():
         console.print(f"state {st.label} ({st.scope}-wise): applied to {n:,} of "
                       f"{len(result.qids):,} queries")
-    runs = result.runs()
-    if out is not None:
-        write_runs(runs, out, fmt, overwrite)
-    if result.qrels:
-        print_metrics({t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
-                      title=f"{kind} search")
+    runs = report_result(result, out, fmt, overwrite, f"{kind} search")
     if out is None and not result.qrels:
         for name, run in runs.items():
             for qid in list(run)[:5]:

@@ -2,11 +2,13 @@
 
 * :class:`RetryPolicy`: exponential backoff with full jitter on 429, 500/502/503/504,
   timeouts and connection errors; ``Retry-After`` (seconds or HTTP date) is honoured,
-  capped by ``max_delay``. Any other 4xx fails at once.
+  capped by ``max_delay``. Any other 4xx, and any redirect (3xx: never followed, so the
+  key is never sent elsewhere), fails at once. A total ``deadline`` (default
+  ``3 x timeout + max_delay``) bounds all attempts and waits of one request together.
 * :class:`JSONClient`: POSTs JSON to one base URL under that policy. The API key is read
   from the environment variable *named* by ``api_key_env``; it is sent as a Bearer token
   and never appears in a repr, a log line or an exception (it is redacted from response
-  bodies quoted in errors). No key set is fine for local servers: no Authorization header.
+  bodies quoted in errors *before* they are cut to :data:`EXCERPT_CHARS`). No key set is fine for local servers: no Authorization header.
 * :func:`map_ordered`: bounded concurrency over a thread pool, results in input order.
 """
 
@@ -45,13 +47,16 @@ class RetryPolicy:
 
     ``max_retries`` retries follow the first attempt (``max_retries + 1`` attempts in all).
     Attempt ``a`` (0-based) waits ``uniform(0, min(max_delay, base_delay * 2**a))``
-    unless the server sent ``Retry-After``. ``timeout`` (seconds) bounds each request.
+    unless the server sent ``Retry-After``. ``timeout`` (seconds) bounds each attempt;
+    ``deadline`` (seconds, default ``3 * timeout + max_delay``: 210 s with the defaults)
+    bounds one request with all its attempts and waits: a hung server fails within it.
     """
 
     max_retries: int = 5
     base_delay: float = 0.5
     max_delay: float = 30.0
     timeout: float = 60.0
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -60,19 +65,29 @@ class RetryPolicy:
             raise ConfigError("base_delay and max_delay must be >= 0")
         if self.timeout <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.deadline is not None and self.deadline <= 0:
+            raise ConfigError(f"deadline must be > 0 seconds, got {self.deadline}")
+
+    @property
+    def total_deadline(self) -> float:
+        """Seconds one request may take with all its attempts and waits."""
+        if self.deadline is not None:
+            return float(self.deadline)
+        return 3.0 * self.timeout + self.max_delay
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         """Full-jitter delay before retry number ``attempt + 1``."""
         cap = min(self.max_delay, self.base_delay * (2.0 ** attempt))
         return (random if rng is None else rng).uniform(0.0, cap)
 
-    def with_overrides(self, *, max_retries: int | None = None,
-                       timeout: float | None = None) -> RetryPolicy:
+    def with_overrides(self, *, max_retries: int | None = None, timeout: float | None = None,
+                       deadline: float | None = None) -> RetryPolicy:
         return RetryPolicy(
             max_retries=self.max_retries if max_retries is None else int(max_retries),
             base_delay=self.base_delay,
             max_delay=self.max_delay,
             timeout=self.timeout if timeout is None else float(timeout),
+            deadline=self.deadline if deadline is None else float(deadline),
         )
 
 
@@ -108,9 +123,27 @@ def split_model_url(rest: str, scheme: str) -> tuple[str, str]:
     return model, base_url.rstrip("/")
 
 
+#: the hint every "too slow / unreachable" error gives: flags of the CLI, options of the API
+SLOW_HINT = ("is the server running at that URL? if it is slow, raise --timeout or "
+             "--max-retries (API options timeout, max_retries, deadline)")
+
+
 def _one_line(text: str, limit: int = EXCERPT_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def redact(text: str, secrets: Sequence[str | None]) -> str:
+    """``text`` with every non-empty secret replaced by ``***`` (call before truncating)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def excerpt(text: str, secrets: Sequence[str | None], limit: int = EXCERPT_CHARS) -> str:
+    """A one-line excerpt of a server's answer: secrets redacted first, then cut."""
+    return _one_line(redact(text, secrets), limit)
 
 
 class JSONClient:
@@ -120,7 +153,8 @@ class JSONClient:
                  policy: RetryPolicy | None = None,
                  sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
@@ -128,6 +162,7 @@ class JSONClient:
         self.policy = policy or RetryPolicy()
         self._sleep = time.sleep if sleep is None else sleep
         self._rng = random.Random() if rng is None else rng
+        self._clock = time.monotonic if clock is None else clock
         self._key = os.environ.get(api_key_env) if api_key_env else None
         self._client = httpx.Client(timeout=self.policy.timeout, transport=transport)
         self._lock = threading.Lock()
@@ -147,52 +182,80 @@ class JSONClient:
             headers["Authorization"] = f"Bearer {self._key}"
         return headers
 
-    def _redact(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
+    def redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``***`` (before any truncation)."""
+        return redact(text, [self._key])
+
+    def _excerpt(self, text: str, limit: int = EXCERPT_CHARS) -> str:
+        return excerpt(text, [self._key], limit) or "(empty body)"
 
     def post(self, path: str, payload: dict[str, Any]) -> Any:
-        """POST ``payload`` as JSON; return the decoded JSON body or raise BackendError."""
+        """POST ``payload`` as JSON; return the decoded JSON body or raise BackendError.
+
+        Time is accounted as the measured duration of each attempt plus the waits asked
+        for between attempts; no attempt or wait goes past the policy's total deadline.
+        """
         url = self.base_url + "/" + path.lstrip("/")
         policy = self.policy
+        deadline = policy.total_deadline
+        spent = 0.0
         reason = ""
+        attempts = 0
         for attempt in range(policy.max_retries + 1):
-            delay: float | None = None
+            attempts += 1
+            budget = min(policy.timeout, max(deadline - spent, 0.001))
+            started = self._clock()
             try:
-                response = self._client.post(url, json=payload, headers=self._headers())
+                response = self._client.post(url, json=payload, headers=self._headers(),
+                                             timeout=budget)
             except httpx.TimeoutException:
-                reason = f"timed out after {policy.timeout:g} s"
+                reason = f"timed out after {budget:g} s"
+                response = None
             except httpx.TransportError as exc:
-                reason = "connection failed: " + self._redact(_one_line(str(exc) or type(
-                    exc).__name__))
-            else:
-                status = response.status_code
-                if status < 400:
+                reason = "connection failed: " + self._excerpt(str(exc) or type(exc).__name__)
+                response = None
+            spent += self._clock() - started
+            delay: float | None = None
+            if response is not None:
+                if response.status_code < 300:
                     return self._decode(url, response)
-                excerpt = self._redact(_one_line(response.text))
-                if status not in RETRY_STATUSES:
-                    fix = "check the model name and the request"
-                    if status in (401, 403):
-                        fix = (f"check the API key in ${self.api_key_env}" if self.api_key_env
-                               else "set api_key_env to the variable that holds the API key")
-                    raise BackendError(
-                        f"POST {url} returned HTTP {status}: {excerpt or '(empty body)'} "
-                        f"(not retried; {fix})"
-                    )
-                reason = f"HTTP {status}: {excerpt or '(empty body)'}"
-                hint = retry_after_seconds(response.headers.get("Retry-After"))
-                if hint is not None:
-                    delay = min(hint, policy.max_delay)
+                reason, delay = self._failure(url, response)
             if attempt == policy.max_retries:
                 break
             if delay is None:
                 delay = policy.backoff(attempt, self._rng)
+            if spent + delay >= deadline:
+                reason += f"; the total deadline of {deadline:g} s is spent"
+                break
             log.warning("POST %s failed (%s); retry %d/%d in %.2f s", url, reason,
                         attempt + 1, policy.max_retries, delay)
             self._sleep(delay)
+            spent += delay
         raise BackendError(
-            f"POST {url} failed after {policy.max_retries + 1} attempts; last error: {reason} "
-            "(is the server running at that URL? raise max_retries or timeout if it is slow)"
+            f"POST {url} failed after {attempts} attempt{'s' if attempts > 1 else ''}; "
+            f"last error: {reason} ({SLOW_HINT})"
         )
+
+    def _failure(self, url: str, response: httpx.Response) -> tuple[str, float | None]:
+        """(reason, Retry-After delay) of a retryable answer; raise for the others."""
+        status = response.status_code
+        if status < 400:
+            where = self.redact(response.headers.get("Location", "") or "(no Location)")
+            raise BackendError(
+                f"POST {url} answered with a redirect (HTTP {status}) to {_one_line(where)}; "
+                "redirects are not followed (the API key would go along): use the final "
+                "URL as the base URL")
+        text = self._excerpt(response.text)
+        if status not in RETRY_STATUSES:
+            fix = "check the model name and the request"
+            if status in (401, 403):
+                fix = (f"check the API key in ${self.api_key_env}" if self.api_key_env
+                       else "set api_key_env to the variable that holds the API key")
+            raise BackendError(f"POST {url} returned HTTP {status}: {text} "
+                               f"(not retried; {fix})")
+        hint = retry_after_seconds(response.headers.get("Retry-After"))
+        return f"HTTP {status}: {text}", (None if hint is None
+                                          else min(hint, self.policy.max_delay))
 
     def _decode(self, url: str, response: httpx.Response) -> Any:
         try:
@@ -200,7 +263,7 @@ class JSONClient:
         except (ValueError, UnicodeDecodeError):
             raise BackendError(
                 f"POST {url} returned malformed JSON (HTTP {response.status_code}): "
-                f"{self._redact(_one_line(response.text, 120)) or '(empty body)'} "
+                f"{self._excerpt(response.text, 120)} "
                 "(is the base URL an OpenAI-compatible endpoint?)"
             ) from None
         with self._lock:

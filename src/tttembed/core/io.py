@@ -1,55 +1,71 @@
-"""The one home of artifact I/O: atomic files and folders, JSON, manifests, versions.
+"""The one home of artifact I/O: atomic files and folders, locks, JSON, manifests.
 
 Every artifact tttembed writes (index folder, state file, run, report, cache entry,
 checkpoint) goes through here, so the rule holds everywhere: it is written into a
-temporary path beside its destination and moved into place with one ``os.replace``; a
-crash leaves the old artifact (or nothing), never half of a new one.
+temporary path beside its destination and moved into place with one ``os.replace`` (or
+one pointer switch); a crash or Ctrl-C leaves the old artifact (or nothing), never half of
+a new one, and never nothing where an old one was.
+
+- :func:`atomic_file` / :func:`atomic_files`: one file, or several committed together.
+- :func:`atomic_directory`: a folder swapped in whole (``renameat2(RENAME_EXCHANGE)``
+  where the kernel has it, else two renames that the next writer repairs).
+- :func:`versioned_directory`: a folder of versions ``v-<id>/`` and a ``CURRENT`` pointer
+  file replaced atomically; readers call :func:`resolve_version` once and read one version.
+- :func:`writer_lock`: one writer per artifact (``fcntl.flock`` on ``.<name>.lock`` beside
+  it); a second writer gets a ConfigError naming the path. Writers holding the lock clean
+  the stale temporary and superseded folders that a killed run left.
+- :func:`fault_point`: ``TTTEMBED_FAULT=point[@name]`` makes the process SIGKILL itself at
+  that named point (the fault-injection tests use it; unset, it does nothing).
 """
 
 from __future__ import annotations
 
-import hashlib
+import ctypes
+import errno
 import json
-import math
-import numbers
 import os
-import platform
+import re
 import shutil
+import signal
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
-from tttembed import __version__
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.locks import lock_path, writer_lock
+from tttembed.core.serial import (
+    DISTRIBUTIONS,
+    clean,
+    dumps,
+    json_hash,
+    now_utc,
+    text_digest,
+    text_hash,
+    versions,
+)
 
-#: Distributions whose versions manifests and reports record (absent ones are skipped).
-DISTRIBUTIONS = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",
-                 "transformers", "peft", "bm25s")
 MANIFEST = "manifest.json"
 
 
-# --- hashing ------------------------------------------------------------------------------
+# --- fault injection ----------------------------------------------------------------------
 
-def text_digest(text: str) -> bytes:
-    """sha256 of the text as UTF-8 (lone surrogates kept, never an error): 32 bytes.
-
-    The one text hash of the project: the embedding cache and the reward ledger key on it."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+FAULT_ENV = "TTTEMBED_FAULT"
 
 
-def text_hash(text: str) -> str:
-    """:func:`text_digest` as hex."""
-    return text_digest(text).hex()
-
-
-def json_hash(obj: Any, n: int = 32) -> str:
-    """Hex sha256 (first ``n`` characters) of ``obj`` as canonical JSON: a cache key."""
-    blob = json.dumps(obj, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:n]
+def fault_point(point: str, target: str | os.PathLike[str] | None = None) -> None:
+    """SIGKILL this process when ``$TTTEMBED_FAULT`` names ``point`` (``point`` alone, or
+    ``point@NAME`` where NAME is the file name of ``target``; several comma-separated).
+    Used by the fault-injection tests; a no-op when the variable is unset."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    for want in spec.split(","):
+        name, _, on = want.strip().partition("@")
+        if name == point and (not on or (target is not None and Path(target).name == on)):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --- atomic writes ------------------------------------------------------------------------
@@ -58,31 +74,76 @@ def _temp_name(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{kind}-{uuid.uuid4().hex[:8]}")
 
 
+def _only_stale(path: Path) -> bool:
+    """True for a folder that holds nothing but temporary leftovers of a killed write."""
+    return path.is_dir() and all(p.name.startswith(".tmp-") for p in path.iterdir())
+
+
 def refuse_existing(path: str | os.PathLike[str], overwrite: bool, what: str = "") -> Path:
-    """``path``, or a ConfigError when it exists and ``overwrite`` is false."""
+    """``path``, or a ConfigError when it exists and ``overwrite`` is false (a folder that
+    holds only the temporary leftovers of a killed write counts as absent)."""
     path = Path(path)
-    if path.exists() and not overwrite:
+    if path.exists() and not overwrite and not _only_stale(path):
         raise ConfigError(f"{what + ' ' if what else ''}{path} already exists; pass "
                           "--overwrite (overwrite=True) to replace it, or choose another path")
     return path
 
 
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
     """Yield a file open on a temporary sibling of ``path``; on success it replaces
-    ``path`` in one rename, on any exception it is removed and ``path`` is untouched."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(path)
+    ``path`` in one rename, on any exception (ENOSPC, Ctrl-C) it is removed and ``path``
+    is untouched."""
+    with atomic_files(path, mode=mode) as (fh,):
+        yield fh
+
+
+@contextmanager
+def atomic_files(*paths: str | os.PathLike[str], mode: str = "wb"
+                 ) -> Iterator[tuple[IO[Any], ...]]:
+    """Several files committed together: all are written to temporary siblings and
+    synced before the first rename; any exception before leaves none of them new. They
+    are renamed in the order given, so the LAST one is the commit point (a SIGKILL between
+    the renames can only leave the earlier ones new)."""
+    targets = [Path(p) for p in paths]
+    temps = [_temp_name(p) for p in targets]
     encoding = None if "b" in mode else "utf-8"
+    handles: list[IO[Any]] = []
     try:
-        with open(tmp, mode, encoding=encoding) as fh:
-            yield fh
+        for target, tmp in zip(targets, temps):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            handles.append(open(tmp, mode, encoding=encoding))
+        yield tuple(handles)
+        for fh in handles:
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+            fh.close()
+        fault_point("file:written", targets[-1])
+        for target, tmp in zip(targets, temps):
+            os.replace(tmp, target)
+            fault_point("file:replaced", target)
+        _fsync_dir(targets[-1].parent)
     finally:
-        tmp.unlink(missing_ok=True)
+        for fh in handles:
+            try:  # closing flushes: on a full disk that fails too
+                fh.close()
+            except OSError:
+                pass
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -98,67 +159,192 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return Path(path)
 
 
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file under ``folder`` to disk (so a renamed folder is whole after a
+    power loss too)."""
+    for p in folder.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(folder)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one step (Linux ``renameat2``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def recover_directory(out: str | os.PathLike[str]) -> Path:
+    """Repair what a killed :func:`atomic_directory` left beside ``out``: when ``out`` is
+    missing but its previous version was moved aside, put it back; then remove the stale
+    temporary and moved-aside siblings. Takes the writer lock of ``out``."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        return out
+    with writer_lock(out):
+        olds = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        if not out.exists() and olds:
+            os.replace(olds.pop(), out)
+        for stale in [*olds, *out.parent.glob(f".{out.name}.tmp-*")]:
+            _remove(stale)
+    return out
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Make ``tmp`` the folder at ``out``; the old ``out`` is removed afterwards."""
+    if not out.exists():
+        os.replace(tmp, out)
+    elif _exchange(tmp, out):
+        fault_point("swap:switched", out)
+        _remove(tmp)  # now the old version
+    else:
+        old = _temp_name(out, "old")
+        os.replace(out, old)
+        try:
+            fault_point("swap:moved-aside", out)
+            os.replace(tmp, out)
+        except BaseException:
+            if not out.exists():
+                os.replace(old, out)
+            raise
+        fault_point("swap:switched", out)
+        _remove(old)
+    _fsync_dir(out.parent)
+
+
 @contextmanager
 def atomic_directory(out: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces ``out`` (old version moved
-    aside, then removed). A crash removes the temporary folder and leaves ``out`` as it was."""
+    """Yield a temporary sibling folder; on success it replaces ``out`` in one step. Holds
+    the writer lock of ``out`` (a second writer gets a ConfigError), repairs and cleans what
+    a killed earlier write left (:func:`recover_directory`). Any exception, Ctrl-C
+    included, removes the temporary folder and leaves ``out`` as it was."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(out)
-    tmp.mkdir()
+    with writer_lock(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        recover_directory(out)
+        tmp = _temp_name(out)
+        tmp.mkdir()
+        try:
+            yield tmp
+            _fsync_tree(tmp)
+            fault_point("swap:written", out)
+            _swap_in(tmp, out)
+        except BaseException:
+            _remove(tmp)
+            raise
+
+
+# --- versioned folders --------------------------------------------------------------------
+
+#: The pointer file of a versioned folder: the name of the version readers read.
+POINTER = "CURRENT"
+_VERSION = re.compile(r"v-\d{8}T\d{6}-[0-9a-f]{8}")
+
+
+def _pointer(folder: Path) -> str | None:
+    """The version named by ``folder/CURRENT`` (None when there is no pointer)."""
+    path = folder / POINTER
     try:
-        yield tmp
-        if out.exists():
-            old = _temp_name(out, "old")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        name = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"unreadable version pointer ({exc})", path=path) from exc
+    if not _VERSION.fullmatch(name):
+        raise DataError(f"corrupt version pointer {name[:40]!r}", path=path,
+                        fix="write the artifact again with --overwrite")
+    return name
 
 
-# --- JSON ---------------------------------------------------------------------------------
-
-def _key(k: Any) -> str:
-    if isinstance(k, str):
-        return k
-    if hasattr(k, "item") and getattr(k, "ndim", None) == 0:  # numpy scalar
-        k = k.item()
-    if k is None or isinstance(k, bool):
-        return json.dumps(k)
-    return str(k)
+def resolve_version(folder: str | os.PathLike[str]) -> Path:
+    """The folder to read: ``folder/<CURRENT>`` for a versioned artifact, ``folder`` itself
+    for one written before versions existed. Resolve once, then read only from it."""
+    folder = Path(folder)
+    name = _pointer(folder) if folder.is_dir() else None
+    return folder if name is None else folder / name
 
 
-def clean(obj: Any) -> Any:
-    """A JSON-safe copy: NaN/inf become None, tuples and numpy arrays lists, numpy scalars
-    Python numbers, mapping keys strings, sets sorted lists; anything else that JSON cannot
-    hold (a Path, a datetime) becomes ``str(obj)``."""
-    if obj is None or isinstance(obj, (str, bool, int)):
-        return obj
-    if isinstance(obj, float):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {_key(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return [clean(v) for v in sorted(obj, key=repr)]
-    if hasattr(obj, "tolist") and hasattr(obj, "ndim"):  # numpy array or scalar
-        return clean(obj.tolist())
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        return clean(float(obj))
-    return str(obj)
+def _clean_versions(out: Path) -> None:
+    """Remove what no reader can reach: temporaries, and (once a pointer exists) every
+    entry but the pointer and its version (superseded versions, an old flat layout)."""
+    try:
+        current = _pointer(out)
+    except DataError:
+        current = None
+    for entry in out.iterdir():
+        name = entry.name
+        if name == POINTER or name == current:
+            continue
+        if current is not None or name.startswith((".tmp-", f".{POINTER}.tmp-")) \
+                or _VERSION.fullmatch(name):
+            _remove(entry)
 
 
-def dumps(obj: Any, indent: int | None = 2) -> str:
-    """``clean(obj)`` as JSON with sorted keys (NaN as null), UTF-8 kept."""
-    return json.dumps(clean(obj), indent=indent, sort_keys=True, ensure_ascii=False)
+def _switch(out: Path, tmp: Path, name: str) -> None:
+    _fsync_tree(tmp)
+    fault_point("version:written", out)
+    os.replace(tmp, out / name)
+    fault_point("version:renamed", out)
+    write_text(out / POINTER, name + "\n")
+    fault_point("version:switched", out)
 
+
+@contextmanager
+def versioned_directory(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary folder inside ``out``; on success it becomes version
+    ``out/v-<id>`` and ``out/CURRENT`` is switched to it in one rename, then superseded
+    versions are removed (a reader that resolved an older one re-resolves, see
+    :func:`resolve_version`). Holds the writer lock of ``out``. A failure or a kill at any
+    point leaves the previous version readable; the next writer removes the leftovers.
+    A folder of the old flat layout is replaced the same way."""
+    out = Path(out)
+    with writer_lock(out):
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"{out} is a file, not a folder; remove it or choose another path")
+        created = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)
+        _clean_versions(out)
+        name = f"v-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+        tmp = out / f".tmp-{name}"
+        tmp.mkdir()
+        try:
+            yield tmp
+            _switch(out, tmp, name)
+        except BaseException:
+            _remove(tmp)
+            if _pointer(out) != name:
+                _remove(out / name)
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+        _clean_versions(out)
+
+
+# --- JSON files -------------------------------------------------------------------------
 
 def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> Path:
     """Atomic JSON write of ``clean(obj)`` with sorted keys (NaN as null)."""
@@ -179,30 +365,15 @@ def read_json(path: str | os.PathLike[str], *, what: str = "JSON file",
 
 # --- manifests and versions ---------------------------------------------------------------
 
-def versions(distributions: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:
-    """``tttembed`` and ``python`` versions, then each installed distribution's (absent ones
-    are skipped). Package metadata only: nothing heavy is imported."""
-    out = {"tttembed": __version__, "python": platform.python_version()}
-    for name in distributions:
-        if name in out:
-            continue
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def now_utc() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def read_manifest(folder: str | os.PathLike[str], *, fmt: str, what: str,
                   fix: str) -> dict[str, Any]:
-    """``folder/manifest.json`` of an artifact whose ``format`` must be ``fmt``."""
+    """``folder/manifest.json`` of an artifact whose ``format`` must be ``fmt`` (of its
+    current version when ``folder`` is versioned: pass a resolved version to read the
+    manifest of exactly the version you read the rest from)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{what} {folder} does not exist", fix=fix)
+    folder = resolve_version(folder)
     path = folder / MANIFEST
     if not path.exists():
         raise DataError(f"{folder} is not a {what} (no {MANIFEST})", fix=fix)
@@ -216,7 +387,9 @@ def write_manifest(folder: str | os.PathLike[str], manifest: Mapping[str, Any]) 
     return write_json(Path(folder) / MANIFEST, manifest)
 
 
-__all__ = ["DISTRIBUTIONS", "MANIFEST", "atomic_directory", "atomic_file", "clean", "dumps",
-           "json_hash", "now_utc", "read_json", "read_manifest", "refuse_existing",
-           "text_digest", "text_hash", "versions", "write_bytes", "write_json",
-           "write_manifest", "write_text"]
+__all__ = ["DISTRIBUTIONS", "FAULT_ENV", "MANIFEST", "POINTER", "atomic_directory",
+           "atomic_file", "atomic_files", "clean", "dumps", "fault_point", "json_hash",
+           "lock_path", "now_utc", "read_json", "read_manifest", "recover_directory",
+           "refuse_existing", "resolve_version", "text_digest", "text_hash",
+           "versioned_directory", "versions", "write_bytes", "write_json", "write_manifest",
+           "write_text", "writer_lock"]

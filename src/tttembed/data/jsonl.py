@@ -103,6 +103,19 @@ def _json_type(value: object) -> str:
     return "an object"
 
 
+def check_text(value: str, key: str, path: Path, line: int) -> str:
+    """``value`` unless it holds a lone UTF-16 surrogate (a JSON escape such as
+    ``"\\ud800"`` without its pair): no tokenizer or UTF-8 writer accepts one."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{key!r} holds a lone surrogate {shown(value[exc.start])} at "
+                        f"character {exc.start + 1} (not valid Unicode text)", path=path,
+                        line=line, fix="remove the \\udXXX escape, or write the character "
+                        "as a complete pair / plain UTF-8") from None
+    return value
+
+
 def _missing(key: str, path: Path, line: int) -> DataError:
     return DataError(f"missing required field {key!r}", path=path, line=line,
                      fix=f"add a {key!r} field to this record")
@@ -118,7 +131,7 @@ def get_id(obj: dict[str, Any], key: str, path: Path, line: int) -> str:
         if not value.strip():
             raise DataError(f"empty {key!r}", path=path, line=line,
                             fix=f"give every record a non-empty {key!r}")
-        return value
+        return check_text(value, key, path, line)
     if type(value) is int:  # not bool
         return str(value)
     raise DataError(f"{key!r} must be a string or an integer, got {_json_type(value)}",
@@ -140,7 +153,7 @@ def get_str(obj: dict[str, Any], key: str, path: Path, line: int, *,
     if nonempty and not value.strip():
         raise DataError(f"empty {key!r}", path=path, line=line,
                         fix=f"give this record a non-empty {key!r} or remove the line")
-    return value
+    return check_text(value, key, path, line)
 
 
 def get_id_list(obj: dict[str, Any], key: str, path: Path, line: int, *,
@@ -162,7 +175,7 @@ def get_id_list(obj: dict[str, Any], key: str, path: Path, line: int, *,
     seen: set[str] = set()
     for position, item in enumerate(value, start=1):
         if type(item) is str and item.strip():
-            ident = item
+            ident = check_text(item, key, path, line)
         elif type(item) is int:
             ident = str(item)
         else:

@@ -10,9 +10,14 @@ flight), ``api_key_env`` (name of the variable holding the key, default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``query_prompt`` /
 ``document_prompt`` (prefixes added client-side), ``dimensions`` (sent as the
 ``dimensions`` field), ``dim`` (asserts the vector size), ``retry`` (a
-:class:`~tttembed.core.http.RetryPolicy`), ``max_retries`` and ``timeout`` (override it).
-Rows are L2-normalised client-side. Without ``dim``/``dimensions`` the first response
-fixes the dimension; reading ``.dim`` before any ``encode`` sends one probe request.
+:class:`~tttembed.core.http.RetryPolicy`), ``max_retries``, ``timeout`` and ``deadline``
+(override it; the CLI's ``--max-retries`` / ``--timeout``).
+Rows are L2-normalised client-side. Every answer is validated before it is returned (so
+before it can reach the embedding cache): as many vectors as inputs, finite values, no
+zero-norm row, the expected dimension (``dim``, e.g. from an index manifest; without
+``dim``/``dimensions`` the first valid answer fixes it). A failing answer is a
+:class:`~tttembed.core.errors.BackendError` naming the endpoint. Reading ``.dim`` before
+any ``encode`` sends one probe request when no dimension is known.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from tttembed.core.http import (
 from tttembed.core.progress import Advance
 from tttembed.core.registry import identity
 from tttembed.embed.base import Kind, check_kind, l2_normalize
+from tttembed.embed.cache import check_vectors
 
 
 class OpenAIEmbedder:
@@ -51,7 +57,7 @@ class OpenAIEmbedder:
                  query_prompt: str = "", document_prompt: str = "",
                  dimensions: int | None = None, dim: int | None = None,
                  retry: RetryPolicy | None = None, max_retries: int | None = None,
-                 timeout: float | None = None,
+                 timeout: float | None = None, deadline: float | None = None,
                  sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -73,7 +79,7 @@ class OpenAIEmbedder:
         self._dim: int | None = None if expected is None else int(expected)
         self._dim_lock = threading.Lock()
         policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
-                                                          timeout=timeout)
+                                                          timeout=timeout, deadline=deadline)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,
                                  sleep=sleep, rng=rng, transport=transport)
         self.identity = identity(
@@ -126,14 +132,11 @@ class OpenAIEmbedder:
             payload["dimensions"] = self.dimensions
         body = self.client.post("/embeddings", payload)
         vecs = self._parse(body, len(batch))
+        where = f"{self.base_url}/embeddings ({self.spec})"
         with self._dim_lock:
+            check_vectors(vecs, len(batch), self._dim, where)
             if self._dim is None:
                 self._dim = int(vecs.shape[1])
-            elif vecs.shape[1] != self._dim:
-                raise BackendError(
-                    f"{self.spec} returned {vecs.shape[1]}-dimensional vectors, expected "
-                    f"{self._dim} (did the model behind the URL change? check dim/dimensions)"
-                )
         return vecs
 
     def _parse(self, body: Any, n: int) -> np.ndarray:
@@ -159,8 +162,6 @@ class OpenAIEmbedder:
                                "data[i] = {index: i, embedding: [floats]}") from None
         if vecs.ndim != 2 or vecs.shape[1] == 0:
             raise BackendError(f"{where} returned embeddings of uneven or zero length")
-        if not np.isfinite(vecs).all():
-            raise BackendError(f"{where} returned non-finite values in embeddings")
         return vecs
 
 

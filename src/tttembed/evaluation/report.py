@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.io import atomic_directory, write_json, write_text
-from tttembed.evaluation.stats import aubc, compare
+from tttembed.evaluation.stats import ComparisonCache, aubc, compare, p_value
 from tttembed.reporting import markdown_table, pyplot, save_figure
 
 MAIN = "ndcg@10"
@@ -43,7 +43,8 @@ def macro(values: Mapping[str, float]) -> float:
 
 
 def weighted_compare(a: Mapping[str, float], b: Mapping[str, float],
-                     n_resamples: int = 10000) -> dict[str, float] | None:
+                     n_resamples: int = 10000, cache: ComparisonCache | None = None
+                     ) -> dict[str, float] | None:
     """Paired test of the equal-task mean difference ``a - b`` over common queries."""
     common = sorted(set(a) & set(b))
     if not common:
@@ -54,7 +55,7 @@ def weighted_compare(a: Mapping[str, float], b: Mapping[str, float],
         sizes[t] = sizes.get(t, 0) + 1
     w = {k: len(common) / (len(sizes) * sizes[k.split("/", 1)[0]]) for k in common}
     c = compare({k: a[k] * w[k] for k in common}, {k: b[k] * w[k] for k in common},
-                n_resamples=n_resamples)
+                n_resamples=n_resamples, cache=cache)
     return {"delta": c.delta, "p_value": c.p_value, "ci_low": c.ci_low,
             "ci_high": c.ci_high, "n": c.n}
 
@@ -65,8 +66,10 @@ def _setting_key(r: Any) -> tuple:
 
 
 def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
-              n_resamples: int = 10000, few_queries: int = 50) -> dict[str, Any]:
-    """Rows (one per record) plus AUBC, alpha regret and the LOTO mean."""
+              n_resamples: int = 10000, few_queries: int = 50,
+              cache: ComparisonCache | None = None) -> dict[str, Any]:
+    """Rows (one per record) plus AUBC, alpha regret and the LOTO mean. ``cache`` keeps
+    the paired tests' results (the same numbers, read back on a rerun)."""
     direct = {_setting_key(r): r for r in results if r.method == "direct"}
     rows = []
     for r in results:
@@ -85,14 +88,14 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
                 entry[m] = float(np.mean(list(vals.values())))
                 entry[f"delta_{m}"] = entry[m] - float(np.mean(list(raw_t[m][t].values())))
         if r.method != "raw":
-            row["vs_raw"] = weighted_compare(r.per_query[MAIN], base[MAIN], n_resamples)
+            row["vs_raw"] = weighted_compare(r.per_query[MAIN], base[MAIN], n_resamples, cache)
             for t, vals in by_task(r.per_query[MAIN]).items():
-                c = compare(vals, raw_t[MAIN][t], n_resamples=n_resamples)
-                tasks[t]["p_raw"] = c.p_value
+                tasks[t]["p_raw"] = p_value(vals, raw_t[MAIN][t], n_resamples=n_resamples,
+                                            cache=cache)
             d = direct.get(_setting_key(r))
             if d is not None and r.method != "direct":
                 row["vs_direct"] = weighted_compare(r.per_query[MAIN], d.per_query[MAIN],
-                                                    n_resamples)
+                                                    n_resamples, cache)
         row["tasks"] = tasks
         row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in METRICS}
         rows.append(row)

@@ -25,6 +25,7 @@ from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import protocols as P
 from tttembed.evaluation.report import summarise
+from tttembed.evaluation.stats import ComparisonCache
 from tttembed.evaluation.tasks import EvalTask, load_eval_tasks, task_index
 from tttembed.score.base import Scorer, capabilities
 
@@ -268,6 +269,14 @@ def _cells(cfg: EvalConfig, work: Workload, src: RewardSource, use_cell_cache: b
     return CellCache(root, base)
 
 
+def _comparisons(cfg: EvalConfig, use_cache: bool) -> ComparisonCache:
+    """Paired tests kept next to the cells (``<cache>/eval/comparisons``), or in memory."""
+    from tttembed.core.paths import cache_dir
+
+    return ComparisonCache(cache_dir(cfg.cache_dir) / "eval" / "comparisons" if use_cache
+                           else None)
+
+
 def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: P.PerQuery,
              counts: dict[str, Any], timings: dict[str, float], use_cell_cache: bool,
              progress: Progress | None) -> dict[str, Any]:
@@ -277,8 +286,11 @@ def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: P.PerQuery,
     results, notes = _protocols(cfg, work, src, cells, progress)
     more, more_notes = _analyses(cfg, work, src, cells)
     t_sum = time.perf_counter()
+    tests = _comparisons(cfg, use_cell_cache)
     summary = summarise(results + more, raw_all, n_resamples=cfg.n_resamples,
-                        few_queries=cfg.few_queries)
+                        few_queries=cfg.few_queries, cache=tests)
+    counts["comparisons_cached"] = counts.get("comparisons_cached", 0) + tests.hits
+    counts["comparisons_computed"] = counts.get("comparisons_computed", 0) + tests.misses
     timings[f"tests_and_summary[{spec}]"] = time.perf_counter() - t_sum
     counts["scorer_paid"] += src.paid
     counts["reward_pairs_requested"] += src.requested

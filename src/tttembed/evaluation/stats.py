@@ -7,20 +7,33 @@
 * ``paired_bootstrap_ci``: percentile bootstrap interval of the mean difference.
 * ``compare``: both, over the queries two per-query dicts have in common.
 * ``aubc``: trapezoid integral of Delta(b) over log b, divided by log(b_max / b_min).
+* ``ComparisonCache``: the results of the two tests on disk, keyed by the bytes of the
+  paired scores, the seed, the resample count and alpha (as the eval cells are keyed by
+  their inputs): a rerun over the same per-query metrics recomputes nothing and returns
+  the identical floats.
 
 Resamples are processed in chunks so that memory stays bounded for 20k+ queries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.io import json_hash, read_json, write_text
 
-__all__ = ["Comparison", "aubc", "compare", "paired_bootstrap_ci", "paired_randomization_test"]
+__all__ = ["Comparison", "ComparisonCache", "aubc", "compare", "p_value",
+           "paired_bootstrap_ci", "paired_randomization_test"]
+
+#: Bump when a test's numbers change for the same inputs (invalidates cached comparisons).
+STATS_VERSION = 1
 
 _CHUNK_ELEMENTS = 1 << 22  # resamples x queries processed at once (~32 MiB of float64)
 
@@ -123,18 +136,8 @@ def paired_bootstrap_ci(
     return float(lo), float(hi)
 
 
-def compare(
-    per_query_a: Mapping[str, float],
-    per_query_b: Mapping[str, float],
-    n_resamples: int = 10000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> Comparison:
-    """Compare two per-query metric dicts over their common queries (sorted ids).
-
-    ``delta = mean_a - mean_b``: positive when A scores higher. Queries present in only one
-    dict are left out; ``n`` says how many were compared.
-    """
+def _paired(per_query_a: Mapping[str, float], per_query_b: Mapping[str, float]
+            ) -> tuple[np.ndarray, np.ndarray]:
     common = sorted(set(per_query_a) & set(per_query_b))
     if not common:
         raise DataError(
@@ -142,18 +145,92 @@ def compare(
         )
     x = np.array([per_query_a[q] for q in common], dtype=np.float64)
     y = np.array([per_query_b[q] for q in common], dtype=np.float64)
+    return x, y
+
+
+def _comparison(x: np.ndarray, y: np.ndarray, n_resamples: int, alpha: float,
+                seed: int) -> Comparison:
     p = paired_randomization_test(x, y, n_resamples=n_resamples, seed=seed)
     lo, hi = paired_bootstrap_ci(x, y, n_resamples=n_resamples, alpha=alpha, seed=seed)
-    mean_a, mean_b = float(x.mean()), float(y.mean())
-    return Comparison(
-        mean_a=mean_a,
-        mean_b=mean_b,
-        delta=float((x - y).mean()),
-        p_value=p,
-        ci_low=lo,
-        ci_high=hi,
-        n=len(common),
-    )
+    return Comparison(mean_a=float(x.mean()), mean_b=float(y.mean()),
+                      delta=float((x - y).mean()), p_value=p, ci_low=lo, ci_high=hi,
+                      n=int(x.size))
+
+
+def compare(
+    per_query_a: Mapping[str, float],
+    per_query_b: Mapping[str, float],
+    n_resamples: int = 10000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    cache: ComparisonCache | None = None,
+) -> Comparison:
+    """Compare two per-query metric dicts over their common queries (sorted ids).
+
+    ``delta = mean_a - mean_b``: positive when A scores higher. Queries present in only one
+    dict are left out; ``n`` says how many were compared. With ``cache`` a comparison of
+    the same scores, seed, resamples and alpha is read back instead of recomputed.
+    """
+    x, y = _paired(per_query_a, per_query_b)
+    if cache is None:
+        return _comparison(x, y, n_resamples, alpha, seed)
+    got = cache.get("compare", x, y, {"n": n_resamples, "alpha": alpha, "seed": seed},
+                    lambda: asdict(_comparison(x, y, n_resamples, alpha, seed)))
+    return Comparison(**got)
+
+
+def p_value(per_query_a: Mapping[str, float], per_query_b: Mapping[str, float],
+            n_resamples: int = 10000, seed: int = 0,
+            cache: ComparisonCache | None = None) -> float:
+    """Only the randomisation p-value of :func:`compare` (the same number, no interval)."""
+    x, y = _paired(per_query_a, per_query_b)
+    if cache is None:
+        return paired_randomization_test(x, y, n_resamples=n_resamples, seed=seed)
+    got = cache.get("p_value", x, y, {"n": n_resamples, "seed": seed}, lambda: {
+        "p_value": paired_randomization_test(x, y, n_resamples=n_resamples, seed=seed)})
+    return float(got["p_value"])
+
+
+class ComparisonCache:
+    """Results of paired tests as small JSON files under ``root`` (None: memory only),
+    keyed by the sha256 of the paired scores' bytes, the test, its parameters and
+    :data:`STATS_VERSION`. Floats are stored by ``repr`` and read back bit-identical.
+    ``hits``/``misses`` count lookups."""
+
+    def __init__(self, root: str | Path | None) -> None:
+        self.root = None if root is None else Path(root)
+        self.hits = self.misses = 0
+        self._memory: dict[str, dict[str, Any]] = {}
+
+    def key(self, kind: str, x: np.ndarray, y: np.ndarray, params: Mapping[str, Any]) -> str:
+        digest = hashlib.sha256()
+        for a in (x, y):
+            digest.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            digest.update(b"|")
+        return json_hash({"kind": kind, "scores": digest.hexdigest(), "n": int(x.size),
+                          "params": dict(params), "version": STATS_VERSION})
+
+    def get(self, kind: str, x: np.ndarray, y: np.ndarray, params: Mapping[str, Any],
+            compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        key = self.key(kind, x, y, params)
+        if key in self._memory:
+            self.hits += 1
+            return self._memory[key]
+        path = None if self.root is None else self.root / key[:2] / f"{key}.json"
+        if path is not None and path.is_file():
+            try:
+                got: dict[str, Any] = read_json(path, what="cached comparison")
+                self.hits += 1
+                self._memory[key] = got
+                return got
+            except DataError:
+                pass  # a corrupt entry is recomputed and rewritten
+        value = compute()
+        self.misses += 1
+        self._memory[key] = value
+        if path is not None:
+            write_text(path, json.dumps(value))
+        return value
 
 
 def aubc(budgets: Sequence[float] | np.ndarray, deltas: Sequence[float] | np.ndarray) -> float:

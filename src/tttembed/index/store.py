@@ -1,6 +1,8 @@
 """Index directories: build atomically, open with a manifest check, search.
 
-An index directory holds::
+An index directory is versioned: it holds one folder per version ``v-<id>/`` and a
+``CURRENT`` pointer file naming the one to read (:func:`tttembed.core.io.versioned_directory`).
+A version holds::
 
     manifest.json   embedder identity, dim, metric, normalisation, corpus fingerprint,
                     index type and parameters, versions
@@ -9,13 +11,19 @@ An index directory holds::
     vectors.npy     float32 (n_docs, dim) unit document vectors (memory-mapped on open;
                     the adaptation step reads candidate vectors from here)
 
-It is written into a temporary sibling folder and renamed into place, so a crash never
-leaves a half index behind.
+A new version is written beside the current one and the pointer switched in one rename,
+under the folder's writer lock: a reader resolves the pointer once and reads one version
+(never the manifest of one build and the ids of another), a second writer gets a clear
+error, and a crash at any point leaves the old index (or, on a first build, nothing);
+the next writer removes the leftovers. Folders of the earlier flat layout (the files
+directly in the folder) still open, and are converted on the next ``--overwrite``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +34,14 @@ from tttembed import __version__
 from tttembed.core.errors import DataError, StateMismatch
 from tttembed.core.io import (
     MANIFEST,
-    atomic_directory,
     now_utc,
     read_json,
     refuse_existing,
+    resolve_version,
+    versioned_directory,
     write_json,
     write_manifest,
+    writer_lock,
 )
 from tttembed.core.io import (
     read_manifest as _read_manifest,
@@ -80,8 +90,19 @@ def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.nda
                 embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
                 index_type: str = "flat", index_params: dict[str, int] | None = None,
                 overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
-    """Write an index directory from document vectors (atomic: temp folder + rename)."""
-    out = refuse_existing(out, overwrite, "index")
+    """Write an index directory from document vectors: a new version and one pointer
+    switch, under the folder's writer lock (another writer: ConfigError)."""
+    with writer_lock(out):
+        refuse_existing(out, overwrite, "index")
+        return _write_index(Path(out), doc_ids, vectors, embedder_identity=embedder_identity,
+                            embedder_spec=embedder_spec, corpus_fingerprint=corpus_fingerprint,
+                            index_type=index_type, index_params=index_params, extra=extra)
+
+
+def _write_index(out: Path, doc_ids: list[str], vectors: np.ndarray, *,
+                 embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
+                 index_type: str, index_params: dict[str, int] | None,
+                 extra: dict[str, Any] | None) -> Path:
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or len(vectors) != len(doc_ids) or len(doc_ids) == 0:
         raise DataError(f"need one vector per document, got {vectors.shape} for "
@@ -102,12 +123,27 @@ def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.nda
         "created": now_utc(),
         **(extra or {}),
     }
-    with atomic_directory(out) as tmp:
-        faiss.write_index(index, str(tmp / "index.faiss"))
-        np.save(tmp / "vectors.npy", vectors, allow_pickle=False)
+    with versioned_directory(out) as tmp:
+        try:
+            faiss.write_index(index, str(tmp / "index.faiss"))
+            np.save(tmp / "vectors.npy", vectors, allow_pickle=False)
+        except (RuntimeError, OSError) as exc:
+            _raise_write_error(exc, tmp)
         write_json(tmp / "doc_ids.json", doc_ids)
         write_manifest(tmp, manifest)
     return out
+
+
+def _raise_write_error(exc: Exception, folder: Path) -> None:
+    """FAISS and numpy report a failed write without an errno (a RuntimeError, or
+    "N requested and M written"): make it an OSError that says why (a full disk, or an
+    I/O error), so that the CLI prints one line naming the folder."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        raise exc
+    full = shutil.disk_usage(folder).free < (1 << 20)
+    code = errno.ENOSPC if full else errno.EIO
+    raise OSError(code, f"{os.strerror(code)} while writing the index "
+                  f"({str(exc).strip().splitlines()[-1][:120]})", str(folder)) from exc
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -117,9 +153,25 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = None,
                expected_dim: int | None = None) -> IndexHandle:
-    """Open an index directory, refusing one built by another embedder or dimension."""
+    """Open an index directory, refusing one built by another embedder or dimension.
+
+    Everything is read from one version; when a writer replaced that version while it was
+    being read (its files vanished), the pointer is resolved again."""
     path = Path(path)
-    manifest = read_manifest(path)
+    for _ in range(5):
+        version = resolve_version(path)
+        try:
+            return _open_version(path, version, expected_identity, expected_dim)
+        except (DataError, FileNotFoundError):
+            if version == path or resolve_version(path) == version:
+                raise
+    raise DataError("the index changed five times while it was being opened", path=path,
+                    fix="open it again when the rebuild is over")
+
+
+def _open_version(path: Path, version: Path, expected_identity: str | None,
+                  expected_dim: int | None) -> IndexHandle:
+    manifest = read_manifest(version)
     if expected_identity is not None and manifest["embedder"] != expected_identity:
         raise StateMismatch(
             f"index {path} was built with embedder {manifest['embedder']!r}, not "
@@ -128,19 +180,40 @@ def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = 
         raise StateMismatch(f"index {path} has dimension {manifest['dim']}, the embedder "
                             f"gives {expected_dim}; rebuild the index with this embedder")
     for name in FILES:
-        if not (path / name).exists():
+        if not (version / name).exists():
             raise DataError(f"index {path} is incomplete: {name} is missing",
                             fix="rebuild the index")
-    faiss = faiss_module()
-    index = faiss.read_index(str(path / "index.faiss"))
-    configure(index, manifest["index_type"], manifest["index_params"])
-    doc_ids = read_json(path / "doc_ids.json", what="index doc ids", fix="rebuild the index")
-    vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
-    if index.ntotal != len(doc_ids) or len(vectors) != len(doc_ids):
-        raise DataError(f"index {path} is inconsistent ({index.ntotal} vectors in FAISS, "
+    index = _read_faiss(version / "index.faiss", manifest)
+    doc_ids = read_json(version / "doc_ids.json", what="index doc ids", fix="rebuild the index")
+    try:
+        vectors = np.load(version / "vectors.npy", mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise DataError(f"corrupt index vectors ({exc})", path=version / "vectors.npy",
+                        fix="rebuild the index") from exc
+    n, dim = manifest.get("n_docs"), int(manifest["dim"])
+    if not isinstance(doc_ids, list) or index.ntotal != len(doc_ids) \
+            or len(vectors) != len(doc_ids) or n != len(doc_ids) \
+            or vectors.ndim != 2 or vectors.shape[1] != dim or index.d != dim:
+        raise DataError(f"index {path} is inconsistent (manifest: {n} docs of dim {dim}; "
+                        f"FAISS: {index.ntotal} of dim {index.d}; vectors: {vectors.shape}; "
                         f"{len(doc_ids)} ids)", fix="rebuild the index")
     return IndexHandle(path=path, manifest=manifest, doc_ids=doc_ids, vectors=vectors,
                        faiss_index=index)
+
+
+def _read_faiss(file: Path, manifest: dict[str, Any]) -> Any:
+    """The FAISS index in ``file``; a truncated or foreign file is a DataError naming it."""
+    faiss = faiss_module()
+    try:
+        index = faiss.read_index(str(file))
+    except RuntimeError as exc:
+        if not file.exists():
+            raise FileNotFoundError(str(file)) from exc
+        first = str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else "unreadable"
+        raise DataError(f"corrupt FAISS index ({first})", path=file,
+                        fix="rebuild the index") from exc
+    configure(index, manifest["index_type"], manifest["index_params"])
+    return index
 
 
 def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
@@ -154,13 +227,16 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
 
     if not corpus:
         raise DataError("the corpus is empty")
-    doc_ids = list(corpus)
-    texts = [doc_text(corpus[d]) for d in doc_ids]
-    vectors = embedder.encode(texts, "document", progress=progress)
-    return write_index(out, doc_ids, vectors, embedder_identity=embedder.identity,
-                       embedder_spec=embedder.spec,
-                       corpus_fingerprint=corpus_fingerprint(corpus), index_type=index_type,
-                       index_params=index_params, overwrite=overwrite, extra=extra)
+    with writer_lock(out):  # held while embedding: a second writer fails at once
+        refuse_existing(out, overwrite, "index")
+        doc_ids = list(corpus)
+        texts = [doc_text(corpus[d]) for d in doc_ids]
+        vectors = embedder.encode(texts, "document", progress=progress)
+        return write_index(out, doc_ids, vectors, embedder_identity=embedder.identity,
+                           embedder_spec=embedder.spec,
+                           corpus_fingerprint=corpus_fingerprint(corpus),
+                           index_type=index_type, index_params=index_params,
+                           overwrite=True, extra=extra)
 
 
 def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str],
@@ -173,19 +249,31 @@ def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str
 
     path = Path(path)
     fingerprint = corpus_fingerprint(corpus)
-    if path.exists():
-        try:
-            handle = open_index(path, expected_identity=embedder.identity)
-            if handle.manifest.get("corpus_fingerprint") == fingerprint:
-                return handle
-            problem: Exception = StateMismatch(
-                f"index {path} was built from another corpus; pass another index folder or "
-                "delete this one")
-        except (DataError, StateMismatch) as exc:
-            problem = exc
-        if not rebuild:
-            raise problem
-    extra = {"embedder_options": dict(getattr(embedder, "options", {}) or {}),
-             "corpus_source": source or "<dict>"}
-    build_index(corpus, embedder, path, overwrite=True, progress=progress, extra=extra)
+    handle, problem = _matching(path, embedder, fingerprint)
+    if handle is not None:
+        return handle
+    if path.exists() and not rebuild:
+        raise problem
+    with writer_lock(path, wait=True):  # another process may be building this very index
+        handle, _ = _matching(path, embedder, fingerprint)
+        if handle is not None:
+            return handle
+        extra = {"embedder_options": dict(getattr(embedder, "options", {}) or {}),
+                 "corpus_source": source or "<dict>"}
+        build_index(corpus, embedder, path, overwrite=True, progress=progress, extra=extra)
     return open_index(path, expected_identity=embedder.identity)
+
+
+def _matching(path: Path, embedder: Embedder, fingerprint: str
+              ) -> tuple[IndexHandle | None, Exception]:
+    """(the index at ``path`` when it matches embedder and corpus, else None; the reason)."""
+    if not path.exists():
+        return None, DataError(f"index {path} does not exist", fix=BUILD_FIX)
+    try:
+        handle = open_index(path, expected_identity=embedder.identity)
+    except (DataError, StateMismatch) as exc:
+        return None, exc
+    if handle.manifest.get("corpus_fingerprint") == fingerprint:
+        return handle, DataError("")
+    return None, StateMismatch(f"index {path} was built from another corpus; pass another "
+                               "index folder or delete this one")

@@ -8,9 +8,15 @@ else its ``spec``.
 
 ``LedgerScorer`` wraps any Scorer: pairs already in the ledger are served from it; the
 others are sent to the inner scorer in chunks of ``chunk_size``, each chunk committed as
-soon as it is scored, so a killed process loses at most the chunk in flight. A missing
-(nan) result is recorded and counted as paid; it is not asked again unless
-``retry_missing=True``. A stored reward is never overwritten by a missing one.
+soon as it is scored, so a killed process loses at most the chunk in flight. A scorer with
+``score_each(query, docs, on_result)`` (the LLM judge) reports every pair as it is
+answered and each one is committed at once: a kill or a failed pair loses only the pairs
+in flight, never an answered one. A missing (nan) result is recorded and counted as paid;
+it is not asked again unless ``retry_missing=True`` (``--retry-missing``). A stored reward
+is never overwritten by a missing one.
+
+A corrupt database file (``sqlite3.DatabaseError``) is a ConfigError naming the file and
+how to recover.
 
 The database is in WAL mode (``synchronous=NORMAL``: a committed chunk survives the
 process being killed; a power cut may lose the last commits): any number of readers, one
@@ -27,7 +33,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +80,13 @@ def scorer_key(scorer: Any) -> str:
     return str(getattr(scorer, "identity", None) or scorer.spec)
 
 
+def _corrupt(path: Path, exc: sqlite3.DatabaseError) -> ConfigError:
+    return ConfigError(
+        f"reward ledger {path} is unreadable: {exc} (a corrupt or foreign SQLite file; "
+        f"try 'sqlite3 {path} .recover' into a new file, or move it aside to start a new "
+        "ledger, which means paying again)")
+
+
 class Ledger:
     """SQLite store of paid rewards. Thread-safe; reopens itself after a fork."""
 
@@ -105,11 +119,31 @@ class Ledger:
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"cannot open reward ledger {self.path}: {exc} "
-                              "(give a writable path to an SQLite file, or delete a corrupt one)"
-                              ) from exc
+                              "(give a writable path to an SQLite file; for a corrupt one try "
+                              f"'sqlite3 {self.path} .recover' into a new file, or move it "
+                              "aside, which means paying again)") from exc
         self._conn, self._pid = conn, os.getpid()
         self._spec_ids = {}
         return conn
+
+    @contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock; a corrupt database becomes a ConfigError."""
+        with self._lock:
+            try:
+                yield self._connect()
+            except sqlite3.OperationalError as exc:
+                if "full" in str(exc):
+                    raise ConfigError(f"reward ledger {self.path}: {exc} (free disk space and "
+                                      "run again: the pairs committed so far are kept)"
+                                      ) from exc
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise ConfigError(f"reward ledger {self.path} stayed locked by another "
+                                      f"writer for {self.timeout:g} s ({exc}); retry when it "
+                                      "ends") from exc
+                raise _corrupt(self.path, exc) from exc
+            except sqlite3.DatabaseError as exc:
+                raise _corrupt(self.path, exc) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -140,8 +174,7 @@ class Ledger:
         """Stored rewards of the given document digests (nan = recorded as missing)."""
         wanted = list(dict.fromkeys(docs))
         found: dict[bytes, float] = {}
-        with self._lock:
-            conn = self._connect()
+        with self._locked() as conn:
             sid = self._spec_id(conn, spec, create=False)
             if sid is None:
                 return found
@@ -165,8 +198,7 @@ class Ledger:
         for doc, r in zip(docs, rewards):
             r = float(r)
             rows.append((query, doc, None if math.isnan(r) else r, now))
-        with self._lock:
-            conn = self._connect()
+        with self._locked() as conn:
             sid = self._spec_id(conn, spec, create=True)
             with conn:
                 conn.executemany(_UPSERT, [(sid, *row) for row in rows])
@@ -185,8 +217,7 @@ class Ledger:
 
     def count(self, spec: str | None = None) -> int:
         """Number of recorded pairs (for one scorer key, or all)."""
-        with self._lock:
-            conn = self._connect()
+        with self._locked() as conn:
             if spec is None:
                 return int(conn.execute("SELECT COUNT(*) FROM rewards").fetchone()[0])
             sid = self._spec_id(conn, spec, create=False)
@@ -196,8 +227,7 @@ class Ledger:
                                     (sid,)).fetchone()[0])
 
     def specs(self) -> list[str]:
-        with self._lock:
-            conn = self._connect()
+        with self._locked() as conn:
             return [r[0] for r in conn.execute("SELECT spec FROM specs ORDER BY spec")]
 
 
@@ -229,6 +259,7 @@ class LedgerScorer:
         self.mapping = scorer.mapping
         self.identity = scorer_key(scorer)
         self.requested = self.cached = self.paid = self.missing = 0
+        self._count_lock = threading.Lock()
 
     def counts(self) -> LedgerCounts:
         return LedgerCounts(self.requested, self.cached, self.paid, self.missing)
@@ -255,18 +286,40 @@ class LedgerScorer:
         out = np.full(len(docs), np.nan, dtype=np.float64)
         qd, digests, known, pending = self._plan(query.text, [d.text for d in docs])
         fresh: dict[bytes, float] = {}
-        for start in range(0, len(pending), self.chunk_size):
-            chunk = pending[start: start + self.chunk_size]
-            rewards = self._pay(query, [docs[i] for _, i in chunk])
-            self.ledger.put_digests(self.identity, qd, [dg for dg, _ in chunk], rewards)  # type: ignore[arg-type]
-            self.paid += len(chunk)
-            self.missing += int(np.isnan(rewards).sum())
-            fresh.update(zip((dg for dg, _ in chunk), rewards.tolist()))
-        for i, dg in enumerate(digests):
-            out[i] = fresh[dg] if dg in fresh else known[dg]
         self.requested += len(docs)
         self.cached += len(docs) - len(pending)
+        for start in range(0, len(pending), self.chunk_size):
+            chunk = pending[start: start + self.chunk_size]
+            fresh.update(self._pay_chunk(query, qd, [dg for dg, _ in chunk],
+                                         [docs[i] for _, i in chunk]))
+        for i, dg in enumerate(digests):
+            out[i] = fresh[dg] if dg in fresh else known[dg]
         return out
+
+    def _record(self, qd: bytes, digests: Sequence[bytes], rewards: Sequence[float]) -> None:
+        """Commit paid pairs and count them (thread-safe)."""
+        self.ledger.put_digests(self.identity, qd, digests, rewards)
+        with self._count_lock:
+            self.paid += len(digests)
+            self.missing += sum(1 for r in rewards if math.isnan(r))
+
+    def _pay_chunk(self, query: Item, qd: bytes, digests: list[bytes], docs: list[Item]
+                   ) -> dict[bytes, float]:
+        """Pay one chunk; pair by pair when the scorer reports each answer (score_each)."""
+        each = getattr(self.inner, "score_each", None)
+        if each is None:
+            rewards = self._pay(query, docs)
+            self._record(qd, digests, rewards.tolist())
+            return dict(zip(digests, rewards.tolist()))
+
+        def commit(position: int, reward: float) -> None:
+            self._record(qd, [digests[position]], [_checked(self.spec, reward)])
+
+        rewards = np.asarray(each(query, docs, commit), dtype=np.float64)
+        if rewards.shape != (len(docs),):
+            raise BackendError(f"scorer {self.spec} returned shape {rewards.shape} for "
+                               f"{len(docs)} documents; a scorer must return (n,)")
+        return dict(zip(digests, rewards.tolist()))
 
     def _pay(self, query: Item, docs: list[Item]) -> np.ndarray:
         rewards = np.asarray(self.inner.score(query, docs), dtype=np.float64)
@@ -275,6 +328,14 @@ class LedgerScorer:
                                f"{len(docs)} documents; a scorer must return (n,)")
         bad = ~np.isnan(rewards) & ((rewards < 0) | (rewards > 1))
         if bad.any():
-            raise BackendError(f"scorer {self.spec} returned rewards outside [0, 1] "
-                               f"(e.g. {rewards[bad][0]!r}); map raw scores to [0, 1]")
+            _checked(self.spec, float(rewards[bad][0]))
         return rewards
+
+
+def _checked(spec: str, reward: float) -> float:
+    """``reward`` if it is nan (missing) or in [0, 1]; a BackendError otherwise."""
+    reward = float(reward)
+    if not math.isnan(reward) and not 0.0 <= reward <= 1.0:
+        raise BackendError(f"scorer {spec} returned rewards outside [0, 1] "
+                           f"(e.g. {reward!r}); map raw scores to [0, 1]")
+    return reward

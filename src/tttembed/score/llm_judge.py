@@ -5,12 +5,15 @@ relevance rubric; the model reasons briefly and ends with ``Score: X``. The last
 ``Score: X`` in the answer is read (X an integer or decimal in [0, 5]) and the reward is
 ``X / 5`` (``mapping = "score/5"``). An answer without a valid score is asked again once;
 if the second answer is no better the pair is recorded as missing (``nan``) with a
-warning that names the query and document ids. Transport failures follow the shared
+warning that names the query and document ids. :meth:`LLMJudge.score_each` reports each
+pair as soon as it is answered, so the ledger commits paid pairs one by one (a chunk in
+which one pair fails keeps the answered ones). Transport failures follow the shared
 :class:`~tttembed.core.http.RetryPolicy` and end in :class:`~tttembed.core.errors.BackendError`.
 
 Options: ``max_concurrency`` (4 pairs in flight), ``api_key_env`` (default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``max_tokens`` (sent when given),
-``retry``, ``max_retries``, ``timeout``.
+``retry``, ``max_retries``, ``timeout``, ``deadline`` (the CLI's ``--max-retries`` /
+``--timeout``).
 
 ``identity`` is ``llm:MODEL@BASE_URL rubric=HASH`` (the resolved endpoint; HASH is
 :data:`RUBRIC_HASH`, over the system rubric and the user-message template), plus
@@ -96,6 +99,7 @@ class LLMJudge:
                  max_concurrency: int = 4, api_key_env: str | None = DEFAULT_API_KEY_ENV,
                  max_tokens: int | None = None, retry: RetryPolicy | None = None,
                  max_retries: int | None = None, timeout: float | None = None,
+                 deadline: float | None = None,
                  sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -107,7 +111,7 @@ class LLMJudge:
         self.identity = identity(f"llm:{model}@{self.base_url}", rubric=RUBRIC_HASH,
                                  max_tokens=self.max_tokens)
         policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
-                                                          timeout=timeout)
+                                                          timeout=timeout, deadline=deadline)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,
                                  sleep=sleep, rng=rng, transport=transport)
 
@@ -159,17 +163,32 @@ class LLMJudge:
         return float("nan"), answer
 
     def score(self, query: Item, docs: Sequence[Item]) -> np.ndarray:
+        return self.score_each(query, docs)
+
+    def score_each(self, query: Item, docs: Sequence[Item],
+                   on_result: Callable[[int, float], None] | None = None) -> np.ndarray:
+        """``score``, calling ``on_result(position, reward)`` (from a worker thread) as soon
+        as each pair is answered, so a caller can commit it before the other pairs end.
+
+        When one pair fails, the pairs in flight still end (and are reported) before the
+        error is raised; pairs not yet sent are not sent."""
         docs = list(docs)
-        results = map_ordered(lambda d: self._judge(query.text, d.text), docs,
-                              self.max_concurrency)
+
+        def judge(i: int) -> tuple[float, str | None]:
+            result = self._judge(query.text, docs[i].text)
+            if on_result is not None:
+                on_result(i, result[0])
+            return result
+
+        results = map_ordered(judge, range(len(docs)), self.max_concurrency)
         out = np.array([r for r, _ in results], dtype=np.float64)
         for doc, (value, answer) in zip(docs, results):
             if np.isnan(value):
-                excerpt = " ".join((answer or "(empty answer)").split())[-80:]
+                excerpt = " ".join(self.client.redact(answer or "(empty answer)").split())[-80:]
                 message = (f"{self.spec}: no valid 'Score: X' (0-5) for query {query.id!r}, "
-                           f"doc {doc.id!r} after 2 requests; recorded as missing. "
-                           f"Answer ended: {excerpt!r}")
-                warnings.warn(message, JudgeWarning, stacklevel=2)
+                           f"doc {doc.id!r} after 2 requests; recorded as missing "
+                           f"(--retry-missing asks again). Answer ended: {excerpt!r}")
+                warnings.warn(message, JudgeWarning, stacklevel=3)
         return out
 
 

@@ -56,6 +56,7 @@ def build_scorer(spec: str, corpus: Corpus | None = None, *,
     from tttembed.score.ledger import Ledger, LedgerScorer, default_ledger_path
 
     caps = capabilities(spec)
+    retry_missing = bool(options.pop("retry_missing", False))
     if caps.needs_corpus and "corpus" not in options:
         if corpus is None:
             raise ConfigError(f"scorer {spec!r} needs the document texts: give the corpus "
@@ -63,9 +64,14 @@ def build_scorer(spec: str, corpus: Corpus | None = None, *,
         options["corpus"] = corpus
     scorer = get_scorer(spec, **options)
     if not caps.cacheable or not use_ledger:
+        if retry_missing:
+            raise ConfigError(f"retry_missing (--retry-missing): scorer {spec!r} keeps no "
+                              "ledger (its rewards are not cached), so no pair is recorded "
+                              "missing")
         return scorer
     return LedgerScorer(scorer, Ledger(Path(ledger_path) if ledger_path else
-                                       default_ledger_path(cache_dir)))
+                                       default_ledger_path(cache_dir)),
+                        retry_missing=retry_missing)
 
 
 def candidate_depth(avg_budget: float, depth: int, n_docs: int) -> int:

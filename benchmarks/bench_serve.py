@@ -1,0 +1,237 @@
+"""`tttembed serve` under load, loopback only, bounded in count and time.
+
+1. Latency and throughput of ``/t/{task}/v1/embeddings`` (adapted) against
+   ``/v1/embeddings`` (raw) at 1, 8 and 32 concurrent clients with the bundled MiniLM.
+   Every request carries a new text (no cache hit: the model runs each time) and every
+   client alternates the two routes, so both see the same machine load.
+   Goal: adapted/raw latency ratio <= 1.05 at p50 and at p99.
+2. ``--reload-requests`` requests at 32 clients (two query texts each) while the state
+   file is replaced and reloaded ``--reloads`` times (alternately ``POST /admin/reload``
+   and SIGHUP). Every response must be wholly the old or wholly the new state's vectors,
+   and say so in its generation header. Goal: 0 failed and 0 mixed responses.
+
+The server is `tttembed serve` in its own process; the index is the demo corpus
+(`tttembed.api.export_demo`), the states are task-wise, learned with its labels.
+
+    python benchmarks/bench_serve.py [--requests 500] [--reload-requests 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+GOAL_RATIO = 1.05
+MODULES = ("json", "csv", "re", "pathlib", "functools", "itertools", "collections", "shutil",
+           "os", "argparse", "logging", "subprocess", "socket", "asyncio", "typing")
+
+
+def prepare(work: Path) -> tuple[Path, Path, Path, str, list[str]]:
+    """Demo index and two different task-wise states; returns (index, A, B, task, texts)."""
+    import tttembed.api as tt
+
+    folder = tt.export_demo(work / "demo", modules=MODULES)
+    index = tt.index_corpus(folder, work / "index")
+    states = []
+    for name, budget, seed in (("a", 10, 0), ("b", 2, 1)):
+        st = tt.learn(index, folder, scorer=f"qrels:{folder}", scope="task", budget=budget,
+                      seed=seed)
+        states.append(st.save(work / f"{name}.npz"))
+    qs = [line for line in (folder / "queries.jsonl").read_text().splitlines() if line]
+    import json
+
+    texts = [json.loads(q)["text"] for q in qs]
+    return work / "index", states[0], states[1], folder.name, texts
+
+
+def swap(src: Path, live: Path) -> None:
+    tmp = live.with_name(live.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, live)
+
+
+def start_server(index: Path, live: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-c", "from tttembed.cli import main; main()", "serve",
+           "--index", str(index), "--state", str(live), "--port", str(port),
+           "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz").status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+async def latency_phase(url: str, task: str, texts: list[str], clients: int, n: int,
+                        deadline: float) -> dict[str, list[float]]:
+    import httpx
+
+    lat: dict[str, list[float]] = {"raw": [], "adapted": []}
+    counter = iter(range(n))
+    routes = {"raw": "/v1/embeddings", "adapted": f"/t/{task}/v1/embeddings"}
+
+    async def client(c: int, http: httpx.AsyncClient) -> None:
+        for i in counter:
+            if time.monotonic() > deadline:
+                return
+            kind = "raw" if i % 2 == 0 else "adapted"
+            body = {"input": f"{texts[i % len(texts)]} (request {i}, {time.time_ns()})",
+                    "model": "m", "encoding_format": "base64"}
+            t0 = time.perf_counter()
+            r = await http.post(routes[kind], json=body)
+            dt = time.perf_counter() - t0
+            if r.status_code != 200:
+                raise SystemExit(f"request failed: {r.status_code} {r.text[:200]}")
+            lat[kind].append(dt)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+        await asyncio.gather(*(client(c, http) for c in range(clients)))
+    return lat
+
+
+def _vectors(body: dict) -> np.ndarray:
+    return np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+
+
+async def reload_phase(url: str, task: str, texts: list[str], proc: subprocess.Popen,
+                       files: tuple[Path, Path, Path], n: int, reloads: int,
+                       deadline: float) -> dict[str, int]:
+    """Two-text requests at 32 clients while ``live`` alternates between A and B."""
+    import httpx
+
+    a, b, live = files
+    route, body = f"/t/{task}/v1/embeddings", {"input": texts[:2], "encoding_format": "float"}
+    ref: dict[int, np.ndarray] = {}  # generation parity -> expected vectors
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        gen0 = int((await http.get("/v1/states")).json()["generation"])
+        ref[gen0 % 2] = _vectors((await http.post(route, json=body)).json())
+        swap(b, live)
+        assert (await http.post("/admin/reload")).status_code == 200
+        ref[(gen0 + 1) % 2] = _vectors((await http.post(route, json=body)).json())
+        if np.abs(ref[0] - ref[1]).max() < 1e-4:
+            raise SystemExit("states A and B give the same vectors: nothing to detect")
+    stats = {"ok": 0, "failed": 0, "mixed": 0, "reloads": 0, "reload_failures": 0}
+    counter = iter(range(n))
+    done = 0
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal done
+        for _ in counter:
+            if time.monotonic() > deadline:
+                return
+            try:
+                r = await http.post(route, json=body)
+            except httpx.HTTPError:
+                stats["failed"] += 1
+                continue
+            done += 1
+            if r.status_code != 200:
+                stats["failed"] += 1
+                continue
+            got, gen = _vectors(r.json()), int(r.headers["x-tttembed-generation"])
+            rows_ok = [min(np.abs(got[i] - ref[p][i]).max() for p in (0, 1)) < 1e-6
+                       for i in range(len(got))]
+            same = all(np.abs(got - ref[gen % 2]).max(axis=1) < 1e-6)
+            stats["ok" if same and all(rows_ok) else "mixed"] += 1
+
+    async def reloader(http: httpx.AsyncClient) -> None:
+        for k in range(reloads):
+            while done < (k + 1) * n // (reloads + 1) and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            before = int((await http.get("/v1/states")).json()["generation"])
+            swap(a if k % 2 == 0 else b, live)
+            if k % 2:
+                proc.send_signal(signal.SIGHUP)
+                while int((await http.get("/v1/states")).json()["generation"]) == before:
+                    await asyncio.sleep(0.01)
+            elif (await http.post("/admin/reload")).status_code != 200:
+                stats["reload_failures"] += 1
+            stats["reloads"] += 1
+
+    limits = httpx.Limits(max_connections=40, max_keepalive_connections=40)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+        await asyncio.gather(reloader(http), *(client(http) for _ in range(32)))
+    return stats
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) * 1000
+
+
+def report_latency(clients: int, lat: dict[str, list[float]], wall: float) -> list[bool]:
+    p = {k: (pct(v, 50), pct(v, 99)) for k, v in lat.items()}
+    r50, r99 = p["adapted"][0] / p["raw"][0], p["adapted"][1] / p["raw"][1]
+    n = len(lat["raw"]) + len(lat["adapted"])
+    print(f"{clients:>3} clients  {n:>6} req  {n / wall:7.1f} req/s  "
+          f"raw p50 {p['raw'][0]:7.2f} ms p99 {p['raw'][1]:7.2f} ms  "
+          f"adapted p50 {p['adapted'][0]:7.2f} ms p99 {p['adapted'][1]:7.2f} ms  "
+          f"ratio p50 {r50:.3f} p99 {r99:.3f}")
+    return [r50 <= GOAL_RATIO, r99 <= GOAL_RATIO]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=2000,
+                    help="requests per concurrency level (half raw, half adapted)")
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--reload-requests", type=int, default=10_000)
+    ap.add_argument("--reloads", type=int, default=20)
+    ap.add_argument("--time-limit", type=float, default=900, help="seconds, whole run")
+    args = ap.parse_args()
+    deadline = time.monotonic() + args.time_limit
+    work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    os.environ.setdefault("TTTEMBED_CACHE_DIR", str(work / "cache"))
+    index, a, b, task, texts = prepare(work)
+    live = work / "live.npz"
+    swap(a, live)
+    proc, url = start_server(index, live)
+    ok: list[bool] = []
+    try:
+        print(f"goal: adapted/raw latency <= {GOAL_RATIO} at p50 and p99; 0 failed, 0 mixed")
+        for c in (int(x) for x in args.clients.split(",")):
+            t0 = time.perf_counter()
+            lat = asyncio.run(latency_phase(url, task, texts, c, args.requests, deadline))
+            ok += report_latency(c, lat, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        stats = asyncio.run(reload_phase(url, task, texts, proc, (a, b, live),
+                                         args.reload_requests, args.reloads, deadline))
+        wall = time.perf_counter() - t0
+        print(f"reloads: {stats['reloads']} swaps during {stats['ok'] + stats['mixed']:,} "
+              f"responses at 32 clients in {wall:.1f} s: failed {stats['failed']}, "
+              f"mixed {stats['mixed']}, reload errors {stats['reload_failures']}")
+        ok += [stats["failed"] == 0, stats["mixed"] == 0, stats["reload_failures"] == 0]
+        if time.monotonic() > deadline:
+            print(f"stopped at the time limit ({args.time_limit:.0f} s): counts above are "
+                  "what finished")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        shutil.rmtree(work, ignore_errors=True)
+    print("all goals met" if all(ok) else "some goals missed")
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

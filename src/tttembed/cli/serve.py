@@ -1,0 +1,44 @@
+"""``tttembed serve``: the OpenAI-compatible embeddings service over an index, with learned
+states applied to the query side (``/t/{task}/v1/embeddings``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tttembed.cli._common import handle_errors, quiet_libraries
+from tttembed.cli._options import IndexOpt, SplitOpt, TaskOpt
+
+
+@handle_errors
+def serve(
+    index: IndexOpt,
+    state: Annotated[Optional[list[Path]], typer.Option("--state", help="Learned state file(s) (vectors.npz), re-read on POST /admin/reload and SIGHUP. The most specific state wins per query: query-wise (by exact text), task-wise, global.")] = None,
+    queries: Annotated[Optional[list[Path]], typer.Option("--queries", help="Query sources (BEIR folder or query file, one task each) whose exact texts map requests to query ids, for query-wise states; without them a query-wise state applies to no request.")] = None,
+    task: TaskOpt = None,
+    split: SplitOpt = "test",
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes (each loads the model; SIGHUP rolls them over).")] = 1,
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Name of the environment variable holding the bearer key every route but /healthz requires (the key itself never goes on the command line).")] = None,
+    allow_foreign_state: Annotated[bool, typer.Option("--allow-foreign-state", help="Apply states learned on another corpus than the index's.")] = False,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted (413 beyond).")] = 2_000_000,
+    max_inputs: Annotated[int, typer.Option(min=1, help="Most texts in one request.")] = 2048,
+    cache_size: Annotated[int, typer.Option(min=0, help="Vectors kept in the in-memory LRU cache (0: none).")] = 50_000,
+    log_level: Annotated[str, typer.Option(help="debug, info (one JSON access line per request), warning or error.")] = "info",
+) -> None:
+    """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
+    quiet_libraries()
+    from tttembed import api
+
+    config = api.ServeConfig(
+        index=str(index), states=tuple(str(s) for s in state or ()),
+        queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), split=split,
+        host=host, port=port, workers=workers, api_key_env=api_key_env,
+        allow_foreign_state=allow_foreign_state, max_body_bytes=max_body_bytes,
+        max_inputs=max_inputs, cache_size=cache_size, log_level=log_level.lower())
+    typer.echo(f"serving {index} on http://{host}:{port} (queries of task T: "
+               f"http://{host}:{port}/t/T/v1; Ctrl-C stops)", err=True)
+    api.run_server(config)

@@ -1,0 +1,72 @@
+"""One writer per artifact: ``fcntl.flock`` on ``.<name>.lock`` beside it.
+
+A second writer gets a ConfigError naming the path (or waits, when asked); the lock is
+re-entrant within one process and released by the kernel when its holder is killed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tttembed.core.errors import ConfigError
+
+_HELD: dict[str, list[int]] = {}  # absolute artifact path -> [lock fd, depth]
+
+
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file of the artifact at ``path``: ``.<name>.lock`` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+def _acquire(lock: Path, artifact: Path, wait: bool) -> int:
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 100, 0).decode("utf-8", "replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(f"{artifact} is being written by another process ({holder}); "
+                              "wait for it to finish or write to another path "
+                              f"(lock file {lock})") from None
+        try:  # the previous holder may have removed the file after we opened it
+            st = os.stat(lock)
+            same = (st.st_ino, st.st_dev) == (os.fstat(fd).st_ino, os.fstat(fd).st_dev)
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+@contextmanager
+def writer_lock(path: str | os.PathLike[str], *, wait: bool = False) -> Iterator[Path]:
+    """Hold the exclusive writer lock of the artifact at ``path`` (re-entrant in one
+    process). Another holder is a ConfigError naming ``path``, or (``wait``) waited for.
+    The lock file is removed on release; a killed holder's lock is released by the kernel."""
+    path = Path(os.path.abspath(path))
+    key = str(path)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield path
+        finally:
+            _HELD[key][1] -= 1
+        return
+    lock = lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(lock, path, wait)
+    _HELD[key] = [fd, 1]
+    try:
+        yield path
+    finally:
+        del _HELD[key]
+        lock.unlink(missing_ok=True)
+        os.close(fd)

@@ -1,0 +1,196 @@
+"""The Starlette app: routes, auth, body limits, metrics and access logs around the
+:class:`~tttembed.serve.engine.Engine` and the :class:`~tttembed.serve.states.StateRegistry`.
+
+Every route handler runs inside :func:`_endpoint`, which checks the bearer key (all routes
+but ``/healthz``), turns :class:`~tttembed.serve.wire.ApiError` into OpenAI-shaped 4xx
+bodies (anything unexpected into a 500 without a traceback), counts the request and writes
+one JSON access-log line (never a header, so never the key). Model work, adaptation and
+JSON rendering run in a worker thread; the event loop only moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tttembed.core.errors import StateMismatch
+from tttembed.embed.base import Embedder
+from tttembed.serve import routes
+from tttembed.serve.config import ServeConfig
+from tttembed.serve.engine import Engine
+from tttembed.serve.metrics import Metrics
+from tttembed.serve.routes import json_response
+from tttembed.serve.states import StateRegistry
+from tttembed.serve.wire import ApiError, error_body
+
+log = logging.getLogger("tttembed.serve")
+access_log = logging.getLogger("tttembed.serve.access")
+
+Handler = Callable[[Request, dict[str, Any]], Awaitable[Response]]
+
+
+class Service:
+    """Everything the routes share, built once (model and index loaded eagerly)."""
+
+    def __init__(self, config: ServeConfig, embedder: Embedder | None = None) -> None:
+        from tttembed.api import embedder_for_index, open_index
+
+        self.config = config
+        self.index = open_index(config.index)
+        if embedder is None:
+            embedder = embedder_for_index(self.index, cache=False)
+        elif embedder.identity != self.index.identity:
+            raise StateMismatch(f"embedder {embedder.identity!r} is not the index's "
+                                f"{self.index.identity!r}")
+        self.model = str(self.index.manifest.get("embedder_spec", self.index.identity))
+        self.engine = Engine(self.index, embedder, config.cache_size)
+        embedder.encode(["warm-up"], "query")  # load the model before the first request
+        self.registry = StateRegistry(config, self.index)
+        self.metrics = Metrics()
+        self.metrics.generation = self.registry.current.generation
+        self._key = config.api_key()
+        self._key_bytes = self._key.encode() if self._key else None
+        self.background: set[Any] = set()
+
+    def authorized(self, request: Request) -> bool:
+        if self._key_bytes is None:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode(), self._key_bytes)
+
+    def reload(self) -> tuple[bool, Any, str | None]:
+        swapped, snap, error = self.registry.reload()
+        self.metrics.reload(swapped, snap.generation)
+        if swapped and self.config.workers > 1:
+            os.kill(os.getppid(), signal.SIGHUP)  # uvicorn rolls every worker over
+        return swapped, snap, error
+
+
+def _log_access(request: Request, route: str, status: int, seconds: float,
+                info: dict[str, Any]) -> None:
+    if access_log.isEnabledFor(logging.INFO):
+        client = request.client.host if request.client else ""
+        access_log.info(json.dumps({"method": request.method, "path": request.url.path,
+                                    "route": route, "status": status,
+                                    "ms": round(1000 * seconds, 3), "client": client, **info},
+                                   ensure_ascii=False))
+
+
+def _endpoint(svc: Service, route: str, handler: Handler, auth: bool = True
+              ) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        t0 = time.perf_counter()
+        info: dict[str, Any] = {}
+        try:
+            if auth and not svc.authorized(request):
+                raise ApiError(401, "missing or incorrect API key (send 'Authorization: "
+                               "Bearer KEY')", code="invalid_api_key")
+            response = await handler(request, info)
+        except ApiError as exc:
+            svc.metrics.error(route, exc.code or exc.type)
+            response = json_response(exc.body(), exc.status)
+        except Exception as exc:  # never a traceback on the wire
+            log.exception("%s failed", route)
+            svc.metrics.error(route, "server_error")
+            response = json_response(error_body(f"internal error ({type(exc).__name__})",
+                                        "server_error"), 500)
+        seconds = time.perf_counter() - t0
+        svc.metrics.observe(request.method, route, response.status_code, seconds)
+        _log_access(request, route, response.status_code, seconds, info)
+        return response
+
+    return endpoint
+
+
+#: (path, route name, handler, methods, needs the key)
+ROUTES: tuple[tuple[str, str, Any, list[str], bool], ...] = (
+    ("/healthz", "healthz", routes.healthz, ["GET"], False),
+    ("/metrics", "metrics", routes.metrics, ["GET"], True),
+    ("/v1/embeddings", "embeddings", routes.embeddings, ["POST"], True),
+    ("/t/{task}/v1/embeddings", "task_embeddings", routes.embeddings, ["POST"], True),
+    ("/v1/search", "search", routes.search, ["POST"], True),
+    ("/v1/states", "states", routes.states, ["GET"], True),
+    ("/v1/models", "models", routes.models, ["GET"], True),
+    ("/t/{task}/v1/models", "models", routes.models, ["GET"], True),
+    ("/admin/reload", "reload", routes.reload, ["POST"], True),
+)
+
+
+def _on_sighup(svc: Service) -> None:
+    """SIGHUP: reload in a thread (the event loop keeps serving)."""
+    loop = asyncio.get_running_loop()
+    task = loop.run_in_executor(None, svc.reload)
+    svc.background.add(task)
+    task.add_done_callback(svc.background.discard)
+
+
+def _lifespan(svc: Service) -> Callable[[Starlette], Any]:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, _on_sighup, svc)
+            hup = True
+        except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+            hup = False  # not the main thread (tests) or no SIGHUP on this platform
+        log.info("serving %s (%d documents, %d state file(s), generation %d)%s",
+                 svc.config.index, len(svc.index), len(svc.registry.current.states),
+                 svc.registry.current.generation, "; SIGHUP reloads" if hup else "")
+        try:
+            yield
+        finally:
+            if hup:
+                loop.remove_signal_handler(signal.SIGHUP)
+            log.info("stopped")
+
+    return lifespan
+
+
+def build_app(config: ServeConfig, embedder: Embedder | None = None) -> Starlette:
+    """The app, with index, model and states loaded (errors raise here, not later)."""
+    svc = Service(config, embedder)
+    table = [Route(path, _endpoint(svc, name, _bind(handler, svc), auth), methods=methods)
+             for path, name, handler, methods, auth in ROUTES]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        svc.metrics.observe(request.method, "unmatched", status, 0.0)
+        kind = "not_found" if status == 404 else "method_not_allowed"
+        return json_response(error_body(f"{request.method} {request.url.path}: "
+                                        f"{kind.replace('_', ' ')}", code=kind), status)
+
+    app = Starlette(routes=table, lifespan=_lifespan(svc),
+                    exception_handlers={404: not_found, 405: not_found})
+    app.state.service = svc
+    return app
+
+
+def _bind(handler: Any, svc: Service) -> Handler:
+    async def bound(request: Request, info: dict[str, Any]) -> Response:
+        return await handler(svc, request, info)  # type: ignore[no-any-return]
+
+    return bound
+
+
+def app_from_env() -> Starlette:
+    """uvicorn's factory in worker processes (``--workers N``)."""
+    from tttembed.serve.run import configure_logging
+
+    config = ServeConfig.from_env()
+    configure_logging(config.log_level)
+    return build_app(config)

@@ -1,0 +1,70 @@
+"""What a server is started with. Travels to uvicorn's worker processes as JSON in an
+environment variable (the API key never does: only the *name* of its variable)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from tttembed.core.errors import ConfigError
+
+#: Environment variable that carries the config to worker processes.
+ENV = "TTTEMBED_SERVE_CONFIG"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """``index`` folder; ``states`` files (re-read on reload); ``queries`` sources (BEIR
+    folders or query files, one task each, named by ``tasks`` or their folder/stem) that
+    map exact query texts to query ids for query-wise states; ``api_key_env`` the name of
+    the variable holding the bearer key (none: no auth)."""
+
+    index: str
+    states: tuple[str, ...] = ()
+    queries: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    split: str = "test"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    api_key_env: str | None = None
+    allow_foreign_state: bool = False
+    max_body_bytes: int = 2_000_000
+    max_inputs: int = 2048
+    max_k: int = 1000
+    cache_size: int = 50_000
+    graceful_timeout_s: float = 30.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        for name in ("states", "queries", "tasks"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, tuple(str(v) for v in
+                                                 ([value] if isinstance(value, str) else value)))
+        object.__setattr__(self, "index", str(self.index))
+        if self.tasks and len(self.tasks) != len(self.queries):
+            raise ConfigError(f"give one task name per query source ({len(self.queries)} "
+                              f"sources, {len(self.tasks)} names)")
+        if self.workers < 1 or self.max_inputs < 1 or self.max_body_bytes < 1:
+            raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
+
+    def api_key(self) -> str | None:
+        """The bearer key from ``api_key_env`` (an error if that variable is unset/empty)."""
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise ConfigError(f"--api-key-env {self.api_key_env}: that environment variable "
+                              "is unset or empty")
+        return key
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> ServeConfig:
+        raw = os.environ.get(ENV)
+        if not raw:
+            raise ConfigError(f"{ENV} is not set (start workers with `tttembed serve`)")
+        return cls(**json.loads(raw))

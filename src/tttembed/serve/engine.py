@@ -1,0 +1,147 @@
+"""The work behind the routes, synchronous (the app runs it in a worker thread): encode
+through an in-memory LRU cache in front of the index's embedder, adapt with a snapshot,
+search the index.
+
+One lock serialises model calls (a torch model is not re-entrant); requests that wait
+for it are merged into one call (:class:`Batcher`); cache hits and the adaptation itself
+do not touch the model. The cache holds the embedder's own float32 rows,
+so a cached vector is the vector.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tttembed.embed.base import Embedder, Kind
+from tttembed.index.store import IndexHandle
+from tttembed.serve.states import Snapshot
+
+
+class _Slot:
+    __slots__ = ("texts", "kind", "result", "error", "done")
+
+    def __init__(self, texts: list[str], kind: Kind) -> None:
+        self.texts, self.kind = texts, kind
+        self.result: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class Batcher:
+    """Model calls from concurrent requests, merged: the thread that gets the model lock
+    encodes every text queued so far (one call per kind, duplicates once) and hands each
+    request its rows; the others find theirs done when they get the lock."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._queue: list[_Slot] = []
+        self._queue_lock = threading.Lock()
+        self._model_lock = threading.Lock()
+        self.calls = 0
+
+    def encode(self, texts: list[str], kind: Kind) -> np.ndarray:
+        slot = _Slot(texts, kind)
+        with self._queue_lock:
+            self._queue.append(slot)
+        with self._model_lock:
+            if not slot.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run(batch)
+        if slot.error is not None:
+            raise slot.error
+        assert slot.result is not None
+        return slot.result
+
+    def _run(self, batch: list[_Slot]) -> None:
+        for kind in {s.kind for s in batch}:
+            slots = [s for s in batch if s.kind == kind]
+            unique = list(dict.fromkeys(t for s in slots for t in s.texts))
+            try:
+                vecs = np.asarray(self.embedder.encode(unique, kind), dtype=np.float32)
+                self.calls += 1
+                row = {t: i for i, t in enumerate(unique)}
+                for s in slots:
+                    s.result = vecs[[row[t] for t in s.texts]]
+            except Exception as exc:  # every waiting request gets the error
+                for s in slots:
+                    s.error = exc
+            for s in slots:
+                s.done = True
+
+
+class LRUEncoder:
+    """``encode(texts, kind)`` with a bounded ``(kind, text) -> vector`` cache in front of
+    a :class:`Batcher`."""
+
+    def __init__(self, embedder: Embedder, size: int) -> None:
+        self.embedder = embedder
+        self.size = max(0, int(size))
+        self._cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.batcher = Batcher(embedder)
+        self.hits = 0
+        self.misses = 0
+
+    def encode(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        dim = int(self.embedder.dim)
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        todo: dict[str, list[int]] = {}
+        with self._cache_lock:
+            for i, t in enumerate(texts):
+                v = self._cache.get((kind, t))
+                if v is None:
+                    todo.setdefault(t, []).append(i)
+                else:
+                    self._cache.move_to_end((kind, t))
+                    out[i] = v
+            self.hits += len(texts) - sum(len(v) for v in todo.values())
+            self.misses += len(todo)
+        if todo:
+            new = list(todo)
+            vecs = self.batcher.encode(new, kind)
+            with self._cache_lock:
+                for t, v in zip(new, vecs):
+                    out[todo[t]] = v
+                    if self.size:
+                        self._cache[(kind, t)] = v
+                while len(self._cache) > self.size:
+                    self._cache.popitem(last=False)
+        return out
+
+
+@dataclass(frozen=True)
+class Result:
+    """Vectors (or search arrays) plus what the access log and metrics report."""
+
+    vectors: np.ndarray
+    hits: dict[str, int]
+    generation: int
+    scores: np.ndarray | None = None
+    rows: np.ndarray | None = None
+
+
+class Engine:
+    def __init__(self, index: IndexHandle, embedder: Embedder, cache_size: int) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.encoder = LRUEncoder(embedder, cache_size)
+
+    def embed(self, texts: Sequence[str], task: str | None, snap: Snapshot) -> Result:
+        """Documents (``task`` None): base vectors. Queries: adapted with ``snap``."""
+        if task is None:
+            return Result(self.encoder.encode(texts, "document"), {}, snap.generation)
+        x = self.encoder.encode(texts, "query")
+        vectors, hits = snap.adapt(x, texts, task)
+        return Result(vectors, hits, snap.generation)
+
+    def search(self, texts: Sequence[str], task: str, k: int, snap: Snapshot) -> Result:
+        """Adapted queries against the unchanged index (as ``tttembed.api.search``)."""
+        res = self.embed(texts, task, snap)
+        scores, rows = self.index.search(res.vectors, min(int(k), len(self.index)))
+        return Result(res.vectors, res.hits, res.generation, scores, rows)

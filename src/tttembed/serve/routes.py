@@ -1,0 +1,143 @@
+"""The route handlers. Each takes the shared :class:`~tttembed.serve.app.Service`, the
+request and an ``info`` dict (what the access log adds to its line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from tttembed.serve.engine import Result
+from tttembed.serve.wire import (
+    ApiError,
+    SearchRequest,
+    embeddings_body,
+    parse_embeddings,
+    parse_search,
+)
+
+if TYPE_CHECKING:
+    from tttembed.serve.app import Service
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The JSON body, refused (413) past ``limit`` bytes whatever the headers say."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"request body over {limit} bytes", code="request_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"request body over {limit} bytes", code="request_too_large")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON", code="invalid_json") from None
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(body, ensure_ascii=False, allow_nan=False), status,
+                    headers=headers, media_type="application/json")
+
+
+def state_headers(res: Result) -> dict[str, str]:
+    return {"x-tttembed-generation": str(res.generation),
+            "x-tttembed-states": ",".join(f"{Path(k).name}={v}" for k, v in res.hits.items())
+            .encode("ascii", "backslashreplace").decode("ascii")}
+
+
+async def healthz(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    snap = svc.registry.current
+    return json_response({"status": "ok", "generation": snap.generation,
+                         "states": len(snap.states), "documents": len(svc.index)})
+
+
+async def metrics(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    return PlainTextResponse(svc.metrics.render(),
+                             media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    route_task = request.path_params.get("task")
+    body = await read_json(request, svc.config.max_body_bytes)
+    req = parse_embeddings(body, task=route_task, max_inputs=svc.config.max_inputs,
+                           dim=svc.index.dim)
+    snap = svc.registry.current  # one snapshot for the whole request
+    info.update(inputs=len(req.texts), task=req.task, generation=snap.generation)
+
+    def work() -> tuple[bytes, Any]:
+        res = svc.engine.embed(req.texts, req.task, snap)
+        return _render(embeddings_body(res.vectors, req, svc.model)), res
+
+    content, res = await run_in_threadpool(work)
+    info["states"] = res.hits
+    svc.metrics.hit(res.hits, "embeddings", len(req.texts))
+    return Response(content, 200, headers=state_headers(res),
+                    media_type="application/json")
+
+
+def _render(body: Any) -> bytes:
+    return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+
+
+async def search(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    body = await read_json(request, svc.config.max_body_bytes)
+    req = parse_search(body, max_inputs=svc.config.max_inputs, max_k=svc.config.max_k)
+    snap = svc.registry.current
+    info.update(inputs=len(req.texts), task=req.task, generation=snap.generation, k=req.k)
+
+    def work() -> tuple[bytes, Any]:
+        res = svc.engine.search(req.texts, req.task, req.k, snap)
+        return _render(_search_body(svc, req, res)), res
+
+    content, res = await run_in_threadpool(work)
+    info["states"] = res.hits
+    svc.metrics.hit(res.hits, "search", len(req.texts))
+    return Response(content, 200, headers=state_headers(res),
+                    media_type="application/json")
+
+
+def _search_body(svc: Service, req: SearchRequest, res: Any) -> dict[str, Any]:
+    ids = svc.index.doc_ids
+    data = []
+    for i, text in enumerate(req.texts):
+        keep = [j for j, r in enumerate(res.rows[i]) if r >= 0]
+        data.append({"object": "search_result", "index": i, "query": text,
+                     "ids": [ids[res.rows[i][j]] for j in keep],
+                     "scores": [float(res.scores[i][j]) for j in keep]})
+    return {"object": "list", "data": data, "task": req.task, "k": req.k,
+            "model": svc.model, "generation": res.generation, "states": res.hits}
+
+
+async def states(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    snap = svc.registry.current
+    return json_response({"object": "list", "generation": snap.generation,
+                         "loaded_at": snap.loaded_at, "last_reload": svc.registry.last_reload,
+                         "index": svc.config.index, "identity": svc.index.identity,
+                         "fingerprint": svc.index.manifest.get("corpus_fingerprint", ""),
+                         "query_texts": {t: len(m) for t, m in snap.qids.items()},
+                         "data": snap.describe()})
+
+
+async def reload(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    swapped, snap, error = await run_in_threadpool(svc.reload)
+    info.update(generation=snap.generation, swapped=swapped)
+    if not swapped:
+        raise ApiError(422, f"reload refused, generation {snap.generation} kept: {error}",
+                       type="state_error", code="reload_refused")
+    return json_response({"reloaded": True, "generation": snap.generation,
+                         "data": snap.describe()})
+
+
+async def models(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    return json_response({"object": "list", "data": [
+        {"id": svc.model, "object": "model", "created": 0, "owned_by": "tttembed"}]})
+
+
+__all__ = ["embeddings", "healthz", "metrics", "models", "reload",
+           "search", "states"]

@@ -1,0 +1,75 @@
+"""Running the app under uvicorn: one process (the app object, built before the socket
+opens, so a bad index or state file fails the command at once), or ``workers`` processes
+(each builds its own app from the config in :data:`~tttembed.serve.config.ENV`; the
+state files are checked in this process first).
+
+Signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (up to
+``graceful_timeout_s``), then exit. SIGHUP re-reads the state files: in one process the
+app swaps its snapshot (a broken file is refused, the old states kept, the error logged);
+with several workers uvicorn replaces them one by one, and a worker that fails to load
+leaves the old one serving (``POST /admin/reload`` checks the files in the worker that
+gets it, then sends SIGHUP to uvicorn's parent process; generations count per worker
+process, so a fresh worker starts again at 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from tttembed.core.errors import MissingDependency
+from tttembed.serve.config import ENV, ServeConfig
+
+
+def configure_logging(level: str = "info") -> None:
+    """Our loggers to stderr, one line each (access lines are JSON)."""
+    logger = logging.getLogger("tttembed.serve")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(level.upper())
+
+
+def _uvicorn():  # type: ignore[no-untyped-def]
+    try:
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise MissingDependency("starlette/uvicorn", "serve") from None
+    return uvicorn
+
+
+def check_states(config: ServeConfig) -> None:
+    """Load every state file and check it against the index (no model)."""
+    from tttembed.adapt.state import load_state
+    from tttembed.index.store import open_index
+    from tttembed.ttt.search import check_states as check
+
+    index = open_index(config.index)
+    check([load_state(p) for p in config.states], index,
+          allow_foreign=config.allow_foreign_state)
+    config.api_key()
+
+
+def run(config: ServeConfig) -> None:
+    uvicorn = _uvicorn()
+    configure_logging(config.log_level)
+    common = dict(host=config.host, port=config.port, log_level=config.log_level,
+                  access_log=False, timeout_graceful_shutdown=config.graceful_timeout_s,
+                  lifespan="on")
+    if config.workers == 1:
+        from tttembed.serve.app import build_app
+
+        uvicorn.run(build_app(config), **common)
+        return
+    check_states(config)
+    os.environ[ENV] = config.to_json()
+    import inspect
+
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        common["timeout_worker_healthcheck"] = 300  # a new worker loads the model first
+    uvicorn.run("tttembed.serve.app:app_from_env", factory=True, workers=config.workers,
+                **common)

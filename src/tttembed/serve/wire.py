@@ -1,0 +1,167 @@
+"""The OpenAI wire format: request validation, response bodies, the error shape.
+
+Nothing here touches a model; every function is plain data in, plain data out, so the
+rules are testable without a server. Bad input raises :class:`ApiError` (a 4xx with
+OpenAI's ``{"error": {"message", "type", "param", "code"}}`` body).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ENCODINGS = ("float", "base64")
+INPUT_TYPES = ("query", "document")
+
+
+class ApiError(Exception):
+    """A client error: HTTP ``status`` and OpenAI's error fields."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = (
+            status, message, param, code, type)
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    """A validated ``/v1/embeddings`` body. ``task`` is None for documents."""
+
+    texts: list[str]
+    model: str
+    encoding_format: str
+    task: str | None
+    dimensions: int | None = None
+
+
+def _texts(value: Any, max_inputs: int) -> list[str]:
+    if isinstance(value, str):
+        texts = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        texts = list(value)
+    elif isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
+        raise ApiError(400, "token arrays are not supported: send 'input' as text (a string "
+                       "or a list of strings)", param="input", code="unsupported_input")
+    else:
+        raise ApiError(400, "'input' must be a non-empty string or a non-empty list of "
+                       "strings", param="input", code="invalid_input")
+    if len(texts) > max_inputs:
+        raise ApiError(400, f"'input' has {len(texts)} items; at most {max_inputs} per "
+                       "request", param="input", code="too_many_inputs")
+    for i, t in enumerate(texts):
+        if not t.strip():
+            raise ApiError(400, f"'input[{i}]' is empty; every input must hold text",
+                           param="input", code="invalid_input")
+    return texts
+
+
+def _task_name(value: Any, param: str) -> str:
+    if not isinstance(value, str) or not value or "/" in value:
+        raise ApiError(400, f"'{param}' must be a non-empty task name without '/'",
+                       param=param, code="invalid_task")
+    return value
+
+
+def parse_embeddings(body: Any, *, task: str | None, max_inputs: int,
+                     dim: int) -> EmbeddingsRequest:
+    """Validate an embeddings body. ``task`` comes from the ``/t/{task}`` route (None on
+    ``/v1/embeddings``, where ``input_type: "query"`` plus an optional ``task`` field
+    make a query request, global states only without ``task``)."""
+    if not isinstance(body, Mapping):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_body")
+    if "input" not in body:
+        raise ApiError(400, "'input' is required", param="input", code="missing_input")
+    texts = _texts(body["input"], max_inputs)
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ENCODINGS:
+        raise ApiError(400, f"'encoding_format' must be one of {', '.join(ENCODINGS)}",
+                       param="encoding_format", code="invalid_encoding_format")
+    dims = body.get("dimensions")
+    if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool)
+                             or dims != dim):
+        raise ApiError(400, f"'dimensions' must be {dim} (this index's embedder) or left "
+                       "out", param="dimensions", code="invalid_dimensions")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string", param="model", code="invalid_model")
+    input_type = body.get("input_type")
+    if input_type is not None and input_type not in INPUT_TYPES:
+        raise ApiError(400, "'input_type' must be 'query' or 'document'", param="input_type",
+                       code="invalid_input_type")
+    if task is None and input_type == "query":
+        task = _task_name(body["task"], "task") if body.get("task") is not None else "_"
+    elif task is None and body.get("task") is not None:
+        raise ApiError(400, "'task' needs \"input_type\": \"query\" (documents are never "
+                       "adapted)", param="task", code="invalid_task")
+    elif task is not None and input_type == "document":
+        raise ApiError(400, "a /t/{task} route embeds queries; send documents to "
+                       "/v1/embeddings", param="input_type", code="invalid_input_type")
+    return EmbeddingsRequest(texts, model or "", fmt, task, dims)
+
+
+def count_tokens(texts: Sequence[str]) -> int:
+    """``usage`` tokens: whitespace-separated words (an approximation of the model's
+    tokenizer, which the wire format only reports)."""
+    return sum(len(t.split()) for t in texts)
+
+
+def encode_vector(v: np.ndarray, fmt: str) -> list[float] | str:
+    """One embedding as OpenAI sends it: floats, or base64 of little-endian float32."""
+    if fmt == "base64":
+        return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
+    return [float(f) for f in np.asarray(v, dtype=np.float32)]
+
+
+def embeddings_body(vectors: np.ndarray, req: EmbeddingsRequest, model: str
+                    ) -> dict[str, Any]:
+    tokens = count_tokens(req.texts)
+    return {"object": "list",
+            "data": [{"object": "embedding", "index": i,
+                      "embedding": encode_vector(v, req.encoding_format)}
+                     for i, v in enumerate(vectors)],
+            "model": req.model or model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    texts: list[str]
+    task: str
+    k: int
+    single: bool
+
+
+def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
+    """``{"query": str | "queries": [str], "task": str = "_", "k": int = 10}``."""
+    if not isinstance(body, Mapping):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_body")
+    if ("query" in body) == ("queries" in body):
+        raise ApiError(400, "give exactly one of 'query' (a string) and 'queries' (a list "
+                       "of strings)", param="query", code="invalid_input")
+    single = "query" in body
+    value = body["query"] if single else body["queries"]
+    if single and not isinstance(value, str):
+        raise ApiError(400, "'query' must be a string", param="query", code="invalid_input")
+    if not single and not isinstance(value, list):
+        raise ApiError(400, "'queries' must be a list of strings", param="queries",
+                       code="invalid_input")
+    texts = _texts(value, max_inputs)
+    task = _task_name(body.get("task", "_"), "task")
+    k = body.get("k", 10)
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
+        raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",
+                       code="invalid_k")
+    return SearchRequest(texts, task, k, single)
