@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data"
 #: script, full-size arguments, --quick arguments
 RUNS: list[tuple[str, list[str], list[str]]] = [
-    ("bench_optimizer.py", [], ["--n", "2000", "--steps", "60", "--loop-sample", "10"]),
+    ("bench_optimizer.py", ["--vs-reference"],
+     ["--n", "2000", "--steps", "60", "--loop-sample", "10", "--vs-reference"]),
     ("bench_optimizer.py", ["--k", "100", "--scopes", "query", "--loop-sample", "5"],
      ["--k", "100", "--n", "300", "--steps", "30", "--scopes", "query", "--loop-sample", "3"]),
     ("bench_adapted_search.py", [], ["--repeats", "3", "--copies", "3"]),

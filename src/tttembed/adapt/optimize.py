@@ -26,8 +26,8 @@ has no Python loop over queries or groups, only over pieces; extra memory is
 O(N K + G d). Deterministic: the same inputs give bit-identical vectors.
 
 Query-wise groups (pieces whose rows are each their own group) depend on nothing
-else, so they are not run step by step: each such piece (about 2 MB of candidates, it
-fits the L2 cache) takes all its steps at once, on a few threads, before the step loop
+else, so they are not run step by step: each such piece (about :data:`SOLO_BYTES` of
+candidates, it stays in cache) takes all its steps at once, on a few threads, before the step loop
 of the shared groups (:func:`_solo_blocks`). The float operations per row are the same
 as in the step-major loop (``block_queries=False``, the reference), so the vectors are
 bit-identical; the Adam update of those blocks runs as one fused numba loop when numba
@@ -68,6 +68,9 @@ from tttembed.core.errors import DataError
 #: Bytes of candidate vectors per chunk: large enough to amortise the per-chunk Python
 #: overhead, small enough that the second pass over the chunk hits cache.
 CHUNK_BYTES = 2 << 20
+#: Bytes of candidates per block of one-query groups: all steps of a block run while it
+#: stays in the L2/L3 cache; bigger blocks amortise numpy's per-call overhead.
+SOLO_BYTES = 8 << 20
 BETAS = (0.9, 0.999)
 EPS = 1e-8
 
@@ -217,8 +220,9 @@ def _as_index(ids: np.ndarray) -> Index:
     return ids
 
 
-def _pieces(x, z, base, targets, weight, group, chunk) -> list[_Piece]:
-    """Cut the group-sorted rows into pieces of about ``chunk`` rows (setup, not per step)."""
+def _pieces(x, z, base, targets, weight, group, chunk, solo_chunk=None) -> list[_Piece]:
+    """Cut the group-sorted rows into pieces of about ``chunk`` rows (setup, not per step);
+    runs of one-query groups into pieces of ``solo_chunk`` rows (default ``chunk``)."""
     n = len(group)
     seg = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, int)
     lens = np.diff(np.r_[seg, n])
@@ -246,7 +250,8 @@ def _pieces(x, z, base, targets, weight, group, chunk) -> list[_Piece]:
             out.append(piece(int(p), int(q), group=int(group[a]), last=j == len(cuts) - 2))
     for run in small_runs:
         offset = seg[run] - seg[run[0]]
-        for part in np.split(run, np.flatnonzero(np.diff(offset // chunk)) + 1):
+        size = solo_chunk if solo_chunk and lens[run].max() == 1 else chunk
+        for part in np.split(run, np.flatnonzero(np.diff(offset // size)) + 1):
             a, b = int(seg[part[0]]), int(seg[part[-1]] + lens[part[-1]])
             gids = group[seg[part]]
             if b - a == len(part):  # every row its own group
@@ -435,7 +440,8 @@ def _check_args(batch: RewardBatch, n_groups: int, objective: str, steps: int) -
 
 
 def _setup(objective: str, x: np.ndarray, z: np.ndarray, r: np.ndarray, mask: np.ndarray,
-           group: np.ndarray, weight: np.ndarray, chunk: int) -> list[_Piece]:
+           group: np.ndarray, weight: np.ndarray, chunk: int, solo_chunk: int | None = None
+           ) -> list[_Piece]:
     """Base cosines, the objective's targets and the pieces of the group-sorted rows."""
     n, k = r.shape
     base = np.empty((n, k), dtype=np.float32)
@@ -445,7 +451,7 @@ def _setup(objective: str, x: np.ndarray, z: np.ndarray, r: np.ndarray, mask: np
     if objective == "grpo":
         s0 = base / (TAU_S * np.sqrt(np.einsum("nd,nd->n", x, x)))[:, None]
     targets = make_targets(objective, r, mask, s0, tau_t=TAU_T)
-    return _pieces(x, z, base, targets, weight, group, chunk)
+    return _pieces(x, z, base, targets, weight, group, chunk, solo_chunk)
 
 
 def learn_vectors(
@@ -486,7 +492,9 @@ def learn_vectors(
     trace = np.zeros(steps, dtype=np.float64)
     with _one_blas_thread():
         adam = _Adam(n_groups, batch.dim, lr)
-        pieces = _setup(objective, x, z, r, mask, group, weight, chunk)  # type: ignore[arg-type]
+        solo = (chunk_size or chunk_rows(k, batch.dim, SOLO_BYTES)) if block_queries else None
+        pieces = _setup(objective, x, z, r, mask, group, weight, chunk,  # type: ignore[arg-type]
+                        solo)
         acc = np.zeros_like(adam.v)
         done = {}
         if block_queries:
