@@ -45,7 +45,7 @@ def main() -> int:
 
     task = load_task(args.data, split="test")
     emb = api.load_embedder()
-    idx = cache_dir() / "bench" / f"{task.name}-{task.fingerprint()[:12]}"
+    idx = cache_dir() / "bench" / f"{task.name}-{task.fingerprint[:12]}"
     if not (idx / "CURRENT").exists():
         api.index_corpus(task.corpus, idx, embedder=emb, overwrite=True)
     index = api.open_index(idx, embedder=emb)

@@ -34,6 +34,7 @@ from tttembed.core.errors import (
     StateMismatch,
     TTTEmbedError,
 )
+from tttembed.core.http import http_options
 from tttembed.core.progress import Progress, stage
 from tttembed.demo.run import DemoResult, export_demo, run_demo
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
@@ -49,7 +50,7 @@ __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError"
            "MissingDependency", "Progress", "SearchResult", "StateMismatch", "TTTEmbedError",
            "chain_eval", "chain_search", "chain_train", "compare", "embedder_for_index",
            "export_demo",
-           "evaluate", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
+           "evaluate", "http_options", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
            "open_index", "per_query_metric", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run",
            "ServeConfig", "create_app", "run_server"]
 
@@ -382,7 +383,8 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
              objective: str = "kd", split: str = "test", train_split: str | None = None,
              heldout_fraction: float = 0.8, data_root: PathLike | None = None,
              cache_dir: PathLike | None = None, resamples: int = 10000,
-             use_cell_cache: bool = True, progress: Progress | None = None) -> EvalReport:
+             use_cell_cache: bool = True, timeout: float | None = None,
+             max_retries: int | None = None, progress: Progress | None = None) -> EvalReport:
     """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
     TTT-Embed scopes on the same rewarded pairs, over BEIR tasks (folder paths, or names
     under ``data_root`` / ``$TTTEMBED_DATA``), with paired tests. Everything is cached: a
@@ -400,5 +402,5 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
                      heldout_fraction=heldout_fraction,
                      data_root=None if data_root is None else str(data_root),
                      cache_dir=None if cache_dir is None else str(cache_dir),
-                     n_resamples=resamples)
+                     n_resamples=resamples, timeout=timeout, max_retries=max_retries)
     return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))

@@ -308,7 +308,7 @@ def test_fingerprint_is_stable_and_content_sensitive(tmp_path):
     assert corpus_fingerprint({"ab": {"title": "", "text": "c"}}) != corpus_fingerprint(
         {"a": {"title": "", "text": "bc"}})
     task = load_task(make_task(tmp_path / "t"))
-    assert task.fingerprint() == corpus_fingerprint(load_corpus(tmp_path / "t" / "corpus.jsonl"))
+    assert task.fingerprint == corpus_fingerprint(load_corpus(tmp_path / "t" / "corpus.jsonl"))
 
 
 def test_resolve_task_path(tmp_path, monkeypatch):
@@ -359,7 +359,7 @@ def test_shared_task_counts(name, split, docs, nq, judged, allq):
     assert sum(len(j) for j in task.qrels.values()) == judged
     assert set(task.queries) == set(task.qrels)
     assert len(load_beir_queries(task.root / "queries.jsonl")) == allq
-    assert len(task.fingerprint()) == 64
+    assert len(task.fingerprint) == 64
 
 
 @pytest.mark.data

@@ -85,3 +85,23 @@ def test_config_is_validated():
         EvalConfig(tasks=("a",), analyses=("x",))
     with pytest.raises(ConfigError):
         EvalConfig(tasks=("a",), budgets=(0.0,))
+
+
+def test_skipped_budgets_are_reported_and_corrupt_cells_recomputed(minilm, data, tmp_path):
+    """A budget the candidates cannot serve is named in the notes (console, report.md,
+    results.json), never dropped silently; a cached cell replaced by {} is recomputed."""
+    cache = tmp_path / "cache"
+    cfg = EvalConfig(tasks=("alpha",), data_root=str(data), cache_dir=str(cache),
+                     scorers=("bm25",), budgets=(1.0, 1000.0), protocols=("fixed",),
+                     baselines=("direct",), scopes=("task",), n_resamples=50)
+    first = run_eval(cfg, embedder=CachedEmbedder(minilm, cache))
+    notes = first["sections"][0]["notes"]
+    assert any(n.startswith("b = 1000 skipped in the fixed protocol") for n in notes), notes
+    assert {r["B"] for r in first["sections"][0]["rows"] if r["B"]} == {9}
+    cells = sorted((cache / "eval" / "cells").glob("*.json"))
+    assert cells
+    for c in cells:
+        c.write_text("{}")
+    again = run_eval(cfg, embedder=CachedEmbedder(minilm, cache))
+    assert again["counts"]["cells_computed"] == len(cells)
+    assert again["sections"][0]["rows"][-1]["macro"] == first["sections"][0]["rows"][-1]["macro"]

@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tttembed.api import Progress, TTTEmbedError
+from tttembed.api import Progress, TTTEmbedError, http_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -132,19 +132,6 @@ def handle_errors(func: F) -> F:
             raise _fail(message, 1) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-#: spec schemes of the HTTP backends, which take --timeout and --max-retries
-HTTP_SCHEMES = ("openai", "llm")
-
-
-def http_options(spec: str, timeout: float | None, max_retries: int | None) -> dict[str, Any]:
-    """``timeout`` / ``max_retries`` options for an HTTP backend spec (given ones only);
-    nothing for the other backends, which make no HTTP requests."""
-    if spec.partition(":")[0] not in HTTP_SCHEMES:
-        return {}
-    return {k: v for k, v in (("timeout", timeout), ("max_retries", max_retries))
-            if v is not None}
 
 
 def index_embedder(handle: Any, cache_dir: Any, timeout: float | None = None,

@@ -21,7 +21,14 @@ from tttembed.cli._common import (
     split_list,
     timing_table,
 )
-from tttembed.cli._options import CacheOpt, EmbedderOpt, OverwriteOpt, QuietOpt
+from tttembed.cli._options import (
+    CacheOpt,
+    EmbedderOpt,
+    MaxRetriesOpt,
+    OverwriteOpt,
+    QuietOpt,
+    TimeoutOpt,
+)
 
 
 def _floats(values: list[str] | None, name: str) -> tuple[float, ...]:
@@ -88,6 +95,8 @@ def eval_command(
     cache_dir: CacheOpt = None,
     no_cell_cache: Annotated[bool, typer.Option("--no-cell-cache", help="Recompute every learned state and metric (embeddings and rewards still come from their caches).")] = False,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
+    timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -112,7 +121,8 @@ def eval_command(
                               objective=objective, split=split, train_split=train_split,
                               heldout_fraction=heldout_fraction, data_root=data_root,
                               cache_dir=cache_dir, resamples=resamples,
-                              use_cell_cache=not no_cell_cache, progress=stage, **options)
+                              use_cell_cache=not no_cell_cache, timeout=timeout,
+                              max_retries=max_retries, progress=stage, **options)
     print_tables(report)
     if out is not None:
         written = report.write(out, plots=not no_plots, overwrite=overwrite)

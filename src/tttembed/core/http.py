@@ -91,6 +91,20 @@ class RetryPolicy:
         )
 
 
+#: spec schemes of the HTTP backends, which take ``timeout`` and ``max_retries``
+HTTP_SCHEMES = ("openai", "llm")
+
+
+def http_options(spec: str, timeout: float | None = None,
+                 max_retries: int | None = None) -> dict[str, Any]:
+    """``timeout`` / ``max_retries`` options for an HTTP backend spec (given ones only);
+    nothing for the other backends, which make no HTTP requests."""
+    if spec.partition(":")[0] not in HTTP_SCHEMES:
+        return {}
+    return {k: v for k, v in (("timeout", timeout), ("max_retries", max_retries))
+            if v is not None}
+
+
 def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
     """Parse a ``Retry-After`` header (delta seconds or HTTP date); None when absent/bad."""
     if value is None:

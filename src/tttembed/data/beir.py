@@ -15,6 +15,7 @@ import hashlib
 import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from tttembed.core.errors import DataError
@@ -28,18 +29,33 @@ _FINGERPRINT_VERSION = b"tttembed-corpus-v1\n"
 
 @dataclass(frozen=True)
 class Task:
-    """One retrieval task: a corpus, the queries of one split and their judgments."""
+    """One retrieval task, the one task type of the project (BEIR folders, evaluation
+    tasks, MTEB tasks, the demo): a corpus, the queries of one split and their judgments;
+    optionally a second split whose judged queries may be used to *learn* (``train_*``),
+    and the judgments dropped at load because their query or document is absent."""
 
     name: str
-    root: Path
+    root: Path | None
     corpus: dict[str, dict[str, str]] = field(repr=False)
     queries: dict[str, str] = field(repr=False)
     qrels: dict[str, dict[str, int]] = field(repr=False)
     split: str | None
+    source: str = ""  # where it came from: a folder, mteb:NAME, the stdlib docstrings
+    train_queries: dict[str, str] = field(default_factory=dict, repr=False)
+    train_qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    train_split: str | None = None
+    dropped_labels: int = 0
+    dropped_queries: tuple[str, ...] = ()
 
+    @cached_property
     def fingerprint(self) -> str:
-        """corpus_fingerprint(self.corpus)."""
+        """corpus_fingerprint(self.corpus), computed once."""
         return corpus_fingerprint(self.corpus)
+
+    @property
+    def n_judged(self) -> int:
+        """Queries with at least one relevant (grade >= 1) judgment."""
+        return sum(1 for g in self.qrels.values() if any(v >= 1 for v in g.values()))
 
 
 def doc_text(doc: Mapping[str, str]) -> str:
@@ -197,7 +213,7 @@ def load_task(path: str | Path, split: str | None = "test", name: str | None = N
                         path=qrels_path, fix="choose one of the available splits")
     qrels = load_qrels(qrels_path, corpus_ids=corpus, query_ids=all_queries)
     queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
-    return Task(task_name, root, corpus, queries, qrels, split)
+    return Task(task_name, root, corpus, queries, qrels, split, source=str(root))
 
 
 def resolve_task_path(name_or_path: str, data_root: str | Path | None = None) -> Path:

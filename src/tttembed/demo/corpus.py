@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from tttembed.core.errors import DataError
+from tttembed.data.beir import Task
 
 #: Commonly available, import-safe standard-library modules (no GUI, no side effects).
 DEMO_MODULES: tuple[str, ...] = (
@@ -234,17 +235,6 @@ class DemoQrels:
     dropped_queries: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class DemoTask:
-    """Corpus, queries and labels of the demo, ready for retrieval and evaluation."""
-
-    corpus: dict[str, dict[str, str]]
-    queries: dict[str, str]
-    qrels: dict[str, dict[str, int]]
-    dropped_labels: int
-    dropped_queries: tuple[str, ...]
-
-
 def _read_shipped(name: str) -> tuple[str, str]:
     resource = files(_DATA_PACKAGE) / name
     try:
@@ -339,10 +329,11 @@ def demo_qrels(corpus_ids: Collection[str] | None = None) -> DemoQrels:
     return filter_qrels(qrels, corpus_ids)
 
 
-def demo_task(modules: Sequence[str] = DEMO_MODULES) -> DemoTask:
+def demo_task(modules: Sequence[str] = DEMO_MODULES) -> Task:
     """Build the corpus on this Python and keep the questions it can answer."""
     corpus = stdlib_corpus(modules)
     labels = demo_qrels(corpus)
     queries = {qid: q for qid, q in demo_queries().items() if qid in labels.qrels}
-    return DemoTask(corpus, queries, labels.qrels, labels.dropped_labels,
-                    labels.dropped_queries)
+    return Task("stdlib-docs", None, corpus, queries, labels.qrels, "test",
+                source="python-stdlib-docstrings", dropped_labels=labels.dropped_labels,
+                dropped_queries=labels.dropped_queries)

@@ -326,7 +326,6 @@ def cached(embedder: Embedder, root: str | os.PathLike[str] | None = None) -> Ca
 
 
 #: embedder schemes that take the HTTP options (``timeout``, ``max_retries``, ``dim``)
-HTTP_SCHEMES = ("openai",)
 
 
 def load_embedder(spec: str = DEFAULT_EMBEDDER, *, cache: bool = True,
@@ -337,6 +336,8 @@ def load_embedder(spec: str = DEFAULT_EMBEDDER, *, cache: bool = True,
     ``expected_dim`` (an index manifest's dimension) is known before the first call: every
     vector is checked against it before it is cached, and an HTTP embedder gets it as
     ``dim``."""
+    from tttembed.core.http import HTTP_SCHEMES
+
     if expected_dim is not None and spec.partition(":")[0] in HTTP_SCHEMES:
         options.setdefault("dim", int(expected_dim))
     inner = get_embedder(spec, **options)

@@ -202,6 +202,17 @@ def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, object
 
 # --- protocols ------------------------------------------------------------------------
 
+def skipped_budgets(work: Sequence[TaskData], budgets: Sequence[float]) -> list[str]:
+    """Why each budget the fixed protocol cannot serve is left out (it asks for more pairs
+    than the base candidates hold): one note per budget, for console, report.md and
+    results.json. Nothing is skipped silently."""
+    n = sum(len(td.queries) for td in work)
+    available = sum(len(c) for c in candidates(work).values())
+    return [f"b = {b:g} skipped in the fixed protocol: it needs B = {B:,} pairs, the top-"
+            f"{EVAL_DEPTH} candidates of the {n:,} queries hold only {available:,}"
+            for b in budgets if (B := budget_grid(n, [b])[0]) > available]
+
+
 def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                      budgets: Sequence[float], scopes: Sequence[str] = SCOPE_METHODS,
                      baselines: Sequence[str] = BASELINES, objective: str = "kd",

@@ -11,6 +11,7 @@ scorer calls; ``counts`` in the result says so.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,16 +20,19 @@ from typing import Any
 
 from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.http import http_options
 from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_text
 from tttembed.core.progress import Progress, stage
+from tttembed.data.beir import Task
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import protocols as P
 from tttembed.evaluation.report import summarise
 from tttembed.evaluation.stats import ComparisonCache
-from tttembed.evaluation.tasks import EvalTask, load_eval_tasks, task_index
+from tttembed.evaluation.tasks import load_eval_tasks, task_index
 from tttembed.score.base import Scorer, capabilities
 
+log = logging.getLogger(__name__)
 PROTOCOLS = ("fixed", "heldout", "loto")
 ANALYSES = ("alpha", "breadth-depth", "objectives")
 #: Bump when a protocol's numbers change for the same inputs (invalidates cached cells).
@@ -55,6 +59,8 @@ class EvalConfig:
     cache_dir: str | None = None
     n_resamples: int = 10000
     few_queries: int = 50
+    timeout: float | None = None  # HTTP backends: seconds per request
+    max_retries: int | None = None  # HTTP backends: retries per request
 
     def __post_init__(self) -> None:
         from tttembed.adapt import check_objective, check_scope
@@ -82,6 +88,14 @@ def is_label_scorer(spec: str) -> bool:
     return capabilities(spec).uses_labels
 
 
+def valid_cell(value: Any) -> bool:
+    """A cached cell is ``{metric: {"task/qid": number}}`` for every metric."""
+    return (isinstance(value, dict) and set(P.METRICS) <= set(value)
+            and all(isinstance(value[m], dict) and value[m] and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool)
+                for v in value[m].values()) for m in P.METRICS))
+
+
 class CellCache:
     """Per-query metrics of protocol cells as JSON files; ``hits``/``misses`` counted."""
 
@@ -99,10 +113,12 @@ class CellCache:
         if path is not None and path.is_file():
             try:
                 got: P.PerQuery = read_json(path, what="cached evaluation cell")
+                if not valid_cell(got):
+                    raise DataError("not a per-query metrics table", path=path)
                 self.hits += 1
                 return got
-            except DataError:
-                pass  # a corrupt cell is recomputed and rewritten
+            except DataError as exc:  # a corrupt cell is recomputed and rewritten
+                log.warning("recomputing a corrupt evaluation cell: %s", exc)
         t = time.perf_counter()
         value = compute()
         self.seconds += time.perf_counter() - t
@@ -114,7 +130,7 @@ class CellCache:
 
 @dataclass
 class Workload:
-    tasks: list[EvalTask]
+    tasks: list[Task]
     data: list[P.TaskData]
     embedder: Embedder
     timings: dict[str, float] = field(default_factory=dict)
@@ -129,8 +145,9 @@ def prepare(cfg: EvalConfig, progress: Progress | None = None,
     t0 = time.perf_counter()
     tasks = load_eval_tasks(cfg.tasks, data_root=cfg.data_root, split=cfg.split,
                             train_split=cfg.train_split)
-    emb = embedder if embedder is not None else load_embedder(cfg.embedder,
-                                                               cache_dir=cfg.cache_dir)
+    emb = embedder if embedder is not None else load_embedder(
+        cfg.embedder, cache_dir=cfg.cache_dir,
+        **http_options(cfg.embedder, cfg.timeout, cfg.max_retries))
     timings = {"load_tasks": time.perf_counter() - t0}
     data = []
     t1 = time.perf_counter()
@@ -163,7 +180,7 @@ class RewardSource:
         self.requested = 0
         self.seconds = 0.0
 
-    def scorer(self, task: EvalTask) -> Scorer:
+    def scorer(self, task: Task) -> Scorer:
         """One scorer per task when it depends on the task's corpus or judgments, else one."""
         from tttembed.ttt import build_scorer
 
@@ -175,7 +192,9 @@ class RewardSource:
                 sc = build_scorer(f"{self.spec.split(':', 1)[0]}:{task.source}", task.corpus,
                                   qrels=judged)
             else:
-                sc = build_scorer(self.spec, task.corpus, cache_dir=self.cfg.cache_dir)
+                sc = build_scorer(self.spec, task.corpus, cache_dir=self.cfg.cache_dir,
+                                  **http_options(self.spec, self.cfg.timeout,
+                                                 self.cfg.max_retries))
             self._scorers[name] = sc
         return self._scorers[name]
 
@@ -220,6 +239,7 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
         elif proto == "fixed":
             n = sum(len(t.queries) for t in work.tasks)
             bar = stage(progress, f"fixed [{src.spec}]", len(budget_grid(n, cfg.budgets)))
+            notes += P.skipped_budgets(work.data, cfg.budgets)
             results += P.fixed_population(work.data, src, budgets=cfg.budgets,
                                           scopes=cfg.scopes, baselines=cfg.baselines,
                                           objective=cfg.objective, cells=cells, progress=bar)

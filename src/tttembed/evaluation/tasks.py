@@ -16,36 +16,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tttembed.core.errors import ConfigError, DataError, MissingDependency
 from tttembed.core.progress import Advance
+from tttembed.data.beir import Task
 from tttembed.embed.base import Embedder
 from tttembed.index.store import IndexHandle
 
 MTEB_PREFIX = "mteb:"
-
-
-@dataclass(frozen=True)
-class EvalTask:
-    """One task's data (BEIR dicts) and where it came from."""
-
-    name: str
-    source: str
-    corpus: dict[str, dict[str, str]] = field(repr=False)
-    queries: dict[str, str] = field(repr=False)  # evaluated split, judged queries only
-    qrels: dict[str, dict[str, int]] = field(repr=False)
-    split: str = "test"
-    fingerprint: str = ""
-    train_queries: dict[str, str] = field(default_factory=dict, repr=False)
-    train_qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
-    train_split: str | None = None
-
-    @property
-    def n_judged(self) -> int:
-        return sum(1 for g in self.qrels.values() if any(v >= 1 for v in g.values()))
 
 
 def task_name(spec: str) -> str:
@@ -56,9 +37,9 @@ def task_name(spec: str) -> str:
 
 
 def load_eval_task(spec: str, *, data_root: str | Path | None = None, split: str = "test",
-                   train_split: str | None = None) -> EvalTask:
+                   train_split: str | None = None) -> Task:
     """A BEIR folder path, a folder name under ``data_root``, or ``mteb:NAME``."""
-    from tttembed.data.beir import corpus_fingerprint, load_qrels, load_task, resolve_task_path
+    from tttembed.data.beir import load_qrels, load_task, resolve_task_path
 
     if spec.startswith(MTEB_PREFIX):
         return load_mteb_task(spec[len(MTEB_PREFIX):], split=split)
@@ -82,12 +63,12 @@ def load_eval_task(spec: str, *, data_root: str | Path | None = None, split: str
         used_train = train_split
     judged = {q for q, g in task.qrels.items() if any(v >= 1 for v in g.values())}
     queries = {q: t for q, t in task.queries.items() if q in judged}
-    return EvalTask(task.name, str(path), task.corpus, queries, task.qrels,
-                    split, corpus_fingerprint(task.corpus), train_q, train_r, used_train)
+    return replace(task, queries=queries, train_queries=train_q, train_qrels=train_r,
+                   train_split=used_train)
 
 
 def load_eval_tasks(specs: Sequence[str], *, data_root: str | Path | None = None,
-                    split: str = "test", train_split: str | None = None) -> list[EvalTask]:
+                    split: str = "test", train_split: str | None = None) -> list[Task]:
     if not specs:
         raise ConfigError("give at least one task (a BEIR folder name or path)")
     tasks = [load_eval_task(s, data_root=data_root, split=split, train_split=train_split)
@@ -112,7 +93,7 @@ def _online(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
 
 
 def load_mteb_task(name: str, *, split: str = "test",
-                   online: Callable[[], bool] = _online) -> EvalTask:
+                   online: Callable[[], bool] = _online) -> Task:
     """An MTEB retrieval task through the optional ``mteb`` package (network needed)."""
     try:
         import mteb  # noqa: F401
@@ -123,8 +104,6 @@ def load_mteb_task(name: str, *, split: str = "test",
                         "and this machine is offline",
                         fix="use a local BEIR folder instead (a name under the data root, "
                             "or a path)")
-    from tttembed.data.beir import corpus_fingerprint
-
     task: Any = mteb.get_task(name)
     task.load_data()
     corpus = _mteb_split(task.corpus, split)
@@ -135,8 +114,8 @@ def load_mteb_task(name: str, *, split: str = "test",
               for k, v in corpus.items()}
     qrels = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items()}
     queries = {str(q): str(t) for q, t in queries.items() if str(q) in qrels}
-    return EvalTask(name.replace("/", "_"), f"mteb:{name}", corpus, queries, qrels, split,
-                    corpus_fingerprint(corpus))
+    return Task(name.replace("/", "_"), None, corpus, queries, qrels, split,
+                source=f"mteb:{name}")
 
 
 def _mteb_split(data: Any, split: str) -> Mapping[str, Any]:
@@ -149,7 +128,7 @@ def _mteb_split(data: Any, split: str) -> Mapping[str, Any]:
     return data
 
 
-def index_dir(task: EvalTask, identity: str,
+def index_dir(task: Task, identity: str,
               cache_root: str | os.PathLike[str] | None = None) -> Path:
     """``<cache>/eval/indexes/<task>-<corpus fingerprint[:12]>-<embedder hash[:8]>``."""
     from tttembed.core.io import text_hash
@@ -159,7 +138,7 @@ def index_dir(task: EvalTask, identity: str,
     return cache_dir(cache_root) / "eval" / "indexes" / name
 
 
-def task_index(task: EvalTask, embedder: Embedder,
+def task_index(task: Task, embedder: Embedder,
                cache_root: str | os.PathLike[str] | None = None,
                progress: Advance | None = None) -> IndexHandle:
     """The task's cached index for ``embedder`` (built once; rebuilt on a manifest mismatch)."""
