@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from tttembed.core.http import http_options
 from tttembed.core.progress import Progress, stage
 from tttembed.demo.run import DemoResult, export_demo, run_demo
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
+from tttembed.evaluation.results import EvalReport
 from tttembed.evaluation.stats import Comparison
 from tttembed.index.search import SearchResult, read_run, write_run
 from tttembed.index.store import IndexHandle as Index
@@ -343,36 +343,6 @@ def compare(a: Mapping[str, float], b: Mapping[str, float], *,
     from tttembed.evaluation.stats import compare as _compare
 
     return _compare(a, b, n_resamples=n_resamples, seed=seed)
-
-
-@dataclass(frozen=True)
-class EvalReport:
-    """What ``evaluate`` returns: ``data`` is the JSON-ready result (results.json)."""
-
-    data: dict[str, Any] = field(repr=False)
-
-    def write(self, out: PathLike, *, plots: bool = True, overwrite: bool = False) -> list[Path]:
-        """results.json, per_query.json, report.md and PNG plots, written whole or not at all.
-
-            >>> report.write("reports/run1")
-        """
-        from tttembed.core.io import refuse_existing
-        from tttembed.evaluation.report import write_report
-
-        refuse_existing(out, overwrite, "report folder")
-        return write_report(self.data, Path(out), plots=plots)
-
-    def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
-        """(title, header, rows) of every protocol's table, metrics 0-1 with 4 decimals."""
-        from tttembed.evaluation.report import CONSOLE_SCALE, HEAD, TITLES, table_rows
-
-        out = []
-        for s in self.data["sections"]:
-            for proto, title in TITLES.items():
-                rows = table_rows(s, proto, CONSOLE_SCALE)
-                if rows:
-                    out.append((f"{title} — scorer {s['scorer']}", list(HEAD), rows))
-        return out
 
 
 def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),

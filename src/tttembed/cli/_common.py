@@ -9,7 +9,6 @@ import errno
 import functools
 import json
 import os
-import pickle
 import sqlite3
 import sys
 import zipfile
@@ -97,7 +96,7 @@ def describe(exc: BaseException) -> str | None:
     if isinstance(exc, json.JSONDecodeError):
         return (f"corrupt JSON file{at}: {exc.msg} at line {exc.lineno} column {exc.colno} "
                 f"(a truncated or edited file; {_RERUN})")
-    if isinstance(exc, pickle.UnpicklingError):
+    if kind == "UnpicklingError":  # torch.load(weights_only=True) refusing a pickle
         return (f"refused to load{at}: it holds a pickle, which tttembed never executes "
                 f"({_first_line(exc, 120)}; {_RERUN})")
     if kind == "SafetensorError":
