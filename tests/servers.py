@@ -18,6 +18,16 @@ optionally passed through ``mutate``" and any other status sends an OpenAI-style
 ``delay`` waits before answering (for timeouts). Every request is logged in
 ``server.requests`` (method, path, lower-cased headers, raw body, decoded JSON).
 
+* ``POST /rerank`` and ``POST /v1/rerank``: ``rerank(query, documents) -> [float]``
+  (default :func:`overlap_scores`) answers in the shape ``rerank_api`` names: ``"cohere"``
+  (Cohere / Jina / vLLM: ``{model, query, documents, top_n}`` ->
+  ``{results: [{index, relevance_score}], usage}``) or ``"tei"`` (``{query, texts}`` ->
+  ``[{index, score}]``), best first, ``top_n`` applied. A body without the field that shape
+  needs (``documents`` / ``texts``) is a 422, as the real servers answer.
+
+``latency`` (seconds) delays every answer; ``in_flight`` / ``max_in_flight`` count the
+requests being answered at once (the bound the client promises).
+
 Without a model, ``embed(texts) -> array`` answers ``/v1/embeddings`` (e.g.
 :func:`hash_vectors`: bag-of-words hashing, fast and deterministic, for fault tests).
 A ``Reply.body`` may also be a function of the :class:`Request` (e.g. to echo a header).
@@ -49,7 +59,7 @@ class Reply:
     """One scripted reply (see the module docstring)."""
 
     status: int = 200
-    body: bytes | str | dict[str, Any] | Callable[[Request], Any] | None = None
+    body: bytes | str | dict[str, Any] | list[Any] | Callable[[Request], Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -67,6 +77,7 @@ class Request:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 256  # listen backlog: 64 clients connecting at once get no 1 s SYN retry
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -80,8 +91,15 @@ class LocalOpenAIServer:
     def __init__(self, model: Any = None,
                  chat: Callable[[dict[str, Any]], str | int] | None = None,
                  scale: float = 3.0,
-                 embed: Callable[[list[str]], np.ndarray] | None = None) -> None:
+                 embed: Callable[[list[str]], np.ndarray] | None = None,
+                 rerank: Callable[[str, list[str]], list[float]] | None = None,
+                 rerank_api: str = "cohere", latency: float = 0.0) -> None:
         self.model = model
+        self.rerank = overlap_scores if rerank is None else rerank
+        self.rerank_api = rerank_api
+        self.latency = latency
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.embed = embed
         self.chat = chat
         self.scale = scale
@@ -120,13 +138,15 @@ class LocalOpenAIServer:
             self.requests.append(request)
             return self._queue.popleft() if self._queue else None
 
-    def _answer(self, path: str, payload: Any) -> tuple[int, dict[str, Any]]:
+    def _answer(self, path: str, payload: Any) -> tuple[int, Any]:
         if not isinstance(payload, dict):
             return 400, _error("request body must be a JSON object")
         if path == "/v1/embeddings":
             return self._embeddings(payload)
         if path == "/v1/chat/completions":
             return self._chat(payload)
+        if path in ("/rerank", "/v1/rerank"):
+            return self._rerank(payload)
         return 404, _error(f"no route {path}")
 
     def _embeddings(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -165,6 +185,27 @@ class LocalOpenAIServer:
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
 
+    def _rerank(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        field_name = "texts" if self.rerank_api == "tei" else "documents"
+        docs, query = payload.get(field_name), payload.get("query")
+        if not isinstance(query, str) or not isinstance(docs, list):
+            return 422, _error(f"'query' and '{field_name}' are required")
+        scores = [float(x) for x in self.rerank(query, docs)]
+        order = sorted(range(len(docs)), key=lambda i: -scores[i])
+        top_n = payload.get("top_n")
+        if isinstance(top_n, int):
+            order = order[:top_n]
+        if self.rerank_api == "tei":
+            return 200, [{"index": i, "score": scores[i]} for i in order]
+        return 200, {"id": "rerank-local", "model": payload.get("model"),
+                     "results": [{"index": i, "relevance_score": scores[i]} for i in order],
+                     "usage": {"total_tokens": sum(len(d.split()) for d in docs)}}
+
+    def _enter(self, delta: int) -> None:
+        with self._lock:
+            self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -177,6 +218,7 @@ class LocalOpenAIServer:
 
             def _send(self, status: int, body: bytes,
                       headers: dict[str, str] | None = None) -> None:
+                self._leave()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -185,7 +227,24 @@ class LocalOpenAIServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            counted = False  # this request is counted in server.in_flight
+
+            def _leave(self) -> None:
+                if self.counted:  # before the answer is written: the client may send
+                    self.counted = False  # its next request as soon as it has read it
+                    server._enter(-1)
+
             def do_POST(self) -> None:
+                server._enter(1)
+                self.counted = True
+                try:
+                    if server.latency:
+                        server._stop.wait(server.latency)
+                    self._post()
+                finally:
+                    self._leave()
+
+            def _post(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 try:
                     payload = json.loads(raw) if raw else None
@@ -200,7 +259,7 @@ class LocalOpenAIServer:
                     body = reply.body
                     if callable(body):
                         body = body(request)
-                    if isinstance(body, dict):
+                    if isinstance(body, (dict, list)):
                         body = json.dumps(body)
                     if isinstance(body, str):
                         body = body.encode()
@@ -221,6 +280,12 @@ class LocalOpenAIServer:
 
 def _error(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error"}}
+
+
+def overlap_scores(query: str, documents: list[str]) -> list[float]:
+    """Share of the query's words found in each document: a deterministic [0, 1] score."""
+    words = set(query.lower().split())
+    return [len(words & set(d.lower().split())) / max(1, len(words)) for d in documents]
 
 
 def closed_port_url() -> str:

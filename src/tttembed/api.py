@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.adapt.allocate import NORMALISED_BUDGETS
+from tttembed.adapt.crossval import parse_alpha
 from tttembed.adapt.scopes import SCOPES
 from tttembed.adapt.state import AdaptState
 from tttembed.adapt.state import load_state as _load_state
@@ -52,7 +53,7 @@ __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError"
            "export_demo",
            "evaluate", "http_options", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
            "open_index", "per_query_metric", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run",
-           "ServeConfig", "create_app", "run_server"]
+           "ServeConfig", "create_app", "run_server", "parse_alpha"]
 
 Queries = QuerySource | Sequence[QuerySource]
 PathLike = str | os.PathLike[str]
@@ -85,6 +86,7 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
         (5183, 384)
     """
     from tttembed.data.beir import load_corpus
+    from tttembed.index.base import is_db_spec
     from tttembed.index.store import build_index
     from tttembed.index.store import open_index as _open
 
@@ -98,6 +100,8 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
     build_index(corpus, emb, out, index_type=index_type,
                 index_params=dict(index_params or {}), overwrite=overwrite,
                 progress=stage(progress, "embedding corpus", len(corpus)),
+                write_progress=(stage(progress, "writing vectors", len(corpus))
+                                if is_db_spec(out) else None),
                 extra={"embedder_options": dict(getattr(emb, "options", {}) or {}),
                        "corpus_source": source})
     return _open(out, expected_identity=emb.identity)
@@ -185,9 +189,16 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           objective: str = "kd", dry_run: bool = False, split: str = "test", depth: int = 10,
           seed: int = 0, embedder: Embedder | None = None,
           corpus: PathLike | Mapping[str, Mapping[str, str]] | None = None,
+          alpha: str | float = "rule", folds: int = 5,
           progress: Progress | None = None) -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state.
+
+    ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default), a fixed number in [0, 1], or
+    ``"auto"``: chosen from {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule} by a ``folds``-fold reward
+    cross-validation (0 when no alpha shows a gain on held-out rewarded candidates).
+    Unless ``folds`` is 0 that cross-validation runs for every alpha and is reported in
+    ``state.crossval`` (gain of each alpha over the raw vectors, with a 95% CI).
 
     ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
     pairs. With ``dry_run`` nothing is scored: the state holds no vector, and
@@ -208,7 +219,7 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
     outcome = run_learn(index, _embedder(index, embedder), qs, docs, sc, scope=scope,
                         avg_budget=budget, depth=depth, objective=objective, seed=seed,
-                        dry_run=dry_run, progress=progress)
+                        dry_run=dry_run, alpha=alpha, folds=folds, progress=progress)
     if outcome.state is not None:
         return outcome.state
     plan = outcome.plan
@@ -354,7 +365,8 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
              heldout_fraction: float = 0.8, data_root: PathLike | None = None,
              cache_dir: PathLike | None = None, resamples: int = 10000,
              use_cell_cache: bool = True, timeout: float | None = None,
-             max_retries: int | None = None, progress: Progress | None = None) -> EvalReport:
+             max_retries: int | None = None, alphas: Sequence[str] = ("rule",),
+             progress: Progress | None = None) -> EvalReport:
     """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
     TTT-Embed scopes on the same rewarded pairs, over BEIR tasks (folder paths, or names
     under ``data_root`` / ``$TTTEMBED_DATA``), with paired tests. Everything is cached: a
@@ -372,5 +384,6 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
                      heldout_fraction=heldout_fraction,
                      data_root=None if data_root is None else str(data_root),
                      cache_dir=None if cache_dir is None else str(cache_dir),
-                     n_resamples=resamples, timeout=timeout, max_retries=max_retries)
+                     n_resamples=resamples, timeout=timeout, max_retries=max_retries,
+                     alphas=tuple(alphas))
     return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))

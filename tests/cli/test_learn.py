@@ -129,3 +129,21 @@ def test_rerank_command_and_bad_scope(beir, tmp_path):
     r = runner.invoke(app, ["learn", "--index", str(idx), "--queries", str(data), "--scorer", "bm25",
                             "--scope", "everything"])
     assert r.exit_code == 1 and "unknown scope" in r.stderr
+
+
+def test_learn_alpha_auto_reports_the_crossvalidation(beir, tmp_path):
+    data, idx = beir
+    args = ["learn", "--index", str(idx), str(data), "--scorer", f"qrels:{data}", "--budget", "3",
+            "--ledger", str(tmp_path / "l.sqlite"), "--quiet"]
+    r = runner.invoke(app, args + ["--alpha", "auto", "--out", str(tmp_path / "a.npz")])
+    assert r.exit_code == 0, r.output
+    assert "reward cross-validation: 5 folds over rewarded queries" in r.output
+    meta = json.loads((tmp_path / "a.json").read_text())
+    assert meta["alpha_asked"] == "auto" and meta["alpha_chosen"] == meta["crossval"]["auto"]
+    assert [g["alpha"] for g in meta["crossval"]["gains"]][-1] == "rule"
+    r = runner.invoke(app, args + ["--out", str(tmp_path / "r.npz"), "--cv-folds", "0"])
+    assert r.exit_code == 0, r.output
+    assert "cross-validation" not in r.output
+    assert json.loads((tmp_path / "r.json").read_text())["alpha_chosen"] == "rule"
+    r = runner.invoke(app, args + ["--alpha", "half", "--out", str(tmp_path / "h.npz")])
+    assert r.exit_code == 2 and "unknown alpha 'half'" in r.output

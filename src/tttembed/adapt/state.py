@@ -53,12 +53,17 @@ class AdaptState:
     """One scope's learned vectors and everything needed to refuse a wrong use.
 
     ``keys[g]`` names group ``g``; ``vectors[g]`` is ``v_g``; ``alpha[g]`` its magnitude
-    ``n_g / (n_g + 1)``. ``identity`` / ``dim`` are the embedder's (a state applies only
+    (``n_g / (n_g + 1)`` by default). ``identity`` / ``dim`` are the embedder's (a state applies only
     to query vectors of that embedder). ``budget`` is the number of scored pairs used;
     ``corpus_fingerprint`` the corpus of the index it was learned on ("" when learned
     across several corpora). ``pairs`` counts the reward pairs (requested, served from the
     ledger, paid, missing; for a dry run: requested, in the ledger, to pay), ``final_loss``
     each group's loss (not saved) and ``source`` the file it was loaded from.
+    ``alpha_asked`` is how alpha was asked (``"rule"``, ``"auto"`` or a number) and
+    ``alpha_chosen`` what ``alpha`` holds (``"rule"`` = ``n_g / (n_g + 1)``, or a number;
+    ``auto`` picks one); ``crossval`` the reward cross-validation behind it
+    (:meth:`tttembed.adapt.crossval.CrossValidation.as_dict`; None when none was run).
+    Files written before these fields load as ``"rule"`` / ``"rule"`` / None.
 
         >>> state = tt.learn(index, "data/scifact", scorer=tt.load_scorer("bm25", index=index))
         >>> state.save("vectors.npz")
@@ -84,6 +89,9 @@ class AdaptState:
     dry_run: bool = False
     final_loss: np.ndarray | None = field(default=None, repr=False)
     source: str = ""
+    alpha_asked: str = "rule"
+    alpha_chosen: str = "rule"
+    crossval: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
@@ -118,6 +126,8 @@ class AdaptState:
             "budget": int(self.budget), "rewarded_queries": int(self.n_g.sum()),
             "created": self.created, "tttembed_version": self.version,
             "corpus_fingerprint": self.corpus_fingerprint, "pairs": dict(self.pairs),
+            "alpha_asked": self.alpha_asked, "alpha_chosen": self.alpha_chosen,
+            "crossval": self.crossval,
         }
 
     @property
@@ -215,6 +225,9 @@ def load_state(
             version=manifest.get("tttembed_version", ""),
             corpus_fingerprint=manifest.get("corpus_fingerprint", ""),
             pairs=dict(manifest.get("pairs", {})), source=str(p),
+            alpha_asked=str(manifest.get("alpha_asked", "rule")),  # older files: the rule
+            alpha_chosen=str(manifest.get("alpha_chosen", "rule")),
+            crossval=manifest.get("crossval"),
         )
     except (DataError, ConfigError) as exc:
         raise DataError(str(exc), path=p, fix="write it again with `tttembed learn`") from exc
@@ -256,6 +269,8 @@ def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) 
     if len(bad):
         raise DataError(f"vector row {int(bad[0])} (group {str(keys[bad[0]])!r}) is not "
                         f"finite (nan or inf); {len(bad)} such row(s)")
+    if not isinstance(manifest.get("crossval") or {}, dict):
+        raise DataError("the manifest's crossval is not a JSON object")
     if (arrays["n_g"] < 0).any():
         raise DataError("n_g (rewarded queries per group) holds negative counts")
     if scope == "global" and keys.tolist() not in ([], [GLOBAL_KEY]):

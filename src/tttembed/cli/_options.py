@@ -14,7 +14,7 @@
 | embedder spec | `--embedder`, `-e` |
 | BEIR split / task names | `--split` / `--task` |
 | no progress bars | `--quiet` |
-| HTTP backends (openai:, llm:) | `--timeout`, `--max-retries` |
+| HTTP backends (openai:, llm:, rerank:) | `--timeout`, `--max-retries`, `--concurrency`, `--rpm` |
 
 Old spellings stay for one release as hidden aliases (``cli/__init__.py``).
 """
@@ -31,11 +31,12 @@ from tttembed.api import DEFAULT_EMBEDDER
 QueriesArg = Annotated[list[Path], typer.Argument(
     help="Query sources, one task each: a BEIR folder (its --split queries; qrels give "
          "metrics), or a query file (.jsonl, .tsv, .txt).", show_default=False)]
-IndexOpt = Annotated[Path, typer.Option("--index", "-i", help="Index folder made by "
-                                        "'tttembed index'.")]
+IndexOpt = Annotated[Path, typer.Option("--index", "-i", help="Index made by 'tttembed "
+                                        "index': a FAISS folder, milvus:URI/COLLECTION or "
+                                        "qdrant:URL_OR_PATH/COLLECTION.")]
 ScorerOpt = Annotated[str, typer.Option(
     "--scorer", "-s", help="Reward scorer spec: bm25, qrels:PATH, qwen3-reranker:PATH, "
-    "cross-encoder:PATH, llm:MODEL@URL (or a third-party scheme).")]
+    "cross-encoder:PATH, llm:MODEL@URL, rerank:MODEL@URL (or a third-party scheme).")]
 BudgetOpt = Annotated[float, typer.Option("--budget", "-b", min=0, help="Average rewards per "
                                           "query (b): B = round(b x N) scored pairs.")]
 DepthOpt = Annotated[int, typer.Option(min=1, help="Candidates per rewarded query before "
@@ -61,12 +62,40 @@ EmbedderOpt = Annotated[str, typer.Option("--embedder", "-e", help="Embedder spe
                                           f"{DEFAULT_EMBEDDER} or openai:MODEL@URL.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option(
     "--timeout", min=0.001, show_default=False,
-    help="Seconds per HTTP request of openai:/llm: backends [default: 60]; one request with "
+    help="Seconds per HTTP request of openai:/llm:/rerank: backends [default: 60]; one request with "
          "all its retries ends within 3 x timeout + 30 s.")]
 MaxRetriesOpt = Annotated[Optional[int], typer.Option(
     "--max-retries", min=0, show_default=False,
-    help="Retries of a failed HTTP request (429, 5xx, timeout, connection) of openai:/llm: "
+    help="Retries of a failed HTTP request (429, 5xx, timeout, connection) of "
+         "openai:/llm:/rerank: "
          "backends [default: 5].")]
+ConcurrencyOpt = Annotated[Optional[int], typer.Option(
+    "--concurrency", min=1, show_default=False,
+    help="Requests in flight at once to an openai:/llm:/rerank: backend [default: 4 for "
+         "openai:/llm:, 8 for rerank:].")]
+RpmOpt = Annotated[Optional[float], typer.Option(
+    "--rpm", min=0.001, show_default=False,
+    help="Requests per minute to an openai:/llm:/rerank: backend, spaced evenly "
+         "[default: no limit]; a 429 with Retry-After pauses all requests anyway.")]
 RetryMissingOpt = Annotated[bool, typer.Option(
     "--retry-missing", help="Ask the scorer again for pairs recorded as missing in the "
     "ledger (e.g. an LLM answer without a score).")]
+
+
+def _alpha(value: str) -> str:
+    from tttembed.api import ConfigError, parse_alpha
+
+    try:
+        parse_alpha(value)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+AlphaOpt = Annotated[str, typer.Option(
+    "--alpha", callback=_alpha, help="Magnitude of the learned vectors: rule (n/(n+1), the "
+    "default), auto (chosen by reward cross-validation from 0, 0.1, 0.2, 0.3, 0.5, 0.7, "
+    "rule; 0 when none shows a gain) or a number in [0, 1].")]
+FoldsOpt = Annotated[int, typer.Option(
+    "--cv-folds", min=0, help="Folds of the reward cross-validation reported after "
+    "learning (0: none; --alpha auto needs at least 2).")]

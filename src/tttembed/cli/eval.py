@@ -95,6 +95,7 @@ def eval_command(
     cache_dir: CacheOpt = None,
     no_cell_cache: Annotated[bool, typer.Option("--no-cell-cache", help="Recompute every learned state and metric (embeddings and rewards still come from their caches).")] = False,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
+    alpha: Annotated[str, typer.Option("--alpha", help="Alpha methods of the TTT scopes, comma-separated: rule (n/(n+1), the published default) and/or auto (chosen by reward cross-validation; methods named <scope>-auto).")] = "rule",
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
     overwrite: OverwriteOpt = False,
@@ -122,7 +123,8 @@ def eval_command(
                               heldout_fraction=heldout_fraction, data_root=data_root,
                               cache_dir=cache_dir, resamples=resamples,
                               use_cell_cache=not no_cell_cache, timeout=timeout,
-                              max_retries=max_retries, progress=stage, **options)
+                              max_retries=max_retries, alphas=split_list([alpha]),
+                              progress=stage, **options)
     print_tables(report)
     if out is not None:
         written = report.write(out, plots=not no_plots, overwrite=overwrite)

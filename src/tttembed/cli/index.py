@@ -1,4 +1,4 @@
-"""``tttembed index``: embed a corpus and write an index folder."""
+"""``tttembed index``: embed a corpus and write an index (FAISS folder, Milvus, Qdrant)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from tttembed.cli._common import (
 )
 from tttembed.cli._options import (
     CacheOpt,
+    ConcurrencyOpt,
     EmbedderOpt,
     MaxRetriesOpt,
     OverwriteOpt,
     QuietOpt,
+    RpmOpt,
     TimeoutOpt,
 )
 
@@ -29,7 +31,7 @@ from tttembed.cli._options import (
 @handle_errors
 def index(
     data: Annotated[Path, typer.Argument(help="BEIR folder (with corpus.jsonl) or a corpus .jsonl file.", show_default=False)],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Index to write: a folder (FAISS), milvus:URI/COLLECTION (a Milvus Lite .db file or http://host:19530) or qdrant:URL_OR_PATH/COLLECTION.")],
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
     index_type: Annotated[str, typer.Option("--index-type", help="flat (exact), hnsw or ivf.")] = "flat",
     param: Annotated[Optional[list[str]], typer.Option("--param", help="Index parameter key=value, e.g. m=32, nlist=256, nprobe=16.")] = None,
@@ -40,8 +42,10 @@ def index(
     quiet: QuietOpt = False,
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    rpm: RpmOpt = None,
 ) -> None:
-    """Embed a corpus and write a FAISS index with its manifest."""
+    """Embed a corpus and write an index (FAISS folder, Milvus or Qdrant collection) with its manifest."""
     quiet_libraries()
     from tttembed import api
 
@@ -50,7 +54,7 @@ def index(
         raise api.ConfigError(f"index {out} already exists; pass --overwrite to replace it")
     emb = api.load_embedder(embedder, cache_dir=cache_dir, query_prompt=query_prompt,
                             document_prompt=document_prompt,
-                            **http_options(embedder, timeout, max_retries))
+                            **http_options(embedder, timeout, max_retries, concurrency, rpm))
     with progress_group(not quiet) as stage:
         handle = api.index_corpus(data, out, embedder=emb, index_type=index_type,
                                   index_params=params, overwrite=overwrite, progress=stage)

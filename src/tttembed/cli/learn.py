@@ -18,10 +18,13 @@ from tttembed.cli._common import (
     quiet_libraries,
 )
 from tttembed.cli._options import (
+    AlphaOpt,
     BudgetOpt,
     CacheOpt,
+    ConcurrencyOpt,
     CorpusOpt,
     DepthOpt,
+    FoldsOpt,
     IndexOpt,
     InstructionOpt,
     LedgerOpt,
@@ -30,6 +33,7 @@ from tttembed.cli._options import (
     QueriesArg,
     QuietOpt,
     RetryMissingOpt,
+    RpmOpt,
     ScorerOpt,
     SeedOpt,
     SplitOpt,
@@ -45,15 +49,18 @@ SCOPE_HELP = "global (one vector), task (one per task) or query (one per rewarde
 def _open(api: Any, index: Path, spec: str, corpus: Optional[Path], ledger: Optional[Path],
           cache_dir: Optional[Path], instruction: Optional[str],
           http: tuple[Optional[float], Optional[int]] = (None, None),
-          retry_missing: bool = False) -> tuple[Any, Any, Any]:
+          retry_missing: bool = False,
+          limits: tuple[Optional[int], Optional[float]] = (None, None)
+          ) -> tuple[Any, Any, Any]:
     """The index, its own embedder and the scorer (through the ledger); ``http`` is
-    (--timeout, --max-retries) for HTTP backends."""
+    (--timeout, --max-retries) for HTTP backends, ``limits`` (--concurrency, --rpm) for
+    an HTTP scorer."""
     handle = api.open_index(index)
     emb = index_embedder(handle, cache_dir, *http)
     options = {"instruction": instruction} if instruction else {}
     sc = api.load_scorer(spec, index=handle, corpus=corpus, ledger=ledger,
                          cache_dir=cache_dir, retry_missing=retry_missing, **options,
-                         **http_options(spec, *http))
+                         **http_options(spec, *http, *limits))
     return handle, emb, sc
 
 
@@ -80,6 +87,10 @@ def learn(
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
     retry_missing: RetryMissingOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    rpm: RpmOpt = None,
+    alpha: AlphaOpt = "rule",
+    cv_folds: FoldsOpt = 5,
 ) -> None:
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
@@ -89,11 +100,12 @@ def learn(
         raise api.ConfigError(f"state file {out} already exists; pass --overwrite to replace "
                               "it, or choose another --out")
     handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
-                            (timeout, max_retries), retry_missing)
+                            (timeout, max_retries), retry_missing, (concurrency, rpm))
     with progress_group(not quiet) as stage:
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
-                          seed=seed, embedder=emb, corpus=corpus, progress=stage)
+                          seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
+                          folds=cv_folds, progress=stage)
     p = state.pairs
     if dry_run:
         console.print(f"reward plan: {p['requested']:,} pairs (b = {budget:g}), depth {depth}; "
@@ -105,6 +117,7 @@ def learn(
         raise typer.Exit(1)
     path = state.save(out, overwrite=overwrite)
     _summary(state, path)
+    _crossval(state)
 
 
 def _summary(state: Any, path: Path) -> None:
@@ -129,6 +142,38 @@ def _summary(state: Any, path: Path) -> None:
     console.print(f"next: tttembed search DATA --index INDEX --state {path}")
 
 
+def _crossval(state: Any) -> None:
+    """The reward cross-validation: gain of each alpha over raw on held-out rewarded
+    candidates; a warning when the alpha used is estimated to lose."""
+    cv = state.crossval
+    if cv is None:
+        return
+    if not cv["queries"]:
+        console.print("reward cross-validation: too few rewarded queries with distinct "
+                      "rewards to hold any out" + (" (alpha auto: 0, the raw vectors)"
+                                                   if state.alpha_asked == "auto" else ""))
+        return
+    unit = "candidates of each query" if cv["scope"] == "query" else "rewarded queries"
+    table = Table(title=f"reward cross-validation: {cv['folds']} folds over {unit}, "
+                        f"{cv['queries']} queries scored, {cv['metric']} vs rewards "
+                        f"(raw {cv['raw']:.4f})")
+    for name in ("alpha", "gain vs raw", "95% CI", ""):
+        table.add_column(name, justify="left" if name in ("alpha", "") else "right")
+    for g in cv["gains"]:
+        mark = "<- used" if g["alpha"] == state.alpha_chosen else (
+            "<- auto" if g["alpha"] == cv["auto"] else "")
+        table.add_row(g["alpha"], f"{g['gain']:+.4f}",
+                      f"[{g['ci'][0]:+.4f}, {g['ci'][1]:+.4f}]", mark)
+    console.print(table)
+    used = next((g for g in cv["gains"] if g["alpha"] == state.alpha_chosen), None)
+    if used is not None and used["gain"] < 0:
+        sure = " (its 95% CI is below 0)" if used["ci"][1] < 0 else ""
+        console.print(f"warning: cross-validation estimates that alpha {state.alpha_chosen} "
+                      f"makes the ranking of held-out rewarded candidates worse than the raw "
+                      f"vectors ({used['gain']:+.4f}){sure}; consider --alpha auto "
+                      f"(it picks {cv['auto']})", style="bold yellow")
+
+
 @handle_errors
 def rerank(
     queries: QueriesArg,
@@ -150,13 +195,15 @@ def rerank(
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
     retry_missing: RetryMissingOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    rpm: RpmOpt = None,
 ) -> None:
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
     quiet_libraries()
     from tttembed import api
 
     handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
-                            (timeout, max_retries), retry_missing)
+                            (timeout, max_retries), retry_missing, (concurrency, rpm))
     with progress_group(not quiet) as stage:
         result = api.rerank(handle, queries, scorer=sc, budget=budget, k=top_k, depth=depth,
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,

@@ -9,7 +9,18 @@
   from the environment variable *named* by ``api_key_env``; it is sent as a Bearer token
   and never appears in a repr, a log line or an exception (it is redacted from response
   bodies quoted in errors *before* they are cut to :data:`EXCERPT_CHARS`). No key set is fine for local servers: no Authorization header.
-* :func:`map_ordered`: bounded concurrency over a thread pool, results in input order.
+* :class:`RateLimiter`: ``rpm`` (requests per minute) and ``tpm`` (tokens per minute)
+  pacing shared by every thread of one client, plus a client-wide pause when a server
+  answers 429 with ``Retry-After`` (no thread starts a request before it has passed).
+* :class:`JSONClient` also bounds the requests in flight (``concurrency``) with a
+  semaphore held only while an attempt is on the wire (not during backoff waits).
+* :func:`map_ordered`: bounded concurrency over a thread pool, results in input order;
+  ``on_result`` sees each result as it arrives, and when a call fails the results that
+  did arrive are attached to the raised exception as ``partial_results``.
+
+Time accounting: the total deadline bounds one request's attempts and the waits between
+them; the time a request queues for a free slot or for the rate limit is not counted (it
+is not the server's fault, and a low ``rpm`` would otherwise fail every request).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -91,18 +102,87 @@ class RetryPolicy:
         )
 
 
-#: spec schemes of the HTTP backends, which take ``timeout`` and ``max_retries``
-HTTP_SCHEMES = ("openai", "llm")
+#: spec schemes of the HTTP backends, which take ``timeout``, ``max_retries``,
+#: ``max_concurrency``, ``rpm`` and ``tpm``
+HTTP_SCHEMES = ("openai", "llm", "rerank")
 
 
-def http_options(spec: str, timeout: float | None = None,
-                 max_retries: int | None = None) -> dict[str, Any]:
-    """``timeout`` / ``max_retries`` options for an HTTP backend spec (given ones only);
-    nothing for the other backends, which make no HTTP requests."""
+def http_options(spec: str, timeout: float | None = None, max_retries: int | None = None,
+                 concurrency: int | None = None, rpm: float | None = None,
+                 tpm: float | None = None) -> dict[str, Any]:
+    """``timeout`` / ``max_retries`` / ``max_concurrency`` (from ``concurrency``) / ``rpm``
+    / ``tpm`` options for an HTTP backend spec (given ones only); nothing for the other
+    backends, which make no HTTP requests."""
     if spec.partition(":")[0] not in HTTP_SCHEMES:
         return {}
-    return {k: v for k, v in (("timeout", timeout), ("max_retries", max_retries))
-            if v is not None}
+    given = (("timeout", timeout), ("max_retries", max_retries),
+             ("max_concurrency", concurrency), ("rpm", rpm), ("tpm", tpm))
+    return {k: v for k, v in given if v is not None}
+
+
+def estimate_tokens(texts: Sequence[str]) -> int:
+    """A rough token count for ``tpm`` pacing before the server reports usage: 1 token
+    per 4 characters (at least 1 per text); corrected from ``usage.total_tokens``."""
+    return sum(max(1, len(t) // 4) for t in texts)
+
+
+class RateLimiter:
+    """Paces request starts: at most ``rpm`` per minute, ``tpm`` tokens per minute.
+
+    Starts are spaced evenly (``60 / rpm`` s apart; a request of ``n`` tokens holds the
+    next one back by ``60 n / tpm`` s), so no window of 60 s holds more than ``rpm``
+    starts; there is no initial burst. :meth:`pause` holds every start back (a 429 with
+    ``Retry-After``). Thread-safe; ``clock`` / ``sleep`` are injectable for tests.
+    """
+
+    def __init__(self, rpm: float | None = None, tpm: float | None = None, *,
+                 clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        for name, value in (("rpm", rpm), ("tpm", tpm)):
+            if value is not None and not float(value) > 0:
+                raise ConfigError(f"{name} must be > 0 (or unset for no limit), got {value}")
+        self.rpm = None if rpm is None else float(rpm)
+        self.tpm = None if tpm is None else float(tpm)
+        self._clock = time.monotonic if clock is None else clock
+        self._sleep = time.sleep if sleep is None else sleep
+        self._lock = threading.Lock()
+        self._next_request = float("-inf")
+        self._next_tokens = float("-inf")
+        self._paused_until = float("-inf")
+        self.waited = 0.0  # seconds spent waiting here, all threads together
+
+    def acquire(self, tokens: int = 0, *, slept_until: float = float("-inf")) -> float:
+        """Wait for this request's turn; return the seconds waited. ``slept_until``: the
+        end of the pause this caller asked for and already slept through (its own
+        Retry-After); a pause that ends no later is not waited again."""
+        with self._lock:
+            now = self._clock()
+            pause = self._paused_until if self._paused_until > slept_until else now
+            start = max(now, self._next_request, self._next_tokens, pause)
+            if self.rpm is not None:
+                self._next_request = start + 60.0 / self.rpm
+            if self.tpm is not None and tokens > 0:
+                self._next_tokens = start + 60.0 * tokens / self.tpm
+            wait_s = start - now
+            self.waited += wait_s
+        if wait_s > 0:
+            self._sleep(wait_s)
+        return wait_s
+
+    def settle(self, extra_tokens: int) -> None:
+        """Correct the token pacing once a server reported the real count."""
+        if self.tpm is None or extra_tokens == 0:
+            return
+        with self._lock:
+            self._next_tokens += 60.0 * extra_tokens / self.tpm
+
+    def pause(self, seconds: float) -> float:
+        """No request starts within ``seconds`` from now (a server said Retry-After);
+        returns the clock time the pause ends (give it to :meth:`acquire` as
+        ``slept_until`` once slept through)."""
+        with self._lock:
+            self._paused_until = max(self._paused_until, self._clock() + max(0.0, seconds))
+            return self._paused_until
 
 
 def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
@@ -168,7 +248,11 @@ class JSONClient:
                  sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.BaseTransport | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 concurrency: int | None = None, rpm: float | None = None,
+                 tpm: float | None = None) -> None:
+        if concurrency is not None and int(concurrency) < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
@@ -178,9 +262,18 @@ class JSONClient:
         self._rng = random.Random() if rng is None else rng
         self._clock = time.monotonic if clock is None else clock
         self._key = os.environ.get(api_key_env) if api_key_env else None
-        self._client = httpx.Client(timeout=self.policy.timeout, transport=transport)
+        self.concurrency = None if concurrency is None else int(concurrency)
+        # enough pooled connections for every request in flight (httpx keeps 100)
+        pool = max(100, self.concurrency or 0)
+        self._client = httpx.Client(timeout=self.policy.timeout, transport=transport,
+                                    limits=httpx.Limits(max_connections=pool,
+                                                        max_keepalive_connections=pool))
+        self._slots = (None if self.concurrency is None
+                       else threading.BoundedSemaphore(self.concurrency))
+        self.limiter = RateLimiter(rpm, tpm, clock=clock, sleep=sleep)
         self._lock = threading.Lock()
         self.calls = 0
+        self.tokens = 0  # usage.total_tokens reported by the server, summed
 
     def __repr__(self) -> str:
         key = "set" if self._key else "unset"
@@ -203,11 +296,13 @@ class JSONClient:
     def _excerpt(self, text: str, limit: int = EXCERPT_CHARS) -> str:
         return excerpt(text, [self._key], limit) or "(empty body)"
 
-    def post(self, path: str, payload: dict[str, Any]) -> Any:
+    def post(self, path: str, payload: dict[str, Any], *, tokens: int = 0) -> Any:
         """POST ``payload`` as JSON; return the decoded JSON body or raise BackendError.
 
         Time is accounted as the measured duration of each attempt plus the waits asked
         for between attempts; no attempt or wait goes past the policy's total deadline.
+        ``tokens`` (an estimate) is charged to the ``tpm`` limit before each attempt and
+        corrected from the answer's ``usage.total_tokens``.
         """
         url = self.base_url + "/" + path.lstrip("/")
         policy = self.policy
@@ -215,25 +310,21 @@ class JSONClient:
         spent = 0.0
         reason = ""
         attempts = 0
+        slept_until = float("-inf")  # the end of the pauses this request asked for
         for attempt in range(policy.max_retries + 1):
             attempts += 1
             budget = min(policy.timeout, max(deadline - spent, 0.001))
+            self.limiter.acquire(tokens, slept_until=slept_until)
             started = self._clock()
-            try:
-                response = self._client.post(url, json=payload, headers=self._headers(),
-                                             timeout=budget)
-            except httpx.TimeoutException:
-                reason = f"timed out after {budget:g} s"
-                response = None
-            except httpx.TransportError as exc:
-                reason = "connection failed: " + self._excerpt(str(exc) or type(exc).__name__)
-                response = None
+            response, reason = self._attempt(url, payload, budget)
             spent += self._clock() - started
             delay: float | None = None
             if response is not None:
                 if response.status_code < 300:
-                    return self._decode(url, response)
+                    return self._decode(url, response, tokens)
                 reason, delay = self._failure(url, response)
+            if delay is not None:  # the server asked everyone to wait, not only this request
+                slept_until = max(slept_until, self.limiter.pause(delay))
             if attempt == policy.max_retries:
                 break
             if delay is None:
@@ -249,6 +340,24 @@ class JSONClient:
             f"POST {url} failed after {attempts} attempt{'s' if attempts > 1 else ''}; "
             f"last error: {reason} ({SLOW_HINT})"
         )
+
+    def _attempt(self, url: str, payload: dict[str, Any], budget: float
+                 ) -> tuple[httpx.Response | None, str]:
+        """One attempt, holding a concurrency slot while it is on the wire."""
+        if self._slots is not None:
+            self._slots.acquire()
+        try:
+            response = self._client.post(url, json=payload, headers=self._headers(),
+                                         timeout=budget)
+            response.read()
+            return response, ""
+        except httpx.TimeoutException:
+            return None, f"timed out after {budget:g} s"
+        except httpx.TransportError as exc:
+            return None, "connection failed: " + self._excerpt(str(exc) or type(exc).__name__)
+        finally:
+            if self._slots is not None:
+                self._slots.release()
 
     def _failure(self, url: str, response: httpx.Response) -> tuple[str, float | None]:
         """(reason, Retry-After delay) of a retryable answer; raise for the others."""
@@ -271,7 +380,7 @@ class JSONClient:
         return f"HTTP {status}: {text}", (None if hint is None
                                           else min(hint, self.policy.max_delay))
 
-    def _decode(self, url: str, response: httpx.Response) -> Any:
+    def _decode(self, url: str, response: httpx.Response, tokens: int = 0) -> Any:
         try:
             body = json.loads(response.content)
         except (ValueError, UnicodeDecodeError):
@@ -280,26 +389,70 @@ class JSONClient:
                 f"{self._excerpt(response.text, 120)} "
                 "(is the base URL an OpenAI-compatible endpoint?)"
             ) from None
+        used = _usage_tokens(body)
         with self._lock:
             self.calls += 1
+            self.tokens += used or 0
+        if used is not None:
+            self.limiter.settle(used - tokens)
         return body
 
 
-def map_ordered(fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]:
+def _usage_tokens(body: Any) -> int | None:
+    """``usage.total_tokens`` of an answer when it reports one (OpenAI, vLLM)."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and total >= 0 else None
+
+
+def map_ordered(fn: Callable[[T], R], items: Sequence[T], max_concurrency: int,
+                on_result: Callable[[int, R], None] | None = None) -> list[R]:
     """``[fn(x) for x in items]`` with at most ``max_concurrency`` calls in flight.
 
-    Results keep the input order. The first exception is raised once running calls end;
-    calls not yet started are cancelled.
+    Results keep the input order; ``on_result(position, result)`` (when given) is called
+    from the worker thread as each call ends. When a call fails, calls not yet started are
+    cancelled, running ones end, and the first failure (in input order) is raised with the
+    results that did arrive attached as ``exc.partial_results`` (``{position: result}``),
+    so a caller can keep the answers it paid for.
     """
     if max_concurrency < 1:
         raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
     items = list(items)
+    done: dict[int, R] = {}
+
+    def call(i: int) -> R:
+        result = fn(items[i])
+        done[i] = result
+        if on_result is not None:
+            on_result(i, result)
+        return result
+
     if max_concurrency == 1 or len(items) <= 1:
-        return [fn(x) for x in items]
+        try:
+            return [call(i) for i in range(len(items))]
+        except Exception as exc:
+            _with_partial(exc, done)
+            raise
     pool = ThreadPoolExecutor(max_workers=min(max_concurrency, len(items)),
                               thread_name_prefix="tttembed-http")
     try:
-        futures = [pool.submit(fn, x) for x in items]
-        return [f.result() for f in futures]
+        futures: list[Future[R]] = [pool.submit(call, i) for i in range(len(items))]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()  # no effect on running or finished calls
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    for f in futures:
+        failure = None if f.cancelled() else f.exception()
+        if isinstance(failure, Exception):
+            raise _with_partial(failure, done)
+    return [f.result() for f in futures]
+
+
+def _with_partial(exc: Exception, done: dict[int, Any]) -> Exception:
+    """``exc`` with ``partial_results`` set (a copy of the results that arrived)."""
+    try:
+        exc.partial_results = dict(done)  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__: nothing to attach
+        pass
+    return exc

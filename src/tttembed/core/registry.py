@@ -4,7 +4,9 @@ A spec is ``scheme:rest`` split on the first colon (``st:all-MiniLM-L6-v2``,
 ``openai:text-embedding-3-small@http://127.0.0.1:8000/v1``). The scheme is a registry
 key; factories are given as ``"module:function"`` strings so that looking up a backend
 imports nothing heavy until it is built. Third parties add backends through the
-entry-point groups ``tttembed.embedders`` and ``tttembed.scorers``.
+entry-point groups ``tttembed.embedders``, ``tttembed.scorers`` and ``tttembed.indexes``
+(role ``index``: vector-database collections such as ``milvus:URI/COLLECTION``; a plain
+path is the FAISS folder and never goes through the registry).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from tttembed.core.errors import ConfigError
 
-ROLES = ("embedder", "scorer")
+ROLES = ("embedder", "scorer", "index")
 
 _BUILTIN: dict[str, dict[str, str]] = {
     "embedder": {
@@ -27,12 +29,18 @@ _BUILTIN: dict[str, dict[str, str]] = {
         "qwen3-reranker": "tttembed.score.qwen3:from_spec",
         "cross-encoder": "tttembed.score.cross_encoder:from_spec",
         "llm": "tttembed.score.llm_judge:from_spec",
+        "rerank": "tttembed.score.rerank:from_spec",
         "qrels": "tttembed.score.qrels:from_spec",
         "bm25": "tttembed.score.bm25:from_spec",
     },
+    "index": {
+        "milvus": "tttembed.index.milvus:from_spec",
+        "qdrant": "tttembed.index.qdrant:from_spec",
+    },
 }
 _EXTRA: dict[str, dict[str, str | Callable[..., Any]]] = {role: {} for role in ROLES}
-_ENTRY_GROUPS = {"embedder": "tttembed.embedders", "scorer": "tttembed.scorers"}
+_ENTRY_GROUPS = {"embedder": "tttembed.embedders", "scorer": "tttembed.scorers",
+                 "index": "tttembed.indexes"}
 
 
 def register(role: str, scheme: str, factory: str | Callable[..., Any]) -> None:

@@ -302,7 +302,11 @@ class CachedEmbedder:
         new_rows: dict[bytes, np.ndarray] = {}
         for start in range(0, len(todo), self.chunk_size):
             chunk = todo[start:start + self.chunk_size]
-            vecs = np.asarray(self.inner.encode([texts[i] for i in chunk], kind))
+            try:
+                vecs = np.asarray(self.inner.encode([texts[i] for i in chunk], kind))
+            except Exception as exc:  # keep the vectors that did arrive (HTTP backends)
+                self._keep_partial(cache, [keys[i] for i in chunk], exc)
+                raise
             check_vectors(vecs, len(chunk), self.expected_dim, f"embedder {self.spec}")
             self.model_calls += 1
             self.texts_embedded += len(chunk)
@@ -319,6 +323,20 @@ class CachedEmbedder:
         if progress is not None and len(missing) > len(todo):
             progress(len(missing) - len(todo))
         return out
+
+
+    def _keep_partial(self, cache: EmbeddingCache, keys: Sequence[bytes],
+                      exc: Exception) -> None:
+        """Cache the rows of a failed chunk that arrived (``exc.partial_rows``)."""
+        rows = getattr(exc, "partial_rows", None)
+        if not rows:
+            return
+        got = sorted(p for p in rows if 0 <= p < len(keys))
+        if not got:
+            return
+        vecs = np.asarray([rows[p] for p in got], dtype=np.float32)
+        check_vectors(vecs, len(got), self.expected_dim, f"embedder {self.spec}")
+        cache.add([keys[p] for p in got], vecs)
 
 
 def cached(embedder: Embedder, root: str | os.PathLike[str] | None = None) -> CachedEmbedder:

@@ -6,13 +6,17 @@ spec is split at the last ``@`` that is followed by ``http://`` or ``https://``,
 names may contain ``@``.
 
 Options: ``batch_size`` (64 texts per request), ``max_concurrency`` (4 requests in
-flight), ``api_key_env`` (name of the variable holding the key, default
+flight; the CLI's ``--concurrency``), ``rpm`` / ``tpm`` (requests / tokens per minute;
+tokens estimated as 1 per 4 characters, corrected from ``usage.total_tokens``; the CLI's
+``--rpm``), ``api_key_env`` (name of the variable holding the key, default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``query_prompt`` /
 ``document_prompt`` (prefixes added client-side), ``dimensions`` (sent as the
 ``dimensions`` field), ``dim`` (asserts the vector size), ``retry`` (a
 :class:`~tttembed.core.http.RetryPolicy`), ``max_retries``, ``timeout`` and ``deadline``
 (override it; the CLI's ``--max-retries`` / ``--timeout``).
-Rows are L2-normalised client-side. Every answer is validated before it is returned (so
+When one request of an ``encode`` fails, the vectors that did arrive are attached to the
+raised error as ``partial_rows`` (``{text position: normalised vector}``) so the
+embedding cache keeps them. Rows are L2-normalised client-side. Every answer is validated before it is returned (so
 before it can reach the embedding cache): as many vectors as inputs, finite values, no
 zero-norm row, the expected dimension (``dim``, e.g. from an index manifest; without
 ``dim``/``dimensions`` the first valid answer fixes it). A failing answer is a
@@ -36,6 +40,7 @@ from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
     JSONClient,
     RetryPolicy,
+    estimate_tokens,
     map_ordered,
     split_model_url,
 )
@@ -58,6 +63,7 @@ class OpenAIEmbedder:
                  dimensions: int | None = None, dim: int | None = None,
                  retry: RetryPolicy | None = None, max_retries: int | None = None,
                  timeout: float | None = None, deadline: float | None = None,
+                 rpm: float | None = None, tpm: float | None = None,
                  sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -81,7 +87,8 @@ class OpenAIEmbedder:
         policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
                                                           timeout=timeout, deadline=deadline)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,
-                                 sleep=sleep, rng=rng, transport=transport)
+                                 sleep=sleep, rng=rng, transport=transport,
+                                 concurrency=self.max_concurrency, rpm=rpm, tpm=tpm)
         self.identity = identity(
             self.spec, query_prompt=repr(query_prompt) if query_prompt else None,
             document_prompt=repr(document_prompt) if document_prompt else None,
@@ -121,7 +128,16 @@ class OpenAIEmbedder:
         n_batches = math.ceil(len(texts) / self.batch_size)
         batches = [texts[i * self.batch_size:(i + 1) * self.batch_size]
                    for i in range(n_batches)]
-        parts = map_ordered(self._embed_batch, batches, self.max_concurrency)
+        try:
+            parts = map_ordered(self._embed_batch, batches, self.max_concurrency)
+        except Exception as exc:
+            arrived = getattr(exc, "partial_results", None) or {}
+            rows: dict[int, np.ndarray] = {}
+            for b, vecs in arrived.items():
+                for j, row in enumerate(l2_normalize(vecs)):
+                    rows[b * self.batch_size + j] = row
+            exc.partial_rows = rows  # type: ignore[attr-defined]
+            raise
         if progress is not None:
             progress(len(texts))
         return l2_normalize(np.concatenate(parts, axis=0))
@@ -130,7 +146,7 @@ class OpenAIEmbedder:
         payload: dict[str, Any] = {"model": self.model, "input": batch}
         if self.dimensions is not None:
             payload["dimensions"] = self.dimensions
-        body = self.client.post("/embeddings", payload)
+        body = self.client.post("/embeddings", payload, tokens=estimate_tokens(batch))
         vecs = self._parse(body, len(batch))
         where = f"{self.base_url}/embeddings ({self.spec})"
         with self._dim_lock:

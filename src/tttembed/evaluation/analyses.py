@@ -25,6 +25,7 @@ from tttembed.evaluation.protocols import (
     PerQuery,
     Rewards,
     TaskData,
+    alpha_tag,
     candidates,
     direct_metrics,
     eval_sources,
@@ -62,9 +63,11 @@ def _first_queries(work: Sequence[TaskData], n: int) -> dict[str, list[str]]:
 def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                    ns: Sequence[int] = ALPHA_NS, alphas: Sequence[float] = ALPHAS,
                    depth: int = BREADTH_DEPTH, objective: str = "kd",
-                   heldout_eval: bool = False, cells: Cells = no_cache) -> list[MethodResult]:
+                   heldout_eval: bool = False, cells: Cells = no_cache,
+                   auto: bool = False) -> list[MethodResult]:
     """Task-wise states from ``n`` rewarded queries per task (0 = all), evaluated with the
-    rule ``n/(n+1)`` (method ``alpha=rule``) and with every fixed alpha. With
+    rule ``n/(n+1)`` (method ``alpha=rule``), with every fixed alpha and, with ``auto``,
+    with the alpha chosen by reward cross-validation (``alpha=auto``). With
     ``heldout_eval`` only unrewarded queries are evaluated (and ``n = all`` is skipped)."""
     cands = candidates(work, depth)
     total = sum(len(td.queries) for td in work)
@@ -85,12 +88,16 @@ def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewar
             if "s" not in m:
                 m["s"] = learn_state("task", eval_sources(w), rewards_for(p), objective=objective)
             return m["s"]
-        for a in ("rule", *alphas):
+        for a in ("rule", *alphas, *(("auto",) if auto else ())):
             def compute(a: Any = a, w: list = sub, st: Callable = state,
-                        kp: set | None = keep) -> PerQuery:
+                        kp: set | None = keep, p: list = pairs) -> PerQuery:
+                if a == "auto":
+                    return state_metrics(w, learn_state("task", eval_sources(w), rewards_for(p),
+                                                        objective=objective, alpha="auto"), kp)
                 s = st()
                 return state_metrics(w, s if a == "rule" or s is None else with_alpha(s, a), kp)
-            tag = {"p": "alpha", "n": n, "a": a, "d": depth, "h": heldout_eval, "o": objective}
+            tag = {"p": "alpha", "n": n, "a": a, "d": depth, "h": heldout_eval, "o": objective,
+                   **(alpha_tag(a) if a == "auto" else {})}
             out.append(MethodResult("alpha", f"alpha={a}", cells(tag, compute),
                                     len(pairs) / total, len(pairs),
                                     {"n": n or "all", "alpha": a}))

@@ -32,6 +32,7 @@ from tttembed.adapt.allocate import (
     nested_schedule,
     water_fill_order,
 )
+from tttembed.adapt.crossval import ALPHA_GRID, FOLDS
 from tttembed.core.errors import ConfigError
 from tttembed.evaluation.methods import average_prf, reward_rocchio, rocchio_prf
 from tttembed.evaluation.metrics import evaluate_per_query
@@ -52,6 +53,8 @@ METRICS = ("ndcg@10", "recall@100")
 EVAL_DEPTH = 100
 SCOPE_METHODS = ("global", "task", "query")
 BASELINES = ("direct", "prf-avg", "prf-rocchio", "rw-rocchio")
+#: How scope methods set alpha: the rule n/(n+1) (method ``task``) or ``auto`` (``task-auto``).
+ALPHA_METHODS = ("rule", "auto")
 
 PerQuery = dict[str, dict[str, float]]  # metric -> {"task/qid": value}
 Rewards = dict[str, dict[str, float]]
@@ -166,7 +169,7 @@ def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
 
 def prf_metrics(work: Sequence[TaskData], kind: str, keep: set[str] | None = None) -> PerQuery:
     def vec(td: TaskData) -> np.ndarray:
-        z = np.asarray(td.index.vectors)[td.base.rows[:, :10]]
+        z = td.index.get_vectors(td.base.rows[:, :10])
         return average_prf(td.base.x, z) if kind == "prf-avg" else rocchio_prf(td.base.x, z)
     return search_metrics(work, vec, keep)
 
@@ -194,10 +197,26 @@ def eval_sources(work: Sequence[TaskData]) -> list[Source]:
 
 
 def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, objective: str = "kd",
-                  keep: set[str] | None = None, sources: Sequence[Source] | None = None) -> PerQuery:
+                  keep: set[str] | None = None, sources: Sequence[Source] | None = None,
+                  alpha: str = "rule") -> PerQuery:
     state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
-                        objective=objective)
+                        objective=objective, alpha=alpha)
     return state_metrics(work, state, keep)
+
+
+def alpha_method(scope: str, alpha: str) -> str:
+    """A scope method's name: the scope for the rule (unchanged), ``task-auto`` etc."""
+    return scope if alpha == "rule" else f"{scope}-{alpha}"
+
+
+def alpha_tag(alpha: str) -> dict[str, Any]:
+    """What an alpha adds to a cell's key: nothing for the rule (cached cells keep their
+    key), the cross-validation settings for ``auto``."""
+    if alpha == "rule":
+        return {}
+    if alpha != "auto":
+        raise ConfigError(f"unknown alpha method {alpha!r}; choose from {', '.join(ALPHA_METHODS)}")
+    return {"a": alpha, "folds": FOLDS, "cv": "ndcg", "grid": list(ALPHA_GRID)}
 
 
 # --- protocols ------------------------------------------------------------------------
@@ -217,8 +236,9 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
                      budgets: Sequence[float], scopes: Sequence[str] = SCOPE_METHODS,
                      baselines: Sequence[str] = BASELINES, objective: str = "kd",
                      cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
-                     ) -> list[MethodResult]:
-    """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget."""
+                     alphas: Sequence[str] = ("rule",)) -> list[MethodResult]:
+    """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget;
+    each scope once per alpha method (``alphas``: ``rule``, ``auto``)."""
     n = sum(len(td.queries) for td in work)
     cands = candidates(work)
     available = sum(len(c) for c in cands.values())
@@ -237,16 +257,19 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
                                                          lambda k=kind: prf_metrics(work, k))))  # type: ignore[misc]
     for B, pairs in zip(grid, schedules):
         b = B / n
-        todo: list[tuple[str, Callable[[], PerQuery]]] = []
+        todo: list[tuple[str, dict[str, Any], Callable[[], PerQuery]]] = []
         if "direct" in baselines:
-            todo.append(("direct", lambda p=pairs: direct_metrics(work, rewards_at(p))))  # type: ignore[misc]
+            todo.append(("direct", {}, lambda p=pairs: direct_metrics(work, rewards_at(p))))  # type: ignore[misc]
         if "rw-rocchio" in baselines:
-            todo.append(("rw-rocchio", lambda p=pairs: rw_rocchio_metrics(work, rewards_at(p))))  # type: ignore[misc]
+            todo.append(("rw-rocchio", {},
+                         lambda p=pairs: rw_rocchio_metrics(work, rewards_at(p))))  # type: ignore[misc]
         for scope in scopes:
-            todo.append((scope, lambda p=pairs, s=scope: scope_metrics(work, s, rewards_at(p),  # type: ignore[misc]
-                                                                      objective)))
-        for method, compute in todo:
-            per = cells({"p": "fixed", "m": method, "B": B, "o": objective}, compute)
+            for a in alphas:
+                todo.append((alpha_method(scope, a), alpha_tag(a),
+                             lambda p=pairs, s=scope, a=a: scope_metrics(  # type: ignore[misc]
+                                 work, s, rewards_at(p), objective, alpha=a)))
+        for method, extra, compute in todo:
+            per = cells({"p": "fixed", "m": method, "B": B, "o": objective, **extra}, compute)
             out.append(MethodResult("fixed", method, per, b, B, {"objective": objective}))
         if progress is not None:
             progress(1)
@@ -270,7 +293,8 @@ def heldout_split(work: Sequence[TaskData], fraction: float = 0.8) -> tuple[set[
 def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
             fraction: float = 0.8, depth: int = BREADTH_DEPTH,
             scopes: Sequence[str] = ("global", "task"), objective: str = "kd",
-            use_train: bool = False, cells: Cells = no_cache) -> list[MethodResult]:
+            use_train: bool = False, cells: Cells = no_cache,
+            alphas: Sequence[str] = ("rule",)) -> list[MethodResult]:
     """Learn from ``S`` at ``depth``, evaluate only ``U = E \\ S`` (every judged query of a
     task when ``use_train`` and the task has learning-only train queries). Query-wise
     states, direct reranking and reward Rocchio leave unseen queries as they are (they
@@ -304,15 +328,18 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                                                         lambda k=kind: prf_metrics(work, k, u_keys)),  # type: ignore[misc]
                                 0.0, 0, setting))
     for scope in scopes:
-        per = cells({**tag, "m": scope, "B": B},
-                    lambda s=scope: scope_metrics(work, s, rw(), objective, u_keys, sources))  # type: ignore[misc]
-        out.append(MethodResult("heldout", scope, per, B / n, B, setting))
+        for a in alphas:
+            per = cells({**tag, "m": alpha_method(scope, a), "B": B, **alpha_tag(a)},
+                        lambda s=scope, a=a: scope_metrics(work, s, rw(), objective,  # type: ignore[misc]
+                                                           u_keys, sources, alpha=a))
+            out.append(MethodResult("heldout", alpha_method(scope, a), per, B / n, B, setting))
     return out
 
 
 def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                        depth: int = BREADTH_DEPTH, objective: str = "kd",
-                       cells: Cells = no_cache) -> list[MethodResult]:
+                       cells: Cells = no_cache, alphas: Sequence[str] = ("rule",)
+                       ) -> list[MethodResult]:
     """For each task: a global state from the other tasks' rewards (every query at
     ``depth``), evaluated on the held-out task. Needs two tasks or more."""
     if len(work) < 2:
@@ -327,11 +354,14 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
                                                       lambda t=td: raw_metrics([t])),  # type: ignore[misc]
                                 setting={"held_out": td.name}))
 
-        def compute(t: TaskData = td, o: list = others) -> PerQuery:
-            state = learn_state("global", eval_sources(o), rw(), objective=objective)
+        def compute(t: TaskData = td, o: list = others, a: str = "rule") -> PerQuery:
+            state = learn_state("global", eval_sources(o), rw(), objective=objective, alpha=a)
             return state_metrics([t], state)
         B = sum(len(cands[k]) for o in others for k in o.queries.keys)
-        out.append(MethodResult("loto", "global", cells({**tag, "m": "global"}, compute),
-                                B / sum(len(o.queries) for o in others), B,
-                                {"held_out": td.name}))
+        for a in alphas:
+            m = alpha_method("global", a)
+            out.append(MethodResult("loto", m, cells({**tag, "m": m, **alpha_tag(a)},
+                                                     lambda c=compute, a=a: c(a=a)),  # type: ignore[misc]
+                                    B / sum(len(o.queries) for o in others), B,
+                                    {"held_out": td.name}))
     return out

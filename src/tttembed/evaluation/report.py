@@ -100,7 +100,23 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
         row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in METRICS}
         rows.append(row)
     return {"rows": rows, "aubc": _aubc(rows), "alpha_regret": alpha_regret(rows),
-            "loto_mean_delta": _loto(rows)}
+            "loto_mean_delta": _loto(rows), "harm": harm_counts(rows)}
+
+
+def harm_counts(rows: Sequence[Mapping[str, Any]], protocol: str = "fixed",
+                level: float = 0.05) -> dict[str, dict[str, int]]:
+    """Per method: task x budget cells, and how many of them differ significantly from raw
+    (paired test, ``p < level``) with a loss / with a gain."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r["protocol"] != protocol or r["method"] == "raw" or r["B"] <= 0:
+            continue
+        c = out.setdefault(r["method"], {"cells": 0, "losses": 0, "gains": 0})
+        for e in r["tasks"].values():
+            c["cells"] += 1
+            if e.get("p_raw", 1.0) < level:
+                c["losses" if e[f"delta_{MAIN}"] < 0 else "gains"] += 1
+    return out
 
 
 def _aubc(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -127,15 +143,19 @@ def alpha_regret(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 entry[MAIN]
     if not table:
         return {}
-    choices = sorted({a for v in table.values() for a in v}, key=lambda a: (a != "rule", a))
-    regret = {a: float(np.mean([max(v.values()) - v[a] for v in table.values() if a in v]))
+    choices = sorted({a for v in table.values() for a in v},
+                     key=lambda a: (a != "rule", a == "auto", a))
+
+    def oracle(v: Mapping[str, float]) -> float:  # over the fixed choices: auto is judged
+        return max(x for a, x in v.items() if a != "auto")
+    regret = {a: float(np.mean([oracle(v) - v[a] for v in table.values() if a in v]))
               for a in choices}
     by_n: dict[str, dict[str, float]] = {}
     for (_t, n), v in table.items():
         for a in choices:
             if a in v:
                 by_n.setdefault(n, {}).setdefault(a, 0.0)
-                by_n[n][a] += (max(v.values()) - v[a]) / sum(1 for k in table if k[1] == n)
+                by_n[n][a] += (oracle(v) - v[a]) / sum(1 for k in table if k[1] == n)
     return {"regret": regret, "by_n": by_n, "settings": len(table)}
 
 
@@ -284,6 +304,12 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                                                              key=lambda kv: -kv[1])), ""]
                 head, prow = per_task_rows(s)
                 lines += ["Per task (nDCG@10, Δ vs raw):", "", markdown_table(head, prow)]
+                if s.get("harm"):
+                    lines += ["Task x budget cells that differ significantly from raw "
+                              "(paired test, p < 0.05):", "", markdown_table(
+                                  ["method", "cells", "significant losses", "significant gains"],
+                                  [[m, str(c["cells"]), str(c["losses"]), str(c["gains"])]
+                                   for m, c in s["harm"].items()])]
             if proto == "heldout" or proto == "loto":
                 head, prow = per_task_rows(s, proto)
                 lines += ["Per task:", "", markdown_table(head, prow)]

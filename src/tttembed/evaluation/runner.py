@@ -52,6 +52,7 @@ class EvalConfig:
     analyses: tuple[str, ...] = ()
     baselines: tuple[str, ...] = P.BASELINES
     objective: str = "kd"
+    alphas: tuple[str, ...] = ("rule",)  # add "auto": each scope also with alpha auto
     split: str = "test"
     train_split: str | None = None
     heldout_fraction: float = 0.8
@@ -68,6 +69,10 @@ class EvalConfig:
         for s in self.scopes:
             check_scope(s)
         check_objective(self.objective)
+        for a in self.alphas:
+            if a not in P.ALPHA_METHODS:
+                raise ConfigError(f"unknown alpha method {a!r}; choose from "
+                                  f"{', '.join(P.ALPHA_METHODS)}")
         for p in self.protocols:
             if p not in PROTOCOLS:
                 raise ConfigError(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")
@@ -242,17 +247,18 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
             notes += P.skipped_budgets(work.data, cfg.budgets)
             results += P.fixed_population(work.data, src, budgets=cfg.budgets,
                                           scopes=cfg.scopes, baselines=cfg.baselines,
-                                          objective=cfg.objective, cells=cells, progress=bar)
+                                          objective=cfg.objective, cells=cells, progress=bar,
+                                          alphas=cfg.alphas)
         elif proto == "heldout":
             results += P.heldout(work.data, src, fraction=cfg.heldout_fraction,
                                  scopes=[s for s in cfg.scopes if s != "query"],
                                  objective=cfg.objective, cells=cells,
-                                 use_train=cfg.train_split is not None)
+                                 use_train=cfg.train_split is not None, alphas=cfg.alphas)
         elif len(work.data) < 2:
             notes.append("leave-one-task-out skipped: it needs two tasks or more")
         else:
             results += P.leave_one_task_out(work.data, src, objective=cfg.objective,
-                                            cells=cells)
+                                            cells=cells, alphas=cfg.alphas)
     return results, notes
 
 
@@ -264,7 +270,8 @@ def _analyses(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCac
     for analysis in cfg.analyses:
         if analysis == "alpha":
             results += A.alpha_ablation(work.data, src, objective=cfg.objective,
-                                        heldout_eval=label, cells=cells)
+                                        heldout_eval=label, cells=cells,
+                                        auto="auto" in cfg.alphas)
         elif label:
             notes.append(f"{analysis} skipped for the qrels scorer (it would evaluate "
                          "judged queries)")

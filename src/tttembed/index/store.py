@@ -17,6 +17,10 @@ under the folder's writer lock: a reader resolves the pointer once and reads one
 error, and a crash at any point leaves the old index (or, on a first build, nothing);
 the next writer removes the leftovers. Folders of the earlier flat layout (the files
 directly in the folder) still open, and are converted on the next ``--overwrite``.
+
+A spec ``milvus:URI/COLLECTION`` or ``qdrant:URL_OR_PATH/COLLECTION`` (any scheme of the
+registry role ``index``) in place of the folder writes and opens a vector-database
+collection instead (:mod:`tttembed.index.collection`), with the same manifest.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tttembed import __version__
-from tttembed.core.errors import DataError, StateMismatch
+from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import (
     MANIFEST,
     now_utc,
@@ -48,6 +52,7 @@ from tttembed.core.io import (
 )
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
+from tttembed.index.base import is_db_spec, repair_spec
 from tttembed.index.faiss_backend import build_faiss, configure, faiss_module, resolve_params
 
 FORMAT = "tttembed-index"
@@ -58,9 +63,10 @@ FILES = (MANIFEST, "index.faiss", "doc_ids.json", "vectors.npy")
 
 @dataclass(frozen=True)
 class IndexHandle:
-    """An opened index: FAISS object, row -> doc id, unit doc vectors, manifest."""
+    """An opened index: FAISS object, row -> doc id, unit doc vectors, manifest (the
+    FAISS backend of :class:`tttembed.index.base.Index`)."""
 
-    path: Path
+    path: Path | str
     manifest: dict[str, Any]
     doc_ids: list[str]
     vectors: np.ndarray
@@ -85,13 +91,27 @@ class IndexHandle:
         k = min(int(k), len(self.doc_ids))
         return self.faiss_index.search(q, k)
 
+    def get_vectors(self, rows: Any) -> np.ndarray:
+        """The stored unit vectors of ``rows`` (any int array shape S): float32 S + (dim,)."""
+        return np.asarray(self.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+
 
 def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.ndarray, *,
                 embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
                 index_type: str = "flat", index_params: dict[str, int] | None = None,
-                overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
+                overwrite: bool = False, extra: dict[str, Any] | None = None,
+                write_progress: Advance | None = None) -> Path | str:
     """Write an index directory from document vectors: a new version and one pointer
-    switch, under the folder's writer lock (another writer: ConfigError)."""
+    switch, under the folder's writer lock (another writer: ConfigError). ``out`` may be
+    a collection spec (``milvus:...``, ``qdrant:...``): written there in batches
+    (``write_progress`` advanced per batch); returns the spec then."""
+    if is_db_spec(out):
+        return _write_collection(repair_spec(out), doc_ids, vectors, overwrite=overwrite,
+                                 progress=write_progress, manifest=dict(
+                                     embedder_identity=embedder_identity,
+                                     embedder_spec=embedder_spec,
+                                     corpus_fingerprint=corpus_fingerprint,
+                                     index_type=index_type, extra=extra))
     with writer_lock(out):
         refuse_existing(out, overwrite, "index")
         return _write_index(Path(out), doc_ids, vectors, embedder_identity=embedder_identity,
@@ -103,26 +123,16 @@ def _write_index(out: Path, doc_ids: list[str], vectors: np.ndarray, *,
                  embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
                  index_type: str, index_params: dict[str, int] | None,
                  extra: dict[str, Any] | None) -> Path:
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2 or len(vectors) != len(doc_ids) or len(doc_ids) == 0:
-        raise DataError(f"need one vector per document, got {vectors.shape} for "
-                        f"{len(doc_ids)} ids")
-    norms = np.linalg.norm(vectors, axis=1)
-    if not np.allclose(norms, 1.0, atol=1e-3):
-        raise DataError("document vectors must be L2-normalised")
+    vectors = _checked_vectors(doc_ids, vectors)
     params = resolve_params(index_type, index_params, len(doc_ids))
     faiss = faiss_module()
     index = build_faiss(vectors, index_type, params)
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "embedder": embedder_identity, "embedder_spec": embedder_spec,
-        "dim": int(vectors.shape[1]), "metric": "inner_product", "normalized": True,
-        "n_docs": len(doc_ids), "corpus_fingerprint": corpus_fingerprint,
-        "index_type": index_type, "index_params": params,
-        "tttembed_version": __version__, "faiss_version": getattr(faiss, "__version__", "?"),
-        "created": now_utc(),
-        **(extra or {}),
-    }
+    manifest = build_manifest(vectors, embedder_identity=embedder_identity,
+                              embedder_spec=embedder_spec,
+                              corpus_fingerprint=corpus_fingerprint, index_type=index_type,
+                              index_params=params,
+                              versions={"faiss_version": getattr(faiss, "__version__", "?")},
+                              extra=extra)
     with versioned_directory(out) as tmp:
         try:
             faiss.write_index(index, str(tmp / "index.faiss"))
@@ -132,6 +142,54 @@ def _write_index(out: Path, doc_ids: list[str], vectors: np.ndarray, *,
         write_json(tmp / "doc_ids.json", doc_ids)
         write_manifest(tmp, manifest)
     return out
+
+
+def _checked_vectors(doc_ids: list[str], vectors: np.ndarray) -> np.ndarray:
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(vectors) != len(doc_ids) or len(doc_ids) == 0:
+        raise DataError(f"need one vector per document, got {vectors.shape} for "
+                        f"{len(doc_ids)} ids")
+    norms = np.linalg.norm(vectors, axis=1)
+    if not np.allclose(norms, 1.0, atol=1e-3):
+        raise DataError("document vectors must be L2-normalised")
+    return vectors
+
+
+def build_manifest(vectors: np.ndarray, *, embedder_identity: str, embedder_spec: str,
+                   corpus_fingerprint: str, index_type: str, index_params: dict[str, Any],
+                   versions: dict[str, str], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest every backend stores with its vectors."""
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "embedder": embedder_identity, "embedder_spec": embedder_spec,
+        "dim": int(vectors.shape[1]), "metric": "inner_product", "normalized": True,
+        "n_docs": len(vectors), "corpus_fingerprint": corpus_fingerprint,
+        "index_type": index_type, "index_params": index_params,
+        "tttembed_version": __version__, **versions,
+        "created": now_utc(),
+        **(extra or {}),
+    }
+
+
+def _write_collection(spec: str, doc_ids: list[str], vectors: np.ndarray, *, overwrite: bool,
+                      progress: Advance | None, manifest: dict[str, Any]) -> str:
+    """Write a vector-database collection (exact inner-product search)."""
+    from tttembed.core.registry import create
+    from tttembed.index.collection import write_collection
+
+    store = create("index", spec)
+    if store.exists() and not overwrite:
+        raise ConfigError(f"index {spec} already exists; pass --overwrite (overwrite=True) "
+                          "to replace it, or choose another collection")
+    vectors = _checked_vectors(doc_ids, vectors)
+    index_type = manifest.pop("index_type")
+    if index_type != "flat":
+        raise ConfigError(f"index type {index_type!r} is FAISS-only; a {spec.split(':')[0]} "
+                          "collection is searched exactly (flat)")
+    full = build_manifest(vectors, index_params={}, index_type="flat",
+                          versions=store.versions(), **manifest)
+    full["backend"] = spec.split(":", 1)[0]
+    return write_collection(store, doc_ids, vectors, full, progress)
 
 
 def _raise_write_error(exc: Exception, folder: Path) -> None:
@@ -156,7 +214,14 @@ def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = 
     """Open an index directory, refusing one built by another embedder or dimension.
 
     Everything is read from one version; when a writer replaced that version while it was
-    being read (its files vanished), the pointer is resolved again."""
+    being read (its files vanished), the pointer is resolved again. A collection spec
+    (``milvus:URI/COLLECTION``, ``qdrant:URL_OR_PATH/COLLECTION``) opens that collection."""
+    if is_db_spec(path):
+        from tttembed.core.registry import create
+        from tttembed.index.collection import open_collection
+
+        return open_collection(create("index", repair_spec(path)), expected_identity,
+                               expected_dim)
     path = Path(path)
     for _ in range(5):
         version = resolve_version(path)
@@ -169,9 +234,9 @@ def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = 
                     fix="open it again when the rebuild is over")
 
 
-def _open_version(path: Path, version: Path, expected_identity: str | None,
-                  expected_dim: int | None) -> IndexHandle:
-    manifest = read_manifest(version)
+def check_identity(path: Path | str, manifest: dict[str, Any], expected_identity: str | None,
+                   expected_dim: int | None) -> None:
+    """Refuse an index built by another embedder or dimension (StateMismatch)."""
     if expected_identity is not None and manifest["embedder"] != expected_identity:
         raise StateMismatch(
             f"index {path} was built with embedder {manifest['embedder']!r}, not "
@@ -179,6 +244,12 @@ def _open_version(path: Path, version: Path, expected_identity: str | None,
     if expected_dim is not None and int(manifest["dim"]) != int(expected_dim):
         raise StateMismatch(f"index {path} has dimension {manifest['dim']}, the embedder "
                             f"gives {expected_dim}; rebuild the index with this embedder")
+
+
+def _open_version(path: Path, version: Path, expected_identity: str | None,
+                  expected_dim: int | None) -> IndexHandle:
+    manifest = read_manifest(version)
+    check_identity(path, manifest, expected_identity, expected_dim)
     for name in FILES:
         if not (version / name).exists():
             raise DataError(f"index {path} is incomplete: {name} is missing",
@@ -220,13 +291,18 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
                 out: str | os.PathLike[str], *, index_type: str = "flat",
                 index_params: dict[str, int] | None = None, overwrite: bool = False,
                 progress: Advance | None = None,
-                extra: dict[str, Any] | None = None) -> Path:
+                extra: dict[str, Any] | None = None,
+                write_progress: Advance | None = None) -> Path | str:
     """Embed a BEIR corpus (through the cache when ``embedder`` is a CachedEmbedder) and
-    write the index directory."""
+    write the index directory, or the collection ``out`` names (``milvus:...``)."""
     from tttembed.data.beir import corpus_fingerprint, doc_text
 
     if not corpus:
         raise DataError("the corpus is empty")
+    if is_db_spec(out):
+        return _build_collection(corpus, embedder, repair_spec(out), overwrite=overwrite,
+                                 progress=progress, extra=extra,
+                                 write_progress=write_progress)
     with writer_lock(out):  # held while embedding: a second writer fails at once
         refuse_existing(out, overwrite, "index")
         doc_ids = list(corpus)
@@ -237,6 +313,24 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
                            corpus_fingerprint=corpus_fingerprint(corpus),
                            index_type=index_type, index_params=index_params,
                            overwrite=True, extra=extra)
+
+
+def _build_collection(corpus: dict[str, dict[str, str]], embedder: Embedder, spec: str, *,
+                      overwrite: bool, progress: Advance | None, extra: dict[str, Any] | None,
+                      write_progress: Advance | None) -> str:
+    from tttembed.core.registry import create
+    from tttembed.data.beir import corpus_fingerprint, doc_text
+
+    if not overwrite and create("index", spec).exists():  # before embedding anything
+        raise ConfigError(f"index {spec} already exists; pass --overwrite (overwrite=True) "
+                          "to replace it, or choose another collection")
+    doc_ids = list(corpus)
+    vectors = embedder.encode([doc_text(corpus[d]) for d in doc_ids], "document",
+                              progress=progress)
+    return str(write_index(spec, doc_ids, vectors, embedder_identity=embedder.identity,
+                           embedder_spec=embedder.spec,
+                           corpus_fingerprint=corpus_fingerprint(corpus), overwrite=True,
+                           extra=extra, write_progress=write_progress))
 
 
 def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str],

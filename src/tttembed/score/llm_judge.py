@@ -10,7 +10,10 @@ pair as soon as it is answered, so the ledger commits paid pairs one by one (a c
 which one pair fails keeps the answered ones). Transport failures follow the shared
 :class:`~tttembed.core.http.RetryPolicy` and end in :class:`~tttembed.core.errors.BackendError`.
 
-Options: ``max_concurrency`` (4 pairs in flight), ``api_key_env`` (default
+Options: ``max_concurrency`` (4 pairs in flight; the CLI's ``--concurrency``), ``rpm`` /
+``tpm`` (requests / tokens per minute; a request's tokens are estimated as 1 per 4
+characters of its messages plus ``max_tokens``, corrected from ``usage.total_tokens``;
+the CLI's ``--rpm``), ``api_key_env`` (default
 ``OPENAI_API_KEY``; unset is fine for local servers), ``max_tokens`` (sent when given),
 ``retry``, ``max_retries``, ``timeout``, ``deadline`` (the CLI's ``--max-retries`` /
 ``--timeout``).
@@ -38,6 +41,7 @@ from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
     JSONClient,
     RetryPolicy,
+    estimate_tokens,
     map_ordered,
     split_model_url,
 )
@@ -99,7 +103,8 @@ class LLMJudge:
                  max_concurrency: int = 4, api_key_env: str | None = DEFAULT_API_KEY_ENV,
                  max_tokens: int | None = None, retry: RetryPolicy | None = None,
                  max_retries: int | None = None, timeout: float | None = None,
-                 deadline: float | None = None,
+                 deadline: float | None = None, rpm: float | None = None,
+                 tpm: float | None = None,
                  sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -113,7 +118,8 @@ class LLMJudge:
         policy = (retry or RetryPolicy()).with_overrides(max_retries=max_retries,
                                                           timeout=timeout, deadline=deadline)
         self.client = JSONClient(self.base_url, api_key_env=api_key_env, policy=policy,
-                                 sleep=sleep, rng=rng, transport=transport)
+                                 sleep=sleep, rng=rng, transport=transport,
+                                 concurrency=self.max_concurrency, rpm=rpm, tpm=tpm)
 
     def __repr__(self) -> str:
         return f"LLMJudge(spec={self.spec!r})"
@@ -143,7 +149,9 @@ class LLMJudge:
         }
         if self.max_tokens is not None:
             payload["max_tokens"] = self.max_tokens
-        body = self.client.post("/chat/completions", payload)
+        texts = [m["content"] for m in payload["messages"]]
+        body = self.client.post("/chat/completions", payload,
+                                tokens=estimate_tokens(texts) + (self.max_tokens or 0))
         try:
             content = body["choices"][0]["message"]["content"]
         except (TypeError, KeyError, IndexError):

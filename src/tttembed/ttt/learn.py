@@ -15,6 +15,14 @@ from typing import Any
 import numpy as np
 
 from tttembed.adapt import STEPS, AdaptState, RewardBatch, learn_vectors, make_groups
+from tttembed.adapt.crossval import (
+    FOLDS,
+    alpha_label,
+    alpha_values,
+    cross_validate,
+    parse_alpha,
+)
+from tttembed.core.errors import ConfigError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
 from tttembed.index.store import IndexHandle
@@ -41,12 +49,12 @@ def _fingerprint(indexes: Sequence[IndexHandle]) -> str:
     return prints.pop() if len(prints) == 1 else ""
 
 
-def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
-                *, objective: str = "kd", callback: Callable[[int], None] | None = None,
-                **meta: Any) -> AdaptState | None:
-    """One scope's state from rewards already paid, over one or more sources, learned as
-    one batched problem (None when no query has a finite reward). ``meta`` fills the
-    state's scorer, reward_mapping and budget fields."""
+Table = tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[str], list[str]]
+
+
+def _table(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
+           ) -> Table | None:
+    """The reward table of every source: x, z_q, r_q, query ids and tasks (None: empty)."""
     xs: list[np.ndarray] = []
     zs: list[np.ndarray] = []
     rs: list[np.ndarray] = []
@@ -59,21 +67,48 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
         rs.extend(r)
         qids.extend(queries.qids[i] for i in kept)
         tasks.extend(queries.tasks[i] for i in kept)
-    if not qids:
+    return (np.concatenate(xs), zs, rs, qids, tasks) if qids else None
+
+
+def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
+                *, objective: str = "kd", alpha: str | float = "rule", crossval: bool = False,
+                folds: int = FOLDS, seed: int = 0,
+                callback: Callable[[int], None] | None = None,
+                **meta: Any) -> AdaptState | None:
+    """One scope's state from rewards already paid, over one or more sources, learned as
+    one batched problem (None when no query has a finite reward). ``meta`` fills the
+    state's scorer, reward_mapping and budget fields.
+
+    ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default: vectors and alphas exactly as
+    without cross-validation), a fixed number in [0, 1], or ``"auto"`` (chosen by reward
+    cross-validation, :mod:`tttembed.adapt.crossval`). ``crossval`` runs the ``folds``-fold
+    cross-validation (seeded ``seed``) for any alpha and records it in the state (``auto``
+    always runs it); ``callback`` then also sees its optimizer steps."""
+    asked = parse_alpha(alpha)
+    table = _table(sources, rewards)
+    if table is None:
         return None
+    x, zs, rs, qids, tasks = table
     groups = make_groups(scope, qids, tasks)
     perm = groups.order()  # rows in group order: the optimizer streams z without a copy
-    batch = RewardBatch.from_ragged(np.concatenate(xs)[perm], [zs[i] for i in perm],
-                                    [rs[i] for i in perm], groups.index[perm],
-                                    groups.weights[perm])
+    batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
+                                    groups.index[perm], groups.weights[perm])
     res = learn_vectors(batch, len(groups.keys), objective, callback=callback)
+    cv = None
+    if crossval or asked == "auto":
+        cv = cross_validate(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
+                            seed=seed, callback=callback)
+    chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
+    alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
-    return AdaptState(scope, tuple(groups.keys), res.vectors, res.alpha, res.n_g,
+    return AdaptState(scope, tuple(groups.keys), res.vectors, alphas, res.n_g,
                       identity=index.identity, dim=index.dim, objective=objective,
                       hyperparameters=res.hyperparameters,
                       embedder=str(index.manifest.get("embedder_spec", "")),
                       corpus_fingerprint=_fingerprint([s[2] for s in sources]),
-                      final_loss=res.final_loss, **meta)
+                      final_loss=res.final_loss, alpha_asked=alpha_label(asked),
+                      alpha_chosen=chosen, crossval=None if cv is None else cv.as_dict(),
+                      **meta)
 
 
 @dataclass(frozen=True)
@@ -101,8 +136,16 @@ def pair_counts(scorer: Scorer, plan: RewardPlan, rewards: Rewards) -> dict[str,
 def learn(index: IndexHandle, embedder: Embedder, queries: QuerySet, corpus: Corpus,
           scorer: Scorer, *, scope: str = "task", avg_budget: float = 10.0, depth: int = 10,
           objective: str = "kd", seed: int = 0, dry_run: bool = False,
+          alpha: str | float = "rule", folds: int = FOLDS,
           progress: Progress | None = None) -> LearnOutcome:
-    """Plan, score (through the ledger) and learn one scope's state."""
+    """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
+    0, a ``folds``-fold reward cross-validation is run and kept in the state
+    (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds)."""
+    asked = parse_alpha(alpha)
+    if folds == 1 or folds < 0:
+        raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
+    if asked == "auto" and not folds:
+        raise ConfigError("alpha auto is chosen by cross-validation: give at least 2 folds")
     k = candidate_depth(avg_budget, depth, len(index))
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
@@ -112,8 +155,10 @@ def learn(index: IndexHandle, embedder: Embedder, queries: QuerySet, corpus: Cor
     rewards = score_pairs(plan.pairs, queries, corpus, scorer,
                           progress=stage(progress, "scoring pairs", len(plan.pairs)))
     counts = pair_counts(scorer, plan, rewards)
-    step = stage(progress, "optimising", STEPS)
+    step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
+                 STEPS * (2 if folds else 1))
     state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
+                        alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
                         callback=lambda _: step(1),
                         scorer=getattr(scorer, "identity", None) or scorer.spec,
                         reward_mapping=scorer.mapping, budget=len(plan.pairs))

@@ -159,7 +159,7 @@ def reward_table(queries: QuerySet, base: BaseRetrieval, index: IndexHandle,
         if not dids:
             continue
         kept.append(i)
-        zs.append(np.asarray(index.vectors[[row_of[d] for d in dids]], dtype=np.float32))
+        zs.append(index.get_vectors([row_of[d] for d in dids]))
         rs.append(np.array([got[d] for d in dids], dtype=np.float64))  # type: ignore[index]
     x = base.x[kept] if kept else np.zeros((0, base.x.shape[1]), np.float32)
     return kept, x, zs, rs

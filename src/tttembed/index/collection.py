@@ -1,0 +1,170 @@
+"""Indexes kept in a vector database (Milvus, Qdrant): the opened handle and the common
+write/open steps. The backends (``tttembed.index.milvus``, ``tttembed.index.qdrant``)
+only talk to their engine through the :class:`Store` protocol below.
+
+A collection holds one point per document: the row ``0..n-1`` as primary key / point id,
+the document id as a field / payload, and the unit vector. The build manifest is written
+with the collection (Milvus collection property, Qdrant collection metadata) after the
+last vector: a collection without it is an incomplete build and is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from tttembed.core.errors import DataError, StateMismatch
+from tttembed.core.progress import Advance
+from tttembed.index.base import normalise_rows
+from tttembed.index.store import BUILD_FIX, FORMAT, IndexHandle, check_identity
+
+log = logging.getLogger(__name__)
+WRITE_BATCH = 2000
+FETCH_BATCH = 1000
+
+
+class Store(Protocol):
+    """One collection of one engine, named by a spec (``milvus:URI/COLLECTION``)."""
+
+    spec: str
+
+    def exists(self) -> bool: ...
+
+    def versions(self) -> dict[str, str]: ...
+
+    def drop(self) -> None: ...
+
+    def create(self, dim: int) -> None: ...
+
+    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray) -> None: ...
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+
+    def read_manifest(self) -> dict[str, Any] | None: ...
+
+    def read_doc_ids(self, n: int) -> list[str]: ...
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]: ...
+
+    def fetch(self, rows: list[int]) -> dict[int, np.ndarray]: ...
+
+
+class RowView:
+    """``index.vectors`` of a collection: ``view[rows]`` fetches those rows from the
+    engine; ``np.asarray(view)`` fetches every row (in batches)."""
+
+    def __init__(self, handle: CollectionIndex) -> None:
+        self._handle = handle
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self._handle), self._handle.dim
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def __len__(self) -> int:
+        return len(self._handle)
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        if isinstance(rows, slice):
+            rows = np.arange(len(self._handle))[rows]
+        return self._handle.get_vectors(rows)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self._handle.get_vectors(np.arange(len(self._handle)))
+        return out if dtype is None else out.astype(dtype)
+
+
+@dataclass(frozen=True)
+class CollectionIndex(IndexHandle):
+    """An index kept in a vector database; ``path`` is its spec string. Search goes to
+    the engine; ``get_vectors`` reads stored vectors back from it."""
+
+    store: Any = None
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        from tttembed.index.base import pad_results
+
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise StateMismatch(f"query vectors have shape {q.shape}, index dim is {self.dim}")
+        k = min(int(k), len(self.doc_ids))
+        if len(q) == 0:
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+        return pad_results(self.store.search(q, k), k)
+
+    def get_vectors(self, rows: Any) -> np.ndarray:
+        from tttembed.index.base import gather
+
+        r = normalise_rows(rows, len(self.doc_ids))
+        wanted = sorted(set(r.reshape(-1).tolist()))
+        fetched: dict[int, np.ndarray] = {}
+        for start in range(0, len(wanted), FETCH_BATCH):
+            fetched.update(self.store.fetch(wanted[start:start + FETCH_BATCH]))
+        missing = [w for w in wanted if w not in fetched]
+        if missing:
+            raise DataError(f"index {self.path} lacks the vectors of rows {missing[:5]}",
+                            fix="rebuild the index")
+        return gather(r, fetched, self.dim)
+
+
+def write_collection(store: Store, doc_ids: list[str], vectors: np.ndarray,
+                     manifest: dict[str, Any], progress: Advance | None = None) -> str:
+    """Replace the collection with ``vectors`` (rows 0..n-1) written in batches, then the
+    manifest (the completion mark)."""
+    if store.exists():
+        store.drop()
+    store.create(int(vectors.shape[1]))
+    for start in range(0, len(doc_ids), WRITE_BATCH):
+        stop = min(start + WRITE_BATCH, len(doc_ids))
+        store.insert(np.arange(start, stop, dtype=np.int64), doc_ids[start:stop],
+                     vectors[start:stop])
+        log.debug("%s: wrote %d/%d vectors", store.spec, stop, len(doc_ids))
+        if progress is not None:
+            progress(stop - start)
+    store.write_manifest(manifest)
+    return store.spec
+
+
+def open_collection(store: Store, expected_identity: str | None = None,
+                    expected_dim: int | None = None) -> CollectionIndex:
+    """Open a collection written by :func:`write_collection`, refusing an incomplete
+    build, a foreign collection, or one built by another embedder or dimension."""
+    fix = BUILD_FIX.replace("--out DIR", f"--out {store.spec}")
+    if not store.exists():
+        raise DataError(f"index {store.spec} does not exist", fix=fix)
+    manifest = store.read_manifest()
+    if manifest is None or manifest.get("format") != FORMAT:
+        raise DataError(f"index {store.spec} holds no tttembed manifest (an incomplete "
+                        "build, or a collection written by something else)",
+                        fix=fix + " --overwrite")
+    check_identity(store.spec, manifest, expected_identity, expected_dim)
+    n = int(manifest["n_docs"])
+    doc_ids = store.read_doc_ids(n)
+    if len(doc_ids) != n:
+        raise DataError(f"index {store.spec} is inconsistent (manifest: {n} docs; "
+                        f"collection: {len(doc_ids)})", fix="rebuild the index")
+    handle = CollectionIndex(path=store.spec, manifest=manifest, doc_ids=doc_ids,
+                             vectors=np.zeros((0, 0), np.float32), faiss_index=None,
+                             store=store)
+    object.__setattr__(handle, "vectors", RowView(handle))
+    return handle
+
+
+def assemble_doc_ids(pairs: list[tuple[int, str]], n: int, spec: str) -> list[str]:
+    """(row, doc id) pairs in any order -> the list row -> doc id (rows 0..n-1 once)."""
+    out: list[str | None] = [None] * n
+    for row, did in pairs:
+        if not 0 <= row < n or out[row] is not None:
+            raise DataError(f"index {spec} holds an unexpected row {row}",
+                            fix="rebuild the index")
+        out[row] = did
+    if any(d is None for d in out):
+        raise DataError(f"index {spec} lacks some rows of its {n} documents",
+                        fix="rebuild the index")
+    return [str(d) for d in out]

@@ -1,0 +1,127 @@
+"""Milvus collections as tttembed indexes: ``milvus:URI/COLLECTION``.
+
+``URI`` is a Milvus Lite file (``milvus:./idx.db/scifact``: the embedded Milvus engine,
+created on first write) or a server / cluster (``milvus:http://host:19530/scifact``;
+``TTTEMBED_MILVUS_TOKEN`` is sent as the token when set). The collection has the fields
+``row`` (INT64 primary key, 0..n-1), ``doc_id`` (VARCHAR) and ``vector`` (FLOAT_VECTOR
+with a FLAT index, metric IP: exact inner product), strong consistency; the manifest is
+the collection property ``tttembed.manifest`` (JSON). Extra: ``pip install
+'tttembed[milvus]'`` (``pymilvus`` + ``milvus-lite``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tttembed.core.errors import ConfigError, MissingDependency
+from tttembed.index.base import split_collection
+from tttembed.index.collection import assemble_doc_ids
+
+MANIFEST_KEY = "tttembed.manifest"
+DOC_ID_MAX = 65535
+QUERY_BATCH = 16384  # Milvus caps a query at 16384 entities
+_CLIENTS: dict[str, Any] = {}
+
+
+def _client(uri: str) -> Any:
+    """One client per URI and process (Milvus Lite runs one engine per file)."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError as exc:
+        raise MissingDependency("pymilvus", "milvus") from exc
+    if not uri.startswith(("http://", "https://", "tcp://", "unix:")):
+        Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        uri = str(Path(uri).resolve())
+    if uri not in _CLIENTS:
+        token = os.environ.get("TTTEMBED_MILVUS_TOKEN", "")
+        _CLIENTS[uri] = MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
+    return _CLIENTS[uri]
+
+
+class MilvusStore:
+    """One Milvus collection (see the module docstring)."""
+
+    def __init__(self, spec: str, uri: str, collection: str) -> None:
+        if not collection.replace("_", "a").isalnum() or collection[0].isdigit():
+            raise ConfigError(f"Milvus collection names hold letters, digits and '_' and do "
+                              f"not start with a digit; got {collection!r} in {spec!r}")
+        self.spec, self.uri, self.collection = spec, uri, collection
+        self.client = _client(uri)
+
+    def versions(self) -> dict[str, str]:
+        import pymilvus
+
+        return {"pymilvus_version": getattr(pymilvus, "__version__", "?")}
+
+    def exists(self) -> bool:
+        return bool(self.client.has_collection(self.collection))
+
+    def drop(self) -> None:
+        self.client.drop_collection(self.collection)
+
+    def create(self, dim: int) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("row", DataType.INT64, is_primary=True)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=DOC_ID_MAX)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        params = self.client.prepare_index_params()
+        params.add_index("vector", index_type="FLAT", metric_type="IP")
+        self.client.create_collection(self.collection, schema=schema, index_params=params,
+                                      consistency_level="Strong")
+
+    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray) -> None:
+        self.client.insert(self.collection, [
+            {"row": int(r), "doc_id": d, "vector": v.tolist()}
+            for r, d, v in zip(rows, doc_ids, vectors)])
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self.client.flush(self.collection)
+        self.client.alter_collection_properties(
+            self.collection, properties={MANIFEST_KEY: json.dumps(manifest, sort_keys=True)})
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        props = self.client.describe_collection(self.collection).get("properties") or {}
+        text = props.get(MANIFEST_KEY)
+        return json.loads(text) if text else None
+
+    def read_doc_ids(self, n: int) -> list[str]:
+        """Rows are the primary keys 0..n-1: read them in primary-key ranges."""
+        self.client.load_collection(self.collection)
+        pairs: list[tuple[int, str]] = []
+        for start in range(0, n + 1, QUERY_BATCH):  # one range past n: catches extra rows
+            got = self.client.query(self.collection, output_fields=["row", "doc_id"],
+                                    filter=f"row >= {start} and row < {start + QUERY_BATCH}",
+                                    limit=QUERY_BATCH)
+            pairs.extend((int(e["row"]), str(e["doc_id"])) for e in got)
+        return assemble_doc_ids(pairs, n, self.spec)
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+        out: list[list[tuple[int, float]]] = []
+        for start in range(0, len(queries), 256):
+            res = self.client.search(self.collection, data=queries[start:start + 256].tolist(),
+                                     limit=k, anns_field="vector",
+                                     search_params={"metric_type": "IP"})
+            out.extend([(_pk(h), float(h["distance"])) for h in hits] for hits in res)
+        return out
+
+    def fetch(self, rows: list[int]) -> dict[int, np.ndarray]:
+        got = self.client.get(self.collection, ids=rows, output_fields=["vector"])
+        return {int(e["row"]): np.asarray(e["vector"], np.float32) for e in got}
+
+
+def _pk(hit: Any) -> int:
+    entry = dict(hit)
+    return int(entry["row"] if "row" in entry else entry["id"])
+
+
+def from_spec(rest: str, **options: Any) -> MilvusStore:
+    """The store of ``milvus:URI/COLLECTION`` (registry role ``index``)."""
+    uri, collection = split_collection(rest, "milvus")
+    return MilvusStore(f"milvus:{rest}", uri, collection)
