@@ -43,6 +43,12 @@ def test_readme_usage_commands_run_as_written(tmp_path, monkeypatch, small_demo,
         assert r.exit_code == 0, (line, r.output)
     assert Path("runs/adapted.trec").is_file() and Path("runs/rerank.trec").is_file()
     assert Path("task.npz").is_file() and Path("query.npz").is_file()
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    for line in [ln for ln in _block("vectordb").splitlines() if ln.startswith("tttembed ")]:
+        r = runner.invoke(app, shlex.split(line)[1:])
+        assert r.exit_code == 0, (line, r.output)
+    assert Path("runs/adapted-milvus.trec").read_text().count("\n") > 0
 
 
 def test_readme_python_section_runs(tmp_path, monkeypatch, small_demo, minilm, capsys):
