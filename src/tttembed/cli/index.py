@@ -44,6 +44,8 @@ def index(
     max_retries: MaxRetriesOpt = None,
     concurrency: ConcurrencyOpt = None,
     rpm: RpmOpt = None,
+    executor: Annotated[str, typer.Option(help="Where the documents not yet cached are embedded: local (this process) or ray (Ray Data actors; pip install 'tttembed[ray]').")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address for --executor ray (default: start a local Ray).")] = None,
 ) -> None:
     """Embed a corpus and write an index (FAISS folder, Milvus or Qdrant collection) with its manifest."""
     quiet_libraries()
@@ -57,7 +59,8 @@ def index(
                             **http_options(embedder, timeout, max_retries, concurrency, rpm))
     with progress_group(not quiet) as stage:
         handle = api.index_corpus(data, out, embedder=emb, index_type=index_type,
-                                  index_params=params, overwrite=overwrite, progress=stage)
+                                  index_params=params, overwrite=overwrite, progress=stage,
+                                  executor=executor, ray_address=ray_address)
     console.print(f"indexed {len(handle):,} documents with {emb.identity} "
                   f"(dim {handle.dim}, {index_type}) -> {out}  "
                   f"(model calls: {getattr(emb, 'model_calls', 0)}, texts embedded: "

@@ -1,0 +1,15 @@
+"""Executors: where the model work of a corpus runs (issue 12, item 3).
+
+``local`` runs the model in this process through the content-addressed
+:class:`~tttembed.embed.cache.CachedEmbedder`. ``ray`` sends the texts that are not in
+the cache through a Ray Data ``map_batches`` stage with an actor pool (one model load per
+actor, ``num_gpus`` per actor) and writes every batch that comes back into the same
+embedding cache, in the driver, as it arrives: a rerun (or a run after a killed one) pays
+only for what is not stored yet. ``ray`` is an optional extra (``pip install
+'tttembed[ray]'``); this package imports without it.
+"""
+
+from tttembed.execute.embed import EXECUTORS, EmbedStats, embed_texts, embed_with
+from tttembed.execute.score import score_pairs
+
+__all__ = ["EXECUTORS", "EmbedStats", "embed_texts", "embed_with", "score_pairs"]
