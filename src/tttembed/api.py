@@ -101,7 +101,9 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
         path = Path(data)
         corpus, source = load_corpus(path / "corpus.jsonl" if path.is_dir() else path), str(path)
     if executor != "local":
-        _prefill(emb, corpus, executor, ray_address)
+        from tttembed.execute.embed import prefill_corpus
+
+        prefill_corpus(emb, corpus, executor=executor, ray_address=ray_address)
     build_index(corpus, emb, out, index_type=index_type,
                 index_params=dict(index_params or {}), overwrite=overwrite,
                 progress=stage(progress, "embedding corpus", len(corpus)),
@@ -110,21 +112,6 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
                 extra={"embedder_options": dict(getattr(emb, "options", {}) or {}),
                        "corpus_source": source})
     return _open(out, expected_identity=emb.identity)
-
-
-def _prefill(emb: Embedder, corpus: Mapping[str, Mapping[str, str]], executor: str,
-             ray_address: str | None) -> None:
-    """Fill the embedding cache with the corpus on ``executor``: build_index then only
-    reads it."""
-    from tttembed.data.beir import doc_text
-    from tttembed.embed.cache import CachedEmbedder
-    from tttembed.execute import embed_with
-
-    if not isinstance(emb, CachedEmbedder):
-        raise ConfigError(f"executor={executor!r} needs a cached embedder (a spec string, or "
-                          "load_embedder(...) with cache=True)")
-    embed_with(emb, [doc_text(d) for d in corpus.values()], "document", executor=executor,
-               ray_address=ray_address)
 
 
 def open_index(path: PathLike, *, embedder: Embedder | None = None) -> Index:

@@ -127,3 +127,16 @@ def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address
         if k in new_rows:
             out[i] = new_rows[k]
     return out
+
+
+def prefill_corpus(emb: Any, corpus: Mapping[str, Mapping[str, str]], *, executor: str,
+                   ray_address: str | None = None) -> None:
+    """Fill the embedding cache with a corpus's documents on ``executor`` (index building
+    then only reads the cache)."""
+    from tttembed.data.beir import doc_text
+
+    if not isinstance(emb, CachedEmbedder):
+        raise ConfigError(f"executor={executor!r} needs a cached embedder (a spec string, or "
+                          "load_embedder(...) with cache=True)")
+    embed_with(emb, [doc_text(d) for d in corpus.values()], "document", executor=executor,
+               ray_address=ray_address)
