@@ -39,11 +39,9 @@ dot products in another order moves 300-step vectors by up to ~1e-2).
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import itertools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +62,7 @@ from tttembed.adapt.objectives import (
     make_targets,
 )
 from tttembed.adapt.scopes import alpha_from_counts
+from tttembed.core.devices import cpu_threads, one_blas_thread
 from tttembed.core.errors import DataError
 
 #: Bytes of candidate vectors per chunk: large enough to amortise the per-chunk Python
@@ -303,25 +302,6 @@ def _solo_blocks(pieces: list[_Piece], adam: _Adam, steps: int,
     return done
 
 
-def default_threads() -> int:
-    """Threads for the query-wise blocks: the CPUs this process may use, at most 8."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(8, n))
-
-
-def _one_blas_thread() -> Any:
-    """The passes are memory-bound and the pieces small: extra BLAS threads only add
-    synchronisation, which collapses when the cores are shared."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def _check_args(batch: RewardBatch, n_groups: int, objective: str, steps: int) -> None:
     check_objective(objective)
     if n_groups < 1:
@@ -371,7 +351,7 @@ def learn_vectors(
     in ``Groups.order()`` to avoid that copy). ``block_queries=False`` runs every piece
     step by step (the reference path; the default takes all steps of each block of
     one-query groups while it sits in cache, on ``threads`` threads (default
-    :func:`default_threads`), with the fused numba Adam when numba is installed and
+    :func:`tttembed.core.devices.cpu_threads`), with the fused numba Adam when numba is installed and
     ``fused``, and gives bit-identical vectors).
     """
     _check_args(batch, n_groups, objective, steps)
@@ -383,7 +363,7 @@ def learn_vectors(
         order = np.argsort(group, kind="stable")
         x, z, r, mask, group, weight = (a[order] for a in (x, z, r, mask, group, weight))  # type: ignore[index]
     trace = np.zeros(steps, dtype=np.float64)
-    with _one_blas_thread():
+    with one_blas_thread():
         adam = _Adam(n_groups, batch.dim, lr)
         solo = (chunk_size or chunk_rows(k, batch.dim, SOLO_BYTES)) if block_queries else None
         pieces = _setup(objective, x, z, r, mask, group, weight, chunk,  # type: ignore[arg-type]
@@ -391,7 +371,7 @@ def learn_vectors(
         acc = np.zeros_like(adam.v)
         done = {}
         if block_queries:
-            done = _solo_blocks(pieces, adam, steps, callback, threads or default_threads(),
+            done = _solo_blocks(pieces, adam, steps, callback, threads or cpu_threads(),
                                 fused)
         for step in range(steps):
             trace[step] = _step(pieces, adam, acc, done, step)

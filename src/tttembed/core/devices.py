@@ -7,7 +7,9 @@ GPU, else ``cpu``. An explicit device string is used as given.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Any
 
 ENV = "TTTEMBED_DEVICE"
 
@@ -24,4 +26,24 @@ def pick_device(device: str | None = None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-__all__ = ["ENV", "pick_device"]
+def cpu_threads(limit: int = 8) -> int:
+    """Worker threads for CPU-bound numpy work: the CPUs this process may use, at most
+    ``limit``."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(limit, n))
+
+
+def one_blas_thread() -> Any:
+    """A context with one BLAS thread: for memory-bound passes over small pieces, extra
+    BLAS threads only add synchronisation, which collapses when the cores are shared."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+__all__ = ["ENV", "cpu_threads", "one_blas_thread", "pick_device"]

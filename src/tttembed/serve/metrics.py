@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 #: Latency buckets in seconds (upper bounds; +Inf is added).
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -75,22 +76,24 @@ class Metrics:
             yield f"tttembed_request_seconds_bucket{_labels(route=route, le='+Inf')} {self.counts[route]}\n"
             yield f"tttembed_request_seconds_sum{_labels(route=route)} {self.sums[route]:.6f}\n"
             yield f"tttembed_request_seconds_count{_labels(route=route)} {self.counts[route]}\n"
-        yield "# HELP tttembed_inputs_total Texts embedded or searched, by route.\n"
-        yield "# TYPE tttembed_inputs_total counter\n"
-        for route, n in sorted(self.inputs.items()):
-            yield f"tttembed_inputs_total{_labels(route=route)} {n}\n"
-        yield "# HELP tttembed_state_hits_total Query texts adapted, by state file.\n"
-        yield "# TYPE tttembed_state_hits_total counter\n"
-        for label, n in sorted(self.state_hits.items()):
-            yield f"tttembed_state_hits_total{_labels(state=label)} {n}\n"
-        yield "# HELP tttembed_errors_total Error responses by route and error type.\n"
-        yield "# TYPE tttembed_errors_total counter\n"
-        for (route, kind), n in sorted(self.errors.items()):
-            yield f"tttembed_errors_total{_labels(route=route, type=kind)} {n}\n"
-        yield "# HELP tttembed_reloads_total State reloads, swapped (ok) or refused.\n"
-        yield "# TYPE tttembed_reloads_total counter\n"
-        for result, n in sorted(self.reloads.items()):
-            yield f"tttembed_reloads_total{_labels(result=result)} {n}\n"
+        yield from _counter("inputs_total", "Texts embedded or searched, by route.",
+                            self.inputs, ("route",))
+        yield from _counter("state_hits_total", "Query texts adapted, by state file.",
+                            self.state_hits, ("state",))
+        yield from _counter("errors_total", "Error responses by route and error type.",
+                            self.errors, ("route", "type"))
+        yield from _counter("reloads_total", "State reloads, swapped (ok) or refused.",
+                            self.reloads, ("result",))
         yield "# HELP tttembed_states_generation Generation of the states in force.\n"
         yield "# TYPE tttembed_states_generation gauge\n"
         yield f"tttembed_states_generation {self.generation}\n"
+
+
+def _counter(name: str, help_text: str, values: Mapping[Any, int],
+             labels: tuple[str, ...]) -> Iterator[str]:
+    """One Prometheus counter family: HELP, TYPE and a sample per label tuple, sorted."""
+    yield f"# HELP tttembed_{name} {help_text}\n"
+    yield f"# TYPE tttembed_{name} counter\n"
+    for key, n in sorted(values.items()):
+        parts = key if isinstance(key, tuple) else (key,)
+        yield f"tttembed_{name}{_labels(**dict(zip(labels, parts)))} {n}\n"
