@@ -179,3 +179,40 @@ def test_aubc_bad_inputs():
         aubc([-1, 1, 2], [0.0, 1.0, 2.0])
     with pytest.raises(DataError):
         aubc([1, 2], [0.0])
+
+
+# --- the byte-table statistic equals the unpacked-bits product it replaced -------------
+
+def _reference_p(a, b, n_resamples, seed):
+    """The earlier implementation: unpack the sign bits to floats, one matrix product."""
+    from tttembed.evaluation.stats import _chunks
+    d = np.asarray(a, float) - np.asarray(b, float)
+    n = d.size
+    threshold = abs(d.sum()) - 1e-9 * max(np.abs(d).sum(), np.finfo(np.float64).tiny)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for size in _chunks(n_resamples, n):
+        packed = rng.integers(0, 256, size=(size, (n + 7) // 8), dtype=np.uint8)
+        flips = np.unpackbits(packed, axis=1, count=n).astype(np.float64)
+        hits += int(np.count_nonzero(np.abs(d.sum() - 2.0 * (flips @ d)) >= threshold))
+    return (hits + 1) / (n_resamples + 1)
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_table_statistic_gives_the_reference_p_value(trial):
+    rng = np.random.default_rng(100 + trial)
+    n = int(rng.integers(64, 700))
+    a = np.round(rng.random(n), 2 if trial % 2 else 6)  # rounded grades tie often
+    b = np.round(a + rng.normal(0, [0.002, 0.02, 0.08][trial % 3], n), 2 if trial % 2 else 6)
+    got = paired_randomization_test(a, b, n_resamples=4000, seed=trial)
+    assert got == _reference_p(a, b, 4000, trial)
+
+
+def test_bootstrap_means_equal_fancy_index_means():
+    rng = np.random.default_rng(5)
+    a, b = rng.random(257), rng.random(257)
+    d = a - b
+    lo, hi = paired_bootstrap_ci(a, b, n_resamples=2000, seed=3)
+    idx = np.random.default_rng(3).integers(0, 257, size=(2000, 257), dtype=np.int32)
+    ref = np.quantile(d[idx].mean(axis=1), [0.025, 0.975])
+    assert (lo, hi) == (float(ref[0]), float(ref[1]))
