@@ -51,7 +51,7 @@ __all__ = ["DEFAULT_EMBEDDER", "REGIMES", "SCOPES", "AdaptState", "BackendError"
            "MissingDependency", "Progress", "SearchResult", "StateMismatch", "TTTEmbedError",
            "chain_eval", "chain_search", "chain_train", "compare", "embedder_for_index",
            "export_demo",
-           "evaluate", "http_options", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state",
+           "evaluate", "http_options", "index_corpus", "learn", "load_embedder", "load_scorer", "load_state", "mteb_model",
            "open_index", "per_query_metric", "read_run", "rerank", "run_demo", "run_metrics", "search", "write_run",
            "ServeConfig", "create_app", "run_server", "parse_alpha"]
 
@@ -78,9 +78,10 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
                  embedder: Embedder | str | None = None, index_type: str = "flat",
                  index_params: Mapping[str, int] | None = None, overwrite: bool = False,
                  progress: Progress | None = None, executor: str = "local",
-                 ray_address: str | None = None) -> Index:
+                 ray_address: str | None = None, store_text: bool = False) -> Index:
     """Embed a corpus (a BEIR folder, a corpus.jsonl file, or a ``{id: {title, text}}``
     dict) and write an index folder with its manifest; returns the opened index.
+    ``store_text=True`` keeps each document's text in a ``milvus:``/``qdrant:`` collection.
     ``executor="ray"`` embeds the documents not yet cached on Ray Data first
     (:mod:`tttembed.execute`; ``ray_address``: a cluster, default a local Ray).
 
@@ -110,7 +111,7 @@ def index_corpus(data: PathLike | Mapping[str, Mapping[str, str]], out: PathLike
                 write_progress=(stage(progress, "writing vectors", len(corpus))
                                 if is_db_spec(out) else None),
                 extra={"embedder_options": dict(getattr(emb, "options", {}) or {}),
-                       "corpus_source": source})
+                       "corpus_source": source}, store_text=store_text)
     return _open(out, expected_identity=emb.identity)
 
 
@@ -197,9 +198,19 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           seed: int = 0, embedder: Embedder | None = None,
           corpus: PathLike | Mapping[str, Mapping[str, str]] | None = None,
           alpha: str | float = "rule", folds: int = 5,
-          progress: Progress | None = None) -> AdaptState:
+          progress: Progress | None = None, executor: str = "local",
+          ray_address: str | None = None, ray_actors: int = 1,
+          ray_gpus: float = 0.0) -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state.
+
+    ``executor="ray"`` runs the model work on Ray Data (``ray_actors`` replicas with
+    ``ray_gpus`` GPUs each, on the cluster at ``ray_address``, default a local Ray): the
+    query vectors not yet cached (a local embedder), and the pairs not yet in the ledger
+    of a local-model scorer (``cross-encoder:``, ``qwen3-reranker:``), every result
+    committed to the same cache and ledger (a rerun pays nothing). HTTP scorers
+    (``rerank:``, ``llm:``) and ``qrels`` are scored in this process, with a logged note
+    (:mod:`tttembed.execute.score`).
 
     ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default), a fixed number in [0, 1], or
     ``"auto"``: chosen from {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule} by a ``folds``-fold reward
@@ -224,7 +235,10 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     qs = _queries(queries, task, split)
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
-    outcome = run_learn(index, _embedder(index, embedder), qs, docs, sc, scope=scope,
+    emb = _embedder(index, embedder)
+    _use_executor(sc, executor, ray_address, ray_actors, ray_gpus,
+                  (emb, () if dry_run else qs.texts))
+    outcome = run_learn(index, emb, qs, docs, sc, scope=scope,
                         avg_budget=budget, depth=depth, objective=objective, seed=seed,
                         dry_run=dry_run, alpha=alpha, folds=folds, progress=progress)
     if outcome.state is not None:
@@ -238,6 +252,22 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
                       identity=index.identity,
                       dim=index.dim, objective=objective, pairs=pairs, dry_run=dry_run,
                       budget=len(plan.pairs))
+
+
+def _use_executor(scorer: Scorer, executor: str, ray_address: str | None, actors: int,
+                  gpus: float, queries: tuple[Embedder, Sequence[str]] | None = None
+                  ) -> str | None:
+    """Pay ``scorer``'s pairs on ``executor``; with ``queries`` (embedder, texts), embed
+    the texts not yet cached there first."""
+    from tttembed.execute.embed import prefill_queries
+    from tttembed.execute.score import use_executor
+
+    note = use_executor(scorer, executor, ray_address=ray_address, num_actors=actors,
+                        num_gpus=gpus)
+    if queries is not None and queries[1]:
+        prefill_queries(queries[0], queries[1], executor=executor, ray_address=ray_address,
+                        num_actors=actors, num_gpus=gpus)
+    return note
 
 
 def _empty(dim: int) -> Any:
@@ -373,11 +403,16 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
              cache_dir: PathLike | None = None, resamples: int = 10000,
              use_cell_cache: bool = True, timeout: float | None = None,
              max_retries: int | None = None, alphas: Sequence[str] = ("rule",),
-             progress: Progress | None = None) -> EvalReport:
+             progress: Progress | None = None, concurrency: int | None = None,
+             rpm: float | None = None, executor: str = "local",
+             ray_address: str | None = None, ray_actors: int = 1,
+             ray_gpus: float = 0.0) -> EvalReport:
     """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
     TTT-Embed scopes on the same rewarded pairs, over BEIR tasks (folder paths, or names
     under ``data_root`` / ``$TTTEMBED_DATA``), with paired tests. Everything is cached: a
-    rerun makes no embedding or scorer call.
+    rerun makes no embedding or scorer call. ``concurrency`` / ``rpm`` limit the HTTP
+    scorers (as ``learn``'s); ``executor`` / ``ray_address`` / ``ray_actors`` /
+    ``ray_gpus`` pay local-model scorers' pairs on Ray, as in :func:`learn`.
 
         >>> report = tt.evaluate(["scifact"], scorers=["bm25"], data_root="data")
         >>> report.write("reports/run1")
@@ -392,5 +427,33 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
                      data_root=None if data_root is None else str(data_root),
                      cache_dir=None if cache_dir is None else str(cache_dir),
                      n_resamples=resamples, timeout=timeout, max_retries=max_retries,
-                     alphas=tuple(alphas))
+                     alphas=tuple(alphas), concurrency=concurrency, rpm=rpm,
+                     executor=executor, ray_address=ray_address, ray_actors=ray_actors,
+                     ray_gpus=ray_gpus)
     return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))
+
+
+def mteb_model(embedder: Embedder | str | None = None, *,
+               states: AdaptState | PathLike | Sequence[AdaptState | PathLike] = (),
+               index: Index | None = None, task: str | None = None, name: str | None = None,
+               require_match: bool = True) -> Any:
+    """An MTEB 2.x model (:class:`tttembed.integrations.mteb.MTEBModel`) for MTEB's own
+    evaluator: queries encoded by ``embedder`` and moved by ``states`` (the most specific
+    state per query, as ``search``), documents raw; no states = the raw retriever.
+    ``embedder``: an Embedder or a spec (default: the one recorded in ``index``, else the
+    bundled MiniLM); ``task``: the task name task-wise states were learned under (default:
+    the MTEB task's name). Needs ``pip install 'tttembed[mteb]'``.
+
+        >>> import mteb
+        >>> model = tt.mteb_model(index=index, states=["vectors.npz"], task="scifact")
+        >>> result = mteb.evaluate(model, mteb.get_tasks(tasks=["SciFact"]), cache=None)
+    """
+    from tttembed.integrations.mteb import MTEBModel
+
+    if index is not None and not isinstance(embedder, str):
+        emb = _embedder(index, embedder)
+    elif isinstance(embedder, str) or embedder is None:
+        emb = load_embedder(embedder or DEFAULT_EMBEDDER)
+    else:
+        emb = embedder
+    return MTEBModel(emb, states, task=task, name=name, require_match=require_match)

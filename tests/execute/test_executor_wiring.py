@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers"
 def fake_stage(monkeypatch):
     calls: list[int] = []
 
-    def stage(spec, options, kind, texts, *, ray_address, batch_size, num_actors, num_gpus):
+    def stage(spec, options, kind, texts, *, ray_address, batch_size, num_actors, num_gpus,
+              num_cpus=1.0):
         actor = ray_stage.EmbedActor(spec, options, kind)
         for start in range(0, len(texts), batch_size):
             pos = np.arange(start, min(start + batch_size, len(texts)))

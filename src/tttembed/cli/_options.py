@@ -15,6 +15,7 @@
 | BEIR split / task names | `--split` / `--task` |
 | no progress bars | `--quiet` |
 | HTTP backends (openai:, llm:, rerank:) | `--timeout`, `--max-retries`, `--concurrency`, `--rpm` |
+| where model work runs (index, learn, eval) | `--executor` (local or ray), `--ray-address`, `--ray-actors`, `--ray-gpus` |
 
 Old spellings stay for one release as hidden aliases (``cli/__init__.py``).
 """
@@ -77,6 +78,19 @@ RpmOpt = Annotated[Optional[float], typer.Option(
     "--rpm", min=0.001, show_default=False,
     help="Requests per minute to an openai:/llm:/rerank: backend, spaced evenly "
          "[default: no limit]; a 429 with Retry-After pauses all requests anyway.")]
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", help="Where model work runs: local (this process) or ray (Ray Data "
+    "actors; pip install 'tttembed[ray]'). index: the documents not yet cached; "
+    "learn/eval: the pairs of local-model scorers (cross-encoder:, qwen3-reranker:), not "
+    "yet in the ledger; HTTP scorers (rerank:, llm:) and qrels are scored in this process, "
+    "with a note.")]
+RayAddressOpt = Annotated[Optional[str], typer.Option(
+    "--ray-address", help="Ray cluster for --executor ray ('auto', 'ray://HEAD:10001'); "
+    "default: start a local Ray.")]
+RayActorsOpt = Annotated[int, typer.Option(
+    "--ray-actors", min=1, help="--executor ray: model replicas (one model load each).")]
+RayGpusOpt = Annotated[float, typer.Option(
+    "--ray-gpus", min=0, help="--executor ray: GPUs per replica (0: CPU).")]
 RetryMissingOpt = Annotated[bool, typer.Option(
     "--retry-missing", help="Ask the scorer again for pairs recorded as missing in the "
     "ledger (e.g. an LLM answer without a score).")]

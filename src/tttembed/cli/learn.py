@@ -24,6 +24,7 @@ from tttembed.cli._options import (
     ConcurrencyOpt,
     CorpusOpt,
     DepthOpt,
+    ExecutorOpt,
     FoldsOpt,
     IndexOpt,
     InstructionOpt,
@@ -32,6 +33,9 @@ from tttembed.cli._options import (
     OverwriteOpt,
     QueriesArg,
     QuietOpt,
+    RayActorsOpt,
+    RayAddressOpt,
+    RayGpusOpt,
     RetryMissingOpt,
     RpmOpt,
     ScorerOpt,
@@ -91,6 +95,10 @@ def learn(
     rpm: RpmOpt = None,
     alpha: AlphaOpt = "rule",
     cv_folds: FoldsOpt = 5,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_actors: RayActorsOpt = 1,
+    ray_gpus: RayGpusOpt = 0.0,
 ) -> None:
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
@@ -105,7 +113,9 @@ def learn(
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
-                          folds=cv_folds, progress=stage)
+                          folds=cv_folds, progress=stage, executor=executor,
+                          ray_address=ray_address, ray_actors=ray_actors,
+                          ray_gpus=ray_gpus)
     p = state.pairs
     if dry_run:
         console.print(f"reward plan: {p['requested']:,} pairs (b = {budget:g}), depth {depth}; "

@@ -5,11 +5,14 @@
 the cache through a Ray Data ``map_batches`` stage with an actor pool (one model load per
 actor, ``num_gpus`` per actor) and writes every batch that comes back into the same
 embedding cache, in the driver, as it arrives: a rerun (or a run after a killed one) pays
-only for what is not stored yet. ``ray`` is an optional extra (``pip install
-'tttembed[ray]'``); this package imports without it.
+only for what is not stored yet. Pair scoring works the same way through the reward
+ledger (:func:`score_pairs`; :func:`use_executor` for the scorer of ``learn`` / ``eval``:
+local-model scorers run on Ray, HTTP scorers stay in this process with a note). ``ray`` is
+an optional extra (``pip install 'tttembed[ray]'``); this package imports without it.
 """
 
 from tttembed.execute.embed import EXECUTORS, EmbedStats, embed_texts, embed_with
-from tttembed.execute.score import score_pairs
+from tttembed.execute.score import RayScoring, ray_fallback, score_pairs, use_executor
 
-__all__ = ["EXECUTORS", "EmbedStats", "embed_texts", "embed_with", "score_pairs"]
+__all__ = ["EXECUTORS", "EmbedStats", "RayScoring", "embed_texts", "embed_with",
+           "ray_fallback", "score_pairs", "use_executor"]

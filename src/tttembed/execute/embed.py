@@ -38,7 +38,7 @@ def _cached_embedder(spec: str, cache_dir: str | os.PathLike[str] | None,
 def embed_texts(spec: str, texts: Sequence[str], kind: Kind = "document", *,
                 executor: str = "local", ray_address: str | None = None,
                 batch_size: int = 256, num_actors: int = 1, num_gpus: float = 0.0,
-                cache_dir: str | os.PathLike[str] | None = None,
+                num_cpus: float = 1.0, cache_dir: str | os.PathLike[str] | None = None,
                 options: Mapping[str, Any] | None = None,
                 stats: EmbedStats | None = None) -> np.ndarray:
     """Vectors (float32, ``(len(texts), dim)``) of ``texts`` by the embedder ``spec``.
@@ -46,20 +46,21 @@ def embed_texts(spec: str, texts: Sequence[str], kind: Kind = "document", *,
     Both executors read and fill the same embedding cache (``cache_dir``), so their
     vectors are interchangeable and a second call makes no model call. ``ray`` uses the
     cluster at ``ray_address`` (``None``: the one already initialised in this process, or
-    a new local one), ``num_actors`` model replicas, each with ``num_gpus`` GPUs and
-    batches of ``batch_size`` texts. ``options`` are the embedder's (prompts, device...).
+    a new local one), ``num_actors`` model replicas, each with ``num_gpus`` GPUs,
+    ``num_cpus`` CPUs (Ray sets the actor's torch/OpenMP threads to it) and batches of
+    ``batch_size`` texts. ``options`` are the embedder's (prompts, device...).
     ``stats``, when given, is filled in."""
     emb = _cached_embedder(spec, cache_dir, options or {})
     emb.chunk_size = int(batch_size)  # the local executor's model batches
     return embed_with(emb, texts, kind, executor=executor, ray_address=ray_address,
                       batch_size=batch_size, num_actors=num_actors, num_gpus=num_gpus,
-                      options=options, stats=stats)
+                      num_cpus=num_cpus, options=options, stats=stats)
 
 
 def embed_with(emb: CachedEmbedder, texts: Sequence[str], kind: Kind = "document", *,
                executor: str = "local", ray_address: str | None = None,
                batch_size: int = 256, num_actors: int = 1, num_gpus: float = 0.0,
-               options: Mapping[str, Any] | None = None,
+               num_cpus: float = 1.0, options: Mapping[str, Any] | None = None,
                stats: EmbedStats | None = None) -> np.ndarray:
     """:func:`embed_texts` with an embedder already built (its cache is the one filled;
     on ``ray``, the actors build ``emb.spec`` with ``emb.options`` and ``options``)."""
@@ -77,8 +78,8 @@ def embed_with(emb: CachedEmbedder, texts: Sequence[str], kind: Kind = "document
         stats.batches = emb.model_calls - before[1]
         return out
     return _embed_ray(emb, texts, kind, ray_address=ray_address, batch_size=batch_size,
-                      num_actors=num_actors, num_gpus=num_gpus, options=options or {},
-                      stats=stats)
+                      num_actors=num_actors, num_gpus=num_gpus, num_cpus=num_cpus,
+                      options=options or {}, stats=stats)
 
 
 def _served(keys: Sequence[bytes], todo: Sequence[int]) -> int:
@@ -101,7 +102,7 @@ def _todo(emb: CachedEmbedder, texts: Sequence[str], kind: Kind
 
 
 def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address: str | None,
-               batch_size: int, num_actors: int, num_gpus: float,
+               batch_size: int, num_actors: int, num_gpus: float, num_cpus: float,
                options: Mapping[str, Any], stats: EmbedStats) -> np.ndarray:
     found, todo, keys = _todo(emb, texts, kind)
     stats.cached = _served(keys, todo)
@@ -114,7 +115,7 @@ def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address
     for pos, vecs in run_embed_stage(
             emb.spec, dict(emb.options) | dict(options), kind, [texts[i] for i in todo],
             ray_address=ray_address, batch_size=batch_size, num_actors=num_actors,
-            num_gpus=num_gpus):
+            num_gpus=num_gpus, num_cpus=num_cpus):
         check_vectors(vecs, len(pos), emb.expected_dim, f"embedder {emb.spec} (ray)")
         batch_keys = [keys[todo[p]] for p in pos]
         cache.add(batch_keys, vecs)  # in the driver, as each batch arrives
@@ -127,6 +128,26 @@ def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address
         if k in new_rows:
             out[i] = new_rows[k]
     return out
+
+
+def prefill_queries(emb: Any, texts: Sequence[str], *, executor: str,
+                    ray_address: str | None = None, num_actors: int = 1,
+                    num_gpus: float = 0.0) -> str | None:
+    """Fill the embedding cache with query vectors on ``executor`` (``learn`` then reads
+    them). Returns a note, and embeds nothing here, when the embedder is not cached or is
+    an HTTP service (its requests are better sent from this process)."""
+    from tttembed.core.http import HTTP_SCHEMES
+
+    if executor == "local":
+        return None
+    if not isinstance(emb, CachedEmbedder):
+        return "the embedder is not cached: queries are embedded in this process"
+    if emb.spec.partition(":")[0] in HTTP_SCHEMES:
+        return (f"embedder {emb.spec} is an HTTP service: queries are embedded from this "
+                "process")
+    embed_with(emb, texts, "query", executor=executor, ray_address=ray_address,
+               num_actors=num_actors, num_gpus=num_gpus)
+    return None
 
 
 def prefill_corpus(emb: Any, corpus: Mapping[str, Mapping[str, str]], *, executor: str,

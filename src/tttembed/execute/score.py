@@ -1,20 +1,99 @@
 """``score_pairs``: rewards of (query, documents) groups through the reward ledger,
-locally or on Ray Data (one scorer load per actor)."""
+locally or on Ray Data (one scorer load per actor); ``use_executor``: the same for the
+scorer of ``learn`` / ``eval`` / ``rerank``.
+
+Which scorers run on Ray: every cacheable scorer that makes no HTTP request (local models:
+``cross-encoder:``, ``qwen3-reranker:``; also ``bm25`` and third-party schemes). The
+others are scored in this process, with a note (:func:`ray_fallback`): an HTTP scorer
+(``rerank:``, ``llm:``) already runs its model in a service, so Ray actors would only
+relay its requests (its ``--concurrency`` is the knob, across queries too); ``qrels`` pays
+nothing and keeps no ledger.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tttembed.core.errors import BackendError, ConfigError
+from tttembed.core.http import HTTP_SCHEMES
 from tttembed.execute.embed import EXECUTORS
-from tttembed.score.base import Item
+from tttembed.score.base import Item, capabilities
 from tttembed.score.ledger import LedgerScorer
 
+log = logging.getLogger(__name__)
 Group = tuple[Item, Sequence[Item]]
+
+
+def ray_fallback(spec: str) -> str | None:
+    """Why scorer ``spec`` is scored in this process on the ``ray`` executor (None: its
+    pairs go to Ray actors)."""
+    if spec.partition(":")[0] in HTTP_SCHEMES:
+        return (f"scorer {spec} is an HTTP service: its requests are sent from this process "
+                "(--concurrency of them in flight, across queries), not from Ray actors")
+    if not capabilities(spec).cacheable:
+        return f"scorer {spec} reads judgments (nothing to pay): scored in this process"
+    return None
+
+
+@dataclass(frozen=True)
+class RayScoring:
+    """A :class:`LedgerScorer`'s ``executor``: its unpaid pairs go through one Ray Data
+    stage (``num_actors`` scorers, ``num_gpus`` GPUs each, ``batch_size`` pairs per batch)
+    and every result block is committed to its ledger as it arrives."""
+
+    ray_address: str | None = None
+    num_actors: int = 1
+    num_gpus: float = 0.0
+    batch_size: int = 64
+    stats: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def prefill(self, scorer: LedgerScorer, groups: Sequence[Group]) -> None:
+        if scorer.origin is None:
+            raise ConfigError(f"executor 'ray': scorer {scorer.spec} was not built from its "
+                              "spec (give a spec string, or a scorer from load_scorer)")
+        spec, options = scorer.origin
+        options = dict(options)
+        corpus = options.pop("corpus", None)  # bm25's documents, shipped to each actor
+        before = scorer.paid
+        _prefill_ray(scorer, groups, spec, corpus, ray_address=self.ray_address,
+                     batch_size=self.batch_size, num_actors=self.num_actors,
+                     num_gpus=self.num_gpus, options=options)
+        self.stats["committed"] = self.stats.get("committed", 0) + scorer.paid - before
+
+
+def use_executor(scorer: Any, executor: str = "local", *, ray_address: str | None = None,
+                 num_actors: int = 1, num_gpus: float = 0.0, batch_size: int = 64
+                 ) -> str | None:
+    """Make ``scorer`` (from :func:`tttembed.ttt.rewards.build_scorer`) pay its pairs on
+    ``executor``: ``local`` (this process) or ``ray`` (see :class:`RayScoring`). Returns a
+    note, also logged, when ``ray`` was asked but this scorer is scored in this process
+    (:func:`ray_fallback`); a ConfigError for an unknown executor or a scorer that was not
+    built from its spec."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if executor == "local":
+        if isinstance(scorer, LedgerScorer):
+            scorer.executor = None
+        return None
+    note = ray_fallback(str(scorer.spec))
+    if note is not None:
+        log.warning("executor ray: %s", note)
+        return note
+    if not isinstance(scorer, LedgerScorer) or scorer.origin is None:
+        raise ConfigError(f"executor 'ray' needs a scorer built from its spec, with its "
+                          f"ledger (a spec string, or load_scorer(...)); got {scorer!r}")
+    from tttembed.execute.ray_stage import import_ray
+
+    import_ray()  # MissingDependency now, not after the plan
+    scorer.executor = RayScoring(ray_address, int(num_actors), float(num_gpus),
+                                 int(batch_size))
+    return None
 
 
 def score_pairs(spec: str, groups: Sequence[Group], *, executor: str = "local",
@@ -51,11 +130,15 @@ def score_pairs(spec: str, groups: Sequence[Group], *, executor: str = "local",
 
 
 def _rows(scorer: LedgerScorer, groups: Sequence[Group]) -> dict[str, list[Any]]:
-    """One row per pair the ledger does not hold yet (repeats within a group once)."""
+    """One row per pair the ledger does not hold yet (a repeated pair once)."""
     rows: dict[str, list[Any]] = {"g": [], "qid": [], "qtext": [], "did": [], "dtext": []}
+    seen: set[tuple[str, bytes]] = set()
     for g, (query, docs) in enumerate(groups):
         _, _, _, todo = scorer._plan(query.text, [d.text for d in docs])  # noqa: SLF001
-        for _, i in todo:
+        for dg, i in todo:
+            if (query.text, dg) in seen:
+                continue
+            seen.add((query.text, dg))
             for key, value in zip(rows, (g, query.id, query.text, docs[i].id, docs[i].text)):
                 rows[key].append(value)
     return rows
@@ -79,6 +162,6 @@ def _prefill_ray(scorer: LedgerScorer, groups: Sequence[Group], spec: str, corpu
                                "scores to [0, 1]")
         for g in sorted(set(int(x) for x in block["g"])):
             mine = [j for j, x in enumerate(block["g"]) if int(x) == g]
-            scorer._record(text_digest(groups[g][0].text),  # noqa: SLF001
-                           [text_digest(str(block["dtext"][j])) for j in mine],
-                           [float(rewards[j]) for j in mine])
+            scorer.record_prepaid(text_digest(groups[g][0].text),
+                                  [text_digest(str(block["dtext"][j])) for j in mine],
+                                  [float(rewards[j]) for j in mine])

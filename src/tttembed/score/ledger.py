@@ -244,7 +244,14 @@ class LedgerScorer:
 
     Counters: ``requested`` pairs asked for; ``cached`` served without paying (from the
     ledger, or a duplicate document text within one call); ``paid`` sent to the inner
-    scorer; ``missing`` paid pairs that came back nan.
+    scorer; ``missing`` paid pairs that came back nan. ``score`` may be called from several
+    threads at once (the counters are updated under a lock; the ledger has its own).
+
+    ``origin`` is the ``(spec, options)`` the inner scorer was built from, when known
+    (:func:`tttembed.ttt.rewards.build_scorer` sets it), so it can be rebuilt elsewhere
+    (Ray actors); ``executor`` is where unpaid pairs are scored in bulk before ``score``
+    is called per query (None: in this process, by ``score``; see
+    :func:`tttembed.execute.score.use_executor`).
     """
 
     def __init__(self, scorer: Scorer, ledger: Ledger | None = None, *, chunk_size: int = 16,
@@ -260,9 +267,13 @@ class LedgerScorer:
         self.identity = scorer_key(scorer)
         self.requested = self.cached = self.paid = self.missing = 0
         self._count_lock = threading.Lock()
+        self.origin: tuple[str, dict[str, Any]] | None = None
+        self.executor: Any = None
+        self._prepaid: set[tuple[bytes, bytes]] = set()  # paid by the executor, unread
 
     def counts(self) -> LedgerCounts:
-        return LedgerCounts(self.requested, self.cached, self.paid, self.missing)
+        with self._count_lock:
+            return LedgerCounts(self.requested, self.cached, self.paid, self.missing)
 
     def _plan(self, query_text: str, doc_texts: Sequence[str]
               ) -> tuple[bytes, list[bytes], dict[bytes, float], list[tuple[bytes, int]]]:
@@ -286,8 +297,9 @@ class LedgerScorer:
         out = np.full(len(docs), np.nan, dtype=np.float64)
         qd, digests, known, pending = self._plan(query.text, [d.text for d in docs])
         fresh: dict[bytes, float] = {}
-        self.requested += len(docs)
-        self.cached += len(docs) - len(pending)
+        with self._count_lock:
+            self.requested += len(docs)
+            self.cached += len(docs) - len(pending) - self._claim(qd, digests)
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start: start + self.chunk_size]
             fresh.update(self._pay_chunk(query, qd, [dg for dg, _ in chunk],
@@ -295,6 +307,23 @@ class LedgerScorer:
         for i, dg in enumerate(digests):
             out[i] = fresh[dg] if dg in fresh else known[dg]
         return out
+
+    def _claim(self, qd: bytes, digests: Sequence[bytes]) -> int:
+        """Pairs of this call paid by the executor in this run and not read yet: they are
+        counted paid, not cached (under the count lock)."""
+        if not self._prepaid:
+            return 0
+        mine = {(qd, dg) for dg in digests} & self._prepaid
+        self._prepaid -= mine
+        return len(mine)
+
+    def record_prepaid(self, qd: bytes, digests: Sequence[bytes],
+                       rewards: Sequence[float]) -> None:
+        """Commit pairs paid elsewhere (an executor, e.g. Ray actors) and count them paid;
+        the first ``score`` call that reads one does not count it again as cached."""
+        self._record(qd, digests, rewards)
+        with self._count_lock:
+            self._prepaid.update((qd, dg) for dg in digests)
 
     def _record(self, qd: bytes, digests: Sequence[bytes], rewards: Sequence[float]) -> None:
         """Commit paid pairs and count them (thread-safe)."""

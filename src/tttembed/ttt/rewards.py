@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -69,9 +70,11 @@ def build_scorer(spec: str, corpus: Corpus | None = None, *,
                               "ledger (its rewards are not cached), so no pair is recorded "
                               "missing")
         return scorer
-    return LedgerScorer(scorer, Ledger(Path(ledger_path) if ledger_path else
-                                       default_ledger_path(cache_dir)),
-                        retry_missing=retry_missing)
+    wrapped = LedgerScorer(scorer, Ledger(Path(ledger_path) if ledger_path else
+                                          default_ledger_path(cache_dir)),
+                           retry_missing=retry_missing)
+    wrapped.origin = (spec, dict(options))  # to rebuild it elsewhere (Ray actors)
+    return wrapped
 
 
 def candidate_depth(avg_budget: float, depth: int, n_docs: int) -> int:
@@ -124,18 +127,61 @@ def count_in_ledger(plan: RewardPlan, queries: QuerySet, corpus: Corpus,
 def score_pairs(pairs: Sequence[Pair], queries: QuerySet, corpus: Corpus, scorer: Scorer,
                 progress: Advance | None = None) -> Rewards:
     """Rewards for (query_key, doc_id) pairs; one ``scorer.score`` call per query (the
-    ledger wrapper pays only for new pairs and commits them as they arrive)."""
+    ledger wrapper pays only for new pairs and commits them as they arrive).
+
+    A ledger scorer with an ``executor`` (:func:`tttembed.execute.score.use_executor`,
+    e.g. Ray) pays every unpaid pair there first, in bulk; the calls per query then read
+    the ledger. A scorer with ``max_concurrency`` > 1 (the HTTP scorers) gets several
+    queries in flight at once (:func:`query_lanes`); its client still bounds the requests
+    on the wire to ``max_concurrency``."""
+    from tttembed.core.http import map_ordered
     from tttembed.score.base import Item
 
     pos = {k: i for i, k in enumerate(queries.keys)}
-    out: Rewards = {}
-    for key, dids in _by_query(pairs, queries).items():
-        i = pos[key]
-        rewards = scorer.score(Item(queries.qids[i], queries.texts[i]), _items(dids, corpus))
-        out[key] = {d: float(r) for d, r in zip(dids, rewards)}
+    by_query = _by_query(pairs, queries)
+    groups = [(Item(queries.qids[pos[k]], queries.texts[pos[k]]), _items(dids, corpus))
+              for k, dids in by_query.items()]
+    runner = getattr(scorer, "executor", None)
+    if runner is not None and groups:
+        runner.prefill(scorer, groups)
+    lock = threading.Lock()
+
+    def one(g: int) -> np.ndarray:
+        rewards = scorer.score(*groups[g])
         if progress is not None:
-            progress(len(dids))
-    return out
+            with lock:
+                progress(len(groups[g][1]))
+        return rewards
+
+    lanes = query_lanes(scorer, groups)
+    # in parallel, a repeated query text waits for its first one: each pair is paid once
+    seen: set[str] = set()
+    waves: tuple[list[int], list[int]] = ([], [])
+    for g, (query, _) in enumerate(groups):
+        waves[lanes > 1 and query.text in seen].append(g)
+        seen.add(query.text)
+    got: dict[int, np.ndarray] = {}
+    for wave in waves:
+        got.update(zip(wave, map_ordered(one, wave, lanes)))
+    return {k: {d: float(r) for d, r in zip(dids, got[g])}
+            for g, (k, dids) in enumerate(by_query.items())}
+
+
+def query_lanes(scorer: Scorer, groups: Sequence[tuple[Any, Sequence[Any]]]) -> int:
+    """Queries scored at once: 1 for a scorer without ``max_concurrency`` (local models);
+    else enough queries to keep ``max_concurrency`` requests in flight when each query has
+    ``ceil(documents / max_documents)`` requests in flight (the rerank scorer's split; one
+    request per pair for the LLM judge; the ledger pays ``chunk_size`` documents at a
+    time), at most ``max_concurrency``."""
+    inner = getattr(scorer, "inner", scorer)
+    limit = int(getattr(inner, "max_concurrency", 1) or 1)
+    if limit <= 1 or len(groups) <= 1:
+        return 1
+    per_request = max(1, int(getattr(inner, "max_documents", 1) or 1))
+    docs = max(1, max(len(d) for _, d in groups))
+    docs = min(docs, int(getattr(scorer, "chunk_size", docs) or docs))
+    per_query = -(-docs // per_request)
+    return max(1, min(limit, -(-limit // per_query), len(groups)))
 
 
 def restrict(rewards: Mapping[str, Mapping[str, float]], pairs: Sequence[Pair]) -> Rewards:
@@ -198,4 +244,4 @@ def corpus_for_index(index: IndexHandle, corpus: str | os.PathLike[str] | Corpus
 
 __all__ = ["Corpus", "RewardPlan", "Rewards", "build_scorer", "candidate_depth",
            "check_corpus_matches", "corpus_for_index", "count_in_ledger", "make_plan",
-           "restrict", "reward_table", "score_pairs"]
+           "query_lanes", "restrict", "reward_table", "score_pairs"]
