@@ -42,7 +42,8 @@ def test_flat_search_is_exact(tmp_path):
     np.testing.assert_allclose(scores[0], np.sort(brute)[::-1][:5], atol=1e-5)
 
 
-@pytest.mark.parametrize("index_type,params", [("hnsw", {"m": 16}), ("ivf", {"nlist": 4, "nprobe": 4})])
+@pytest.mark.parametrize("index_type,params", [("hnsw", {"m": 16}), ("ivf", {"nlist": 4, "nprobe": 4}),
+                                               ("ivfpq", {"nlist": 4, "nprobe": 4, "pq_m": 8})])
 def test_approximate_types_find_the_exact_top1_on_small_data(tmp_path, index_type, params):
     emb, corpus, out = _build(tmp_path, index_type=index_type, index_params=params)
     handle = open_index(out)
@@ -50,6 +51,20 @@ def test_approximate_types_find_the_exact_top1_on_small_data(tmp_path, index_typ
     q = np.asarray(handle.vectors[:20])
     _, rows = handle.search(q, 1)
     assert (rows[:, 0] == np.arange(20)).mean() >= 0.95
+
+
+def test_ivfpq_keeps_codes_not_vectors_and_checks_pq_m(tmp_path):
+    from tttembed.core.io import resolve_version
+
+    _, _, out = _build(tmp_path, index_type="ivfpq", index_params={"nlist": 4, "pq_m": 4})
+    handle = open_index(out)
+    assert handle.manifest["index_params"] == {"nlist": 4, "nprobe": 16, "pq_m": 4,
+                                               "nbits": 7}  # 200 docs: 2**7 centroids
+    assert handle.faiss_index.code_size == 4  # 4 codes of 7 bits: 4 bytes, not 64
+    flat = (resolve_version(out) / "vectors.npy").stat().st_size
+    assert (resolve_version(out) / "index.faiss").stat().st_size < flat
+    with pytest.raises(ConfigError, match="must divide the dimension 16"):
+        _build(tmp_path / "b", index_type="ivfpq", index_params={"pq_m": 5})
 
 
 def test_opening_with_another_embedder_is_a_clear_error(tmp_path):

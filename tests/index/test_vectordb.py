@@ -198,3 +198,75 @@ def test_specs_survive_path_options_and_dispatch(tmp_path):
     assert not is_db_spec(tmp_path) and not is_db_spec("idx/scifact")
     with pytest.raises(ConfigError, match="COLLECTION"):
         split_collection("idx.db", "milvus")
+
+
+@pytest.mark.parametrize("kind", ["milvus", "qdrant"])
+def test_open_or_build_takes_a_collection_spec(kind, tmp_path, minilm):
+    """What ``tttembed chain --index milvus:...`` relies on: built when absent, opened
+    (not rebuilt) when it matches, refused (or, with rebuild, rebuilt) for another corpus."""
+    from tttembed.index.collection import CollectionIndex
+    from tttembed.index.store import open_or_build
+
+    spec = spec_for(kind, tmp_path)
+    built = open_or_build(CORPUS, spec, minilm, source="corpus-a")
+    assert isinstance(built, CollectionIndex) and len(built) == len(CORPUS)
+    assert built.manifest["corpus_source"] == "corpus-a"
+    again = open_or_build(CORPUS, spec, minilm)
+    assert again.manifest["created"] == built.manifest["created"]
+    assert not (tmp_path / spec).exists()  # no folder named after the spec
+    other = dict(list(CORPUS.items())[:5])
+    with pytest.raises(StateMismatch, match="another corpus"):
+        open_or_build(other, spec, minilm)
+    rebuilt = open_or_build(other, spec, minilm, rebuild=True)
+    assert len(rebuilt) == 5
+
+
+@pytest.mark.parametrize("kind", ["milvus", "qdrant"])
+def test_text_payload_is_stored_with_the_vectors(kind, tmp_path, minilm):
+    from tttembed.core.registry import create
+    from tttembed.data.beir import doc_text
+    from tttembed.index.store import build_index, open_index
+
+    spec = spec_for(kind, tmp_path)
+    build_index(CORPUS, minilm, spec, store_text=True)
+    index = open_index(spec, expected_identity=minilm.identity)
+    assert index.manifest["text_payload"] is True
+    store = create("index", spec)
+    rows = [0, 7]
+    if kind == "milvus":
+        got = store.client.get(store.collection, ids=rows, output_fields=["text"])
+        texts = {int(e["row"]): e["text"] for e in got}
+    else:
+        got = store.client.retrieve(store.collection, ids=rows, with_payload=["text"])
+        texts = {int(p.id): p.payload["text"] for p in got}
+    assert texts == {r: doc_text(CORPUS[index.doc_ids[r]]) for r in rows}
+    with pytest.raises(ConfigError, match="keeps no document text"):
+        build_index(CORPUS, minilm, tmp_path / "faiss", store_text=True)
+
+
+def test_milvus_text_is_cut_at_a_character_boundary():
+    from tttembed.index.milvus import _fit
+
+    assert _fit("abc", 10) == "abc"
+    assert _fit("é" * 5, 5) == "éé"  # 2 bytes each: 4 bytes kept, the split one dropped
+
+
+def test_cli_index_store_text_keeps_the_text(tmp_path, minilm):
+    from tttembed.core.registry import create
+    from tttembed.data.beir import doc_text
+    from tttembed.index.store import open_index
+
+    spec = spec_for("qdrant", tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": d, **doc}) + "\n" for d, doc in CORPUS.items()))
+    args = ["index", str(data), "--out", spec, "--cache-dir", str(tmp_path / "cache"),
+            "--store-text", "--quiet"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    index = open_index(spec, expected_identity=minilm.identity)
+    assert index.manifest["text_payload"] is True
+    store = create("index", spec)
+    (point,) = store.client.retrieve(store.collection, ids=[3], with_payload=["text"])
+    assert point.payload["text"] == doc_text(CORPUS[index.doc_ids[3]])

@@ -20,9 +20,11 @@ from tttembed.cli._options import (
     CacheOpt,
     ConcurrencyOpt,
     EmbedderOpt,
+    ExecutorOpt,
     MaxRetriesOpt,
     OverwriteOpt,
     QuietOpt,
+    RayAddressOpt,
     RpmOpt,
     TimeoutOpt,
 )
@@ -33,7 +35,7 @@ def index(
     data: Annotated[Path, typer.Argument(help="BEIR folder (with corpus.jsonl) or a corpus .jsonl file.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index to write: a folder (FAISS), milvus:URI/COLLECTION (a Milvus Lite .db file or http://host:19530) or qdrant:URL_OR_PATH/COLLECTION.")],
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
-    index_type: Annotated[str, typer.Option("--index-type", help="flat (exact), hnsw or ivf.")] = "flat",
+    index_type: Annotated[str, typer.Option("--index-type", help="flat (exact), hnsw, ivf or ivfpq (FAISS folders only; collections are flat).")] = "flat",
     param: Annotated[Optional[list[str]], typer.Option("--param", help="Index parameter key=value, e.g. m=32, nlist=256, nprobe=16.")] = None,
     query_prompt: Annotated[Optional[str], typer.Option(help="Prefix for queries (e.g. 'query: ').")] = None,
     document_prompt: Annotated[Optional[str], typer.Option(help="Prefix for documents (e.g. 'passage: ').")] = None,
@@ -44,8 +46,9 @@ def index(
     max_retries: MaxRetriesOpt = None,
     concurrency: ConcurrencyOpt = None,
     rpm: RpmOpt = None,
-    executor: Annotated[str, typer.Option(help="Where the documents not yet cached are embedded: local (this process) or ray (Ray Data actors; pip install 'tttembed[ray]').")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address for --executor ray (default: start a local Ray).")] = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    store_text: Annotated[bool, typer.Option("--store-text", help="Also keep each document's text (title and text, as embedded) in a milvus:/qdrant: collection.")] = False,
 ) -> None:
     """Embed a corpus and write an index (FAISS folder, Milvus or Qdrant collection) with its manifest."""
     quiet_libraries()
@@ -60,7 +63,8 @@ def index(
     with progress_group(not quiet) as stage:
         handle = api.index_corpus(data, out, embedder=emb, index_type=index_type,
                                   index_params=params, overwrite=overwrite, progress=stage,
-                                  executor=executor, ray_address=ray_address)
+                                  executor=executor, ray_address=ray_address,
+                                  store_text=store_text)
     console.print(f"indexed {len(handle):,} documents with {emb.identity} "
                   f"(dim {handle.dim}, {index_type}) -> {out}  "
                   f"(model calls: {getattr(emb, 'model_calls', 0)}, texts embedded: "

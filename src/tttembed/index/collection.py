@@ -3,7 +3,9 @@ write/open steps. The backends (``tttembed.index.milvus``, ``tttembed.index.qdra
 only talk to their engine through the :class:`Store` protocol below.
 
 A collection holds one point per document: the row ``0..n-1`` as primary key / point id,
-the document id as a field / payload, and the unit vector. The build manifest is written
+the document id as a field / payload, the unit vector and, when built with
+``store_text=True``, the document text (title and text, as embedded) as a ``text`` field /
+payload, so that applications can show results without a second store. The build manifest is written
 with the collection (Milvus collection property, Qdrant collection metadata) after the
 last vector: a collection without it is an incomplete build and is refused.
 """
@@ -37,9 +39,10 @@ class Store(Protocol):
 
     def drop(self) -> None: ...
 
-    def create(self, dim: int) -> None: ...
+    def create(self, dim: int, with_text: bool = False) -> None: ...
 
-    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray) -> None: ...
+    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray,
+               texts: list[str] | None = None) -> None: ...
 
     def write_manifest(self, manifest: dict[str, Any]) -> None: ...
 
@@ -114,16 +117,20 @@ class CollectionIndex(IndexHandle):
 
 
 def write_collection(store: Store, doc_ids: list[str], vectors: np.ndarray,
-                     manifest: dict[str, Any], progress: Advance | None = None) -> str:
-    """Replace the collection with ``vectors`` (rows 0..n-1) written in batches, then the
-    manifest (the completion mark)."""
+                     manifest: dict[str, Any], progress: Advance | None = None,
+                     texts: list[str] | None = None) -> str:
+    """Replace the collection with ``vectors`` (rows 0..n-1) written in batches (with
+    ``texts`` as the ``text`` payload when given), then the manifest (the completion
+    mark)."""
+    if texts is not None and len(texts) != len(doc_ids):
+        raise DataError(f"need one text per document, got {len(texts)} for {len(doc_ids)}")
     if store.exists():
         store.drop()
-    store.create(int(vectors.shape[1]))
+    store.create(int(vectors.shape[1]), with_text=texts is not None)
     for start in range(0, len(doc_ids), WRITE_BATCH):
         stop = min(start + WRITE_BATCH, len(doc_ids))
         store.insert(np.arange(start, stop, dtype=np.int64), doc_ids[start:stop],
-                     vectors[start:stop])
+                     vectors[start:stop], None if texts is None else texts[start:stop])
         log.debug("%s: wrote %d/%d vectors", store.spec, stop, len(doc_ids))
         if progress is not None:
             progress(stop - start)

@@ -2,7 +2,12 @@
 
 ``flat`` (exact, default), ``hnsw`` (graph; params ``m``, ``ef_construction``,
 ``ef_search``), ``ivf`` (inverted lists over a k-means coarse quantiser; params ``nlist``,
-``nprobe``). Approximate types keep exact vectors, so results are re-scorable.
+``nprobe``), ``ivfpq`` (the same inverted lists holding product-quantised codes of
+``pq_m`` codes of ``nbits`` bits a vector: ``pq_m`` bytes at the default 8 bits, about
+``pq_m / 4d`` of the flat index's memory; params ``nlist``, ``nprobe``, ``pq_m``, which
+must divide the dimension, and ``nbits``, lowered to ``log2(n_docs)`` on a small corpus). Approximate types keep
+the exact vectors beside the index (``vectors.npy``), so results are re-scorable and the
+adaptation step reads exact candidate vectors.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import numpy as np
 
 from tttembed.core.errors import ConfigError, MissingDependency
 
-INDEX_TYPES = ("flat", "hnsw", "ivf")
+INDEX_TYPES = ("flat", "hnsw", "ivf", "ivfpq")
 DEFAULT_PARAMS: dict[str, dict[str, int]] = {
     "flat": {},
     "hnsw": {"m": 32, "ef_construction": 200, "ef_search": 128},
     "ivf": {"nlist": 0, "nprobe": 16},  # nlist 0 = 4 * sqrt(n_docs)
+    "ivfpq": {"nlist": 0, "nprobe": 16, "pq_m": 48, "nbits": 8},  # d 384: 8 dims a byte
 }
 
 
@@ -38,10 +44,12 @@ def resolve_params(index_type: str, params: dict[str, int] | None, n_docs: int) 
             raise ConfigError(f"unknown parameter {key!r} for index type {index_type!r}; "
                               f"known: {', '.join(merged) or 'none'}")
         merged[key] = int(value)
-    if index_type == "ivf":
+    if index_type in ("ivf", "ivfpq"):
         if merged["nlist"] <= 0:
             merged["nlist"] = max(1, int(4 * np.sqrt(n_docs)))
         merged["nlist"] = min(merged["nlist"], max(1, n_docs // 39 or 1))
+    if index_type == "ivfpq":  # each sub-quantiser trains 2**nbits centroids on n_docs
+        merged["nbits"] = max(1, min(merged["nbits"], 8, int(np.log2(max(n_docs, 2)))))
     return merged
 
 
@@ -56,12 +64,22 @@ def build_faiss(vectors: np.ndarray, index_type: str, params: dict[str, int]) ->
         index.hnsw.efConstruction = params["ef_construction"]
         index.hnsw.efSearch = params["ef_search"]
     else:
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFFlat(quantizer, d, params["nlist"], faiss.METRIC_INNER_PRODUCT)
+        index = _ivf(faiss, d, index_type, params)
         index.train(vectors)
         index.nprobe = params["nprobe"]
     index.add(vectors)
     return index
+
+
+def _ivf(faiss: Any, d: int, index_type: str, params: dict[str, int]) -> Any:
+    """An untrained IVF-Flat or IVF-PQ index (inner product)."""
+    quantizer = faiss.IndexFlatIP(d)
+    if index_type == "ivf":
+        return faiss.IndexIVFFlat(quantizer, d, params["nlist"], faiss.METRIC_INNER_PRODUCT)
+    if params["pq_m"] <= 0 or d % params["pq_m"]:
+        raise ConfigError(f"ivfpq: pq_m={params['pq_m']} must divide the dimension {d}")
+    return faiss.IndexIVFPQ(quantizer, d, params["nlist"], params["pq_m"], params["nbits"],
+                            faiss.METRIC_INNER_PRODUCT)
 
 
 def configure(index: Any, index_type: str, params: dict[str, int]) -> None:
@@ -69,5 +87,5 @@ def configure(index: Any, index_type: str, params: dict[str, int]) -> None:
     faiss = faiss_module()
     if index_type == "hnsw":
         faiss.downcast_index(index).hnsw.efSearch = params["ef_search"]
-    elif index_type == "ivf":
+    elif index_type in ("ivf", "ivfpq"):
         faiss.extract_index_ivf(index).nprobe = params["nprobe"]

@@ -3,8 +3,9 @@
 ``URI`` is a Milvus Lite file (``milvus:./idx.db/scifact``: the embedded Milvus engine,
 created on first write) or a server / cluster (``milvus:http://host:19530/scifact``;
 ``TTTEMBED_MILVUS_TOKEN`` is sent as the token when set). The collection has the fields
-``row`` (INT64 primary key, 0..n-1), ``doc_id`` (VARCHAR) and ``vector`` (FLOAT_VECTOR
-with a FLAT index, metric IP: exact inner product), strong consistency; the manifest is
+``row`` (INT64 primary key, 0..n-1), ``doc_id`` (VARCHAR), ``vector`` (FLOAT_VECTOR
+with a FLAT index, metric IP: exact inner product) and, built with ``store_text``, ``text``
+(VARCHAR, cut to its 65,535-byte limit at a character boundary), strong consistency; the manifest is
 the collection property ``tttembed.manifest`` (JSON). Extra: ``pip install
 'tttembed[milvus]'`` (``pymilvus`` + ``milvus-lite``).
 """
@@ -64,22 +65,27 @@ class MilvusStore:
     def drop(self) -> None:
         self.client.drop_collection(self.collection)
 
-    def create(self, dim: int) -> None:
+    def create(self, dim: int, with_text: bool = False) -> None:
         from pymilvus import DataType, MilvusClient
 
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("row", DataType.INT64, is_primary=True)
         schema.add_field("doc_id", DataType.VARCHAR, max_length=DOC_ID_MAX)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        if with_text:
+            schema.add_field("text", DataType.VARCHAR, max_length=DOC_ID_MAX)
         params = self.client.prepare_index_params()
         params.add_index("vector", index_type="FLAT", metric_type="IP")
         self.client.create_collection(self.collection, schema=schema, index_params=params,
                                       consistency_level="Strong")
 
-    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray) -> None:
-        self.client.insert(self.collection, [
-            {"row": int(r), "doc_id": d, "vector": v.tolist()}
-            for r, d, v in zip(rows, doc_ids, vectors)])
+    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray,
+               texts: list[str] | None = None) -> None:
+        entities = [{"row": int(r), "doc_id": d, "vector": v.tolist()}
+                    for r, d, v in zip(rows, doc_ids, vectors)]
+        for entity, text in zip(entities, texts or ()):
+            entity["text"] = _fit(text, DOC_ID_MAX)
+        self.client.insert(self.collection, entities)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self.client.flush(self.collection)
@@ -114,6 +120,12 @@ class MilvusStore:
     def fetch(self, rows: list[int]) -> dict[int, np.ndarray]:
         got = self.client.get(self.collection, ids=rows, output_fields=["vector"])
         return {int(e["row"]): np.asarray(e["vector"], np.float32) for e in got}
+
+
+def _fit(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, at a character boundary."""
+    data = text.encode("utf-8", "surrogatepass")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", "ignore")
 
 
 def _pk(hit: Any) -> int:

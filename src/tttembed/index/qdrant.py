@@ -3,7 +3,7 @@
 ``URL_OR_PATH`` is a server (``qdrant:http://host:6333/scifact``; ``TTTEMBED_QDRANT_API_KEY``
 is sent when set) or a local folder (``qdrant:./qdrant/scifact``: qdrant-client's local
 mode, created on first write; one process at a time). Points: id = row (0..n-1), payload
-``{"doc_id": ...}``, the unit vector under distance DOT, searched with ``exact=True``
+``{"doc_id": ...}`` (and ``"text"`` when built with ``store_text``), the unit vector under distance DOT, searched with ``exact=True``
 (local mode is always exact); the manifest is the collection metadata
 ``tttembed_manifest``. Extra: ``pip install 'tttembed[qdrant]'`` (``qdrant-client``).
 """
@@ -77,18 +77,20 @@ class QdrantStore:
     def drop(self) -> None:
         self.client.delete_collection(self.collection)
 
-    def create(self, dim: int) -> None:
+    def create(self, dim: int, with_text: bool = False) -> None:
         from qdrant_client import models
 
         self.client.create_collection(self.collection, vectors_config=models.VectorParams(
             size=dim, distance=models.Distance.DOT))
 
-    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray) -> None:
+    def insert(self, rows: np.ndarray, doc_ids: list[str], vectors: np.ndarray,
+               texts: list[str] | None = None) -> None:
         from qdrant_client import models
 
+        payloads = ([{"doc_id": d} for d in doc_ids] if texts is None
+                    else [{"doc_id": d, "text": t} for d, t in zip(doc_ids, texts)])
         self.client.upsert(self.collection, wait=True, points=models.Batch(
-            ids=[int(r) for r in rows], vectors=vectors.tolist(),
-            payloads=[{"doc_id": d} for d in doc_ids]))
+            ids=[int(r) for r in rows], vectors=vectors.tolist(), payloads=payloads))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self.client.update_collection(self.collection, metadata={MANIFEST_KEY: manifest})

@@ -100,18 +100,23 @@ def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.nda
                 embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
                 index_type: str = "flat", index_params: dict[str, int] | None = None,
                 overwrite: bool = False, extra: dict[str, Any] | None = None,
-                write_progress: Advance | None = None) -> Path | str:
+                write_progress: Advance | None = None,
+                texts: list[str] | None = None) -> Path | str:
     """Write an index directory from document vectors: a new version and one pointer
     switch, under the folder's writer lock (another writer: ConfigError). ``out`` may be
     a collection spec (``milvus:...``, ``qdrant:...``): written there in batches
-    (``write_progress`` advanced per batch); returns the spec then."""
+    (``write_progress`` advanced per batch), with ``texts`` (one per document) as the
+    ``text`` payload when given; returns the spec then."""
     if is_db_spec(out):
         return _write_collection(repair_spec(out), doc_ids, vectors, overwrite=overwrite,
-                                 progress=write_progress, manifest=dict(
+                                 progress=write_progress, texts=texts, manifest=dict(
                                      embedder_identity=embedder_identity,
                                      embedder_spec=embedder_spec,
                                      corpus_fingerprint=corpus_fingerprint,
                                      index_type=index_type, extra=extra))
+    if texts is not None:
+        raise ConfigError("a FAISS index folder keeps no document text: the text payload "
+                          "is for milvus: and qdrant: collections")
     with writer_lock(out):
         refuse_existing(out, overwrite, "index")
         return _write_index(Path(out), doc_ids, vectors, embedder_identity=embedder_identity,
@@ -172,7 +177,8 @@ def build_manifest(vectors: np.ndarray, *, embedder_identity: str, embedder_spec
 
 
 def _write_collection(spec: str, doc_ids: list[str], vectors: np.ndarray, *, overwrite: bool,
-                      progress: Advance | None, manifest: dict[str, Any]) -> str:
+                      progress: Advance | None, manifest: dict[str, Any],
+                      texts: list[str] | None = None) -> str:
     """Write a vector-database collection (exact inner-product search)."""
     from tttembed.core.registry import create
     from tttembed.index.collection import write_collection
@@ -189,7 +195,8 @@ def _write_collection(spec: str, doc_ids: list[str], vectors: np.ndarray, *, ove
     full = build_manifest(vectors, index_params={}, index_type="flat",
                           versions=store.versions(), **manifest)
     full["backend"] = spec.split(":", 1)[0]
-    return write_collection(store, doc_ids, vectors, full, progress)
+    full["text_payload"] = texts is not None
+    return write_collection(store, doc_ids, vectors, full, progress, texts)
 
 
 def _raise_write_error(exc: Exception, folder: Path) -> None:
@@ -292,9 +299,11 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
                 index_params: dict[str, int] | None = None, overwrite: bool = False,
                 progress: Advance | None = None,
                 extra: dict[str, Any] | None = None,
-                write_progress: Advance | None = None) -> Path | str:
+                write_progress: Advance | None = None,
+                store_text: bool = False) -> Path | str:
     """Embed a BEIR corpus (through the cache when ``embedder`` is a CachedEmbedder) and
-    write the index directory, or the collection ``out`` names (``milvus:...``)."""
+    write the index directory, or the collection ``out`` names (``milvus:...``; with
+    ``store_text``, each document's text as embedded goes with its vector)."""
     from tttembed.data.beir import corpus_fingerprint, doc_text
 
     if not corpus:
@@ -302,7 +311,10 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
     if is_db_spec(out):
         return _build_collection(corpus, embedder, repair_spec(out), overwrite=overwrite,
                                  progress=progress, extra=extra,
-                                 write_progress=write_progress)
+                                 write_progress=write_progress, store_text=store_text)
+    if store_text:
+        raise ConfigError("a FAISS index folder keeps no document text: the text payload "
+                          "is for milvus: and qdrant: collections")
     with writer_lock(out):  # held while embedding: a second writer fails at once
         refuse_existing(out, overwrite, "index")
         doc_ids = list(corpus)
@@ -317,7 +329,7 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
 
 def _build_collection(corpus: dict[str, dict[str, str]], embedder: Embedder, spec: str, *,
                       overwrite: bool, progress: Advance | None, extra: dict[str, Any] | None,
-                      write_progress: Advance | None) -> str:
+                      write_progress: Advance | None, store_text: bool = False) -> str:
     from tttembed.core.registry import create
     from tttembed.data.beir import corpus_fingerprint, doc_text
 
@@ -325,12 +337,13 @@ def _build_collection(corpus: dict[str, dict[str, str]], embedder: Embedder, spe
         raise ConfigError(f"index {spec} already exists; pass --overwrite (overwrite=True) "
                           "to replace it, or choose another collection")
     doc_ids = list(corpus)
-    vectors = embedder.encode([doc_text(corpus[d]) for d in doc_ids], "document",
-                              progress=progress)
+    texts = [doc_text(corpus[d]) for d in doc_ids]
+    vectors = embedder.encode(texts, "document", progress=progress)
     return str(write_index(spec, doc_ids, vectors, embedder_identity=embedder.identity,
                            embedder_spec=embedder.spec,
                            corpus_fingerprint=corpus_fingerprint(corpus), overwrite=True,
-                           extra=extra, write_progress=write_progress))
+                           extra=extra, write_progress=write_progress,
+                           texts=texts if store_text else None))
 
 
 def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str],
@@ -338,11 +351,18 @@ def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str
                   rebuild: bool = False, source: str | None = None) -> IndexHandle:
     """The index of ``corpus`` at ``path`` for ``embedder``: opened when its manifest
     matches both, built there when absent. A mismatch is an error, or (``rebuild=True``,
-    for folders tttembed owns, such as cached evaluation indexes) rebuilt in place."""
+    for folders tttembed owns, such as cached evaluation indexes) rebuilt in place.
+    ``path`` may be a collection spec (``milvus:URI/COLLECTION``, ``qdrant:...``): opened
+    or built the same way (no writer lock: the engine serialises the writes)."""
     from tttembed.data.beir import corpus_fingerprint
 
-    path = Path(path)
     fingerprint = corpus_fingerprint(corpus)
+    extra = {"embedder_options": dict(getattr(embedder, "options", {}) or {}),
+             "corpus_source": source or "<dict>"}
+    if is_db_spec(path):
+        return _open_or_build_collection(corpus, repair_spec(path), embedder, fingerprint,
+                                         progress=progress, rebuild=rebuild, extra=extra)
+    path = Path(path)
     handle, problem = _matching(path, embedder, fingerprint)
     if handle is not None:
         return handle
@@ -352,16 +372,31 @@ def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str
         handle, _ = _matching(path, embedder, fingerprint)
         if handle is not None:
             return handle
-        extra = {"embedder_options": dict(getattr(embedder, "options", {}) or {}),
-                 "corpus_source": source or "<dict>"}
         build_index(corpus, embedder, path, overwrite=True, progress=progress, extra=extra)
     return open_index(path, expected_identity=embedder.identity)
 
 
-def _matching(path: Path, embedder: Embedder, fingerprint: str
+def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
+                              embedder: Embedder, fingerprint: str, *,
+                              progress: Advance | None, rebuild: bool,
+                              extra: dict[str, Any]) -> IndexHandle:
+    from tttembed.core.registry import create
+
+    exists = create("index", spec).exists()
+    if exists:
+        handle, problem = _matching(spec, embedder, fingerprint)
+        if handle is not None:
+            return handle
+        if not rebuild:
+            raise problem
+    build_index(corpus, embedder, spec, overwrite=True, progress=progress, extra=extra)
+    return open_index(spec, expected_identity=embedder.identity)
+
+
+def _matching(path: Path | str, embedder: Embedder, fingerprint: str
               ) -> tuple[IndexHandle | None, Exception]:
     """(the index at ``path`` when it matches embedder and corpus, else None; the reason)."""
-    if not path.exists():
+    if isinstance(path, Path) and not path.exists():
         return None, DataError(f"index {path} does not exist", fix=BUILD_FIX)
     try:
         handle = open_index(path, expected_identity=embedder.identity)
@@ -370,4 +405,4 @@ def _matching(path: Path, embedder: Embedder, fingerprint: str
     if handle.manifest.get("corpus_fingerprint") == fingerprint:
         return handle, DataError("")
     return None, StateMismatch(f"index {path} was built from another corpus; pass another "
-                               "index folder or delete this one")
+                               "index folder or collection, or delete this one")
