@@ -23,6 +23,8 @@ from pathlib import Path
 
 from claims import Goal, emit
 
+#: Every scope with the seed's rule n/(n+1) and with alpha chosen by reward cross-validation.
+ALPHAS = ("rule", "auto")
 TASKS = ("scifact", "cranfield", "cisi", "medline", "cacm", "cosqa_coir")
 GOALS = {
     "warm": Goal("study: warm rerun (nothing recomputed)", "<=", 15.0, " s"),
@@ -55,10 +57,10 @@ def main() -> None:
         "all-tasks": EvalConfig(
             tasks=tasks, scorers=("bm25", "qrels"), protocols=("fixed", "heldout", "loto"),
             analyses=() if args.skip_analyses else ("alpha", "breadth-depth", "objectives"),
-            **common),
+            alphas=ALPHAS, **common),
         "scifact-train-to-test": EvalConfig(
             tasks=("scifact",), scorers=("qrels", "bm25"), protocols=("heldout",),
-            scopes=("global", "task"), train_split="train", **common),
+            scopes=("global", "task"), train_split="train", alphas=ALPHAS, **common),
     }
     summary = {}
     for name, cfg in runs.items():

@@ -117,8 +117,15 @@ def test_auto_shrinks_to_raw_when_the_state_can_only_hurt(work):
                              alphas=("rule", "auto"))
     by = {r.method: r.per_query for r in res}
     assert {"task", "task-auto", "global-auto", "query-auto"} <= set(by)
-    assert by["task-auto"] == by["raw"]  # alpha 0: exactly the raw retrieval
+    metrics = {m: by["task-auto"][m] for m in P.METRICS}
+    assert metrics == by["raw"]  # alpha 0: exactly the raw retrieval
     assert by["task"] != by["raw"]
+    assert by["task-auto"][P.ALPHA_CHOSEN] == {"0": 1.0}  # the choice is kept with the cell
+    assert P.ALPHA_CHOSEN not in by["task"]
+    rows = summarise(res, P.raw_metrics(work), n_resamples=50)["rows"]
+    chosen = {r["method"]: r.get("alpha_chosen") for r in rows}
+    assert chosen["task-auto"] == chosen["query-auto"] == "0" and chosen["task"] is None
+    assert harm_counts(rows)["task-auto"]["shrunk"] == 1
 
 
 def test_auto_methods_in_every_protocol_and_their_cell_keys(work):
@@ -165,6 +172,10 @@ def test_harm_counts():
                           for i, (d, p) in enumerate(entries)}}
     rows = [row("raw", [(0, 1.0)], B=0),
             row("task", [(-0.02, 0.01), (0.03, 0.001), (-0.01, 0.2)]),
-            row("task-auto", [(0.0, 1.0), (0.02, 0.01), (-0.001, 0.6)])]
+            row("task-auto", [(0.0, 1.0), (0.02, 0.01), (-0.001, 0.6)]),
+            {**row("task-auto", [(0.0, 1.0)], B=20), "alpha_chosen": "0"},
+            {**row("task-auto", [(0.01, 0.5)], B=30), "alpha_chosen": "0.3"}]
+    rows[2]["alpha_chosen"] = "0"
     assert harm_counts(rows) == {"task": {"cells": 3, "losses": 1, "gains": 1},
-                                 "task-auto": {"cells": 3, "losses": 0, "gains": 1}}
+                                 "task-auto": {"cells": 5, "losses": 0, "gains": 1,
+                                               "states": 3, "shrunk": 2}}

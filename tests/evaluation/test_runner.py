@@ -55,7 +55,7 @@ def test_cold_then_warm_run(minilm, data, tmp_path):
                        baselines=("direct",), scopes=("task",), n_resamples=100)
     again = run_eval(small, embedder=CachedEmbedder(minilm, cache), use_cell_cache=False)
     assert again["counts"]["embedding_model_calls"] == 0 and again["counts"]["scorer_paid"] == 0
-    assert again["counts"]["cells_computed"] == 3
+    assert again["counts"]["cells_computed"] == 4  # raw, direct, task + the reward quality
     got = {(r["method"], r["B"]): r["macro"]["ndcg@10"] for r in again["sections"][0]["rows"]}
     want = {(r["method"], r["B"]): r["macro"]["ndcg@10"] for r in fixed}
     assert got == pytest.approx({k: want[k] for k in got})

@@ -23,10 +23,16 @@ from tttembed.cli._common import (
 )
 from tttembed.cli._options import (
     CacheOpt,
+    ConcurrencyOpt,
     EmbedderOpt,
+    ExecutorOpt,
     MaxRetriesOpt,
     OverwriteOpt,
     QuietOpt,
+    RayActorsOpt,
+    RayAddressOpt,
+    RayGpusOpt,
+    RpmOpt,
     TimeoutOpt,
 )
 
@@ -60,6 +66,15 @@ def print_tables(report: Any) -> None:
                 f"{m} {v:+.4f}" for m, v in sorted(s["aubc"].items(), key=lambda kv: -kv[1])))
         if s["loto_mean_delta"] is not None:
             console.print(f"LOTO mean delta nDCG@10 [{s['scorer']}]: {s['loto_mean_delta']:+.4f}")
+        if s.get("reward_quality"):
+            console.print(f"reward quality [{s['scorer']}]: " + ", ".join(
+                f"b={q['b']:g} AUC {q['auc']:.3f} nDCG {q['ndcg']:.3f}"
+                for q in s["reward_quality"]))
+        for task, fit in (s.get("qdrant_rf") or {}).items():
+            console.print(f"qdrant-rf [{s['scorer']}] {task} ({fit['source']}, "
+                          f"{fit['pairs']} fitting pairs): " + ", ".join(
+                              f"{h}: a={c['a']:.3g} b={c['b']:.3g} c={c['c']:.3g}"
+                              for h, c in fit["fits"].items()))
         if s["alpha_regret"]:
             console.print(f"alpha regret [{s['scorer']}]: " + ", ".join(
                 f"{a} {v:.4f}" for a, v in s["alpha_regret"]["regret"].items()))
@@ -78,13 +93,13 @@ def print_tables(report: Any) -> None:
 @handle_errors
 def eval_command(
     tasks: Annotated[list[str], typer.Argument(help="Tasks: BEIR folder paths, or folder names under --data-root / $TTTEMBED_DATA, or mteb:NAME (comma-separated or several).", show_default=False)],
-    scorer: Annotated[Optional[list[str]], typer.Option("--scorer", "-s", help="Reward scorer spec(s): bm25, qrels (transfer protocols only), qwen3-reranker:PATH, cross-encoder:PATH, llm:MODEL@URL. Repeat to compare. [default: bm25]")] = None,
+    scorer: Annotated[Optional[list[str]], typer.Option("--scorer", "-s", help="Reward scorer spec(s): bm25, qrels (transfer protocols only), noisy-qrels:?sigma=S&seed=N&flip=P (judgments plus known noise: a controlled simulation, also in the fixed protocol), qwen3-reranker:PATH, cross-encoder:PATH, llm:MODEL@URL. Repeat to compare. [default: bm25]")] = None,
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
     scope: Annotated[str, typer.Option("--scope", help="Comma-separated scopes: global,task,query.")] = "global,task,query",
     budget: Annotated[Optional[list[str]], typer.Option("--budget", "-b", help="Normalised budgets b (pairs per query), comma-separated; default the METHOD.md grid 0.01..100.")] = None,
     protocol: Annotated[Optional[list[str]], typer.Option("--protocol", "-p", help="fixed, heldout, loto (comma-separated or repeated). [default: fixed]")] = None,
     analysis: Annotated[Optional[list[str]], typer.Option("--analysis", "-a", help="alpha, breadth-depth, objectives.")] = None,
-    baselines: Annotated[str, typer.Option(help="Comma-separated baselines: direct,prf-avg,prf-rocchio,rw-rocchio.")] = "direct,prf-avg,prf-rocchio,rw-rocchio",
+    baselines: Annotated[str, typer.Option(help="Comma-separated baselines: direct,prf-avg,prf-rocchio,rw-rocchio; also qdrant-rf (Qdrant 1.17 relevance feedback, naive strategy, coefficients fitted per task; opt-in: its fit scores 50 pairs per fitting query).")] = "direct,prf-avg,prf-rocchio,rw-rocchio",
     objective: Annotated[str, typer.Option(help="kd, rkl or grpo.")] = "kd",
     data_root: Annotated[Optional[Path], typer.Option(help="Folder holding the BEIR task folders named in TASKS (default $TTTEMBED_DATA; no other folder is guessed).")] = None,
     split: Annotated[str, typer.Option(help="Evaluated split.")] = "test",
@@ -98,6 +113,12 @@ def eval_command(
     alpha: Annotated[str, typer.Option("--alpha", help="Alpha methods of the TTT scopes, comma-separated: rule (n/(n+1), the published default) and/or auto (chosen by reward cross-validation; methods named <scope>-auto).")] = "rule",
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    rpm: RpmOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_actors: RayActorsOpt = 1,
+    ray_gpus: RayGpusOpt = 0.0,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -111,7 +132,8 @@ def eval_command(
     if out is not None and out.exists() and not overwrite:
         raise api.ConfigError(f"report folder {out} already exists; pass --overwrite to "
                               "replace it, or choose another --out")
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(concurrency=concurrency, rpm=rpm, executor=executor,
+                                   ray_address=ray_address, ray_actors=ray_actors, ray_gpus=ray_gpus)
     if grid := _floats(budget, "--budget"):
         options["budgets"] = grid
     with progress_group(not quiet) as stage:

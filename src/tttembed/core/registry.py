@@ -31,6 +31,7 @@ _BUILTIN: dict[str, dict[str, str]] = {
         "llm": "tttembed.score.llm_judge:from_spec",
         "rerank": "tttembed.score.rerank:from_spec",
         "qrels": "tttembed.score.qrels:from_spec",
+        "noisy-qrels": "tttembed.score.noisy:from_spec",
         "bm25": "tttembed.score.bm25:from_spec",
     },
     "index": {

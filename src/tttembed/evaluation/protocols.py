@@ -34,8 +34,10 @@ from tttembed.adapt.allocate import (
 )
 from tttembed.adapt.crossval import ALPHA_GRID, FOLDS
 from tttembed.core.errors import ConfigError
+from tttembed.evaluation import qdrant_rf as QRF
 from tttembed.evaluation.methods import average_prf, reward_rocchio, rocchio_prf
 from tttembed.evaluation.metrics import evaluate_per_query
+from tttembed.evaluation.quality import reward_quality
 from tttembed.index.store import IndexHandle
 from tttembed.ttt import (
     BaseRetrieval,
@@ -53,8 +55,13 @@ METRICS = ("ndcg@10", "recall@100")
 EVAL_DEPTH = 100
 SCOPE_METHODS = ("global", "task", "query")
 BASELINES = ("direct", "prf-avg", "prf-rocchio", "rw-rocchio")
+#: Every baseline ``--baselines`` accepts; ``qdrant-rf`` is opt-in (its fit scores 50 pairs
+#: per fitting query: 10,000 per task with a text scorer, see :mod:`.qdrant_rf`).
+KNOWN_BASELINES = (*BASELINES, "qdrant-rf")
 #: How scope methods set alpha: the rule n/(n+1) (method ``task``) or ``auto`` (``task-auto``).
 ALPHA_METHODS = ("rule", "auto")
+#: Key of a cell's per-query table holding the alpha ``auto`` chose (not a metric).
+ALPHA_CHOSEN = "alpha_chosen"
 
 PerQuery = dict[str, dict[str, float]]  # metric -> {"task/qid": value}
 Rewards = dict[str, dict[str, float]]
@@ -185,6 +192,46 @@ def rw_rocchio_metrics(work: Sequence[TaskData], rewards: Rewards,
     return search_metrics(work, vec, keep)
 
 
+def qdrant_rf_metrics(work: Sequence[TaskData], rewards: Rewards,
+                      fits: Mapping[str, QRF.TaskFit], keep: set[str] | None = None) -> PerQuery:
+    """Qdrant's naive relevance feedback: each rewarded query searches with
+    ``a x + sum_pairs conf^b c (z_p - z_n)``, its pairs drawn from its rewarded candidates
+    (best with worst, at most 3); queries without rewards keep their vector."""
+    def vec(td: TaskData) -> np.ndarray:
+        kept, x, zs, rs = reward_table(td.queries, td.base, td.index, rewards)
+        out = td.base.x.copy()
+        keys = td.queries.keys
+        for j, i in enumerate(kept):
+            out[i] = QRF.feedback_vector(x[j], zs[j], rs[j], fits[td.name].coef_for(keys[i]))
+        return out
+    return search_metrics(work, vec, keep)
+
+
+def number_cell(cells: Cells, parts: Mapping[str, Any],
+                compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """A small table of numbers memoised through ``cells`` (stored under every metric, so
+    it is a valid cell)."""
+    def table() -> PerQuery:
+        got = compute()
+        return {m: dict(got) for m in METRICS}
+    return dict(cells(parts, table)[METRICS[0]])
+
+
+def qdrant_fits(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards],
+                judge: QRF.Judge | None, cells: Cells) -> dict[str, QRF.TaskFit]:
+    """Each task's qdrant-rf coefficients (synthetic with a ``judge``, else cross-fit),
+    memoised through ``cells``."""
+    out = {}
+    for td in work:
+        parts = {"p": "fixed", "m": "qdrant-rf-fit", "task": td.name,
+                 "src": "synthetic" if judge is not None else "crossfit", "seed": QRF.SEED,
+                 "v": QRF.FIT_VERSION}
+        got = number_cell(cells, parts, lambda t=td: QRF.to_numbers(  # type: ignore[misc]
+            QRF.fit_task(t, rewards_for, judge)))
+        out[td.name] = QRF.from_numbers(got, td.queries.keys)
+    return out
+
+
 def state_metrics(work: Sequence[TaskData], state: AdaptState | None,
                   keep: set[str] | None = None) -> PerQuery:
     def vec(td: TaskData) -> np.ndarray:
@@ -201,7 +248,15 @@ def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, object
                   alpha: str = "rule") -> PerQuery:
     state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
                         objective=objective, alpha=alpha)
-    return state_metrics(work, state, keep)
+    return record_alpha(state_metrics(work, state, keep), state, alpha)
+
+
+def record_alpha(per: PerQuery, state: AdaptState | None, alpha: str) -> PerQuery:
+    """Record the alpha ``auto`` chose (``{ALPHA_CHOSEN: {"0.3": 1.0}}``; ``"0"`` = shrunk to
+    the raw vector, ``"none"`` = no state) beside the metrics of the cell (cached with it)."""
+    if alpha != "rule":
+        per[ALPHA_CHOSEN] = {state.alpha_chosen if state is not None else "none": 1.0}
+    return per
 
 
 def alpha_method(scope: str, alpha: str) -> str:
@@ -232,22 +287,48 @@ def skipped_budgets(work: Sequence[TaskData], budgets: Sequence[float]) -> list[
             for b in budgets if (B := budget_grid(n, [b])[0]) > available]
 
 
+def _budget_methods(work: Sequence[TaskData], rewards: Callable[[], Rewards], *,
+                    scopes: Sequence[str], baselines: Sequence[str], objective: str,
+                    alphas: Sequence[str], fits: Mapping[str, QRF.TaskFit]
+                    ) -> list[tuple[str, dict[str, Any], Callable[[], PerQuery]]]:
+    """(method, extra cell key, compute) of every method at one budget (same pairs)."""
+    todo: list[tuple[str, dict[str, Any], Callable[[], PerQuery]]] = []
+    if "direct" in baselines:
+        todo.append(("direct", {}, lambda: direct_metrics(work, rewards())))
+    if "rw-rocchio" in baselines:
+        todo.append(("rw-rocchio", {}, lambda: rw_rocchio_metrics(work, rewards())))
+    if "qdrant-rf" in baselines:
+        tag = {t: {h: list(f.coef) for h, f in fit.fits.items()} for t, fit in fits.items()}
+        todo.append(("qdrant-rf", {"fit": tag, "fv": QRF.FIT_VERSION},
+                     lambda: qdrant_rf_metrics(work, rewards(), fits)))
+    for scope in scopes:
+        for a in alphas:
+            todo.append((alpha_method(scope, a), alpha_tag(a),
+                         lambda s=scope, a=a: scope_metrics(  # type: ignore[misc]
+                             work, s, rewards(), objective, alpha=a)))
+    return todo
+
+
 def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                      budgets: Sequence[float], scopes: Sequence[str] = SCOPE_METHODS,
                      baselines: Sequence[str] = BASELINES, objective: str = "kd",
                      cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
-                     alphas: Sequence[str] = ("rule",)) -> list[MethodResult]:
+                     alphas: Sequence[str] = ("rule",), judge: QRF.Judge | None = None,
+                     info: dict[str, Any] | None = None) -> list[MethodResult]:
     """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget;
-    each scope once per alpha method (``alphas``: ``rule``, ``auto``)."""
+    each scope once per alpha method (``alphas``: ``rule``, ``auto``). ``qdrant-rf`` fits
+    its coefficients on synthetic document-queries scored by ``judge``, or cross-fits
+    without one (:mod:`.qdrant_rf`). ``info``, when given, receives the fitted
+    coefficients (``qdrant_rf``) and the reward quality at each budget (``reward_quality``)."""
     n = sum(len(td.queries) for td in work)
     cands = candidates(work)
     available = sum(len(c) for c in cands.values())
     grid = [B for B in budget_grid(n, budgets) if B <= available]
     schedules = nested_schedule(task_orders(work), cands, grid)
     largest = lazy(rewards_for, schedules[-1] if schedules else [])
-
-    def rewards_at(pairs: list) -> Rewards:
-        return restrict(largest(), pairs)
+    fits = qdrant_fits(work, rewards_for, judge, cells) if "qdrant-rf" in baselines else {}
+    if info is not None and fits:
+        info["qdrant_rf"] = {t: f.summary() for t, f in fits.items()}
 
     out = [MethodResult("fixed", "raw", cells({"p": "fixed", "m": "raw"},
                                                lambda: raw_metrics(work)))]
@@ -256,21 +337,18 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
             out.append(MethodResult("fixed", kind, cells({"p": "fixed", "m": kind},
                                                          lambda k=kind: prf_metrics(work, k))))  # type: ignore[misc]
     for B, pairs in zip(grid, schedules):
-        b = B / n
-        todo: list[tuple[str, dict[str, Any], Callable[[], PerQuery]]] = []
-        if "direct" in baselines:
-            todo.append(("direct", {}, lambda p=pairs: direct_metrics(work, rewards_at(p))))  # type: ignore[misc]
-        if "rw-rocchio" in baselines:
-            todo.append(("rw-rocchio", {},
-                         lambda p=pairs: rw_rocchio_metrics(work, rewards_at(p))))  # type: ignore[misc]
-        for scope in scopes:
-            for a in alphas:
-                todo.append((alpha_method(scope, a), alpha_tag(a),
-                             lambda p=pairs, s=scope, a=a: scope_metrics(  # type: ignore[misc]
-                                 work, s, rewards_at(p), objective, alpha=a)))
+        def rewards(p: list = pairs) -> Rewards:
+            return restrict(largest(), p)
+        todo = _budget_methods(work, rewards, scopes=scopes, baselines=baselines,
+                               objective=objective, alphas=alphas, fits=fits)
         for method, extra, compute in todo:
             per = cells({"p": "fixed", "m": method, "B": B, "o": objective, **extra}, compute)
-            out.append(MethodResult("fixed", method, per, b, B, {"objective": objective}))
+            out.append(MethodResult("fixed", method, per, B / n, B, {"objective": objective}))
+        if info is not None:
+            q = number_cell(cells, {"p": "fixed", "m": "reward-quality", "B": B, "v": 1},
+                            lambda r=rewards: reward_quality(  # type: ignore[misc]
+                                r(), {td.name: td.qrels for td in work}))
+            info.setdefault("reward_quality", []).append({"B": B, "b": B / n, **q})
         if progress is not None:
             progress(1)
     return out
@@ -356,7 +434,7 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
 
         def compute(t: TaskData = td, o: list = others, a: str = "rule") -> PerQuery:
             state = learn_state("global", eval_sources(o), rw(), objective=objective, alpha=a)
-            return state_metrics([t], state)
+            return record_alpha(state_metrics([t], state), state, a)
         B = sum(len(cands[k]) for o in others for k in o.queries.keys)
         for a in alphas:
             m = alpha_method("global", a)

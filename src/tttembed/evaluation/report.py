@@ -24,6 +24,7 @@ from tttembed.reporting import markdown_table, pyplot, save_figure
 
 MAIN = "ndcg@10"
 METRICS = ("ndcg@10", "recall@100")
+ALPHA_CHOSEN = "alpha_chosen"  # as protocols.ALPHA_CHOSEN: a cell's recorded auto alpha
 
 
 def by_task(values: Mapping[str, float]) -> dict[str, dict[str, float]]:
@@ -97,6 +98,8 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
                 row["vs_direct"] = weighted_compare(r.per_query[MAIN], d.per_query[MAIN],
                                                     n_resamples, cache)
         row["tasks"] = tasks
+        if ALPHA_CHOSEN in r.per_query:  # the alpha `auto` chose ("0": the raw vector)
+            row["alpha_chosen"] = next(iter(r.per_query[ALPHA_CHOSEN]))
         row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in METRICS}
         rows.append(row)
     return {"rows": rows, "aubc": _aubc(rows), "alpha_regret": alpha_regret(rows),
@@ -112,6 +115,9 @@ def harm_counts(rows: Sequence[Mapping[str, Any]], protocol: str = "fixed",
         if r["protocol"] != protocol or r["method"] == "raw" or r["B"] <= 0:
             continue
         c = out.setdefault(r["method"], {"cells": 0, "losses": 0, "gains": 0})
+        if ALPHA_CHOSEN in r:  # one state per budget: did `auto` shrink it to raw?
+            c["states"] = c.get("states", 0) + 1
+            c["shrunk"] = c.get("shrunk", 0) + (r[ALPHA_CHOSEN] in ("0", "none"))
         for e in r["tasks"].values():
             c["cells"] += 1
             if e.get("p_raw", 1.0) < level:
@@ -307,8 +313,10 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                 if s.get("harm"):
                     lines += ["Task x budget cells that differ significantly from raw "
                               "(paired test, p < 0.05):", "", markdown_table(
-                                  ["method", "cells", "significant losses", "significant gains"],
-                                  [[m, str(c["cells"]), str(c["losses"]), str(c["gains"])]
+                                  ["method", "cells", "significant losses", "significant gains",
+                                   "auto: budgets shrunk to raw"],
+                                  [[m, str(c["cells"]), str(c["losses"]), str(c["gains"]),
+                                    f"{c['shrunk']} of {c['states']}" if "states" in c else ""]
                                    for m, c in s["harm"].items()])]
             if proto == "heldout" or proto == "loto":
                 head, prow = per_task_rows(s, proto)
@@ -316,14 +324,9 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
             if proto == "loto" and s["loto_mean_delta"] is not None:
                 lines += [f"Mean Δ over held-out tasks: {_pct(s['loto_mean_delta'])}", ""]
             if proto == "alpha" and s["alpha_regret"]:
-                reg = s["alpha_regret"]
-                head = ["alpha", "regret (all)", *[f"n={n}" for n in reg["by_n"]]]
-                rr = [[a, f"{100 * v:.2f}", *[f"{100 * reg['by_n'][n].get(a, float('nan')):.2f}"
-                                              for n in reg["by_n"]]]
-                      for a, v in reg["regret"].items()]
-                lines += [f"Regret to the per-setting oracle alpha ({reg['settings']} settings "
-                          "(task, n)), nDCG@10 ×100:", "", markdown_table(head, rr)]
+                lines += _regret_lines(s["alpha_regret"])
     comp = scorer_comparison(result)
+    lines += extras_markdown(result)
     if comp:
         head, rows = comp
         lines += ["## Reward models compared (Δ nDCG@10 vs raw, ×100, same pairs)", "",
@@ -331,6 +334,42 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     for img in images:
         lines += [f"![{img}]({img})", ""]
     return "\n".join(lines) + "\n"
+
+
+def _regret_lines(reg: Mapping[str, Any]) -> list[str]:
+    head = ["alpha", "regret (all)", *[f"n={n}" for n in reg["by_n"]]]
+    rr = [[a, f"{100 * v:.2f}", *[f"{100 * reg['by_n'][n].get(a, float('nan')):.2f}"
+                                  for n in reg["by_n"]]]
+          for a, v in reg["regret"].items()]
+    return [f"Regret to the per-setting oracle alpha ({reg['settings']} settings "
+            "(task, n)), nDCG@10 ×100:", "", markdown_table(head, rr)]
+
+
+def extras_markdown(result: Mapping[str, Any]) -> list[str]:
+    """Reward quality per budget and the fitted qdrant-rf coefficients, per scorer."""
+    lines: list[str] = []
+    for s in result["sections"]:
+        if s.get("reward_quality"):
+            lines += [f"## Reward quality of `{s['scorer']}` on the rewarded pairs", "",
+                      "AUC of the reward against relevance (grade > 0) and nDCG of the "
+                      "rewarded candidates ordered by reward; tasks equally.", "",
+                      markdown_table(["b", "B", "pairs", "reward AUC", "reward nDCG"], [
+                          [f"{q['b']:g}", str(q["B"]), f"{q['pairs']:.0f}", f"{q['auc']:.3f}",
+                           f"{q['ndcg']:.3f}"] for q in s["reward_quality"]])]
+        if s.get("qdrant_rf"):
+            rows = [[t, f["source"], h, f"{c['a']:.4g}", f"{c['b']:.4g}", f"{c['c']:.4g}",
+                     "yes" if c["fitted"] else "no (too few queries)", str(c["epochs"]),
+                     str(c["train_queries"] + c["val_queries"]), str(f["pairs"])]
+                    for t, f in s["qdrant_rf"].items() for h, c in f["fits"].items()]
+            lines += [f"## qdrant-rf coefficients (`{s['scorer']}`)", "",
+                      "Fitted per task as the qdrant-relevance-feedback package does; "
+                      "`crossfit`: fitted on half A of the evaluated queries, applied to "
+                      "half B (and vice versa); `synthetic`: on random corpus documents as "
+                      "queries. Fitting pairs are scored pairs, apart from the budget B.", "",
+                      markdown_table(["task", "source", "fitted on", "a", "b", "c", "fitted",
+                                      "epochs", "queries with a pair", "fitting pairs"],
+                                     rows)]
+    return lines
 
 
 def scorer_comparison(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]] | None:
@@ -366,7 +405,7 @@ def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
         for method in dict.fromkeys(r["method"] for r in fixed):
             pts = sorted((r["b"], 100 * r["delta"][MAIN]) for r in fixed if r["method"] == method)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method,
-                    linestyle="--" if method in ("direct", "rw-rocchio") else "-")
+                    linestyle="--" if method in ("direct", "rw-rocchio", "qdrant-rf") else "-")
         for r in s["rows"]:
             if r["protocol"] == "fixed" and r["method"].startswith("prf"):
                 ax.axhline(100 * r["delta"][MAIN], color="grey", linewidth=0.8,

@@ -62,6 +62,12 @@ class EvalConfig:
     few_queries: int = 50
     timeout: float | None = None  # HTTP backends: seconds per request
     max_retries: int | None = None  # HTTP backends: retries per request
+    concurrency: int | None = None  # HTTP scorers: requests in flight
+    rpm: float | None = None  # HTTP scorers: requests per minute
+    executor: str = "local"  # where local-model scorers pay their pairs: local or ray
+    ray_address: str | None = None  # executor ray: the cluster (None: a local Ray)
+    ray_actors: int = 1  # executor ray: scorer replicas
+    ray_gpus: float = 0.0  # executor ray: GPUs per replica
 
     def __post_init__(self) -> None:
         from tttembed.adapt import check_objective, check_scope
@@ -80,12 +86,18 @@ class EvalConfig:
             if a not in ANALYSES:
                 raise ConfigError(f"unknown analysis {a!r}; choose from {', '.join(ANALYSES)}")
         for b in self.baselines:
-            if b not in P.BASELINES:
-                raise ConfigError(f"unknown baseline {b!r}; choose from {', '.join(P.BASELINES)}")
+            if b not in P.KNOWN_BASELINES:
+                raise ConfigError(f"unknown baseline {b!r}; choose from "
+                                  f"{', '.join(P.KNOWN_BASELINES)}")
         if not self.scorers:
             raise ConfigError("give at least one --scorer")
         if any(b <= 0 for b in self.budgets):
             raise ConfigError("budgets are normalised pairs per query and must be > 0")
+        from tttembed.execute.embed import EXECUTORS
+
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"unknown executor {self.executor!r}; choose one of "
+                              f"{', '.join(EXECUTORS)}")
 
 
 def is_label_scorer(spec: str) -> bool:
@@ -184,6 +196,7 @@ class RewardSource:
         self._scorers: dict[str, Scorer] = {}
         self.requested = 0
         self.seconds = 0.0
+        self.notes: list[str] = []
 
     def scorer(self, task: Task) -> Scorer:
         """One scorer per task when it depends on the task's corpus or judgments, else one."""
@@ -194,19 +207,50 @@ class RewardSource:
         if name not in self._scorers:
             if self.caps.uses_labels:  # every split's judgments of this task, by query id
                 judged = {**task.train_qrels, **task.qrels}
-                sc = build_scorer(f"{self.spec.split(':', 1)[0]}:{task.source}", task.corpus,
-                                  qrels=judged)
+                opts = self.spec.partition(":")[2].rpartition("?")[2] if "?" in self.spec else ""
+                sc = build_scorer(f"{self.spec.split(':', 1)[0]}:{task.source}"
+                                  + (f"?{opts}" if opts else ""), task.corpus, qrels=judged)
             else:
-                sc = build_scorer(self.spec, task.corpus, cache_dir=self.cfg.cache_dir,
-                                  **http_options(self.spec, self.cfg.timeout,
-                                                 self.cfg.max_retries))
+                cfg = self.cfg
+                sc = build_scorer(self.spec, task.corpus, cache_dir=cfg.cache_dir,
+                                  **http_options(self.spec, cfg.timeout, cfg.max_retries,
+                                                 cfg.concurrency, cfg.rpm))
+            self._executor(sc)
             self._scorers[name] = sc
         return self._scorers[name]
 
+    def _executor(self, scorer: Scorer) -> None:
+        """Pay this scorer's pairs on ``cfg.executor``; a fallback note is kept once."""
+        from tttembed.execute.score import use_executor
+
+        cfg = self.cfg
+        note = use_executor(scorer, cfg.executor, ray_address=cfg.ray_address,
+                            num_actors=cfg.ray_actors, num_gpus=cfg.ray_gpus)
+        if note and note not in self.notes:
+            self.notes.append(note)
+
     def identity(self) -> str:
-        if self.caps.uses_labels:
-            return "qrels"
+        if self.caps.uses_labels:  # the judgments are in the task fingerprints
+            return str(getattr(self.scorer(self.work.tasks[0]), "label_identity", "qrels"))
         return getattr(self.scorer(self.work.tasks[0]), "identity", self.spec)
+
+    @property
+    def simulation(self) -> bool:
+        """A label scorer run on evaluated queries as a controlled simulation (noisy-qrels)."""
+        return bool(getattr(self.scorer(self.work.tasks[0]), "simulation", False))
+
+    def judge(self, task_name: str, query: str, doc_ids: list[str]) -> Any:
+        """Rewards of a free-text query (qdrant-rf's synthetic document-queries)."""
+        from tttembed.score.base import Item
+        from tttembed.ttt.rewards import _items
+
+        task = next(t for t in self.work.tasks if t.name == task_name)
+        t = time.perf_counter()
+        got = self.scorer(task).score(Item("qdrant-rf-synthetic", query),
+                                      _items(doc_ids, task.corpus))
+        self.requested += len(doc_ids)
+        self.seconds += time.perf_counter() - t
+        return got
 
     @property
     def paid(self) -> int:
@@ -231,10 +275,19 @@ class RewardSource:
         return out
 
 
+SIMULATION_NOTE = (
+    "fixed protocol with a label scorer: rewards of the evaluated queries come from their "
+    "own judgments (degraded by known noise): a controlled simulation of a reranker of known "
+    "quality, as the seed scores the evaluated queries with Qwen3-Reranker; not a transfer "
+    "result")
+
+
 def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCache,
-               progress: Progress | None) -> tuple[list[P.MethodResult], list[str]]:
-    """Every asked protocol for one scorer (label scorers skip the fixed population)."""
-    label = src.caps.uses_labels
+               progress: Progress | None, info: dict[str, Any] | None = None
+               ) -> tuple[list[P.MethodResult], list[str]]:
+    """Every asked protocol for one scorer (label scorers skip the fixed population,
+    except a controlled simulation such as noisy-qrels, which runs it with a note)."""
+    label = src.caps.uses_labels and not src.simulation
     results: list[P.MethodResult] = []
     notes: list[str] = []
     for proto in cfg.protocols:
@@ -245,10 +298,18 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
             n = sum(len(t.queries) for t in work.tasks)
             bar = stage(progress, f"fixed [{src.spec}]", len(budget_grid(n, cfg.budgets)))
             notes += P.skipped_budgets(work.data, cfg.budgets)
+            if src.caps.uses_labels:
+                notes.append(SIMULATION_NOTE)
+            if "qdrant-rf" in cfg.baselines:
+                notes.append("qdrant-rf coefficients: " + (
+                    "cross-fit on the other half of the evaluated queries (a label scorer "
+                    "cannot judge synthetic document-queries)" if src.caps.uses_labels else
+                    "fitted on synthetic document-queries of each task's corpus"))
             results += P.fixed_population(work.data, src, budgets=cfg.budgets,
                                           scopes=cfg.scopes, baselines=cfg.baselines,
                                           objective=cfg.objective, cells=cells, progress=bar,
-                                          alphas=cfg.alphas)
+                                          alphas=cfg.alphas, info=info,
+                                          judge=None if src.caps.uses_labels else src.judge)
         elif proto == "heldout":
             results += P.heldout(work.data, src, fraction=cfg.heldout_fraction,
                                  scopes=[s for s in cfg.scopes if s != "query"],
@@ -310,7 +371,8 @@ def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: P.PerQuery,
     """One scorer's protocols, analyses and summary; adds to ``counts`` and ``timings``."""
     src = RewardSource(spec, work, cfg)
     cells = _cells(cfg, work, src, use_cell_cache)
-    results, notes = _protocols(cfg, work, src, cells, progress)
+    info: dict[str, Any] = {}
+    results, notes = _protocols(cfg, work, src, cells, progress, info)
     more, more_notes = _analyses(cfg, work, src, cells)
     t_sum = time.perf_counter()
     tests = _comparisons(cfg, use_cell_cache)
@@ -325,8 +387,9 @@ def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: P.PerQuery,
     counts["cells_computed"] += cells.misses
     timings[f"scoring[{spec}]"] = src.seconds
     timings[f"learn_and_search[{spec}]"] = cells.seconds - src.seconds
-    return {"scorer": spec, "scorer_identity": src.identity(), "notes": notes + more_notes,
-            **summary}
+    return {"scorer": spec, "scorer_identity": src.identity(),
+            "notes": src.notes + notes + more_notes,
+            **summary, **info}
 
 
 def run_eval(cfg: EvalConfig, progress: Progress | None = None,

@@ -1,0 +1,68 @@
+"""Reward quality: how well a scorer's rewards agree with the judgments, on the rewarded
+pairs themselves (evaluation only; the methods never see it).
+
+* ``auc``: ROC AUC of the reward against binary relevance (grade > 0; unjudged = 0) over
+  the task's rewarded pairs (ties count 1/2: the Mann-Whitney statistic); tasks count
+  equally (a task whose pairs hold one class only is left out).
+* ``ndcg``: per rewarded query, nDCG of its rewarded candidates ordered by reward (ties
+  keep base order; gain = grade, log2 discount, ideal = the same candidates by grade),
+  over queries with a relevant rewarded candidate; mean per task, tasks equally.
+
+A user can compute the same two numbers for their own reranker on a few judged queries
+and read off where it sits on the reward-quality axis of the sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """ROC AUC (Mann-Whitney, ties 1/2); nan without both classes."""
+    from scipy.stats import rankdata
+
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(s)
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def ndcg_of_order(rewards: Sequence[float], grades: Sequence[float]) -> float:
+    """nDCG of the candidates ordered by reward (stable) against their grades."""
+    g = np.maximum(np.asarray(grades, dtype=np.float64), 0.0)
+    if g.sum() <= 0:
+        return float("nan")
+    order = np.argsort(-np.asarray(rewards, dtype=np.float64), kind="stable")
+    disc = 1.0 / np.log2(np.arange(2, len(g) + 2))
+    return float((g[order] * disc).sum() / (np.sort(g)[::-1] * disc).sum())
+
+
+def reward_quality(rewards: Mapping[str, Mapping[str, float]],
+                   qrels: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, float]:
+    """``rewards`` ``{"task/qid": {doc: r}}``; ``qrels`` ``{task: {qid: {doc: grade}}}``."""
+    per_task: dict[str, tuple[list[float], list[bool], list[float]]] = {}
+    pairs = 0
+    for key, got in rewards.items():
+        task, qid = key.split("/", 1)
+        judged = qrels.get(task, {}).get(qid, {})
+        docs = [d for d, r in got.items() if np.isfinite(r)]
+        if not docs:
+            continue
+        grades = [float(judged.get(d, 0)) for d in docs]
+        r = [float(got[d]) for d in docs]
+        s, y, nd = per_task.setdefault(task, ([], [], []))
+        s += r
+        y += [g > 0 for g in grades]
+        nd.append(ndcg_of_order(r, grades))
+        pairs += len(docs)
+    aucs = [auc(s, y) for s, y, _ in per_task.values()]
+    ndcgs = [np.nanmean(nd) if np.isfinite(nd).any() else np.nan
+             for _, _, nd in per_task.values()]
+    mean = lambda xs: float(np.nanmean(xs)) if np.isfinite(xs).any() else float("nan")  # noqa: E731
+    return {"auc": mean(np.array(aucs)), "ndcg": mean(np.array(ndcgs, dtype=np.float64)),
+            "pairs": float(pairs), "tasks": float(len(per_task))}

@@ -1,0 +1,176 @@
+"""An adapted (or raw) retriever as an MTEB 2.x model: MTEB's own evaluator on our vectors.
+
+Queries (``prompt_type="query"``) are encoded by the base embedder and then moved by the
+learned states, ``unit(x + alpha v)`` with the most specific state per query (the same
+:func:`tttembed.adapt.apply_states` that ``tttembed.api.search`` uses); documents are the
+base embedder's own vectors. Without states it is the raw retriever. Similarity is the
+inner product, as in our indexes (all vectors are unit length, so it equals the cosine).
+
+    >>> import mteb
+    >>> import tttembed as tt
+    >>> model = tt.mteb_model("st:bundled:all-MiniLM-L6-v2", states=["task.npz"],
+    ...                       task="scifact")       # the task name the state was learned under
+    >>> result = mteb.evaluate(model, mteb.get_tasks(tasks=["SciFact"]), cache=None)
+    >>> result.task_results[0].get_score()          # nDCG@10 (SciFact's main score)
+
+Which state applies to which MTEB query: a global state to every query; a task-wise state
+when its key equals ``task`` (default: the MTEB task's name, ``/`` replaced by ``_``, the
+name ``tttembed eval mteb:NAME`` gives the task); a query-wise state by ``task/qid``, the
+qid being the MTEB query id. An ``encode`` call of queries that no state reaches is an error
+(``require_match=False`` leaves them raw instead, for runs over several tasks).
+``model.applied`` counts the queries each state reached.
+
+Task instruction prompts of MTEB's metadata are not applied: queries and documents get the
+embedder's own prompts (``query_prompt`` / ``document_prompt`` options), as in our indexes.
+The model's ``mteb_model_meta`` names it ``tttembed/<embedder>-raw|adapted`` with a revision
+that hashes the embedder identity and the states, so that MTEB's result cache never mixes
+two states' results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tttembed.adapt.scopes import query_keys
+from tttembed.adapt.state import AdaptState, apply_states, load_state, state_owners
+from tttembed.core.errors import ConfigError, MissingDependency, StateMismatch
+from tttembed.embed.base import Embedder
+
+StateLike = AdaptState | str | os.PathLike[str]
+
+__all__ = ["MTEBModel", "StateLike"]
+
+
+def _require_mteb() -> Any:
+    try:
+        import mteb
+    except ImportError:
+        raise MissingDependency("mteb", "mteb") from None
+    return mteb
+
+
+def _as_states(states: StateLike | Sequence[StateLike], embedder: Embedder
+               ) -> tuple[AdaptState, ...]:
+    items = [states] if isinstance(states, (AdaptState, str, os.PathLike)) else list(states)
+    loaded = tuple(s if isinstance(s, AdaptState) else load_state(s) for s in items)
+    for st in loaded:
+        if st.identity != embedder.identity or int(st.dim) != int(embedder.dim):
+            raise StateMismatch(f"{st.label}: learned for embedder {st.identity!r} (dim "
+                                f"{st.dim}), not {embedder.identity!r} (dim {embedder.dim})")
+        if st.dry_run or not len(st.keys):
+            raise ConfigError(f"{st.label} holds no vector (a dry run?); learn a state first")
+    return loaded
+
+
+def _revision(embedder: Embedder, states: Sequence[AdaptState], task: str | None) -> str:
+    """A content hash of what the model computes (embedder identity, task, states)."""
+    h = hashlib.sha256(f"{embedder.identity}\0{task or ''}\0".encode())
+    for st in states:
+        h.update(f"{st.scope}\0{'|'.join(st.keys)}\0".encode())
+        h.update(np.ascontiguousarray(st.vectors, dtype=np.float32).tobytes())
+        h.update(np.ascontiguousarray(st.alpha, dtype=np.float64).tobytes())
+    return ("adapted-" if states else "raw-") + h.hexdigest()[:12]
+
+
+def _model_meta(embedder: Embedder, states: Sequence[AdaptState], task: str | None,
+                name: str | None) -> Any:
+    """MTEB's ``ModelMeta`` (the fields every mteb 2.x requires; unknown ones None)."""
+    from mteb.models.model_meta import ModelMeta, ScoringFunction
+
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", embedder.identity).strip("_") or "embedder"
+    return ModelMeta(
+        loader=None, name=name or f"tttembed/{slug}-{'adapted' if states else 'raw'}",
+        revision=_revision(embedder, states, task), release_date=None, languages=None,
+        n_parameters=None, memory_usage_mb=None, max_tokens=None,
+        embed_dim=int(embedder.dim), license=None, open_weights=None,
+        public_training_code=None, public_training_data=None, framework=[],
+        similarity_fn_name=ScoringFunction("dot"), use_instructions=False,
+        training_datasets=None, modalities=["text"])
+
+
+def _is_query(prompt_type: Any) -> bool:
+    return getattr(prompt_type, "value", prompt_type) == "query"
+
+
+class MTEBModel:
+    """An MTEB encoder (``mteb.models.EncoderProtocol``): adapted queries, raw documents.
+
+    ``embedder``: the base embedder (a :class:`tttembed.embed.base.Embedder`);
+    ``states``: states or state files (``vectors.npz``) learned with that embedder, none for
+    the raw retriever; ``task``: the task key task-wise states are looked up by (default:
+    each MTEB task's name); ``name``: the model name MTEB records.
+    """
+
+    def __init__(self, embedder: Embedder, states: StateLike | Sequence[StateLike] = (), *,
+                 task: str | None = None, name: str | None = None,
+                 require_match: bool = True) -> None:
+        _require_mteb()
+        self.embedder = embedder
+        self.states = _as_states(states, embedder)
+        self.task = task
+        self.require_match = require_match
+        self.applied = [0] * len(self.states)
+        self.mteb_model_meta = _model_meta(embedder, self.states, task, name)
+
+    def encode(self, inputs: Iterable[Mapping[str, Any]], *, task_metadata: Any = None,
+               hf_split: str = "", hf_subset: str = "", prompt_type: Any = None,
+               **kwargs: Any) -> np.ndarray:
+        """Encode MTEB's batches (``{"text": [...], "id": [...]}``): queries adapted."""
+        texts: list[str] = []
+        ids: list[str] | None = []
+        for batch in inputs:
+            texts.extend(str(t) for t in batch["text"])
+            if ids is not None and "id" in batch:
+                ids.extend(str(i) for i in batch["id"])
+            else:
+                ids = None
+        if not texts:
+            return np.zeros((0, int(self.embedder.dim)), np.float32)
+        query = _is_query(prompt_type)
+        x = self.embedder.encode(texts, "query" if query else "document")
+        if not query or not self.states:
+            return x
+        task = self.task or str(getattr(task_metadata, "name", "") or "_").replace("/", "_")
+        return self.adapt(x, ids, task)
+
+    def adapt(self, x: np.ndarray, qids: Sequence[str] | None, task: str) -> np.ndarray:
+        """``unit(x + alpha v)`` per query (``qids``: MTEB query ids; None: none known)."""
+        n = len(x)
+        keys: dict[str, Sequence[str | None]] = {}
+        for st in self.states:
+            if st.scope == "query" and (qids is None or len(qids) != n):
+                keys[st.scope] = [None] * n
+            else:
+                keys[st.scope] = query_keys(st.scope, list(qids or [""] * n), [task] * n)
+        owner, _ = state_owners(keys, self.states, n)
+        counts = np.bincount(owner[owner >= 0], minlength=len(self.states))
+        if self.require_match and not counts.any():
+            labels = ", ".join(f"{st.label} ({st.scope}-wise, tasks "
+                               f"{', '.join(st.tasks[:3])})" for st in self.states)
+            raise ConfigError(f"no state applies to the {n} queries of MTEB task {task!r}: "
+                              f"{labels}; pass task=NAME (the task the state was learned "
+                              "under), or require_match=False to leave them raw")
+        self.applied = [a + int(c) for a, c in zip(self.applied, counts)]
+        return apply_states(x, keys, self.states)
+
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
+        """Inner products, ``[n1, n2]`` (a torch tensor, as MTEB expects)."""
+        from mteb.similarity_functions import dot_score
+
+        return dot_score(embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Any:
+        """Inner products of corresponding rows, ``[n]``."""
+        from mteb.similarity_functions import pairwise_dot_score
+
+        return pairwise_dot_score(embeddings1, embeddings2)
+
+    def __repr__(self) -> str:
+        return (f"MTEBModel({self.embedder.identity!r}, states={len(self.states)}, "
+                f"task={self.task!r})")
