@@ -8,6 +8,14 @@ import importlib.util
 import pytest
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that uses the local Ray cluster carries the ``ray`` marker
+    (``-m "not ray"`` deselects them; CI runs them)."""
+    for item in items:
+        if "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(scope="package")
 def ray_local():
     if importlib.util.find_spec("ray") is None:
