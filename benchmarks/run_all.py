@@ -42,10 +42,15 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
     ("bench_embed_index_search.py", [], ["--docs", "300", "--repeats", "2"]),
     ("bench_ledger.py", [], ["--n", "2000", "--b1", "100", "--b2", "300"]),
     ("bench_chain.py", [], ["--questions", "20", "--skip-train", "--repeats", "1"]),
+    ("bench_serve.py", [], ["--requests", "200", "--clients", "1,8", "--reload-requests", "1000",
+                            "--reloads", "5"]),
+    ("bench_scale.py", [], ["--abstracts", "300"]),
+    ("bench_scale_index.py", [], ["--n", "100000", "--backends", "flat,ivfpq,hnsw",
+                                  "--learn-queries", "1000", "--train-queries", "100"]),
 ]
 STUDY_QUICK = ["--tasks", "medline", "--skip-analyses"]
 CLI_GOAL = Goal("CLI: `tttembed{cmd} --help` wall time (import cost)", "info", None, " s")
-SKIP = {"run_all.py", "claims.py", "chain_tables.py", "study.py"}
+SKIP = {"run_all.py", "claims.py", "chain_tables.py", "study.py", "reward_sweep.py"}
 
 
 def run_script(script: str, extra: list[str], claims_file: Path, timeout: float

@@ -190,3 +190,26 @@ def test_cli_eval_takes_executor_and_http_limits(in_process_stage, tmp_path, min
     cfg = result["config"]
     assert (cfg["executor"], cfg["concurrency"], cfg["rpm"]) == ("ray", 3, 6000.0)
     assert result["counts"]["scorer_paid"] > in_process_stage[0] > 0
+
+
+def test_ray_scoring_resumes_from_a_partial_ledger(in_process_stage, tiny_cross_encoder,
+                                                   tmp_path):
+    """What a killed run left in the ledger is not sent to the stage again: the rerun
+    pays only the missing pairs, and the rewards equal a single uninterrupted run's."""
+    spec = f"cross-encoder:{tiny_cross_encoder}"
+    qs, pairs = _pairs()
+    expected = score_pairs(pairs, qs, CORPUS, _scorer(spec, tmp_path / "whole.sqlite"))
+    first = _scorer(spec, tmp_path / "l.sqlite")
+    use_executor(first, "ray", batch_size=4)
+    score_pairs(pairs[:7], qs, CORPUS, first)  # the part a killed run had committed
+    committed = Ledger(tmp_path / "l.sqlite").count()
+    assert 0 < committed == first.counts().paid
+    again = _scorer(spec, tmp_path / "l.sqlite")
+    use_executor(again, "ray", batch_size=4)
+    got = score_pairs(pairs, qs, CORPUS, again)
+    total = len({(QUERIES[k.split("/")[1]], d) for k, d in pairs})
+    assert again.counts().paid == total - committed
+    assert in_process_stage == [committed, total - committed]
+    for key in expected:
+        np.testing.assert_allclose(list(got[key].values()), list(expected[key].values()),
+                                   rtol=0, atol=1e-6)
