@@ -1,6 +1,6 @@
 """kill -9 during `learn` with an LLM judge at 10 random points: pairs lost / paid twice.
 
-    python benchmarks/durability.py /tmp/dur/run [seed]
+    python benchmarks/durability.py [WORK_DIR] [seed]      (default: a new temporary folder)
 
 Goal: no answered pair lost; pairs paid twice <= the requests in flight at each kill.
 Loopback servers only (tests/servers.py); bounded: 10 kills and one final run.
@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,7 +27,7 @@ from typer.testing import CliRunner  # noqa: E402
 from tests.servers import LocalOpenAIServer, hash_vectors  # noqa: E402
 from tttembed.cli import app  # noqa: E402
 
-tmp = Path(sys.argv[1])
+tmp = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="tttembed-dur-"))
 tmp.mkdir(parents=True, exist_ok=True)
 data = tmp / "data"
 data.mkdir(exist_ok=True)
