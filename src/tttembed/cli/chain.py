@@ -30,8 +30,8 @@ DataArg = Annotated[Path, typer.Argument(
     help="Multi-hop folder (corpus.jsonl + chains_<split>.jsonl).", show_default=False)]
 SplitOpt = Annotated[str, typer.Option(help="Which chains_<split>.jsonl to use.")]
 IndexOpt = Annotated[Optional[Path], typer.Option(
-    "--index", "-i", help="Frozen passage index folder (built there when absent; "
-    "default: in the cache).")]
+    "--index", "-i", help="Frozen passage index: a FAISS folder, milvus:URI/COLLECTION or "
+    "qdrant:URL_OR_PATH/COLLECTION (built there when absent; default: a folder in the cache).")]
 EmbedderOpt = Annotated[str, typer.Option(
     "--embedder", "-e", help="Frozen passage encoder (an st: spec).")]
 StepsOpt = Annotated[int, typer.Option(help="Chain steps T (0 = the data's max hops).", min=0)]
