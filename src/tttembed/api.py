@@ -328,9 +328,12 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
            task: str | Sequence[str] | None = None, split: str = "test",
            embedder: Embedder | None = None,
            corpus: PathLike | Mapping[str, Mapping[str, str]] | None = None,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, executor: str = "local",
+           ray_address: str | None = None, ray_actors: int = 1,
+           ray_gpus: float = 0.0) -> SearchResult:
     """Direct reranking (the baseline): the same reward plan as ``learn``, rewarded
-    candidates sorted by reward inside their original slots.
+    candidates sorted by reward inside their original slots. ``executor`` and the
+    ``ray_*`` options as for :func:`learn`.
 
         >>> result = tt.rerank(index, "data/scifact", scorer="bm25", budget=10)
     """
@@ -346,8 +349,10 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
     qs = _queries(queries, task, split)
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
+    emb = _embedder(index, embedder)
+    _use_executor(sc, executor, ray_address, ray_actors, ray_gpus, (emb, qs.texts))
     depth_k = max(int(k), candidate_depth(budget, depth, len(index)))
-    base = base_retrieval(index, _embedder(index, embedder), qs, depth_k,
+    base = base_retrieval(index, emb, qs, depth_k,
                           progress=stage(progress, "encoding queries", len(qs)))
     plan = make_plan(qs, base, index, budget, depth, seed)
     rewards = score_pairs(plan.pairs, qs, docs, sc,

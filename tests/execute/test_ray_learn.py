@@ -213,3 +213,24 @@ def test_ray_scoring_resumes_from_a_partial_ledger(in_process_stage, tiny_cross_
     for key in expected:
         np.testing.assert_allclose(list(got[key].values()), list(expected[key].values()),
                                    rtol=0, atol=1e-6)
+
+
+def test_cli_rerank_executor_ray_pays_on_the_stage_and_matches_local(
+        in_process_stage, in_process_embed, tiny_cross_encoder, tmp_path, minilm):
+    data = _write_beir(tmp_path / "toy", CORPUS, dict(list(QUERIES.items())[:3]),
+                       {"q1": {"d0": 1}, "q2": {"d1": 1}, "q3": {"d2": 1}})
+    runner = CliRunner()
+    r = runner.invoke(app, ["index", str(data), "--out", str(tmp_path / "idx")])
+    assert r.exit_code == 0, r.output
+    runs = {}
+    for name, extra in (("local", []), ("ray", ["--executor", "ray", "--ray-actors", "2"])):
+        out = tmp_path / f"{name}.jsonl"
+        r = runner.invoke(app, ["rerank", str(data), "--index", str(tmp_path / "idx"),
+                                "--scorer", f"cross-encoder:{tiny_cross_encoder}",
+                                "--budget", "3", "--ledger", str(tmp_path / f"{name}.sqlite"),
+                                "--out", str(out), *extra])
+        assert r.exit_code == 0, r.output
+        runs[name] = out.read_text()
+    assert in_process_stage == [9]  # only the ray run went through the stage: 3 x 3 pairs
+    assert Ledger(tmp_path / "ray.sqlite").count() == 9
+    assert runs["ray"] == runs["local"]

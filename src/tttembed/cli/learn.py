@@ -207,6 +207,10 @@ def rerank(
     retry_missing: RetryMissingOpt = False,
     concurrency: ConcurrencyOpt = None,
     rpm: RpmOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_actors: RayActorsOpt = 1,
+    ray_gpus: RayGpusOpt = 0.0,
 ) -> None:
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
     quiet_libraries()
@@ -217,5 +221,6 @@ def rerank(
     with progress_group(not quiet) as stage:
         result = api.rerank(handle, queries, scorer=sc, budget=budget, k=top_k, depth=depth,
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,
-                            progress=stage)
+                            progress=stage, executor=executor, ray_address=ray_address,
+                            ray_actors=ray_actors, ray_gpus=ray_gpus)
     report_result(result, out, None, overwrite, f"direct rerank, b = {budget:g}")
