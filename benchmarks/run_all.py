@@ -159,7 +159,10 @@ def main() -> int:
         claims_file.touch()
         for script, extra in plan(args):
             print(f"== {script} {' '.join(extra)}", flush=True)
-            rc, secs = run_script(script, extra, claims_file, args.timeout)
+            fill = script == "study.py" and extra[-1] == str(args.tmp / "fill")
+            # the fill run only prepares the cache: its claims are not the timed rerun's
+            rc, secs = run_script(script, extra, args.tmp / "fill-claims.jsonl" if fill
+                                  else claims_file, args.timeout)
             print(f"== {script}: exit {rc}, {secs:.0f} s", flush=True)
             if rc:
                 failed.append(script)
