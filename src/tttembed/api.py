@@ -227,6 +227,7 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
         {'requested': 3000, 'cached': 0, 'paid': 3000, 'missing': 0}
     """
     from tttembed.adapt import check_objective, check_scope
+    from tttembed.execute import prepare
     from tttembed.ttt import corpus_for_index
     from tttembed.ttt import learn as run_learn
 
@@ -236,8 +237,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
     emb = _embedder(index, embedder)
-    _use_executor(sc, executor, ray_address, ray_actors, ray_gpus,
-                  (emb, () if dry_run else qs.texts))
+    prepare(sc, executor, ray_address=ray_address, num_actors=ray_actors, num_gpus=ray_gpus,
+            embedder=emb, texts=() if dry_run else qs.texts)
     outcome = run_learn(index, emb, qs, docs, sc, scope=scope,
                         avg_budget=budget, depth=depth, objective=objective, seed=seed,
                         dry_run=dry_run, alpha=alpha, folds=folds, progress=progress)
@@ -252,22 +253,6 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
                       identity=index.identity,
                       dim=index.dim, objective=objective, pairs=pairs, dry_run=dry_run,
                       budget=len(plan.pairs))
-
-
-def _use_executor(scorer: Scorer, executor: str, ray_address: str | None, actors: int,
-                  gpus: float, queries: tuple[Embedder, Sequence[str]] | None = None
-                  ) -> str | None:
-    """Pay ``scorer``'s pairs on ``executor``; with ``queries`` (embedder, texts), embed
-    the texts not yet cached there first."""
-    from tttembed.execute.embed import prefill_queries
-    from tttembed.execute.score import use_executor
-
-    note = use_executor(scorer, executor, ray_address=ray_address, num_actors=actors,
-                        num_gpus=gpus)
-    if queries is not None and queries[1]:
-        prefill_queries(queries[0], queries[1], executor=executor, ray_address=ray_address,
-                        num_actors=actors, num_gpus=gpus)
-    return note
 
 
 def _empty(dim: int) -> Any:
@@ -337,6 +322,7 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
 
         >>> result = tt.rerank(index, "data/scifact", scorer="bm25", budget=10)
     """
+    from tttembed.execute import prepare
     from tttembed.ttt import (
         base_retrieval,
         candidate_depth,
@@ -350,7 +336,8 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = load_scorer(scorer, index=index, corpus=docs) if isinstance(scorer, str) else scorer
     emb = _embedder(index, embedder)
-    _use_executor(sc, executor, ray_address, ray_actors, ray_gpus, (emb, qs.texts))
+    prepare(sc, executor, ray_address=ray_address, num_actors=ray_actors, num_gpus=ray_gpus,
+            embedder=emb, texts=qs.texts)
     depth_k = max(int(k), candidate_depth(budget, depth, len(index)))
     base = base_retrieval(index, emb, qs, depth_k,
                           progress=stage(progress, "encoding queries", len(qs)))
@@ -457,8 +444,7 @@ def mteb_model(embedder: Embedder | str | None = None, *,
 
     if index is not None and not isinstance(embedder, str):
         emb = _embedder(index, embedder)
-    elif isinstance(embedder, str) or embedder is None:
-        emb = load_embedder(embedder or DEFAULT_EMBEDDER)
     else:
-        emb = embedder
+        emb = load_embedder(embedder) if isinstance(embedder, str) else \
+            embedder or load_embedder(DEFAULT_EMBEDDER)
     return MTEBModel(emb, states, task=task, name=name, require_match=require_match)

@@ -12,7 +12,7 @@ an optional extra (``pip install 'tttembed[ray]'``); this package imports withou
 """
 
 from tttembed.execute.embed import EXECUTORS, EmbedStats, embed_texts, embed_with
-from tttembed.execute.score import RayScoring, ray_fallback, score_pairs, use_executor
+from tttembed.execute.score import RayScoring, prepare, ray_fallback, score_pairs, use_executor
 
-__all__ = ["EXECUTORS", "EmbedStats", "RayScoring", "embed_texts", "embed_with",
+__all__ = ["EXECUTORS", "EmbedStats", "RayScoring", "embed_texts", "embed_with", "prepare",
            "ray_fallback", "score_pairs", "use_executor"]

@@ -96,6 +96,26 @@ def use_executor(scorer: Any, executor: str = "local", *, ray_address: str | Non
     return None
 
 
+def prepare(scorer: Any, executor: str = "local", *, ray_address: str | None = None,
+            num_actors: int = 1, num_gpus: float = 0.0, embedder: Any = None,
+            texts: Sequence[str] = ()) -> list[str]:
+    """The model work of one ``learn`` / ``rerank`` on ``executor``: ``scorer`` pays its
+    unpaid pairs there (:func:`use_executor`) and, with an ``embedder``, the query
+    ``texts`` not yet cached are embedded there first. Returns the notes (also logged) of
+    what stays in this process."""
+    from tttembed.execute.embed import prefill_queries
+
+    notes = [use_executor(scorer, executor, ray_address=ray_address, num_actors=num_actors,
+                          num_gpus=num_gpus)]
+    if embedder is not None and texts:
+        note = prefill_queries(embedder, texts, executor=executor, ray_address=ray_address,
+                               num_actors=num_actors, num_gpus=num_gpus)
+        if note is not None:
+            log.warning("executor %s: %s", executor, note)
+        notes.append(note)
+    return [n for n in notes if n is not None]
+
+
 def score_pairs(spec: str, groups: Sequence[Group], *, executor: str = "local",
                 ray_address: str | None = None, corpus: Any = None,
                 batch_size: int = 64, num_actors: int = 1, num_gpus: float = 0.0,
