@@ -99,7 +99,8 @@ def _by_query(pairs: Sequence[Pair], queries: QuerySet) -> dict[str, list[str]]:
     return out
 
 
-def _items(dids: Sequence[str], corpus: Corpus) -> list[Any]:
+def doc_items(dids: Sequence[str], corpus: Corpus) -> list[Any]:
+    """Scorer items (id, text as embedded) of documents ``dids`` of ``corpus``."""
     from tttembed.data.beir import doc_text
     from tttembed.score.base import Item
 
@@ -120,7 +121,7 @@ def count_in_ledger(plan: RewardPlan, queries: QuerySet, corpus: Corpus,
     texts = dict(zip(queries.keys, queries.texts))
     found = 0
     for key, dids in _by_query(plan.pairs, queries).items():
-        found += scorer.known(texts[key], [it.text for it in _items(dids, corpus)])  # type: ignore[attr-defined]
+        found += scorer.known(texts[key], [it.text for it in doc_items(dids, corpus)])  # type: ignore[attr-defined]
     return replace(plan, in_ledger=found)
 
 
@@ -139,7 +140,7 @@ def score_pairs(pairs: Sequence[Pair], queries: QuerySet, corpus: Corpus, scorer
 
     pos = {k: i for i, k in enumerate(queries.keys)}
     by_query = _by_query(pairs, queries)
-    groups = [(Item(queries.qids[pos[k]], queries.texts[pos[k]]), _items(dids, corpus))
+    groups = [(Item(queries.qids[pos[k]], queries.texts[pos[k]]), doc_items(dids, corpus))
               for k, dids in by_query.items()]
     runner = getattr(scorer, "executor", None)
     if runner is not None and groups:
@@ -243,5 +244,5 @@ def corpus_for_index(index: IndexHandle, corpus: str | os.PathLike[str] | Corpus
 
 
 __all__ = ["Corpus", "RewardPlan", "Rewards", "build_scorer", "candidate_depth",
-           "check_corpus_matches", "corpus_for_index", "count_in_ledger", "make_plan",
+           "check_corpus_matches", "corpus_for_index", "count_in_ledger", "doc_items", "make_plan",
            "query_lanes", "restrict", "reward_table", "score_pairs"]
