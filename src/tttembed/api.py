@@ -250,9 +250,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     import numpy as np
 
     return AdaptState(scope, (), _empty(index.dim), np.zeros(0), np.zeros(0, np.int64),
-                      identity=index.identity,
-                      dim=index.dim, objective=objective, pairs=pairs, dry_run=dry_run,
-                      budget=len(plan.pairs))
+                      identity=index.identity, dim=index.dim, objective=objective,
+                      pairs=pairs, dry_run=dry_run, budget=len(plan.pairs))
 
 
 def _empty(dim: int) -> Any:
