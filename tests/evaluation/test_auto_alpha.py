@@ -12,6 +12,7 @@ from tttembed.adapt import RewardBatch, learn_vectors, load_state, make_groups
 from tttembed.adapt.crossval import ALPHA_GRID, alpha_values
 from tttembed.core.errors import ConfigError
 from tttembed.evaluation import analyses as A
+from tttembed.evaluation import method_cells as M
 from tttembed.evaluation import protocols as P
 from tttembed.evaluation.report import alpha_regret, harm_counts, summarise
 from tttembed.ttt import reward_table
@@ -117,11 +118,11 @@ def test_auto_shrinks_to_raw_when_the_state_can_only_hurt(work):
                              alphas=("rule", "auto"))
     by = {r.method: r.per_query for r in res}
     assert {"task", "task-auto", "global-auto", "query-auto"} <= set(by)
-    metrics = {m: by["task-auto"][m] for m in P.METRICS}
+    metrics = {m: by["task-auto"][m] for m in M.METRICS}
     assert metrics == by["raw"]  # alpha 0: exactly the raw retrieval
     assert by["task"] != by["raw"]
-    assert by["task-auto"][P.ALPHA_CHOSEN] == {"0": 1.0}  # the choice is kept with the cell
-    assert P.ALPHA_CHOSEN not in by["task"]
+    assert by["task-auto"][M.ALPHA_CHOSEN] == {"0": 1.0}  # the choice is kept with the cell
+    assert M.ALPHA_CHOSEN not in by["task"]
     rows = summarise(res, P.raw_metrics(work), n_resamples=50)["rows"]
     chosen = {r["method"]: r.get("alpha_chosen") for r in rows}
     assert chosen["task-auto"] == chosen["query-auto"] == "0" and chosen["task"] is None

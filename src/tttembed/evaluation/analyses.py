@@ -17,9 +17,8 @@ import numpy as np
 
 from tttembed.adapt import AdaptState
 from tttembed.adapt.allocate import BREADTH_DEPTH, budget_grid, budget_pairs, nested_schedule
-from tttembed.evaluation.protocols import (
+from tttembed.evaluation.method_cells import (
     EVAL_DEPTH,
-    SCOPE_METHODS,
     Cells,
     MethodResult,
     PerQuery,
@@ -36,6 +35,7 @@ from tttembed.evaluation.protocols import (
     state_metrics,
     task_orders,
 )
+from tttembed.evaluation.protocols import SCOPE_METHODS
 
 ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 ALPHA_NS = (1, 16, 128, 0)  # 0 = all queries of the task

@@ -27,6 +27,7 @@ from tttembed.data.beir import Task
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import protocols as P
+from tttembed.evaluation.method_cells import ALPHA_METHODS, METRICS
 from tttembed.evaluation.report import summarise
 from tttembed.evaluation.reward_source import SIMULATION_NOTE, RewardSource
 from tttembed.evaluation.stats import ComparisonCache
@@ -76,9 +77,9 @@ class EvalConfig:
             check_scope(s)
         check_objective(self.objective)
         for a in self.alphas:
-            if a not in P.ALPHA_METHODS:
+            if a not in ALPHA_METHODS:
                 raise ConfigError(f"unknown alpha method {a!r}; choose from "
-                                  f"{', '.join(P.ALPHA_METHODS)}")
+                                  f"{', '.join(ALPHA_METHODS)}")
         for p in self.protocols:
             if p not in PROTOCOLS:
                 raise ConfigError(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")
@@ -102,10 +103,10 @@ class EvalConfig:
 
 def valid_cell(value: Any) -> bool:
     """A cached cell is ``{metric: {"task/qid": number}}`` for every metric."""
-    return (isinstance(value, dict) and set(P.METRICS) <= set(value)
+    return (isinstance(value, dict) and set(METRICS) <= set(value)
             and all(isinstance(value[m], dict) and value[m] and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool)
-                for v in value[m].values()) for m in P.METRICS))
+                for v in value[m].values()) for m in METRICS))
 
 
 class CellCache:

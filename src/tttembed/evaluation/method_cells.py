@@ -1,0 +1,250 @@
+"""The building blocks of the evaluation protocols: a workload's tasks
+(:class:`TaskData`), the per-query metrics of each method on them (one protocol cell:
+raw, direct reranking, PRF, reward-weighted Rocchio, Qdrant's relevance feedback, a
+learned state), and how cells are keyed and memoised. The protocols that combine them are
+in :mod:`tttembed.evaluation.protocols`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tttembed.adapt import AdaptState
+from tttembed.adapt.allocate import water_fill_order
+from tttembed.adapt.crossval import ALPHA_GRID, FOLDS
+from tttembed.core.errors import ConfigError
+from tttembed.evaluation import qdrant_rf as QRF
+from tttembed.evaluation.methods import average_prf, reward_rocchio, rocchio_prf
+from tttembed.evaluation.metrics import evaluate_per_query
+from tttembed.index.store import IndexHandle
+from tttembed.ttt import (
+    BaseRetrieval,
+    QuerySet,
+    Source,
+    adapt_queries,
+    learn_state,
+    rerank_runs,
+    reward_table,
+    run_from_arrays,
+)
+
+METRICS = ("ndcg@10", "recall@100")
+EVAL_DEPTH = 100
+#: How scope methods set alpha: the rule n/(n+1) (method ``task``) or ``auto`` (``task-auto``).
+ALPHA_METHODS = ("rule", "auto")
+#: Key of a cell's per-query table holding the alpha ``auto`` chose (not a metric).
+ALPHA_CHOSEN = "alpha_chosen"
+
+PerQuery = dict[str, dict[str, float]]  # metric -> {"task/qid": value}
+Rewards = dict[str, dict[str, float]]
+Cells = Callable[[Mapping[str, Any], Callable[[], PerQuery]], PerQuery]
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    """One task of a workload: its index, evaluated queries, judgments and base retrieval
+    (top ``EVAL_DEPTH`` or more); optional learning-only queries (a train split)."""
+
+    name: str
+    index: IndexHandle
+    corpus: Mapping[str, Mapping[str, str]] = field(repr=False)
+    queries: QuerySet = field(repr=False)
+    qrels: Mapping[str, Mapping[str, int]] = field(repr=False)
+    base: BaseRetrieval = field(repr=False)
+    train: QuerySet | None = field(default=None, repr=False)
+    train_base: BaseRetrieval | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """Per-query metrics of one method in one setting."""
+
+    protocol: str
+    method: str
+    per_query: PerQuery = field(repr=False)
+    b: float = 0.0
+    budget: int = 0
+    setting: dict[str, Any] = field(default_factory=dict)
+
+
+def no_cache(parts: Mapping[str, Any], compute: Callable[[], PerQuery]) -> PerQuery:
+    return compute()
+
+
+# --- building blocks ------------------------------------------------------------------
+
+def candidates(work: Sequence[TaskData], depth: int = EVAL_DEPTH) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for td in work:
+        out.update(td.base.candidates(td.index, td.queries.keys))
+    return {k: v[:depth] for k, v in out.items()}
+
+
+def task_orders(work: Sequence[TaskData]) -> list[tuple[int, str]]:
+    return water_fill_order([td.queries.keys for td in work])
+
+
+def lazy(rewards_for: Callable[[list], Rewards], pairs: list) -> Callable[[], Rewards]:
+    """``rewards_for(pairs)``, asked on first use only (a fully cached run scores nothing)."""
+    memo: dict[str, Rewards] = {}
+
+    def get() -> Rewards:
+        if "r" not in memo:
+            memo["r"] = rewards_for(pairs)
+        return memo["r"]
+    return get
+
+
+def _judged(td: TaskData, keep: set[str] | None) -> Mapping[str, Mapping[str, int]]:
+    if keep is None:
+        return td.qrels
+    return {q: g for q, g in td.qrels.items() if f"{td.name}/{q}" in keep}
+
+
+def run_metrics(td: TaskData, rows: np.ndarray, scores: np.ndarray,
+                keep: set[str] | None = None) -> PerQuery:
+    run = run_from_arrays(td.queries, td.index, rows, scores).get(td.name, {})
+    per = evaluate_per_query(_judged(td, keep), run, METRICS)
+    return {m: {f"{td.name}/{q}": v for q, v in vals.items()} for m, vals in per.items()}
+
+
+def merge(parts: Sequence[PerQuery]) -> PerQuery:
+    out: PerQuery = {m: {} for m in METRICS}
+    for p in parts:
+        for m in METRICS:
+            out[m].update(p.get(m, {}))
+    return out
+
+
+def search_metrics(work: Sequence[TaskData], vectors: Callable[[TaskData], np.ndarray],
+                   keep: set[str] | None = None) -> PerQuery:
+    parts = []
+    for td in work:
+        scores, rows = td.index.search(vectors(td), EVAL_DEPTH)
+        parts.append(run_metrics(td, rows, scores, keep))
+    return merge(parts)
+
+
+def raw_metrics(work: Sequence[TaskData], keep: set[str] | None = None) -> PerQuery:
+    return merge([run_metrics(td, td.base.rows[:, :EVAL_DEPTH], td.base.scores[:, :EVAL_DEPTH],
+                              keep) for td in work])
+
+
+def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
+                   keep: set[str] | None = None) -> PerQuery:
+    """Direct reranking of the base top 100. The slots are the base ranking as every other
+    method is evaluated (trec_eval's tie rule: equal scores by doc id, descending), so an
+    unrewarded query scores exactly its raw value even where documents tie (CoSQA holds
+    thousands of duplicate texts, hence exact ties)."""
+    parts = []
+    for td in work:
+        run = rerank_runs(td.queries, td.index, td.base.rows[:, :EVAL_DEPTH],
+                          td.base.scores[:, :EVAL_DEPTH], rewards).get(td.name, {})
+        per = evaluate_per_query(_judged(td, keep), run, METRICS)
+        parts.append({m: {f"{td.name}/{q}": v for q, v in vals.items()}
+                      for m, vals in per.items()})
+    return merge(parts)
+
+
+def prf_metrics(work: Sequence[TaskData], kind: str, keep: set[str] | None = None) -> PerQuery:
+    def vec(td: TaskData) -> np.ndarray:
+        z = td.index.get_vectors(td.base.rows[:, :10])
+        return average_prf(td.base.x, z) if kind == "prf-avg" else rocchio_prf(td.base.x, z)
+    return search_metrics(work, vec, keep)
+
+
+def rw_rocchio_metrics(work: Sequence[TaskData], rewards: Rewards,
+                       keep: set[str] | None = None) -> PerQuery:
+    def vec(td: TaskData) -> np.ndarray:
+        kept, x, zs, rs = reward_table(td.queries, td.base, td.index, rewards)
+        out = td.base.x.copy()
+        if kept:
+            out[kept] = reward_rocchio(x, zs, rs)
+        return out
+    return search_metrics(work, vec, keep)
+
+
+def qdrant_rf_metrics(work: Sequence[TaskData], rewards: Rewards,
+                      fits: Mapping[str, QRF.TaskFit], keep: set[str] | None = None) -> PerQuery:
+    """Qdrant's naive relevance feedback: each rewarded query searches with
+    ``a x + sum_pairs conf^b c (z_p - z_n)``, its pairs drawn from its rewarded candidates
+    (best with worst, at most 3); queries without rewards keep their vector."""
+    def vec(td: TaskData) -> np.ndarray:
+        kept, x, zs, rs = reward_table(td.queries, td.base, td.index, rewards)
+        out = td.base.x.copy()
+        keys = td.queries.keys
+        for j, i in enumerate(kept):
+            out[i] = QRF.feedback_vector(x[j], zs[j], rs[j], fits[td.name].coef_for(keys[i]))
+        return out
+    return search_metrics(work, vec, keep)
+
+
+def number_cell(cells: Cells, parts: Mapping[str, Any],
+                compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """A small table of numbers memoised through ``cells`` (stored under every metric, so
+    it is a valid cell)."""
+    def table() -> PerQuery:
+        got = compute()
+        return {m: dict(got) for m in METRICS}
+    return dict(cells(parts, table)[METRICS[0]])
+
+
+def qdrant_fits(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards],
+                judge: QRF.Judge | None, cells: Cells) -> dict[str, QRF.TaskFit]:
+    """Each task's qdrant-rf coefficients (synthetic with a ``judge``, else cross-fit),
+    memoised through ``cells``."""
+    out = {}
+    for td in work:
+        parts = {"p": "fixed", "m": "qdrant-rf-fit", "task": td.name,
+                 "src": "synthetic" if judge is not None else "crossfit", "seed": QRF.SEED,
+                 "v": QRF.FIT_VERSION}
+        got = number_cell(cells, parts, lambda t=td: QRF.to_numbers(  # type: ignore[misc]
+            QRF.fit_task(t, rewards_for, judge)))
+        out[td.name] = QRF.from_numbers(got, td.queries.keys)
+    return out
+
+
+def state_metrics(work: Sequence[TaskData], state: AdaptState | None,
+                  keep: set[str] | None = None) -> PerQuery:
+    def vec(td: TaskData) -> np.ndarray:
+        return adapt_queries(td.base.x, td.queries, [state] if state is not None else [])
+    return search_metrics(work, vec, keep)
+
+
+def eval_sources(work: Sequence[TaskData]) -> list[Source]:
+    return [(td.queries, td.base, td.index) for td in work]
+
+
+def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, objective: str = "kd",
+                  keep: set[str] | None = None, sources: Sequence[Source] | None = None,
+                  alpha: str = "rule") -> PerQuery:
+    state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
+                        objective=objective, alpha=alpha)
+    return record_alpha(state_metrics(work, state, keep), state, alpha)
+
+
+def record_alpha(per: PerQuery, state: AdaptState | None, alpha: str) -> PerQuery:
+    """Record the alpha ``auto`` chose (``{ALPHA_CHOSEN: {"0.3": 1.0}}``; ``"0"`` = shrunk to
+    the raw vector, ``"none"`` = no state) beside the metrics of the cell (cached with it)."""
+    if alpha != "rule":
+        per[ALPHA_CHOSEN] = {state.alpha_chosen if state is not None else "none": 1.0}
+    return per
+
+
+def alpha_method(scope: str, alpha: str) -> str:
+    """A scope method's name: the scope for the rule (unchanged), ``task-auto`` etc."""
+    return scope if alpha == "rule" else f"{scope}-{alpha}"
+
+
+def alpha_tag(alpha: str) -> dict[str, Any]:
+    """What an alpha adds to a cell's key: nothing for the rule (cached cells keep their
+    key), the cross-validation settings for ``auto``."""
+    if alpha == "rule":
+        return {}
+    if alpha != "auto":
+        raise ConfigError(f"unknown alpha method {alpha!r}; choose from {', '.join(ALPHA_METHODS)}")
+    return {"a": alpha, "folds": FOLDS, "cv": "ndcg", "grid": list(ALPHA_GRID)}
