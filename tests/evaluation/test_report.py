@@ -103,7 +103,7 @@ def test_write_report_files(tmp_path):
 
 
 def test_scorer_comparison_side_by_side():
-    from tttembed.evaluation.report import scorer_comparison
+    from tttembed.evaluation.render import scorer_comparison
 
     def sec(name, gain):
         return {"scorer": name, "rows": [

@@ -29,7 +29,7 @@ class EvalReport:
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """(title, header, rows) of every protocol's table, metrics 0-1 with 4 decimals."""
-        from tttembed.evaluation.report import CONSOLE_SCALE, HEAD, TITLES, table_rows
+        from tttembed.evaluation.render import CONSOLE_SCALE, HEAD, TITLES, table_rows
 
         out = []
         for s in self.data["sections"]:
