@@ -24,7 +24,7 @@ from tttembed.index.base import split_collection
 from tttembed.index.collection import assemble_doc_ids
 
 MANIFEST_KEY = "tttembed.manifest"
-DOC_ID_MAX = 65535
+VARCHAR_MAX = 65535  # bytes: Milvus's VARCHAR limit (doc ids and the text payload)
 QUERY_BATCH = 16384  # Milvus caps a query at 16384 entities
 _CLIENTS: dict[str, Any] = {}
 
@@ -70,10 +70,10 @@ class MilvusStore:
 
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("row", DataType.INT64, is_primary=True)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=DOC_ID_MAX)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=VARCHAR_MAX)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
         if with_text:
-            schema.add_field("text", DataType.VARCHAR, max_length=DOC_ID_MAX)
+            schema.add_field("text", DataType.VARCHAR, max_length=VARCHAR_MAX)
         params = self.client.prepare_index_params()
         params.add_index("vector", index_type="FLAT", metric_type="IP")
         self.client.create_collection(self.collection, schema=schema, index_params=params,
@@ -84,7 +84,7 @@ class MilvusStore:
         entities = [{"row": int(r), "doc_id": d, "vector": v.tolist()}
                     for r, d, v in zip(rows, doc_ids, vectors)]
         for entity, text in zip(entities, texts or ()):
-            entity["text"] = _fit(text, DOC_ID_MAX)
+            entity["text"] = _fit(text, VARCHAR_MAX)
         self.client.insert(self.collection, entities)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
