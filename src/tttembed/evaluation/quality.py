@@ -61,8 +61,12 @@ def reward_quality(rewards: Mapping[str, Mapping[str, float]],
         nd.append(ndcg_of_order(r, grades))
         pairs += len(docs)
     aucs = [auc(s, y) for s, y, _ in per_task.values()]
-    ndcgs = [np.nanmean(nd) if np.isfinite(nd).any() else np.nan
-             for _, _, nd in per_task.values()]
-    mean = lambda xs: float(np.nanmean(xs)) if np.isfinite(xs).any() else float("nan")  # noqa: E731
-    return {"auc": mean(np.array(aucs)), "ndcg": mean(np.array(ndcgs, dtype=np.float64)),
-            "pairs": float(pairs), "tasks": float(len(per_task))}
+    ndcgs = [_nanmean(nd) for _, _, nd in per_task.values()]
+    return {"auc": _nanmean(aucs), "ndcg": _nanmean(ndcgs), "pairs": float(pairs),
+            "tasks": float(len(per_task))}
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    """Mean of the finite values (tasks equally); nan when there is none."""
+    a = np.asarray(values, dtype=np.float64)
+    return float(np.nanmean(a)) if np.isfinite(a).any() else float("nan")
