@@ -7,7 +7,6 @@ Nothing here touches the network: HF offline mode, a temporary HF_HOME, local fi
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +20,7 @@ from mteb.abstasks.retrieval import AbsTaskRetrieval  # noqa: E402
 from mteb.abstasks.task_metadata import TaskMetadata  # noqa: E402
 
 import tttembed as tt  # noqa: E402
+from tests.cli.test_cli import _write_beir  # noqa: E402
 from tttembed.core.errors import ConfigError, DataError  # noqa: E402
 from tttembed.embed.base import l2_normalize  # noqa: E402
 from tttembed.evaluation.tasks import load_eval_task, load_mteb_task  # noqa: E402
@@ -99,17 +99,8 @@ def _offline_hf(tmp_path, monkeypatch):
 
 
 def write_beir(root: Path, splits: dict[str, dict[str, dict[str, int]]] | None = None) -> Path:
-    (root / "qrels").mkdir(parents=True, exist_ok=True)
-    with open(root / "corpus.jsonl", "w") as f:
-        for d, doc in CORPUS.items():
-            f.write(json.dumps({"_id": d, **doc}) + "\n")
-    with open(root / "queries.jsonl", "w") as f:
-        for q, text in QUERIES.items():
-            f.write(json.dumps({"_id": q, "text": text}) + "\n")
     for split, qrels in (splits or {"test": QRELS}).items():
-        lines = ["query-id\tcorpus-id\tscore"] + [
-            f"{q}\t{d}\t{g}" for q, docs in qrels.items() for d, g in docs.items()]
-        (root / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+        _write_beir(root, CORPUS, QUERIES, qrels, split=split)
     return root
 
 

@@ -13,7 +13,7 @@ from tttembed.core.io import resolve_version
 runner = CliRunner()
 
 
-def _write_beir(root, corpus, queries, qrels):
+def _write_beir(root, corpus, queries, qrels, split="test"):
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "corpus.jsonl", "w") as fh:
         for did, doc in corpus.items():
@@ -22,7 +22,7 @@ def _write_beir(root, corpus, queries, qrels):
         for qid, text in queries.items():
             fh.write(json.dumps({"_id": qid, "text": text}) + "\n")
     (root / "qrels").mkdir(exist_ok=True)
-    with open(root / "qrels" / "test.tsv", "w") as fh:
+    with open(root / "qrels" / f"{split}.tsv", "w") as fh:
         fh.write("query-id\tcorpus-id\tscore\n")
         for qid, docs in qrels.items():
             for did, g in docs.items():
