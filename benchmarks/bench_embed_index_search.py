@@ -132,9 +132,9 @@ def raw_search(api, corpus, queries, inner, task) -> None:
     print(f"    encode {enc:.3f} s ({enc / (enc + srch):.1%}), search {srch:.4f} s "
           f"({srch / (enc + srch):.1%}); {len(queries) / (enc + srch):.0f} queries/s")
     if task_qrels := getattr(task, "qrels", None):
-        from tttembed.evaluation.metrics import evaluate
+        from tttembed.metrics.ranking import run_metrics
 
-        print(f"    nDCG@10 = {evaluate(task_qrels, res.to_run(), ('ndcg@10',))['ndcg@10']:.4f}")
+        print(f"    nDCG@10 = {run_metrics(task_qrels, res.to_run(), ('ndcg@10',))['ndcg@10']:.4f}")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def part_b(args: argparse.Namespace) -> None:
     import numpy as np
     import ray
 
-    from tttembed.execute import EmbedStats, embed_texts
+    from tttembed.execute import EmbedStats, Ray, embed_texts
 
     os.environ.setdefault("TTTEMBED_DEVICE", "cpu")
     texts = _abstracts(args.scifact, args.abstracts)
@@ -123,8 +123,8 @@ def part_b(args: argparse.Namespace) -> None:
     for cfg in args.ray_configs.split(","):
         actors, cpus = (int(x) for x in cfg.split("x"))
         cache = tmp / f"ray{cfg}"
-        got, took = _timed(embed_texts, SPEC, texts, executor="ray", batch_size=args.batch,
-                           num_actors=actors, num_cpus=cpus, cache_dir=cache)
+        got, took = _timed(embed_texts, SPEC, texts, executor=Ray(actors=actors),
+                           batch_size=args.batch, num_cpus=cpus, cache_dir=cache)
         runs.append((f"ray, {actors} actor(s) x {cpus} CPU(s)", got, took))
     if args.local_last:
         local, t_local = run_local()

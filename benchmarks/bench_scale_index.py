@@ -211,7 +211,7 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
     from tttembed.data.beir import load_task
     from tttembed.index.search import encode_queries
     from tttembed.index.store import open_index
-    from tttembed.ttt import learn as run_learn
+    from tttembed.ttt import learn_outcome as run_learn
     from tttembed.ttt.queries import QuerySet
 
     _, _, corpus, task = worker_data(args, n)
@@ -225,7 +225,7 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
     if args.train_queries:
         train_qs = train_qs.subset(range(min(args.train_queries, len(train_qs))))
     t0 = time.perf_counter()
-    state = run_learn(index, emb, train_qs, corpus, scorer, scope="task", avg_budget=10).state
+    state = run_learn(index, emb, train_qs, corpus, scorer, scope="task", budget=10).state
     out.update(train_queries=len(train_qs), hwm_train_gib=hwm_gib())
     out["learn_train_s"] = time.perf_counter() - t0
     qs = QuerySet.from_tasks({"scifact": task.queries})
@@ -241,7 +241,7 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
         texts = learn_texts({k: corpus[k] for k in task.corpus}, args.learn_queries)
         t0 = time.perf_counter()
         learned = run_learn(index, emb, QuerySet.from_tasks({"synthetic": texts}), corpus,
-                            HashScorer(), scope="task", avg_budget=10)
+                            HashScorer(), scope="task", budget=10)
         out.update(learn_s=time.perf_counter() - t0, learn_pairs=learned.counts["requested"],
                    learn_queries=len(texts))
     return out

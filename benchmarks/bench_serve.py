@@ -11,7 +11,7 @@
    and say so in its generation header. Goal: 0 failed and 0 mixed responses.
 
 The server is `tttembed serve` in its own process; the index is the demo corpus
-(`tttembed.api.export_demo`), the states are task-wise, learned with its labels.
+(`tttembed.demo.export_demo`), the states are task-wise, learned with its labels.
 
     python benchmarks/bench_serve.py [--requests 500] [--reload-requests 10000]
 """
@@ -40,8 +40,9 @@ MODULES = ("json", "csv", "re", "pathlib", "functools", "itertools", "collection
 def prepare(work: Path) -> tuple[Path, Path, Path, str, list[str]]:
     """Demo index and two different task-wise states; returns (index, A, B, task, texts)."""
     import tttembed.api as tt
+    from tttembed.demo import export_demo
 
-    folder = tt.export_demo(work / "demo", modules=MODULES)
+    folder = export_demo(work / "demo", modules=MODULES)
     index = tt.index_corpus(folder, work / "index")
     states = []
     for name, budget, seed in (("a", 10, 0), ("b", 2, 1)):

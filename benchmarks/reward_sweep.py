@@ -139,7 +139,8 @@ def main() -> None:
 
     from tttembed.cli._common import quiet_libraries
     from tttembed.core.io import write_json, write_text
-    from tttembed.evaluation.runner import EvalConfig, run_eval
+    from tttembed.evaluation.config import EvalConfig
+    from tttembed.evaluation.runner import run_eval
 
     quiet_libraries()
     settings = [{"sigma": float(s), "flip": 0.0} for s in args.sigmas.split(",") if s]

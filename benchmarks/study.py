@@ -46,8 +46,9 @@ def main() -> None:
     t_start = time.perf_counter()
 
     from tttembed.cli._common import progress_group, quiet_libraries
+    from tttembed.evaluation.config import EvalConfig
     from tttembed.evaluation.report import write_report
-    from tttembed.evaluation.runner import EvalConfig, run_eval
+    from tttembed.evaluation.runner import run_eval
 
     quiet_libraries()
     tasks = tuple(t for t in args.tasks.split(",") if t)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import tttembed.api as tt
+from tttembed.types import SCOPES
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=10.0, help="rewards per query (b)")
     ap.add_argument("--learn-split", default="test", help="split whose queries are rewarded")
     ap.add_argument("--eval-split", default="test", help="split whose queries are evaluated")
-    ap.add_argument("--scopes", default=",".join(tt.SCOPES), help="comma-separated scopes")
+    ap.add_argument("--scopes", default=",".join(SCOPES), help="comma-separated scopes")
     ap.add_argument("--index", type=Path, default=None,
                     help="index folder (default: idx/<data name>, built when absent)")
     args = ap.parse_args()

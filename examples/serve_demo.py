@@ -5,7 +5,7 @@ life) and talks to embeddings only through the OpenAI client. It embeds its docu
 through ``/v1/embeddings`` (raw vectors, unchanged) and its questions either through the
 same base URL (raw) or through ``/t/{task}/v1`` (adapted): the one line that changes.
 
-The demo task (this Python's docstrings and the shipped questions, ``tt.export_demo``)
+The demo task (this Python's docstrings and the shipped questions, ``tttembed.demo.export_demo``)
 is indexed, a task-wise state is learned from the labels of 80% of the questions, and
 `tttembed serve` applies it to the unseen 20%.
 
@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import tttembed.api as tt
+from tttembed.demo import export_demo
 
 
 def read_beir(folder: Path) -> tuple[dict, dict, dict]:
@@ -82,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="serve-demo-"))
     modules = tuple(m for m in args.modules.split(",") if m)
-    folder = tt.export_demo(work / "stdlib-docs", modules=modules)
+    folder = export_demo(work / "stdlib-docs", modules=modules)
     corpus, queries, qrels = read_beir(folder)
     index = tt.index_corpus(folder, work / "index")
     ids = list(queries)  # the split `tttembed demo` uses: 80% learn, 20% unseen

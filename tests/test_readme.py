@@ -1,5 +1,6 @@
-"""The README's Usage commands and Python section run as written (on a small slice of the
-demo corpus: the export is restricted to a few stdlib modules to keep the test short)."""
+"""The README's and the guides' commands run as written (on a small slice of the demo
+corpus: the export is restricted to a few stdlib modules to keep the test short), their
+relative links resolve, and the README stays one page."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
+PAGES = [README, *GUIDES, ROOT / "docs" / "performance.md", ROOT / "docs" / "architecture.md"]
 MODULES = "json,csv,re,pathlib,functools,itertools,collections,shutil,os,os.path"
+MARKERS = ("usage", "vectordb", "python")
+MAX_README_LINES = 220
 
 
 def _block(marker: str) -> str:
-    """Every code block between ``<!-- marker -->`` and ``<!-- /marker -->``, joined."""
-    text = README.read_text()
+    """Every code block between ``<!-- marker -->`` and ``<!-- /marker -->``, joined: the
+    marker is looked up in the README and every guide, and must be in exactly one file."""
+    found = [p for p in [README, *GUIDES] if f"<!-- {marker} -->" in p.read_text()]
+    assert len(found) == 1, (marker, [str(p.relative_to(ROOT)) for p in found])
+    text = found[0].read_text()
+    assert text.count(f"<!-- {marker} -->") == 1 and text.count(f"<!-- /{marker} -->") == 1
     section = text[text.index(f"<!-- {marker} -->"):text.index(f"<!-- /{marker} -->")]
     return "".join(re.findall(r"```\w+\n(.*?)```", section, re.S))
 
@@ -56,3 +66,48 @@ def test_readme_python_section_runs(tmp_path, monkeypatch, small_demo, minilm, c
     exec(compile(_block("python"), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "'requested'" in out and "py-demo-task.npz" in out
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _links(page: Path) -> list[str]:
+    """The relative link targets of one page (code blocks left out), without anchors."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    targets = [t.split("#", 1)[0] for t in _LINK.findall(text)]
+    return [t for t in targets if t and not re.match(r"[a-z][a-z0-9+.-]*:", t)]
+
+
+def test_pages_and_markers_exist():
+    assert len(GUIDES) >= 8, GUIDES
+    for page in PAGES:
+        assert page.is_file(), page
+    for marker in MARKERS:
+        assert _block(marker).strip(), marker
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    missing = [t for t in _links(page) if not (page.parent / t).exists()]
+    assert not missing, (str(page.relative_to(ROOT)), missing)
+
+
+def test_readme_links_every_guide_and_page():
+    linked = {(README.parent / t).resolve() for t in _links(README)}
+    assert not [str(p.relative_to(ROOT)) for p in PAGES[1:] if p.resolve() not in linked]
+
+
+def test_readme_fits_on_a_page():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES, len(lines)
+    # .ci/run takes the line starting with "python3 " between the test-command markers
+    section = README.read_text().split("<!-- test-command -->\n", 1)[1]
+    section = section.split("<!-- /test-command -->", 1)[0]
+    assert [ln for ln in section.splitlines() if ln.startswith("python3 ")]
+
+
+@pytest.mark.parametrize("page", PAGES + sorted(set((ROOT / "docs").glob("*.md")) - set(PAGES)),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_speak_of_no_issues(page):
+    hits = [ln for ln in page.read_text().splitlines() if re.search(r"issue \d+", ln, re.I)]
+    assert not hits, (str(page.relative_to(ROOT)), hits)

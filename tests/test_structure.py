@@ -1,37 +1,243 @@
-"""The layout rules the code is held to (ARCHITECTURE.md, STYLE.md), checked on the source."""
+"""The layout rules the code is held to (docs/architecture.md, STYLE.md), checked on the
+source: no import cycle, the apps above the API, the public face, small functions."""
 
 from __future__ import annotations
 
 import ast
+import inspect
+import re
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tttembed"
+#: Modules whose ``if TYPE_CHECKING:`` imports are for annotations only and may name a
+#: module that imports them back: the vocabulary (a leaf at run time) and the lazy face.
+TYPING_ONLY_OK = {"tttembed.types", "tttembed"}
 
 
-def _imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in SRC.rglob("*.py")}
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for b in node.body for n in ast.walk(b))
+    return out
+
+
+def _imports(name: str, path: Path, *, typing_only: bool = True) -> set[str]:
+    """The ``tttembed`` modules ``name`` imports, module-level and function-level alike
+    (``from pkg import sub`` counts as an import of ``pkg.sub`` when that is a module)."""
+    return _imports_in(name, path.read_text(), path.name == "__init__.py", typing_only)
+
+
+def _imports_in(name: str, text: str, is_package: bool, typing_only: bool = True) -> set[str]:
+    tree = ast.parse(text)
+    skip = set() if typing_only else _type_checking_nodes(tree)
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULES else base)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-    return found
+    return {m for m in found if m in MODULES and m != name}
 
 
-def test_cli_imports_nothing_below_the_api():
-    allowed = {"tttembed", "tttembed.api"}
-    bad = {}
-    for path in (SRC / "cli").glob("*.py"):
-        mods = {m for m in _imports(path) if m.startswith("tttembed")}
-        wrong = {m for m in mods if m not in allowed and not m.startswith("tttembed.cli")}
-        if wrong:
-            bad[path.name] = sorted(wrong)
-    assert not bad, f"cli modules import below tttembed.api: {bad}"
+def _graph() -> dict[str, set[str]]:
+    return {m: _imports(m, p, typing_only=m not in TYPING_ONLY_OK) for m, p in MODULES.items()}
 
 
-def test_evaluate_never_imports_the_api():
-    for path in (SRC / "evaluation").glob("*.py"):
-        assert "tttembed.api" not in _imports(path), path
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_among_src_modules():
+    cycles = _cycles(_graph())
+    assert not cycles, f"import cycles (module- or function-level imports): {cycles}"
+
+
+def test_the_cycle_check_sees_function_level_and_typing_imports():
+    """The check itself: a cycle closed by an import inside a function, or inside an
+    ``if TYPE_CHECKING:`` block, is found."""
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    text = ("def f():\n    from tttembed.api import learn\n"
+            "if TYPE_CHECKING:\n    import tttembed.index.base\n"
+            "from . import metrics\n")
+    assert _imports_in("tttembed.probe", text, False) == {
+        "tttembed.api", "tttembed.index.base", "tttembed.metrics"}
+    assert _imports_in("tttembed.probe", text, False, typing_only=False) == {
+        "tttembed.api", "tttembed.metrics"}
+
+
+def test_nothing_but_the_cli_imports_the_api():
+    offenders = sorted(m for m, deps in _graph().items()
+                       if "tttembed.api" in deps and not m.startswith("tttembed.cli")
+                       and m != "tttembed")
+    assert not offenders, f"library modules import tttembed.api (only cli/ may): {offenders}"
+
+
+def test_the_api_imports_no_app():
+    apps = ("tttembed.cli", "tttembed.serve", "tttembed.demo")
+    deps = _imports("tttembed.api", MODULES["tttembed.api"])
+    assert not {d for d in deps if d.startswith(apps)}, deps
+
+
+def test_core_and_adapt_stand_on_their_own():
+    """``core/`` imports only itself and the leaves (types, version); ``adapt/`` (the pure
+    numerical core) only itself, ``core/`` and the leaves."""
+    leaves = {"tttembed.types", "tttembed._version"}
+    graph = _graph()
+    for pkg, allowed in (("tttembed.core", ("tttembed.core",)),
+                         ("tttembed.adapt", ("tttembed.adapt", "tttembed.core"))):
+        for name, deps in graph.items():
+            if name == pkg or name.startswith(pkg + "."):
+                wrong = {d for d in deps - leaves if not d.startswith(allowed)}
+                assert not wrong, (name, wrong)
+
+
+def test_evaluation_never_imports_the_api():
+    for name, path in MODULES.items():
+        if name.startswith("tttembed.evaluation"):
+            assert "tttembed.api" not in _imports(name, path), path
+
+
+def test_exported_members():
+    """``tttembed.api.__all__`` is exactly its public members, sorted, at most 32
+    (httpx ``tests/test_exported_members.py``)."""
+    import tttembed
+    import tttembed.api as api
+
+    members = {n for n, v in vars(api).items()
+               if not n.startswith("_") and not inspect.ismodule(v)
+               and n not in {"annotations"}}
+    assert set(api.__all__) == members
+    assert api.__all__ == sorted(api.__all__)
+    assert len(api.__all__) <= 32, len(api.__all__)
+    for name in api.__all__:
+        assert getattr(tttembed, name) is getattr(api, name), name
+
+
+def test_public_api_names_and_reexport():
+    import tttembed
+    import tttembed.api as api
+    from tttembed.index.base import Index
+
+    for name in ("load_embedder", "index_corpus", "open_index", "load_scorer", "learn",
+                 "load_state", "search", "rerank", "evaluate", "chain_search", "chain_train",
+                 "chain_eval", "mteb_model", "AdaptState", "SearchResult", "Ray",
+                 "HttpLimits"):
+        assert name in api.__all__, name
+        assert getattr(tttembed, name) is getattr(api, name)
+    assert callable(api.AdaptState.save)
+    assert api.Index is Index  # the Protocol, not the FAISS class
+    for internal in ("http_options", "parse_alpha", "ServeConfig", "create_app", "run_server",
+                     "DemoResult", "embedder_for_index", "export_demo", "run_demo"):
+        assert internal not in api.__all__, internal
+
+
+def test_api_signatures_are_keyword_only_past_the_data():
+    import tttembed.api as api
+
+    for name in ("index_corpus", "learn", "search", "rerank", "evaluate", "load_scorer"):
+        params = list(inspect.signature(getattr(api, name)).parameters.values())
+        positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert len(positional) <= 2, (name, positional)
+
+
+def test_one_version_string():
+    import tttembed
+    from tttembed._version import __version__
+
+    assert tttembed.__version__ == __version__
+    hits = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+            if re.search(r"__version__\s*=", p.read_text())]
+    assert hits == ["_version.py"], hits
+    pyproject = (SRC.parents[1] / "pyproject.toml").read_text()
+    project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
+    assert 'dynamic = ["version"]' in project and not re.search(r"^version\s*=", project, re.M)
+
+
+def test_vocabulary_defined_once():
+    """The closed sets come from tttembed.types (typing.get_args), and aliases that
+    types.py defines are not redefined elsewhere."""
+    from typing import get_args
+
+    from tttembed import types
+    from tttembed.adapt.crossval import ALPHA_MODES
+    from tttembed.adapt.objectives import OBJECTIVES
+    from tttembed.adapt.scopes import SCOPES
+
+    assert SCOPES is types.SCOPES and SCOPES == get_args(types.Scope)
+    assert OBJECTIVES is types.OBJECTIVES and ALPHA_MODES is types.ALPHA_MODES
+    redefined = []
+    for path in SRC.rglob("*.py"):
+        if path.name == "types.py" and path.parent == SRC:
+            continue
+        for line in path.read_text().splitlines():
+            if re.match(r"(PathLike|StateLike|SCOPE_METHODS|ALPHA_METHODS)\s*=", line):
+                redefined.append(f"{path.relative_to(SRC)}: {line.strip()}")
+            if re.match(r"METRICS\s*=", line):
+                redefined.append(f"{path.relative_to(SRC)}: {line.strip()}")
+    assert not redefined, redefined
+
+
+def test_type_ignores_are_few_and_coded():
+    ignores = []
+    for path in SRC.rglob("*.py"):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if "# type: ignore" in line:
+                ignores.append((f"{path.relative_to(SRC)}:{i}", line))
+    uncoded = [where for where, line in ignores if not re.search(r"# type: ignore\[", line)]
+    assert not uncoded, uncoded
+    assert len(ignores) <= 20, [w for w, _ in ignores]
 
 
 def test_atomic_renames_live_in_core_io_only():
@@ -63,13 +269,12 @@ def test_no_bare_print_below_the_cli():
     assert not offenders, offenders
 
 
-def test_public_api_names_and_reexport():
-    import tttembed
-    import tttembed.api as api
-
-    for name in ("load_embedder", "index_corpus", "open_index", "load_scorer", "learn",
-                 "load_state", "search", "rerank", "evaluate", "chain_search", "chain_train",
-                 "chain_eval", "AdaptState", "SearchResult"):
-        assert name in api.__all__, name
-        assert getattr(tttembed, name) is getattr(api, name)
-    assert callable(api.AdaptState.save)
+def test_tests_mirror_the_source():
+    """Every subpackage of src/tttembed has its folder under tests/, and no test module
+    sits loose at the top of tests/ except the project-wide ones."""
+    tests = SRC.parents[1] / "tests"
+    packages = sorted(p.name for p in SRC.iterdir() if (p / "__init__.py").is_file())
+    missing = [p for p in packages if not (tests / p).is_dir()]
+    assert not missing, f"no tests/ folder for: {missing}"
+    loose = sorted(p.name for p in tests.glob("test_*.py"))
+    assert loose == ["test_readme.py", "test_structure.py"], loose

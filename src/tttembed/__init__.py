@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from tttembed._version import __version__ as __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from tttembed.api import *  # noqa: F403

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,9 +16,10 @@ from typing import Any
 
 from tttembed.core.errors import MissingDependency
 from tttembed.core.io import DISTRIBUTIONS, atomic_file, clean, now_utc, versions, write_json
+from tttembed.types import PathLike
 
 
-def write_results(path: str | os.PathLike[str], config: Mapping[str, Any],
+def write_results(path: PathLike, config: Mapping[str, Any],
                   results: Mapping[str, Any], *,
                   distributions: Sequence[str] = DISTRIBUTIONS) -> Path:
     """results.json: ``{"config", "versions", "created", "results"}``."""
@@ -80,7 +80,7 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(plt: Any, fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
+def save_figure(plt: Any, fig: Any, path: PathLike, dpi: int = 120) -> Path:
     """Lay out, write atomically (creating the folder) and close a matplotlib figure; the
     format follows the file's suffix (PNG when it has none)."""
     path = Path(path)
@@ -97,7 +97,7 @@ def _values(values: Sequence[Any]) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-def bar_plot(path: str | os.PathLike[str], groups: Sequence[str],
+def bar_plot(path: PathLike, groups: Sequence[str],
              series: Mapping[str, Sequence[float | None]], *, title: str = "",
              ylabel: str = "") -> Path:
     """Grouped bars: one group per label in ``groups``, one bar per series (None: no bar)."""
@@ -116,7 +116,7 @@ def bar_plot(path: str | os.PathLike[str], groups: Sequence[str],
     return save_figure(plt, fig, path)
 
 
-def line_plot(path: str | os.PathLike[str], x: Sequence[float],
+def line_plot(path: PathLike, x: Sequence[float],
               series: Mapping[str, Sequence[float | None]], *, title: str = "",
               xlabel: str = "", ylabel: str = "") -> Path:
     """One line per series over shared x values (None: a gap)."""

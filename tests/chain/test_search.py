@@ -6,14 +6,14 @@ import pytest
 from tttembed.chain.search import (
     beam_chain,
     chain_metrics,
+    chain_recall_at_k,
     complete_at_k,
     final_ranking,
     greedy_chain,
     next_picks,
-    recall_at_k,
     single_shot,
 )
-from tttembed.evaluation.metrics import recall_at_k as beir_recall
+from tttembed.metrics.ranking import recall_at_k as beir_recall
 
 N_DOCS = 8
 DOCS = np.eye(N_DOCS, dtype=np.float32)
@@ -117,11 +117,11 @@ def test_metrics_by_hand_and_against_the_beir_recall():
     golds = [[0, 4], [1, 2, 3, 9]]
     assert complete_at_k(ranking, golds, 5).tolist() == [1.0, 0.0]
     assert complete_at_k(ranking, golds, 2).tolist() == [0.0, 0.0]
-    assert recall_at_k(ranking, golds, 3).tolist() == [0.5, 0.25]
+    assert chain_recall_at_k(ranking, golds, 3).tolist() == [0.5, 0.25]
     qrels = {f"q{i}": {f"d{g}": 1 for g in gold} for i, gold in enumerate(golds)}
     run = {f"q{i}": {f"d{r}": 1.0 / (1 + p) for p, r in enumerate(row)}
            for i, row in enumerate(ranking)}
-    ours = recall_at_k(ranking, golds, 3)
+    ours = chain_recall_at_k(ranking, golds, 3)
     theirs = beir_recall(qrels, run, 3)
     assert ours.tolist() == pytest.approx([theirs["q0"], theirs["q1"]])
     m = chain_metrics(ranking, golds)

@@ -14,6 +14,7 @@ from tttembed.core.errors import ConfigError
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import method_cells as M
 from tttembed.evaluation import protocols as P
+from tttembed.evaluation.config import CELL_METRICS
 from tttembed.evaluation.report import alpha_regret, harm_counts, summarise
 from tttembed.ttt import reward_table
 
@@ -118,7 +119,7 @@ def test_auto_shrinks_to_raw_when_the_state_can_only_hurt(work):
                              alphas=("rule", "auto"))
     by = {r.method: r.per_query for r in res}
     assert {"task", "task-auto", "global-auto", "query-auto"} <= set(by)
-    metrics = {m: by["task-auto"][m] for m in M.METRICS}
+    metrics = {m: by["task-auto"][m] for m in CELL_METRICS}
     assert metrics == by["raw"]  # alpha 0: exactly the raw retrieval
     assert by["task"] != by["raw"]
     assert by["task-auto"][M.ALPHA_CHOSEN] == {"0": 1.0}  # the choice is kept with the cell

@@ -7,6 +7,7 @@ from tttembed.adapt.allocate import budget_grid
 from tttembed.core.errors import ConfigError
 from tttembed.evaluation import protocols as P
 from tttembed.evaluation.report import macro
+from tttembed.evaluation.workload import EVAL_DEPTH, TaskData
 
 from .synth import QrelsRewards, make_work
 
@@ -111,12 +112,12 @@ def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
                        embedder_identity="synthetic", embedder_spec="synthetic",
                        corpus_fingerprint="0" * 64)
     index = open_index(path)
-    scores, rows = index.search(td.base.x, P.EVAL_DEPTH)
+    scores, rows = index.search(td.base.x, EVAL_DEPTH)
     from tttembed.ttt.queries import BaseRetrieval
 
     qrels = {q: {f"a-{d}" if i % 2 else d: g for i, (d, g) in enumerate(docs.items())}
              for q, docs in td.qrels.items()}
-    tied = P.TaskData("dup", index, td.corpus, td.queries, qrels,
+    tied = TaskData("dup", index, td.corpus, td.queries, qrels,
                       BaseRetrieval(td.base.x, rows.astype(np.int64), scores))
     raw = P.raw_metrics([tied])
     assert P.direct_metrics([tied], {}) == raw

@@ -5,7 +5,8 @@ import pytest
 from tttembed.core.errors import ConfigError
 from tttembed.core.io import resolve_version
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.evaluation.runner import EvalConfig, run_eval
+from tttembed.evaluation.config import EvalConfig
+from tttembed.evaluation.runner import run_eval
 from tttembed.evaluation.tasks import index_dir, load_eval_task
 
 from .evaldata import write_tasks

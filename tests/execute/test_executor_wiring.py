@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tttembed as tt
-from tttembed.execute import EmbedStats, embed_texts, ray_stage
+from tttembed.execute import EmbedStats, Ray, embed_texts, ray_stage
 
 SPEC = "st:bundled:all-MiniLM-L6-v2"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
@@ -18,32 +18,44 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers"
 
 @pytest.fixture
 def fake_stage(monkeypatch):
-    calls: list[int] = []
+    """The Ray stage replaced by one EmbedActor in this process: records what the driver
+    sends it (texts, kind, batch size, Ray settings) and answers in blocks of 8."""
+    calls: list[dict] = []
 
-    def stage(spec, options, kind, texts, *, ray_address, batch_size, num_actors, num_gpus,
-              num_cpus=1.0):
+    def stage(spec, options, kind, texts, *, settings, batch_size, num_cpus=1.0):
+        calls.append({"texts": list(texts), "kind": kind, "batch_size": batch_size,
+                      "settings": settings})
         actor = ray_stage.EmbedActor(spec, options, kind)
-        for start in range(0, len(texts), batch_size):
-            pos = np.arange(start, min(start + batch_size, len(texts)))
+        for start in range(0, len(texts), 8):
+            pos = np.arange(start, min(start + 8, len(texts)))
             out = actor({"pos": pos, "text": np.asarray([texts[p] for p in pos])})
-            calls.append(len(pos))
             yield [int(p) for p in out["pos"]], out["vec"]
 
     monkeypatch.setattr(ray_stage, "run_embed_stage", stage)
     return calls
 
 
-def test_driver_fills_the_cache_batch_by_batch(fake_stage, tmp_path):
+def test_driver_sends_only_what_the_cache_lacks_and_commits_each_block(fake_stage, tmp_path):
     texts = [f"text number {i} " + "word " * (i % 7) for i in range(20)] + ["text number 0 "]
+    cached = texts[:5]
+    embed_texts(SPEC, cached, cache_dir=tmp_path)  # a partial cache, as after a kill
     stats = EmbedStats()
-    got = embed_texts(SPEC, texts, executor="ray", batch_size=8, cache_dir=tmp_path, stats=stats)
-    assert fake_stage == [8, 8, 4] and (stats.embedded, stats.cached, stats.batches) == (20, 0, 3)
+    got = embed_texts(SPEC, texts, executor=Ray(address="auto", actors=2, gpus=0.5),
+                      batch_size=4, cache_dir=tmp_path, stats=stats)
+    [call] = fake_stage
+    # each missing text once (the repeat of a cached text is not sent), longest first
+    assert call["texts"] == sorted(texts[5:20], key=len, reverse=True)
+    assert call["kind"] == "document" and call["batch_size"] == 4
+    assert call["settings"] == Ray(address="auto", actors=2, gpus=0.5)
+    assert (stats.embedded, stats.cached, stats.batches) == (15, 6, 2)
     np.testing.assert_allclose(got, embed_texts(SPEC, texts, cache_dir=tmp_path / "l"), atol=1e-6)
-    embed_texts(SPEC, texts, executor="ray", cache_dir=tmp_path)
-    assert fake_stage == [8, 8, 4]  # the rerun reached no actor
+    again = EmbedStats()
+    embed_texts(SPEC, texts, executor="ray", cache_dir=tmp_path, stats=again)
+    assert len(fake_stage) == 1 and (again.embedded, again.cached) == (0, 21)
 
 
 def test_index_corpus_on_the_ray_executor(fake_stage, tmp_path):
     corpus = {f"d{i}": {"title": f"T{i}", "text": f"document {i} about cells"} for i in range(6)}
     idx = tt.index_corpus(corpus, tmp_path / "idx", executor="ray")
-    assert sum(fake_stage) == 6 and len(idx) == 6
+    [call] = fake_stage
+    assert len(call["texts"]) == 6 and call["settings"] == Ray() and len(idx) == 6

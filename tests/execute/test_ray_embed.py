@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import ConfigError, MissingDependency
-from tttembed.execute import EmbedStats, embed_texts
+from tttembed.execute import EmbedStats, Ray, embed_texts
 
 SPEC = "st:bundled:all-MiniLM-L6-v2"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
@@ -46,8 +46,8 @@ def test_ray_matches_local_and_fills_the_cache(ray_local, tmp_path):
     texts = _texts(50)
     local = embed_texts(SPEC, texts, "document", cache_dir=tmp_path / "local")
     stats = EmbedStats()
-    via_ray = embed_texts(SPEC, texts, "document", executor="ray", batch_size=16,
-                          num_actors=1, cache_dir=tmp_path / "ray", stats=stats)
+    via_ray = embed_texts(SPEC, texts, "document", executor=Ray(actors=1),
+                          batch_size=16, cache_dir=tmp_path / "ray", stats=stats)
     assert via_ray.dtype == np.float32 and via_ray.shape == local.shape == (50, 384)
     np.testing.assert_allclose(via_ray, local, atol=1e-6)
     assert (stats.embedded, stats.cached) == (50, 0) and stats.batches >= 1

@@ -16,7 +16,7 @@ import tttembed as tt
 from tests.cli.test_cli import _write_beir
 from tttembed.cli import app
 from tttembed.core.errors import ConfigError
-from tttembed.execute import ray_stage
+from tttembed.execute import Ray, ray_stage
 from tttembed.execute.score import RayScoring, ray_fallback, use_executor
 from tttembed.score.ledger import Ledger, LedgerScorer
 from tttembed.ttt.queries import QuerySet
@@ -41,8 +41,7 @@ def in_process_stage(monkeypatch):
     """``run_score_stage`` run by one ScoreActor in this process; rows per call kept."""
     calls: list[int] = []
 
-    def stage(spec, corpus, options, rows, *, ray_address, batch_size, num_actors, num_gpus,
-              num_cpus=1.0):
+    def stage(spec, corpus, options, rows, *, settings, batch_size, num_cpus=1.0):
         actor = ray_stage.ScoreActor(spec, corpus, options)
         n = len(rows["g"])
         calls.append(n)
@@ -59,8 +58,7 @@ def in_process_embed(monkeypatch):
     """``run_embed_stage`` run by one EmbedActor in this process; texts per call kept."""
     calls: list[tuple[str, int]] = []
 
-    def stage(spec, options, kind, texts, *, ray_address, batch_size, num_actors, num_gpus,
-              num_cpus=1.0):
+    def stage(spec, options, kind, texts, *, settings, batch_size, num_cpus=1.0):
         calls.append((kind, len(texts)))
         out = ray_stage.EmbedActor(spec, options, kind)(
             {"pos": np.arange(len(texts)), "text": np.asarray(texts)})
@@ -84,7 +82,7 @@ def test_ray_scoring_in_learn_matches_local_and_a_rerun_pays_nothing(
     local = _scorer(spec, tmp_path / "local.sqlite")
     expected = score_pairs(pairs, qs, CORPUS, local)
     on_ray = _scorer(spec, tmp_path / "ray.sqlite")
-    assert use_executor(on_ray, "ray", num_actors=2, batch_size=8) is None
+    assert use_executor(on_ray, Ray(actors=2), batch_size=8) is None
     got = score_pairs(pairs, qs, CORPUS, on_ray)
     assert got.keys() == expected.keys()
     for key in expected:
@@ -159,8 +157,8 @@ def test_cli_learn_executor_ray_commits_to_the_ledger(in_process_stage, in_proce
 
 def test_ray_scoring_object_is_set_and_cleared(in_process_stage, tmp_path):
     sc = _scorer("bm25", tmp_path / "l.sqlite")
-    use_executor(sc, "ray", num_actors=3, num_gpus=0.5)
-    assert sc.executor == RayScoring(None, 3, 0.5, 64)
+    use_executor(sc, Ray(actors=3, gpus=0.5))
+    assert sc.executor == RayScoring(Ray(None, 3, 0.5), 64)
     qs, pairs = _pairs()
     score_pairs(pairs, qs, CORPUS, sc)
     assert in_process_stage == [sc.counts().paid]
@@ -188,7 +186,8 @@ def test_cli_eval_takes_executor_and_http_limits(in_process_stage, tmp_path, min
     assert "note: scorer rerank:" in r.output and "HTTP service" in r.output
     result = json.loads((tmp_path / "rep" / "results.json").read_text())
     cfg = result["config"]
-    assert (cfg["executor"], cfg["concurrency"], cfg["rpm"]) == ("ray", 3, 6000.0)
+    assert cfg["executor"] == {"address": None, "actors": 1, "gpus": 0.0}
+    assert (cfg["limits"]["concurrency"], cfg["limits"]["rpm"]) == (3, 6000.0)
     assert result["counts"]["scorer_paid"] > in_process_stage[0] > 0
 
 

@@ -10,7 +10,8 @@ from tttembed import api
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import resolve_version
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.index.store import build_index, open_index, read_manifest
+from tttembed.index.manifest import read_manifest
+from tttembed.index.store import build_index, open_index
 
 
 def _build(tmp_path, index_type="flat", **kw):

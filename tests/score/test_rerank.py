@@ -10,7 +10,7 @@ import pytest
 
 from tests.servers import LocalOpenAIServer, Reply, overlap_scores
 from tttembed.core.errors import BackendError, ConfigError
-from tttembed.core.http import http_options
+from tttembed.core.http import HttpLimits
 from tttembed.core.registry import known_schemes
 from tttembed.score.base import Item, Scorer, capabilities, get_scorer
 from tttembed.score.ledger import Ledger, LedgerScorer
@@ -43,7 +43,7 @@ def test_registered_cacheable_and_a_scorer():
     assert "rerank" in known_schemes("scorer")
     caps = capabilities("rerank:m@http://127.0.0.1:1")
     assert caps.cacheable and not caps.needs_corpus and not caps.uses_labels
-    assert http_options("rerank:m@http://127.0.0.1:1", concurrency=4, rpm=30) == {
+    assert HttpLimits(concurrency=4, rpm=30).options("rerank:m@http://127.0.0.1:1") == {
         "max_concurrency": 4, "rpm": 30}
 
 

@@ -97,7 +97,7 @@ def running(app: Any) -> Iterator[str]:
 
 def make_app(setup: dict[str, Any], minilm: Any, states: tuple[str, ...] = ("task", "query"),
              **options: Any) -> Any:
-    from tttembed.api import create_app
+    from tttembed.serve import create_app
 
     paths = tuple(str(setup[s]) if s in setup else s for s in states)
     return create_app(index=str(setup["root"] / "index"), states=paths,

@@ -29,7 +29,7 @@ def test_serve_adapted_search_from_a_milvus_collection(setup, minilm, milvus_spe
 
     want = tt.search(setup["index"], dict(QUERIES), k=5, task=TASK, embedder=minilm,
                      states=[setup["task"], setup["query"]]).to_run()
-    from tttembed.api import create_app
+    from tttembed.serve import create_app
 
     app = create_app(index=milvus_spec, states=(str(setup["task"]), str(setup["query"])),
                      queries=(str(setup["queries"]),), embedder=minilm)
@@ -46,9 +46,9 @@ def test_serve_adapted_search_from_a_milvus_collection(setup, minilm, milvus_spe
 
 
 def test_serve_refuses_a_state_of_another_corpus_on_a_collection(setup, minilm, tmp_path):
-    from tttembed.api import create_app
     from tttembed.core.errors import StateMismatch
     from tttembed.index.store import build_index
+    from tttembed.serve import create_app
 
     other = {d: dict(v) for d, v in list(setup["docs"].items())[:6]}
     spec = f"milvus:{tmp_path}/other.db/pets"

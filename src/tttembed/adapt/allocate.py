@@ -22,10 +22,10 @@ A query with fewer candidates than a depth contributes what it has. Query ids mu
 unique across tasks (prefix them with the task name when tasks share ids).
 
 **User plan** (``plan_rewards`` for ``tttembed learn``): one seeded permutation of the
-queries; ``B = round(avg_budget * N)`` pairs spread over ``ceil(B / depth)`` queries at
+queries; ``B = round(budget * N)`` pairs spread over ``ceil(B / depth)`` queries at
 ``depth`` each; once every query has ``depth`` candidates, depth grows by one candidate per
 query per round (queries in the same permuted order), so every query ends within one
-pair of ``B / N``. Also a prefix of one fixed sequence, hence nested in ``avg_budget``.
+pair of ``B / N``. Also a prefix of one fixed sequence, hence nested in ``budget``.
 
 Rounding: ``round`` here is half-up (``floor(x + 0.5)``), not Python's banker's rounding.
 """
@@ -218,27 +218,27 @@ def _plan_sequence(qids: Sequence[str], candidates: Candidates, depth: int) -> I
 def plan_rewards(
     query_ids: Sequence[str],
     candidates: Candidates,
-    avg_budget: float,
+    budget: float,
     depth: int = BREADTH_DEPTH,
     seed: int = 0,
 ) -> list[Pair]:
-    """The pairs to score for ``tttembed learn`` at ``avg_budget`` rewards per query.
+    """The pairs to score for ``tttembed learn`` at ``budget`` rewards per query.
 
-    Exactly ``B = round(avg_budget * N)`` pairs: queries in a ``seed``-ed permutation get
+    Exactly ``B = round(budget * N)`` pairs: queries in a ``seed``-ed permutation get
     their first ``depth`` candidates (the last one possibly fewer), and past ``N * depth``
-    every query gets one more candidate per round. Deterministic; nested in ``avg_budget``.
+    every query gets one more candidate per round. Deterministic; nested in ``budget``.
     """
     qids = list(query_ids)
     depth = _positive_int("depth", depth)
     if not (
-        isinstance(avg_budget, (int, float, np.floating, np.integer))
-        and math.isfinite(avg_budget)
-        and avg_budget >= 0
+        isinstance(budget, (int, float, np.floating, np.integer))
+        and math.isfinite(budget)
+        and budget >= 0
     ):
-        raise ConfigError(f"average budget must be a number >= 0, got {avg_budget!r}")
+        raise ConfigError(f"average budget must be a number >= 0, got {budget!r}")
     _check_candidates(qids, candidates, None)
-    budget = _round_half_up(float(avg_budget) * len(qids))
-    _check_budget(budget, _available(qids, candidates, None), "of all candidate lists")
+    total = _round_half_up(float(budget) * len(qids))
+    _check_budget(total, _available(qids, candidates, None), "of all candidate lists")
     perm = np.random.default_rng(seed).permutation(len(qids)).tolist()
     permuted = [qids[i] for i in perm]
-    return list(islice(_plan_sequence(permuted, candidates, depth), budget))
+    return list(islice(_plan_sequence(permuted, candidates, depth), total))

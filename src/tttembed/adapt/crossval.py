@@ -42,15 +42,15 @@ import numpy as np
 from tttembed.adapt.optimize import RewardBatch, learn_vectors
 from tttembed.adapt.scopes import alpha_from_counts, check_scope, group_key, make_groups
 from tttembed.core.errors import ConfigError
+from tttembed.types import ALPHA_MODES
 
 #: The alphas ``auto`` chooses from; ``"rule"`` is ``n_g / (n_g + 1)``.
 ALPHA_GRID: tuple[str, ...] = ("0", "0.1", "0.2", "0.3", "0.5", "0.7", "rule")
 FOLDS = 5
-METRICS: tuple[str, ...] = ("ndcg", "pairwise")
+CV_METRICS: tuple[str, ...] = ("ndcg", "pairwise")
 N_BOOT = 2000
-ALPHA_MODES = ("rule", "auto")
 
-__all__ = ["ALPHA_GRID", "FOLDS", "METRICS", "AlphaGain", "CrossValidation",
+__all__ = ["ALPHA_GRID", "FOLDS", "CV_METRICS", "AlphaGain", "CrossValidation",
            "alpha_label", "alpha_values", "cross_validate", "parse_alpha"]
 
 
@@ -268,9 +268,9 @@ def cross_validate(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndar
     ``tasks`` as for :func:`~tttembed.adapt.scopes.make_groups`. ``callback`` sees the
     optimizer's steps (one batched run for all folds)."""
     check_scope(scope)
-    if metric not in METRICS:
+    if metric not in CV_METRICS:
         raise ConfigError(f"unknown cross-validation metric {metric!r}; choose one of: "
-                          f"{', '.join(METRICS)}")
+                          f"{', '.join(CV_METRICS)}")
     if folds < 2:
         raise ConfigError(f"cross-validation needs at least 2 folds, got {folds}")
     rng = np.random.default_rng(seed)

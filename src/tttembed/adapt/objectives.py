@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import ConfigError
-
-OBJECTIVES: tuple[str, ...] = ("kd", "rkl", "grpo")
+from tttembed.types import OBJECTIVES
 
 #: Fixed hyperparameters (METHOD.md): never tuned on evaluation labels.
 TAU_T = 0.02

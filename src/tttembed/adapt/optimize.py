@@ -275,7 +275,7 @@ def _solo_block(pc: _Piece, adam: _Adam, steps: int, fused: bool = False) -> np.
     for step in range(steps):
         local.next_step()
         out[step] = _piece_step(own, local, None)
-    adam.v[pc.ids], adam.m[pc.ids], adam.s[pc.ids] = local.v, local.m, local.s  # type: ignore[index]
+    adam.v[pc.ids], adam.m[pc.ids], adam.s[pc.ids] = local.v, local.m, local.s
     return out
 
 

@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.types import SCOPES
 
-SCOPES: tuple[str, ...] = ("global", "task", "query")
 #: Key of the single global group.
 GLOBAL_KEY = "*"
 #: Precedence when several states cover one query: the most specific first.

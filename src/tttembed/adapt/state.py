@@ -24,7 +24,6 @@ One scope per file. To combine scopes, keep one file per scope and apply them wi
 from __future__ import annotations
 
 import json
-import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed import __version__
+from tttembed._version import __version__
 from tttembed.adapt.scopes import GLOBAL_KEY, PRECEDENCE, check_scope
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import (
@@ -43,6 +42,7 @@ from tttembed.core.io import (
     refuse_existing,
     writer_lock,
 )
+from tttembed.types import PathLike
 
 FORMAT = "tttembed-state/1"
 FILENAME = "vectors.npz"
@@ -144,7 +144,7 @@ class AdaptState:
         """How the CLI names it: its file, else its scope."""
         return self.source or f"{self.scope}-wise state"
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    def save(self, path: PathLike, *, overwrite: bool = False) -> Path:
         """Write the state (``.npz`` + ``.json`` sidecar); refuses to replace a file unless
         ``overwrite``. Returns the ``.npz`` path.
 
@@ -157,13 +157,13 @@ class AdaptState:
         return {k: i for i, k in enumerate(self.keys)}
 
 
-def state_path(path: str | os.PathLike[str]) -> Path:
+def state_path(path: PathLike) -> Path:
     """``path`` itself, or ``path/vectors.npz`` when ``path`` is a directory."""
     p = Path(path)
     return p / FILENAME if p.is_dir() else p
 
 
-def save_state(path: str | os.PathLike[str], state: AdaptState, *,
+def save_state(path: PathLike, state: AdaptState, *,
                overwrite: bool = True) -> Path:
     """Write ``state`` to ``path`` (a ``.npz`` file or a directory) and its JSON sidecar.
 
@@ -192,7 +192,7 @@ def save_state(path: str | os.PathLike[str], state: AdaptState, *,
 
 
 def load_state(
-    path: str | os.PathLike[str],
+    path: PathLike,
     *,
     expected_identity: str | None = None,
     expected_dim: int | None = None,

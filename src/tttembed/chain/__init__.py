@@ -15,12 +15,12 @@ from tttembed.chain.search import (
     ChainRun,
     beam_chain,
     chain_metrics,
+    chain_recall_at_k,
     complete_at_k,
     greedy_chain,
-    recall_at_k,
     single_shot,
 )
 from tttembed.chain.states import SEP, StateTexts, TokenBudget, format_state
 
 __all__ = ["SEP", "ChainRun", "StateTexts", "TokenBudget", "beam_chain", "chain_metrics",
-           "complete_at_k", "format_state", "greedy_chain", "recall_at_k", "single_shot"]
+           "complete_at_k", "format_state", "greedy_chain", "chain_recall_at_k", "single_shot"]

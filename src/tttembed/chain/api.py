@@ -19,11 +19,10 @@ the functions that need them. ``progress`` is the one progress protocol
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
@@ -41,8 +40,8 @@ from tttembed.core.errors import ConfigError
 from tttembed.core.io import refuse_existing
 from tttembed.core.progress import Advance, Progress, stage
 from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.types import PathLike
 
-PathLike: TypeAlias = "str | os.PathLike[str]"
 UNTRAINED = "untrained"
 _NO_ENCODERS: Mapping[str, PathLike] = MappingProxyType({})
 

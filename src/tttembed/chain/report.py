@@ -8,7 +8,6 @@ never a partial one. Rates in these files are percentages (0-100), as in the pub
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from tttembed.chain.analysis import WRONG_BUCKETS
 from tttembed.core.io import atomic_directory, write_text
 from tttembed.reporting import bar_plot, line_plot, markdown_table, write_results
+from tttembed.types import PathLike
 
 #: The files of a report folder, in the order they are written.
 REPORT_FILES = ("results.json", "report.md", "completeness.png", "mismatch.png",
@@ -87,7 +87,7 @@ def write_plots(folder: Path, results: Mapping[str, Any]) -> list[Path]:
     ]
 
 
-def write_report(out: str | os.PathLike[str], config: Mapping[str, Any],
+def write_report(out: PathLike, config: Mapping[str, Any],
                  results: Mapping[str, Any]) -> list[Path]:
     """Write the report folder ``out`` whole (replacing an older one) or not at all; the
     paths of its files."""

@@ -289,7 +289,7 @@ def complete_at_k(ranking: np.ndarray, golds: Sequence[Sequence[int]], k: int) -
                      for i, g in enumerate(golds)], dtype=np.float64)
 
 
-def recall_at_k(ranking: np.ndarray, golds: Sequence[Sequence[int]], k: int) -> np.ndarray:
+def chain_recall_at_k(ranking: np.ndarray, golds: Sequence[Sequence[int]], k: int) -> np.ndarray:
     """Share of a question's gold rows in the top k of the ranking."""
     return np.array([len(set(g) & set(ranking[i, :k].tolist())) / len(set(g))
                      for i, g in enumerate(golds)], dtype=np.float64)
@@ -300,7 +300,7 @@ def chain_metrics(ranking: np.ndarray, golds: Sequence[Sequence[int]],
                   ) -> dict[str, object]:
     """C@k and recall@k (in %), overall and by hop count: {"all": {...}, "by_hops": {h: ...}}."""
     cols = {f"C@{k}": complete_at_k(ranking, golds, k) for k in ks}
-    cols.update({f"recall@{k}": recall_at_k(ranking, golds, k) for k in recall_ks})
+    cols.update({f"recall@{k}": chain_recall_at_k(ranking, golds, k) for k in recall_ks})
     hops = np.array([len(g) for g in golds])
 
     def summary(mask: np.ndarray) -> dict[str, float]:
@@ -316,4 +316,4 @@ def chain_metrics(ranking: np.ndarray, golds: Sequence[Sequence[int]],
 __all__ = ["ChainRun", "beam_chain", "best_scores", "chain_metrics", "complete_at_k",
            "final_ranking", "first_free", "greedy_chain", "lookup_best", "next_picks",
            "rankings",
-           "recall_at_k", "single_shot", "state_texts_of"]
+           "chain_recall_at_k", "single_shot", "state_texts_of"]

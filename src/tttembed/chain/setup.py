@@ -6,7 +6,6 @@ time: models and FAISS are loaded by the functions that need them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,11 @@ from tttembed.core.errors import ConfigError, StateMismatch
 from tttembed.core.progress import Advance, Progress
 from tttembed.data.chains import Chain
 from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.types import PathLike
 
 if TYPE_CHECKING:
     from tttembed.embed.st import SentenceTransformerEmbedder
-    from tttembed.index.store import IndexHandle
+    from tttembed.index.base import Index
 
 DEFAULT_MAX_SEQ_LENGTH = 256
 
@@ -55,7 +55,7 @@ class Loaded:
     """A split of a multi-hop dataset, its frozen passage index and the frozen embedder."""
 
     task: ChainTask
-    index: IndexHandle
+    index: Index
     embedder: SentenceTransformerEmbedder
 
 
@@ -74,8 +74,8 @@ def lazy_stage(progress: Progress | None, name: str, total: int | None) -> Advan
     return advance
 
 
-def load(data: str | os.PathLike[str], split: str,
-         index_dir: str | os.PathLike[str] | None, *, embedder: str = DEFAULT_EMBEDDER,
+def load(data: PathLike, split: str,
+         index_dir: PathLike | None, *, embedder: str = DEFAULT_EMBEDDER,
          max_questions: int | None = None, progress: Progress | None = None) -> Loaded:
     """Dataset split + frozen passage index (opened, or built under ``index_dir``, default
     ``<cache>/chain-index/<dataset name>``, through the embedding cache when absent)."""

@@ -26,7 +26,6 @@ epoch but the one being saved is lost.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -68,9 +67,10 @@ from tttembed.core.io import (
 )
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.types import PathLike
 
 if TYPE_CHECKING:
-    from tttembed.index.store import IndexHandle
+    from tttembed.index.base import Index
 
 FORMAT = "tttembed-chain-encoder"
 TRAIN_FIX = "train one with 'tttembed chain train DATA --out FOLDER'"
@@ -119,14 +119,14 @@ def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
     return d
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_manifest(path: PathLike) -> dict[str, Any]:
     """The manifest of the chain encoder checkpoint at ``path`` (a DataError otherwise)."""
     return _read_manifest(path, fmt=FORMAT, what="chain encoder checkpoint", fix=TRAIN_FIX)
 
 
-def load_encoder(path: str | os.PathLike[str] | None, *, base: str = DEFAULT_EMBEDDER,
+def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
                  max_seq_length: int = 256, trainable: bool = False,
-                 index: IndexHandle | None = None) -> LoraQueryEncoder:
+                 index: Index | None = None) -> LoraQueryEncoder:
     """A query encoder: the checkpoint's adapter on a fresh base model, or (path None) a
     fresh adapter, which encodes exactly like the frozen model. With ``index`` the
     checkpoint must have been trained against the same passage index."""
@@ -194,11 +194,11 @@ class _Session:
     """What one training call carries from epoch to epoch."""
 
     task: ChainTask
-    index: IndexHandle
+    index: Index
     frozen: Encode
     cfg: TrainConfig
     steps: int
-    states_from: str | os.PathLike[str] | None
+    states_from: PathLike | None
     encoder: LoraQueryEncoder
     opt: Any                                  # torch.optim.AdamW
     params: list[Any]                         # the trainable torch parameters
@@ -215,7 +215,7 @@ def questions_digest(task: ChainTask) -> str:
     return json_hash([task.questions, task.golds])
 
 
-def _identity(task: ChainTask, index: IndexHandle, config: dict[str, Any]) -> dict[str, Any]:
+def _identity(task: ChainTask, index: Index, config: dict[str, Any]) -> dict[str, Any]:
     """What must be equal for a checkpoint to resume."""
     return {"config": config, "n_questions": len(task.golds),
             "questions_digest": questions_digest(task), "index_embedder": index.identity,
@@ -255,8 +255,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _open_session(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: TrainConfig,
-                  out: Path, start: int, states_from: str | os.PathLike[str] | None
+def _open_session(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
+                  out: Path, start: int, states_from: PathLike | None
                   ) -> _Session:
     """The encoder (fresh, or the checkpoint's when resuming), its optimizer, the passage
     vectors on the encoder's device and the gold states."""
@@ -272,7 +272,7 @@ def _open_session(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: Trai
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     if start:
         _load_optimizer(opt, params, out / "optimizer.safetensors")
-    vecs = torch.from_numpy(np.array(index.vectors, dtype=np.float32)).to(encoder.device)
+    vecs = torch.from_numpy(index.get_vectors(np.arange(len(index)))).to(encoder.device)
     return _Session(task, index, frozen, cfg, cfg.steps or task.max_hops, states_from,
                     encoder, opt, params, state_texts(task, encoder.model, cfg.max_seq_length),
                     vecs, gold_states(task.golds))
@@ -368,9 +368,9 @@ def _write_checkpoint(out: Path, s: _Session, manifest: dict[str, Any]) -> None:
         write_manifest(tmp, manifest)
 
 
-def train_chain(task: ChainTask, index: IndexHandle, frozen: Encode, cfg: TrainConfig,
-                out: str | os.PathLike[str], *,
-                states_from: str | os.PathLike[str] | None = None,
+def train_chain(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
+                out: PathLike, *,
+                states_from: PathLike | None = None,
                 progress: Progress | None = None, overwrite: bool = False) -> TrainResult:
     """Train (or resume) a LoRA query encoder for the chain retriever.
 

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from tttembed import __version__
+from tttembed._version import __version__
 from tttembed.cli import chain
 from tttembed.cli.demo import demo
 from tttembed.cli.eval import eval_command

@@ -14,13 +14,14 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tttembed.api import Progress, TTTEmbedError, http_options
+from tttembed.api import HttpLimits, TTTEmbedError
+from tttembed.core.progress import Progress
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,18 +131,18 @@ def handle_errors(func: F) -> F:
                 raise
             raise _fail(message, 1) from None
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 def index_embedder(handle: Any, cache_dir: Any, timeout: float | None = None,
                    max_retries: int | None = None) -> Any:
-    """The embedder an index was built with (``api.embedder_for_index``), given the index's
+    """The embedder an index was built with (``embedder_for_index``), given the index's
     dimension before the first call (every vector is checked against it before it is
     cached) and the HTTP options."""
-    from tttembed import api
+    from tttembed.index.embedder import embedder_for_index
 
-    options = http_options(handle.manifest["embedder_spec"], timeout, max_retries)
-    return api.embedder_for_index(handle, cache_dir=cache_dir, **options)
+    options = HttpLimits(timeout, max_retries).options(handle.manifest["embedder_spec"])
+    return embedder_for_index(handle, cache_dir=cache_dir, **options)
 
 
 @contextmanager

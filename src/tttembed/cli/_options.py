@@ -27,7 +27,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from tttembed.api import DEFAULT_EMBEDDER
+from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.execute.config import ExecutorLike
 
 QueriesArg = Annotated[list[Path], typer.Argument(
     help="Query sources, one task each: a BEIR folder (its --split queries; qrels give "
@@ -96,8 +97,18 @@ RetryMissingOpt = Annotated[bool, typer.Option(
     "ledger (e.g. an LLM answer without a score).")]
 
 
+def ray_executor(executor: str, address: str | None = None, actors: int = 1,
+                 gpus: float = 0.0) -> ExecutorLike:
+    """``--executor`` with ``--ray-address/--ray-actors/--ray-gpus`` as the API takes it:
+    ``"local"`` or a :class:`tttembed.api.Ray`."""
+    from tttembed.api import Ray
+
+    return Ray(address=address, actors=actors, gpus=gpus) if executor == "ray" else executor
+
+
 def _alpha(value: str) -> str:
-    from tttembed.api import ConfigError, parse_alpha
+    from tttembed.adapt.crossval import parse_alpha
+    from tttembed.api import ConfigError
 
     try:
         parse_alpha(value)
@@ -111,5 +122,5 @@ AlphaOpt = Annotated[str, typer.Option(
     "default), auto (chosen by reward cross-validation from 0, 0.1, 0.2, 0.3, 0.5, 0.7, "
     "rule; 0 when none shows a gain) or a number in [0, 1].")]
 FoldsOpt = Annotated[int, typer.Option(
-    "--cv-folds", min=0, help="Folds of the reward cross-validation reported after "
+    "--folds", "--cv-folds", min=0, help="Folds of the reward cross-validation reported after "
     "learning (0: none; --alpha auto needs at least 2).")]

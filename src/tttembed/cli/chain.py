@@ -14,8 +14,10 @@ import typer
 from rich.table import Table
 
 from tttembed import api
+from tttembed.chain.regimes import REGIMES
 from tttembed.cli._common import console, handle_errors, progress_group, quiet_libraries
 from tttembed.cli._options import OverwriteOpt, QuietOpt
+from tttembed.embed.base import DEFAULT_EMBEDDER
 
 app = typer.Typer(help="Multi-hop chain retrieval with on-policy state training.",
                   no_args_is_help=True, add_completion=False)
@@ -90,7 +92,7 @@ def _encoders(items: list[str] | None) -> dict[str, str]:
 @app.command()
 @handle_errors
 def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
-           embedder: EmbedderOpt = api.DEFAULT_EMBEDDER,
+           embedder: EmbedderOpt = DEFAULT_EMBEDDER,
            encoder: Annotated[Optional[Path], typer.Option(
                help="Trained encoder checkpoint folder (default: the untrained model).")]
            = None,
@@ -123,12 +125,12 @@ def train(data: DataArg,
               "--out", "-o", help="Checkpoint folder (resumed when it holds an unfinished "
               "run of the same configuration).", show_default=False)],
           regime: Annotated[str, typer.Option(
-              help="Training states: " + " | ".join(api.REGIMES) + ".")] = "gold",
+              help="Training states: " + " | ".join(REGIMES) + ".")] = "gold",
           states_from: Annotated[Optional[Path], typer.Option(
               help="Gold-trained checkpoint that supplies reached states (static, "
                    "resampled, on-policy).")] = None,
           split: SplitOpt = "train", index: IndexOpt = None,
-          embedder: EmbedderOpt = api.DEFAULT_EMBEDDER,
+          embedder: EmbedderOpt = DEFAULT_EMBEDDER,
           epochs: Annotated[int, typer.Option(help="Training epochs.", min=1)] = 3,
           batch_size: Annotated[int, typer.Option(help="States per batch.", min=1)] = 32,
           lr: Annotated[float, typer.Option(help="AdamW learning rate.", min=0.0)] = 2e-4,
@@ -174,7 +176,7 @@ def eval_(data: DataArg,
           beam_encoder: Annotated[Optional[list[str]], typer.Option(
               help="Encoder run with beam search; repeat (default: the reference).")] = None,
           split: SplitOpt = "test", index: IndexOpt = None,
-          embedder: EmbedderOpt = api.DEFAULT_EMBEDDER,
+          embedder: EmbedderOpt = DEFAULT_EMBEDDER,
           steps: StepsOpt = 0, max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
           overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
     """C@k / recall@k, state mismatch, recovery and deletion analyses, latency."""

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from tttembed.api import DEFAULT_EMBEDDER
 from tttembed.cli._common import (
     console,
     handle_errors,
@@ -17,6 +16,7 @@ from tttembed.cli._common import (
     split_list,
 )
 from tttembed.cli._options import BudgetOpt, CacheOpt, EmbedderOpt, QuietOpt, TopKOpt
+from tttembed.embed.base import DEFAULT_EMBEDDER
 
 
 @handle_errors
@@ -37,15 +37,15 @@ def demo(
     of the questions, raw vs adapted on the unseen 20%.
     """
     quiet_libraries()
-    from tttembed import api
+    from tttembed import demo
 
     if export is not None:
-        path = api.export_demo(export, modules=split_list([modules or ""]))
+        path = demo.export_demo(export, modules=split_list([modules or ""]))
         console.print(f"wrote the demo task as a BEIR folder: {path}\n"
                       f"next: tttembed index {path} --out idx/{path.name}")
         return
     with progress_group(not quiet) as stage:
-        r = api.run_demo(embedder=embedder, workdir=workdir, cache_dir=cache_dir, k=top_k,
+        r = demo.run_demo(embedder=embedder, workdir=workdir, cache_dir=cache_dir, k=top_k,
                          budget=budget, seed=seed, modules=split_list([modules or ""]),
                          progress=stage)
     console.print(f"corpus: {r.n_docs:,} docstrings of this Python's standard library; "

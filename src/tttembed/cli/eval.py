@@ -11,7 +11,6 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from tttembed.api import DEFAULT_EMBEDDER
 from tttembed.cli._common import (
     LEGEND,
     console,
@@ -34,7 +33,9 @@ from tttembed.cli._options import (
     RayGpusOpt,
     RpmOpt,
     TimeoutOpt,
+    ray_executor,
 )
+from tttembed.embed.base import DEFAULT_EMBEDDER
 
 
 def _floats(values: list[str] | None, name: str) -> tuple[float, ...]:
@@ -106,7 +107,7 @@ def eval_command(
     train_split: Annotated[Optional[str], typer.Option(help="Held-out protocol: learn from this split's judged queries where a task has it (e.g. SciFact train), evaluate all test queries.")] = None,
     heldout_fraction: Annotated[float, typer.Option(min=0.01, max=0.99, help="Share of queries rewarded in the held-out protocol.")] = 0.8,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report folder: results.json, per_query.json, report.md and PNG plots, written whole.")] = None,
-    resamples: Annotated[int, typer.Option(min=10, help="Resamples of the paired tests.")] = 10000,
+    n_resamples: Annotated[int, typer.Option("--n-resamples", "--resamples", min=10, help="Resamples of the paired tests.")] = 10000,
     cache_dir: CacheOpt = None,
     no_cell_cache: Annotated[bool, typer.Option("--no-cell-cache", help="Recompute every learned state and metric (embeddings and rewards still come from their caches).")] = False,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
@@ -132,8 +133,8 @@ def eval_command(
     if out is not None and out.exists() and not overwrite:
         raise api.ConfigError(f"report folder {out} already exists; pass --overwrite to "
                               "replace it, or choose another --out")
-    options: dict[str, Any] = dict(concurrency=concurrency, rpm=rpm, executor=executor,
-                                   ray_address=ray_address, ray_actors=ray_actors, ray_gpus=ray_gpus)
+    options: dict[str, Any] = dict(limits=api.HttpLimits(timeout, max_retries, concurrency, rpm),
+                                   executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if grid := _floats(budget, "--budget"):
         options["budgets"] = grid
     with progress_group(not quiet) as stage:
@@ -143,9 +144,8 @@ def eval_command(
                               analyses=split_list(analysis), baselines=split_list([baselines]),
                               objective=objective, split=split, train_split=train_split,
                               heldout_fraction=heldout_fraction, data_root=data_root,
-                              cache_dir=cache_dir, resamples=resamples,
-                              use_cell_cache=not no_cell_cache, timeout=timeout,
-                              max_retries=max_retries, alphas=split_list([alpha]),
+                              cache_dir=cache_dir, n_resamples=n_resamples,
+                              use_cell_cache=not no_cell_cache, alphas=split_list([alpha]),
                               progress=stage, **options)
     print_tables(report)
     if out is not None:

@@ -7,11 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tttembed.api import DEFAULT_EMBEDDER
 from tttembed.cli._common import (
     console,
     handle_errors,
-    http_options,
     parse_params,
     progress_group,
     quiet_libraries,
@@ -27,7 +25,9 @@ from tttembed.cli._options import (
     RayAddressOpt,
     RpmOpt,
     TimeoutOpt,
+    ray_executor,
 )
+from tttembed.embed.base import DEFAULT_EMBEDDER
 
 
 @handle_errors
@@ -59,11 +59,12 @@ def index(
         raise api.ConfigError(f"index {out} already exists; pass --overwrite to replace it")
     emb = api.load_embedder(embedder, cache_dir=cache_dir, query_prompt=query_prompt,
                             document_prompt=document_prompt,
-                            **http_options(embedder, timeout, max_retries, concurrency, rpm))
+                            **api.HttpLimits(timeout, max_retries, concurrency,
+                                             rpm).options(embedder))
     with progress_group(not quiet) as stage:
         handle = api.index_corpus(data, out, embedder=emb, index_type=index_type,
                                   index_params=params, overwrite=overwrite, progress=stage,
-                                  executor=executor, ray_address=ray_address,
+                                  executor=ray_executor(executor, ray_address),
                                   store_text=store_text)
     console.print(f"indexed {len(handle):,} documents with {emb.identity} "
                   f"(dim {handle.dim}, {index_type}) -> {out}  "

@@ -12,7 +12,6 @@ from tttembed.cli._common import (
     LEGEND,
     console,
     handle_errors,
-    http_options,
     index_embedder,
     progress_group,
     quiet_libraries,
@@ -44,6 +43,7 @@ from tttembed.cli._options import (
     TaskOpt,
     TimeoutOpt,
     TopKOpt,
+    ray_executor,
 )
 from tttembed.cli.search import report_result
 
@@ -64,7 +64,7 @@ def _open(api: Any, index: Path, spec: str, corpus: Optional[Path], ledger: Opti
     options = {"instruction": instruction} if instruction else {}
     sc = api.load_scorer(spec, index=handle, corpus=corpus, ledger=ledger,
                          cache_dir=cache_dir, retry_missing=retry_missing, **options,
-                         **http_options(spec, *http, *limits))
+                         **api.HttpLimits(*http, *limits).options(spec))
     return handle, emb, sc
 
 
@@ -94,7 +94,7 @@ def learn(
     concurrency: ConcurrencyOpt = None,
     rpm: RpmOpt = None,
     alpha: AlphaOpt = "rule",
-    cv_folds: FoldsOpt = 5,
+    folds: FoldsOpt = 5,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = 1,
@@ -113,9 +113,8 @@ def learn(
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
-                          folds=cv_folds, progress=stage, executor=executor,
-                          ray_address=ray_address, ray_actors=ray_actors,
-                          ray_gpus=ray_gpus)
+                          folds=folds, progress=stage,
+                          executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     p = state.pairs
     if dry_run:
         console.print(f"reward plan: {p['requested']:,} pairs (b = {budget:g}), depth {depth}; "
@@ -221,6 +220,6 @@ def rerank(
     with progress_group(not quiet) as stage:
         result = api.rerank(handle, queries, scorer=sc, budget=budget, k=top_k, depth=depth,
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,
-                            progress=stage, executor=executor, ray_address=ray_address,
-                            ray_actors=ray_actors, ray_gpus=ray_gpus)
+                            progress=stage,
+                            executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     report_result(result, out, None, overwrite, f"direct rerank, b = {budget:g}")

@@ -31,9 +31,9 @@ def serve(
 ) -> None:
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
-    from tttembed import api
+    from tttembed.serve import ServeConfig, run_server
 
-    config = api.ServeConfig(
+    config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()),
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), split=split,
         host=host, port=port, workers=workers, api_key_env=api_key_env,
@@ -41,4 +41,4 @@ def serve(
         max_inputs=max_inputs, cache_size=cache_size, log_level=log_level.lower())
     typer.echo(f"serving {index} on http://{host}:{port} (queries of task T: "
                f"http://{host}:{port}/t/T/v1; Ctrl-C stops)", err=True)
-    api.run_server(config)
+    run_server(config)

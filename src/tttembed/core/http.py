@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_API_KEY_ENV", "DEFAULT_BASE_URL", "EXCERPT_CHARS", "HTTP_SCHEMES",
            "RETRY_STATUSES", "JSONClient", "RateLimiter", "RetryPolicy", "estimate_tokens",
-           "excerpt", "http_options", "map_ordered", "redact", "retry_after_seconds",
+           "HttpLimits", "excerpt", "map_ordered", "redact", "retry_after_seconds",
            "split_model_url"]
 
 T = TypeVar("T")
@@ -67,17 +68,32 @@ EXCERPT_CHARS = 200
 HTTP_SCHEMES = ("openai", "llm", "rerank")
 
 
-def http_options(spec: str, timeout: float | None = None, max_retries: int | None = None,
-                 concurrency: int | None = None, rpm: float | None = None,
-                 tpm: float | None = None) -> dict[str, Any]:
-    """``timeout`` / ``max_retries`` / ``max_concurrency`` (from ``concurrency``) / ``rpm``
-    / ``tpm`` options for an HTTP backend spec (given ones only); nothing for the other
-    backends, which make no HTTP requests."""
-    if spec.partition(":")[0] not in HTTP_SCHEMES:
-        return {}
-    given = (("timeout", timeout), ("max_retries", max_retries),
-             ("max_concurrency", concurrency), ("rpm", rpm), ("tpm", tpm))
-    return {k: v for k, v in given if v is not None}
+@dataclass(frozen=True)
+class HttpLimits:
+    """The settings of every HTTP backend that travel together (httpx ``Limits`` style):
+    ``timeout`` seconds per request, ``max_retries`` per request, ``concurrency`` requests
+    in flight, ``rpm`` requests per minute, ``tpm`` tokens per minute; None = the
+    backend's default.
+
+        >>> tt.learn(index, "data/scifact", scorer="rerank:MODEL@http://127.0.0.1:8000/v1",
+        ...          limits=HttpLimits(timeout=30, concurrency=16))
+    """
+
+    timeout: float | None = None
+    max_retries: int | None = None
+    concurrency: int | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+
+    def options(self, spec: str) -> dict[str, Any]:
+        """The backend options (``timeout`` / ``max_retries`` / ``max_concurrency`` /
+        ``rpm`` / ``tpm``, given ones only) for ``spec``; nothing for a backend that makes
+        no HTTP requests."""
+        if spec.partition(":")[0] not in HTTP_SCHEMES:
+            return {}
+        given = (("timeout", self.timeout), ("max_retries", self.max_retries),
+                 ("max_concurrency", self.concurrency), ("rpm", self.rpm), ("tpm", self.tpm))
+        return {k: v for k, v in given if v is not None}
 
 
 def split_model_url(rest: str, scheme: str) -> tuple[str, str]:

@@ -46,6 +46,7 @@ from tttembed.core.serial import (
     text_hash,
     versions,
 )
+from tttembed.types import PathLike
 
 MANIFEST = "manifest.json"
 
@@ -55,7 +56,7 @@ MANIFEST = "manifest.json"
 FAULT_ENV = "TTTEMBED_FAULT"
 
 
-def fault_point(point: str, target: str | os.PathLike[str] | None = None) -> None:
+def fault_point(point: str, target: PathLike | None = None) -> None:
     """SIGKILL this process when ``$TTTEMBED_FAULT`` names ``point`` (``point`` alone, or
     ``point@NAME`` where NAME is the file name of ``target``; several comma-separated).
     Used by the fault-injection tests; a no-op when the variable is unset."""
@@ -79,7 +80,7 @@ def _only_stale(path: Path) -> bool:
     return path.is_dir() and all(p.name.startswith(".tmp-") for p in path.iterdir())
 
 
-def refuse_existing(path: str | os.PathLike[str], overwrite: bool, what: str = "") -> Path:
+def refuse_existing(path: PathLike, overwrite: bool, what: str = "") -> Path:
     """``path``, or a ConfigError when it exists and ``overwrite`` is false (a folder that
     holds only the temporary leftovers of a killed write counts as absent)."""
     path = Path(path)
@@ -103,7 +104,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+def atomic_file(path: PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
     """Yield a file open on a temporary sibling of ``path``; on success it replaces
     ``path`` in one rename, on any exception (ENOSPC, Ctrl-C) it is removed and ``path``
     is untouched."""
@@ -112,7 +113,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
 
 
 @contextmanager
-def atomic_files(*paths: str | os.PathLike[str], mode: str = "wb"
+def atomic_files(*paths: PathLike, mode: str = "wb"
                  ) -> Iterator[tuple[IO[Any], ...]]:
     """Several files committed together: all are written to temporary siblings and
     synced before the first rename; any exception before leaves none of them new. They
@@ -146,14 +147,14 @@ def atomic_files(*paths: str | os.PathLike[str], mode: str = "wb"
             tmp.unlink(missing_ok=True)
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> Path:
+def write_text(path: PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) atomically; creates the folder."""
     with atomic_file(path, "w") as fh:
         fh.write(text)
     return Path(path)
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def write_bytes(path: PathLike, data: bytes) -> Path:
     with atomic_file(path, "wb") as fh:
         fh.write(data)
     return Path(path)
@@ -198,7 +199,7 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def recover_directory(out: str | os.PathLike[str]) -> Path:
+def recover_directory(out: PathLike) -> Path:
     """Repair what a killed :func:`atomic_directory` left beside ``out``: when ``out`` is
     missing but its previous version was moved aside, put it back; then remove the stale
     temporary and moved-aside siblings. Takes the writer lock of ``out``."""
@@ -237,7 +238,7 @@ def _swap_in(tmp: Path, out: Path) -> None:
 
 
 @contextmanager
-def atomic_directory(out: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_directory(out: PathLike) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces ``out`` in one step. Holds
     the writer lock of ``out`` (a second writer gets a ConfigError), repairs and cleans what
     a killed earlier write left (:func:`recover_directory`). Any exception, Ctrl-C
@@ -280,7 +281,7 @@ def _pointer(folder: Path) -> str | None:
     return name
 
 
-def resolve_version(folder: str | os.PathLike[str]) -> Path:
+def resolve_version(folder: PathLike) -> Path:
     """The folder to read: ``folder/<CURRENT>`` for a versioned artifact, ``folder`` itself
     for one written before versions existed. Resolve once, then read only from it."""
     folder = Path(folder)
@@ -314,7 +315,7 @@ def _switch(out: Path, tmp: Path, name: str) -> None:
 
 
 @contextmanager
-def versioned_directory(out: str | os.PathLike[str]) -> Iterator[Path]:
+def versioned_directory(out: PathLike) -> Iterator[Path]:
     """Yield a temporary folder inside ``out``; on success it becomes version
     ``out/v-<id>`` and ``out/CURRENT`` is switched to it in one rename, then superseded
     versions are removed (a reader that resolved an older one re-resolves, see
@@ -346,12 +347,12 @@ def versioned_directory(out: str | os.PathLike[str]) -> Iterator[Path]:
 
 # --- JSON files -------------------------------------------------------------------------
 
-def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> Path:
+def write_json(path: PathLike, obj: Any, *, indent: int | None = 2) -> Path:
     """Atomic JSON write of ``clean(obj)`` with sorted keys (NaN as null)."""
     return write_text(path, dumps(obj, indent) + "\n")
 
 
-def read_json(path: str | os.PathLike[str], *, what: str = "JSON file",
+def read_json(path: PathLike, *, what: str = "JSON file",
               fix: str | None = None) -> Any:
     """Parse a JSON file; a missing or corrupt file is a DataError naming the path."""
     path = Path(path)
@@ -365,7 +366,7 @@ def read_json(path: str | os.PathLike[str], *, what: str = "JSON file",
 
 # --- manifests and versions ---------------------------------------------------------------
 
-def read_manifest(folder: str | os.PathLike[str], *, fmt: str, what: str,
+def read_manifest(folder: PathLike, *, fmt: str, what: str,
                   fix: str) -> dict[str, Any]:
     """``folder/manifest.json`` of an artifact whose ``format`` must be ``fmt`` (of its
     current version when ``folder`` is versioned: pass a resolved version to read the
@@ -383,7 +384,7 @@ def read_manifest(folder: str | os.PathLike[str], *, fmt: str, what: str,
     return manifest
 
 
-def write_manifest(folder: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
+def write_manifest(folder: PathLike, manifest: Mapping[str, Any]) -> Path:
     return write_json(Path(folder) / MANIFEST, manifest)
 
 

@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tttembed.core.errors import ConfigError
+from tttembed.types import PathLike
 
 _HELD: dict[str, list[int]] = {}  # absolute artifact path -> [lock fd, depth]
 
 
-def lock_path(path: str | os.PathLike[str]) -> Path:
+def lock_path(path: PathLike) -> Path:
     """The lock file of the artifact at ``path``: ``.<name>.lock`` beside it."""
     path = Path(path)
     return path.with_name(f".{path.name}.lock")
@@ -47,7 +48,7 @@ def _acquire(lock: Path, artifact: Path, wait: bool) -> int:
 
 
 @contextmanager
-def writer_lock(path: str | os.PathLike[str], *, wait: bool = False) -> Iterator[Path]:
+def writer_lock(path: PathLike, *, wait: bool = False) -> Iterator[Path]:
     """Hold the exclusive writer lock of the artifact at ``path`` (re-entrant in one
     process). Another holder is a ConfigError naming ``path``, or (``wait``) waited for.
     The lock file is removed on release; a killed holder's lock is released by the kernel."""

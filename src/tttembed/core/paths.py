@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tttembed.types import PathLike
+
 ENV_CACHE = "TTTEMBED_CACHE_DIR"
 
 
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+def cache_dir(override: PathLike | None = None) -> Path:
     """The cache root: the override, else $TTTEMBED_CACHE_DIR, else ~/.cache/tttembed."""
     if override:
         root = Path(override).expanduser()

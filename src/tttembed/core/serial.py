@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from tttembed import __version__
+from tttembed._version import __version__
 
 #: Distributions whose versions manifests and reports record (absent ones are skipped).
 DISTRIBUTIONS = ("numpy", "faiss-cpu", "faiss-gpu", "torch", "sentence-transformers",

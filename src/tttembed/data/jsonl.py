@@ -54,10 +54,10 @@ def read_lines(path: str | Path, *, missing_fix: str | None = None) -> list[tupl
                         path=path, line=line,
                         fix="re-save the file as UTF-8") from None
     out: list[tuple[int, str]] = []
-    for number, line in enumerate(text.split("\n"), start=1):  # type: ignore[assignment]
-        line = line.removesuffix("\r")  # type: ignore[attr-defined]
-        if line.strip():
-            out.append((number, line))
+    for number, raw in enumerate(text.split("\n"), start=1):
+        row = raw.removesuffix("\r")
+        if row.strip():
+            out.append((number, row))
     return out
 
 

@@ -4,7 +4,6 @@ search, then a task-wise state learned from the labels of 80% of the shipped que
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from tttembed.adapt.state import AdaptState
 from tttembed.core.errors import ConfigError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.types import PathLike
 
 TASK = "stdlib-docs"
 
@@ -27,7 +27,7 @@ def split_queries(qids: list[str], frac: float = 0.8, seed: int = 0) -> tuple[li
     return [qids[i] for i in sorted(perm[:n])], [qids[i] for i in sorted(perm[n:])]
 
 
-def export_demo(out: str | os.PathLike[str], *, modules: Sequence[str] = (),
+def export_demo(out: PathLike, *, modules: Sequence[str] = (),
                 overwrite: bool = False) -> Path:
     """Write the demo task (this Python's docstrings, the shipped questions and labels) as a
     BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv. Written whole or not at all.
@@ -70,8 +70,8 @@ class DemoResult:
     model_calls: int = 0
 
 
-def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: str | os.PathLike[str] | None = None,
-             cache_dir: str | os.PathLike[str] | None = None, k: int = 100,
+def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: PathLike | None = None,
+             cache_dir: PathLike | None = None, k: int = 100,
              budget: float = 10.0, seed: int = 0, modules: Sequence[str] = (),
              progress: Progress | None = None) -> DemoResult:
     """Run the whole job offline; the demo's own folder (default ``<cache>/demo``) is
@@ -81,37 +81,42 @@ def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: str | os.PathLike[str
         >>> result = run_demo()
         >>> result.comparison.delta
     """
-    from tttembed import api
     from tttembed.core.paths import cache_dir as default_cache
     from tttembed.demo.corpus import demo_task
-    from tttembed.evaluation.metrics import evaluate_per_query
+    from tttembed.embed.cache import load_embedder
+    from tttembed.index.search import write_run
+    from tttembed.metrics.ranking import per_query_metrics
+    from tttembed.metrics.stats import compare
     from tttembed.score.qrels import QrelsScorer
+    from tttembed.ttt.index import index_corpus
+    from tttembed.ttt.learn import learn
+    from tttembed.ttt.search import search
 
     work = Path(workdir) if workdir else default_cache(cache_dir) / "demo"
     task = demo_task(tuple(modules)) if modules else demo_task()
     if not task.queries:
         raise ConfigError(f"no shipped question has its labels inside modules {list(modules)}; "
                           "add more modules or drop --modules")
-    emb = api.load_embedder(embedder, cache_dir=cache_dir)
-    index = api.index_corpus(task.corpus, work / "index", embedder=emb, overwrite=True,
+    emb = load_embedder(embedder, cache_dir=cache_dir)
+    index = index_corpus(task.corpus, work / "index", embedder=emb, overwrite=True,
                              progress=progress)
-    raw = api.search(index, task.queries, k=k, task=TASK, embedder=emb).to_run()
-    api.write_run(raw, work / "raw.trec")
+    raw = search(index, task.queries, k=k, task=TASK, embedder=emb).to_run()
+    write_run(raw, work / "raw.trec")
     learn_ids, test_ids = split_queries(list(task.queries), 0.8, seed)
     scorer = QrelsScorer("demo-labels", qrels={q: task.qrels[q] for q in learn_ids})
-    state = api.learn(index, {q: task.queries[q] for q in learn_ids}, scorer=scorer,
+    state = learn(index, {q: task.queries[q] for q in learn_ids}, scorer=scorer,
                       scope="task", budget=budget, task=TASK, embedder=emb,
                       corpus=task.corpus, progress=progress)
     state.save(work / "vectors.npz", overwrite=True)
     unseen = {q: task.queries[q] for q in test_ids}
-    runs = {"raw": api.search(index, unseen, k=k, task=TASK, embedder=emb).to_run(),
-            "adapted (task-wise)": api.search(index, unseen, k=k, task=TASK, embedder=emb,
+    runs = {"raw": search(index, unseen, k=k, task=TASK, embedder=emb).to_run(),
+            "adapted (task-wise)": search(index, unseen, k=k, task=TASK, embedder=emb,
                                               states=[state]).to_run()}
     stage(progress, "done", 1)(1)
     test_qrels = {q: task.qrels[q] for q in test_ids}
-    per_q = {n: evaluate_per_query(test_qrels, r, ("ndcg@10",))["ndcg@10"]
+    per_q = {n: per_query_metrics(test_qrels, r, ("ndcg@10",))["ndcg@10"]
              for n, r in runs.items()}
     return DemoResult(work, len(task.corpus), task.dropped_labels, task.qrels, raw, state,
                       learn_ids, test_ids, runs,
-                      api.compare(per_q["adapted (task-wise)"], per_q["raw"]),
+                      compare(per_q["adapted (task-wise)"], per_q["raw"]),
                       int(getattr(emb, "model_calls", 0)))

@@ -66,4 +66,4 @@ def get_embedder(spec: str = DEFAULT_EMBEDDER, **options: Any) -> Embedder:
     options = {k: v for k, v in options.items() if v is not None}
     emb = create("embedder", spec, **options)
     emb.options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
-    return emb  # type: ignore[no-any-return]
+    return emb

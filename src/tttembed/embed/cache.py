@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from tttembed.core.io import atomic_file, text_digest, write_json
 from tttembed.core.paths import cache_dir
 from tttembed.core.progress import Advance
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder, Kind, check_kind, get_embedder
+from tttembed.types import PathLike
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class EmbeddingCache:
     a namespace that disagrees is ignored and rebuilt on the next :meth:`add`.
     """
 
-    def __init__(self, identity: str, kind: Kind, root: str | os.PathLike[str] | None = None,
+    def __init__(self, identity: str, kind: Kind, root: PathLike | None = None,
                  expected_dim: int | None = None):
         check_kind(kind)
         self.identity = identity
@@ -250,7 +250,7 @@ class CachedEmbedder:
     ``texts_embedded`` count the work that reached the model.
     """
 
-    def __init__(self, inner: Embedder, root: str | os.PathLike[str] | None = None,
+    def __init__(self, inner: Embedder, root: PathLike | None = None,
                  chunk_size: int = 256, expected_dim: int | None = None) -> None:
         self.inner = inner
         self.expected_dim = None if expected_dim is None else int(expected_dim)
@@ -270,7 +270,7 @@ class CachedEmbedder:
         if self.expected_dim is not None:
             return self.expected_dim
         for kind in ("document", "query"):
-            cached_dim = self.cache(kind).dim  # type: ignore[arg-type]
+            cached_dim = self.cache(kind).dim
             if cached_dim is not None:
                 return int(cached_dim)
         return int(self.inner.dim)
@@ -339,7 +339,7 @@ class CachedEmbedder:
         cache.add([keys[p] for p in got], vecs)
 
 
-def cached(embedder: Embedder, root: str | os.PathLike[str] | None = None) -> CachedEmbedder:
+def cached(embedder: Embedder, root: PathLike | None = None) -> CachedEmbedder:
     return embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, root)
 
 
@@ -347,7 +347,7 @@ def cached(embedder: Embedder, root: str | os.PathLike[str] | None = None) -> Ca
 
 
 def load_embedder(spec: str = DEFAULT_EMBEDDER, *, cache: bool = True,
-                  cache_dir: str | os.PathLike[str] | None = None,
+                  cache_dir: PathLike | None = None,
                   expected_dim: int | None = None, **options: Any) -> Embedder:
     """An embedder from its spec, wrapped in the content-addressed cache by default.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,24 +19,21 @@ import numpy as np
 from tttembed.adapt import AdaptState
 from tttembed.adapt.allocate import BREADTH_DEPTH, budget_grid, budget_pairs, nested_schedule
 from tttembed.evaluation.method_cells import (
-    EVAL_DEPTH,
     Cells,
     MethodResult,
-    PerQuery,
-    Rewards,
-    TaskData,
     alpha_tag,
     candidates,
-    direct_metrics,
+    direct_cell,
     eval_sources,
     lazy,
     learn_state,
     no_cache,
-    scope_metrics,
+    scope_cell,
     state_metrics,
     task_orders,
 )
-from tttembed.evaluation.protocols import SCOPE_METHODS
+from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
+from tttembed.types import SCOPES, Rewards
 
 ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 ALPHA_NS = (1, 16, 128, 0)  # 0 = all queries of the task
@@ -124,17 +122,17 @@ def breadth_depth(work: Sequence[TaskData], rewards_for: Callable[[list], Reward
             tag = {"p": "bd", "B": B, "k": k, "o": objective}
             out.append(MethodResult("breadth-depth", "direct",
                                     cells({**tag, "m": "direct"},
-                                          lambda r=rw: direct_metrics(work, r())),  # type: ignore[misc]
+                                          partial(direct_cell, work, rw)),
                                     B / n, B, setting))
             for scope in scopes:
                 per = cells({**tag, "m": scope},
-                            lambda s=scope, r=rw: scope_metrics(work, s, r(), objective))  # type: ignore[misc]
+                            partial(scope_cell, work, scope, rw, objective))
                 out.append(MethodResult("breadth-depth", scope, per, B / n, B, setting))
     return out
 
 
 def objective_comparison(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
-                         bs: Sequence[float] = (1.0, 10.0), scopes: Sequence[str] = SCOPE_METHODS,
+                         bs: Sequence[float] = (1.0, 10.0), scopes: Sequence[str] = SCOPES,
                          objectives: Sequence[str] = ("kd", "rkl", "grpo"),
                          cells: Cells = no_cache) -> list[MethodResult]:
     """KD, reverse KL and softmax-GRPO on the same nested pairs (cells shared with the
@@ -149,6 +147,6 @@ def objective_comparison(work: Sequence[TaskData], rewards_for: Callable[[list],
         for scope in scopes:
             for obj in objectives:
                 per = cells({"p": "fixed", "m": scope, "B": B, "o": obj},
-                            lambda s=scope, o=obj, r=rw: scope_metrics(work, s, r(), o))  # type: ignore[misc]
+                            partial(scope_cell, work, scope, rw, obj))
                 out.append(MethodResult("objectives", scope, per, B / n, B, {"objective": obj}))
     return out

@@ -1,5 +1,4 @@
-"""The building blocks of the evaluation protocols: a workload's tasks
-(:class:`TaskData`), the per-query metrics of each method on them (one protocol cell:
+"""The building blocks of the evaluation protocols: the per-query metrics of each method on them (one protocol cell:
 raw, direct reranking, PRF, reward-weighted Rocchio, Qdrant's relevance feedback, a
 learned state), and how cells are keyed and memoised. The protocols that combine them are
 in :mod:`tttembed.evaluation.protocols`.
@@ -9,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,13 +17,12 @@ from tttembed.adapt import AdaptState
 from tttembed.adapt.allocate import water_fill_order
 from tttembed.adapt.crossval import ALPHA_GRID, FOLDS
 from tttembed.core.errors import ConfigError
-from tttembed.evaluation import qdrant_rf as QRF
-from tttembed.evaluation.methods import average_prf, reward_rocchio, rocchio_prf
-from tttembed.evaluation.metrics import evaluate_per_query
-from tttembed.index.store import IndexHandle
+from tttembed.evaluation.baselines import qdrant_rf as QRF
+from tttembed.evaluation.baselines.prf import average_prf, reward_rocchio, rocchio_prf
+from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS
+from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
+from tttembed.metrics.ranking import per_query_metrics
 from tttembed.ttt import (
-    BaseRetrieval,
-    QuerySet,
     Source,
     adapt_queries,
     learn_state,
@@ -31,32 +30,9 @@ from tttembed.ttt import (
     reward_table,
     run_from_arrays,
 )
+from tttembed.types import ALPHA_MODES, Rewards
 
-METRICS = ("ndcg@10", "recall@100")
-EVAL_DEPTH = 100
-#: How scope methods set alpha: the rule n/(n+1) (method ``task``) or ``auto`` (``task-auto``).
-ALPHA_METHODS = ("rule", "auto")
-#: Key of a cell's per-query table holding the alpha ``auto`` chose (not a metric).
-ALPHA_CHOSEN = "alpha_chosen"
-
-PerQuery = dict[str, dict[str, float]]  # metric -> {"task/qid": value}
-Rewards = dict[str, dict[str, float]]
 Cells = Callable[[Mapping[str, Any], Callable[[], PerQuery]], PerQuery]
-
-
-@dataclass(frozen=True, eq=False)
-class TaskData:
-    """One task of a workload: its index, evaluated queries, judgments and base retrieval
-    (top ``EVAL_DEPTH`` or more); optional learning-only queries (a train split)."""
-
-    name: str
-    index: IndexHandle
-    corpus: Mapping[str, Mapping[str, str]] = field(repr=False)
-    queries: QuerySet = field(repr=False)
-    qrels: Mapping[str, Mapping[str, int]] = field(repr=False)
-    base: BaseRetrieval = field(repr=False)
-    train: QuerySet | None = field(default=None, repr=False)
-    train_base: BaseRetrieval | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -105,17 +81,17 @@ def _judged(td: TaskData, keep: set[str] | None) -> Mapping[str, Mapping[str, in
     return {q: g for q, g in td.qrels.items() if f"{td.name}/{q}" in keep}
 
 
-def run_metrics(td: TaskData, rows: np.ndarray, scores: np.ndarray,
+def cell_metrics(td: TaskData, rows: np.ndarray, scores: np.ndarray,
                 keep: set[str] | None = None) -> PerQuery:
     run = run_from_arrays(td.queries, td.index, rows, scores).get(td.name, {})
-    per = evaluate_per_query(_judged(td, keep), run, METRICS)
+    per = per_query_metrics(_judged(td, keep), run, CELL_METRICS)
     return {m: {f"{td.name}/{q}": v for q, v in vals.items()} for m, vals in per.items()}
 
 
 def merge(parts: Sequence[PerQuery]) -> PerQuery:
-    out: PerQuery = {m: {} for m in METRICS}
+    out: PerQuery = {m: {} for m in CELL_METRICS}
     for p in parts:
-        for m in METRICS:
+        for m in CELL_METRICS:
             out[m].update(p.get(m, {}))
     return out
 
@@ -125,12 +101,12 @@ def search_metrics(work: Sequence[TaskData], vectors: Callable[[TaskData], np.nd
     parts = []
     for td in work:
         scores, rows = td.index.search(vectors(td), EVAL_DEPTH)
-        parts.append(run_metrics(td, rows, scores, keep))
+        parts.append(cell_metrics(td, rows, scores, keep))
     return merge(parts)
 
 
 def raw_metrics(work: Sequence[TaskData], keep: set[str] | None = None) -> PerQuery:
-    return merge([run_metrics(td, td.base.rows[:, :EVAL_DEPTH], td.base.scores[:, :EVAL_DEPTH],
+    return merge([cell_metrics(td, td.base.rows[:, :EVAL_DEPTH], td.base.scores[:, :EVAL_DEPTH],
                               keep) for td in work])
 
 
@@ -144,7 +120,7 @@ def direct_metrics(work: Sequence[TaskData], rewards: Rewards,
     for td in work:
         run = rerank_runs(td.queries, td.index, td.base.rows[:, :EVAL_DEPTH],
                           td.base.scores[:, :EVAL_DEPTH], rewards).get(td.name, {})
-        per = evaluate_per_query(_judged(td, keep), run, METRICS)
+        per = per_query_metrics(_judged(td, keep), run, CELL_METRICS)
         parts.append({m: {f"{td.name}/{q}": v for q, v in vals.items()}
                       for m, vals in per.items()})
     return merge(parts)
@@ -189,8 +165,8 @@ def number_cell(cells: Cells, parts: Mapping[str, Any],
     it is a valid cell)."""
     def table() -> PerQuery:
         got = compute()
-        return {m: dict(got) for m in METRICS}
-    return dict(cells(parts, table)[METRICS[0]])
+        return {m: dict(got) for m in CELL_METRICS}
+    return dict(cells(parts, table)[CELL_METRICS[0]])
 
 
 def qdrant_fits(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards],
@@ -202,8 +178,7 @@ def qdrant_fits(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards]
         parts = {"p": "fixed", "m": "qdrant-rf-fit", "task": td.name,
                  "src": "synthetic" if judge is not None else "crossfit", "seed": QRF.SEED,
                  "v": QRF.FIT_VERSION}
-        got = number_cell(cells, parts, lambda t=td: QRF.to_numbers(  # type: ignore[misc]
-            QRF.fit_task(t, rewards_for, judge)))
+        got = number_cell(cells, parts, partial(_fit_numbers, td, rewards_for, judge))
         out[td.name] = QRF.from_numbers(got, td.queries.keys)
     return out
 
@@ -227,6 +202,24 @@ def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, object
     return record_alpha(state_metrics(work, state, keep), state, alpha)
 
 
+def scope_cell(work: Sequence[TaskData], scope: str, rewards: Callable[[], Rewards],
+               objective: str = "kd", keep: set[str] | None = None,
+               sources: Sequence[Source] | None = None, alpha: str = "rule") -> PerQuery:
+    """:func:`scope_metrics` with the rewards fetched only when the cell is computed (a
+    cached cell pays nothing): the body of a protocol cell, bound with ``partial``."""
+    return scope_metrics(work, scope, rewards(), objective, keep, sources, alpha=alpha)
+
+
+def direct_cell(work: Sequence[TaskData], rewards: Callable[[], Rewards]) -> PerQuery:
+    """:func:`direct_metrics` with the rewards fetched when the cell is computed."""
+    return direct_metrics(work, rewards())
+
+
+def _fit_numbers(td: TaskData, rewards_for: Callable[[list], Rewards],
+                 judge: QRF.Judge | None) -> dict[str, float]:
+    return QRF.to_numbers(QRF.fit_task(td, rewards_for, judge))
+
+
 def record_alpha(per: PerQuery, state: AdaptState | None, alpha: str) -> PerQuery:
     """Record the alpha ``auto`` chose (``{ALPHA_CHOSEN: {"0.3": 1.0}}``; ``"0"`` = shrunk to
     the raw vector, ``"none"`` = no state) beside the metrics of the cell (cached with it)."""
@@ -246,5 +239,5 @@ def alpha_tag(alpha: str) -> dict[str, Any]:
     if alpha == "rule":
         return {}
     if alpha != "auto":
-        raise ConfigError(f"unknown alpha method {alpha!r}; choose from {', '.join(ALPHA_METHODS)}")
+        raise ConfigError(f"unknown alpha method {alpha!r}; choose from {', '.join(ALPHA_MODES)}")
     return {"a": alpha, "folds": FOLDS, "cv": "ndcg", "grid": list(ALPHA_GRID)}

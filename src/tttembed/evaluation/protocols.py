@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,14 +31,11 @@ from tttembed.adapt.allocate import (
     nested_schedule,
 )
 from tttembed.core.errors import ConfigError
-from tttembed.evaluation import qdrant_rf as QRF
+from tttembed.evaluation.baselines import qdrant_rf as QRF
+from tttembed.evaluation.config import DEFAULT_BASELINES
 from tttembed.evaluation.method_cells import (
-    EVAL_DEPTH,
     Cells,
     MethodResult,
-    PerQuery,
-    Rewards,
-    TaskData,
     alpha_method,
     alpha_tag,
     candidates,
@@ -53,19 +51,14 @@ from tttembed.evaluation.method_cells import (
     raw_metrics,
     record_alpha,
     rw_rocchio_metrics,
-    scope_metrics,
+    scope_cell,
     state_metrics,
     task_orders,
 )
-from tttembed.evaluation.quality import reward_quality
+from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
+from tttembed.metrics.quality import reward_quality
 from tttembed.ttt import Source, restrict
-
-SCOPE_METHODS = ("global", "task", "query")
-BASELINES = ("direct", "prf-avg", "prf-rocchio", "rw-rocchio")
-#: Every baseline ``--baselines`` accepts; ``qdrant-rf`` is opt-in (its fit scores 50 pairs
-#: per fitting query: 10,000 per task with a text scorer, see :mod:`.qdrant_rf`).
-KNOWN_BASELINES = (*BASELINES, "qdrant-rf")
-
+from tttembed.types import SCOPES, Rewards
 
 # --- protocols ------------------------------------------------------------------------
 
@@ -97,14 +90,17 @@ def _budget_methods(work: Sequence[TaskData], rewards: Callable[[], Rewards], *,
     for scope in scopes:
         for a in alphas:
             todo.append((alpha_method(scope, a), alpha_tag(a),
-                         lambda s=scope, a=a: scope_metrics(  # type: ignore[misc]
-                             work, s, rewards(), objective, alpha=a)))
+                         partial(scope_cell, work, scope, rewards, objective, alpha=a)))
     return todo
 
 
+def _quality(rewards: Callable[[], Rewards], work: Sequence[TaskData]) -> dict[str, float]:
+    return reward_quality(rewards(), {td.name: td.qrels for td in work})
+
+
 def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
-                     budgets: Sequence[float], scopes: Sequence[str] = SCOPE_METHODS,
-                     baselines: Sequence[str] = BASELINES, objective: str = "kd",
+                     budgets: Sequence[float], scopes: Sequence[str] = SCOPES,
+                     baselines: Sequence[str] = DEFAULT_BASELINES, objective: str = "kd",
                      cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
                      alphas: Sequence[str] = ("rule",), judge: QRF.Judge | None = None,
                      info: dict[str, Any] | None = None) -> list[MethodResult]:
@@ -128,7 +124,7 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
     for kind in ("prf-avg", "prf-rocchio"):
         if kind in baselines:
             out.append(MethodResult("fixed", kind, cells({"p": "fixed", "m": kind},
-                                                         lambda k=kind: prf_metrics(work, k))))  # type: ignore[misc]
+                                                         partial(prf_metrics, work, kind))))
     for B, pairs in zip(grid, schedules):
         def rewards(p: list = pairs) -> Rewards:
             return restrict(largest(), p)
@@ -139,8 +135,7 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
             out.append(MethodResult("fixed", method, per, B / n, B, {"objective": objective}))
         if info is not None:
             q = number_cell(cells, {"p": "fixed", "m": "reward-quality", "B": B, "v": 1},
-                            lambda r=rewards: reward_quality(  # type: ignore[misc]
-                                r(), {td.name: td.qrels for td in work}))
+                            partial(_quality, rewards, work))
             info.setdefault("reward_quality", []).append({"B": B, "b": B / n, **q})
         if progress is not None:
             progress(1)
@@ -196,13 +191,13 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                         setting)]
     for kind in ("prf-avg", "prf-rocchio"):
         out.append(MethodResult("heldout", kind, cells({**tag, "m": kind},
-                                                        lambda k=kind: prf_metrics(work, k, u_keys)),  # type: ignore[misc]
+                                                        partial(prf_metrics, work, kind, u_keys)),
                                 0.0, 0, setting))
     for scope in scopes:
         for a in alphas:
             per = cells({**tag, "m": alpha_method(scope, a), "B": B, **alpha_tag(a)},
-                        lambda s=scope, a=a: scope_metrics(work, s, rw(), objective,  # type: ignore[misc]
-                                                           u_keys, sources, alpha=a))
+                        partial(scope_cell, work, scope, rw, objective, u_keys, sources,
+                                alpha=a))
             out.append(MethodResult("heldout", alpha_method(scope, a), per, B / n, B, setting))
     return out
 
@@ -222,7 +217,7 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
         others = [o for o in work if o is not td]
         tag = {"p": "loto", "held": td.name, "d": depth, "o": objective}
         out.append(MethodResult("loto", "raw", cells({**tag, "m": "raw"},
-                                                      lambda t=td: raw_metrics([t])),  # type: ignore[misc]
+                                                      partial(raw_metrics, [td])),
                                 setting={"held_out": td.name}))
 
         def compute(t: TaskData = td, o: list = others, a: str = "rule") -> PerQuery:
@@ -232,7 +227,7 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
         for a in alphas:
             m = alpha_method("global", a)
             out.append(MethodResult("loto", m, cells({**tag, "m": m, **alpha_tag(a)},
-                                                     lambda c=compute, a=a: c(a=a)),  # type: ignore[misc]
+                                                     partial(compute, a=a)),
                                     B / sum(len(o.queries) for o in others), B,
                                     {"held_out": td.name}))
     return out

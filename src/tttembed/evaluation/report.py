@@ -20,11 +20,9 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.io import atomic_directory, write_json, write_text
+from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS
 from tttembed.evaluation.render import MAIN, make_plots, markdown
-from tttembed.evaluation.stats import ComparisonCache, aubc, compare, p_value
-
-METRICS = ("ndcg@10", "recall@100")
-ALPHA_CHOSEN = "alpha_chosen"  # as method_cells.ALPHA_CHOSEN: a cell's recorded auto alpha
+from tttembed.metrics.stats import ComparisonCache, aubc, compare, p_value
 
 
 def by_task(values: Mapping[str, float]) -> dict[str, dict[str, float]]:
@@ -75,15 +73,15 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
     rows = []
     for r in results:
         keys = list(r.per_query.get(MAIN, {}))
-        base = {m: {k: raw[m][k] for k in keys if k in raw[m]} for m in METRICS}
+        base = {m: {k: raw[m][k] for k in keys if k in raw[m]} for m in CELL_METRICS}
         row: dict[str, Any] = {"protocol": r.protocol, "method": r.method, "b": r.b,
                                "B": r.budget, "setting": dict(r.setting),
                                "n_queries": len(keys)}
-        row["macro"] = {m: macro(r.per_query.get(m, {})) for m in METRICS}
-        row["delta"] = {m: row["macro"][m] - macro(base[m]) for m in METRICS}
+        row["macro"] = {m: macro(r.per_query.get(m, {})) for m in CELL_METRICS}
+        row["delta"] = {m: row["macro"][m] - macro(base[m]) for m in CELL_METRICS}
         tasks: dict[str, Any] = {}
-        raw_t = {m: by_task(base[m]) for m in METRICS}
-        for m in METRICS:
+        raw_t = {m: by_task(base[m]) for m in CELL_METRICS}
+        for m in CELL_METRICS:
             for t, vals in by_task(r.per_query.get(m, {})).items():
                 entry = tasks.setdefault(t, {"n": len(vals), "few": len(vals) < few_queries})
                 entry[m] = float(np.mean(list(vals.values())))
@@ -100,7 +98,7 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
         row["tasks"] = tasks
         if ALPHA_CHOSEN in r.per_query:  # the alpha `auto` chose ("0": the raw vector)
             row["alpha_chosen"] = next(iter(r.per_query[ALPHA_CHOSEN]))
-        row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in METRICS}
+        row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in CELL_METRICS}
         rows.append(row)
     return {"rows": rows, "aubc": _aubc(rows), "alpha_regret": alpha_regret(rows),
             "loto_mean_delta": _loto(rows), "harm": harm_counts(rows)}

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PathLike = str | os.PathLike[str]
+from tttembed.types import PathLike
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tttembed.core.http import http_options
 from tttembed.data.beir import Task
-from tttembed.evaluation.protocols import Rewards
 from tttembed.score.base import Scorer, capabilities
+from tttembed.types import Rewards
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tttembed.evaluation.runner import EvalConfig, Workload
+    from tttembed.evaluation.config import EvalConfig
+    from tttembed.evaluation.workload import Workload
 
 class RewardSource:
     """``rewards_for(pairs)`` over a workload for one scorer spec: one scorer per task
@@ -45,8 +45,7 @@ class RewardSource:
             else:
                 cfg = self.cfg
                 sc = build_scorer(self.spec, task.corpus, cache_dir=cfg.cache_dir,
-                                  **http_options(self.spec, cfg.timeout, cfg.max_retries,
-                                                 cfg.concurrency, cfg.rpm))
+                                  **cfg.limits.options(self.spec))
             self._executor(sc)
             self._scorers[name] = sc
         return self._scorers[name]
@@ -55,9 +54,7 @@ class RewardSource:
         """Pay this scorer's pairs on ``cfg.executor``; a fallback note is kept once."""
         from tttembed.execute.score import use_executor
 
-        cfg = self.cfg
-        note = use_executor(scorer, cfg.executor, ray_address=cfg.ray_address,
-                            num_actors=cfg.ray_actors, num_gpus=cfg.ray_gpus)
+        note = use_executor(scorer, self.cfg.executor)
         if note and note not in self.notes:
             self.notes.append(note)
 

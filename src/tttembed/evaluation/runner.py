@@ -14,99 +14,36 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tttembed.adapt.allocate import NORMALISED_BUDGETS, budget_grid
-from tttembed.core.errors import ConfigError, DataError
-from tttembed.core.http import http_options
+from tttembed.adapt.allocate import budget_grid
+from tttembed.core.errors import DataError
+from tttembed.core.http import HttpLimits
 from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_text
 from tttembed.core.progress import Progress, stage
-from tttembed.data.beir import Task
-from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
+from tttembed.embed.base import Embedder
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import protocols as P
-from tttembed.evaluation.method_cells import ALPHA_METHODS, METRICS
+from tttembed.evaluation.config import CELL_METRICS, EvalConfig
 from tttembed.evaluation.report import summarise
 from tttembed.evaluation.reward_source import SIMULATION_NOTE, RewardSource
-from tttembed.evaluation.stats import ComparisonCache
 from tttembed.evaluation.tasks import load_eval_tasks, task_index
+from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData, Workload
+from tttembed.metrics.stats import ComparisonCache
 
 log = logging.getLogger(__name__)
-PROTOCOLS = ("fixed", "heldout", "loto")
-ANALYSES = ("alpha", "breadth-depth", "objectives")
 #: Bump when a protocol's numbers change for the same inputs (invalidates cached cells).
 CELLS_VERSION = 2
 
 
-@dataclass(frozen=True)
-class EvalConfig:
-    """What to evaluate; every field is recorded in results.json."""
-
-    tasks: tuple[str, ...]
-    embedder: str = DEFAULT_EMBEDDER
-    scorers: tuple[str, ...] = ("bm25",)
-    scopes: tuple[str, ...] = P.SCOPE_METHODS
-    budgets: tuple[float, ...] = NORMALISED_BUDGETS
-    protocols: tuple[str, ...] = ("fixed",)
-    analyses: tuple[str, ...] = ()
-    baselines: tuple[str, ...] = P.BASELINES
-    objective: str = "kd"
-    alphas: tuple[str, ...] = ("rule",)  # add "auto": each scope also with alpha auto
-    split: str = "test"
-    train_split: str | None = None
-    heldout_fraction: float = 0.8
-    data_root: str | None = None
-    cache_dir: str | None = None
-    n_resamples: int = 10000
-    few_queries: int = 50
-    timeout: float | None = None  # HTTP backends: seconds per request
-    max_retries: int | None = None  # HTTP backends: retries per request
-    concurrency: int | None = None  # HTTP scorers: requests in flight
-    rpm: float | None = None  # HTTP scorers: requests per minute
-    executor: str = "local"  # where local-model scorers pay their pairs: local or ray
-    ray_address: str | None = None  # executor ray: the cluster (None: a local Ray)
-    ray_actors: int = 1  # executor ray: scorer replicas
-    ray_gpus: float = 0.0  # executor ray: GPUs per replica
-
-    def __post_init__(self) -> None:
-        from tttembed.adapt import check_objective, check_scope
-
-        for s in self.scopes:
-            check_scope(s)
-        check_objective(self.objective)
-        for a in self.alphas:
-            if a not in ALPHA_METHODS:
-                raise ConfigError(f"unknown alpha method {a!r}; choose from "
-                                  f"{', '.join(ALPHA_METHODS)}")
-        for p in self.protocols:
-            if p not in PROTOCOLS:
-                raise ConfigError(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")
-        for a in self.analyses:
-            if a not in ANALYSES:
-                raise ConfigError(f"unknown analysis {a!r}; choose from {', '.join(ANALYSES)}")
-        for b in self.baselines:
-            if b not in P.KNOWN_BASELINES:
-                raise ConfigError(f"unknown baseline {b!r}; choose from "
-                                  f"{', '.join(P.KNOWN_BASELINES)}")
-        if not self.scorers:
-            raise ConfigError("give at least one --scorer")
-        if any(b <= 0 for b in self.budgets):
-            raise ConfigError("budgets are normalised pairs per query and must be > 0")
-        from tttembed.execute.embed import EXECUTORS
-
-        if self.executor not in EXECUTORS:
-            raise ConfigError(f"unknown executor {self.executor!r}; choose one of "
-                              f"{', '.join(EXECUTORS)}")
-
-
 def valid_cell(value: Any) -> bool:
     """A cached cell is ``{metric: {"task/qid": number}}`` for every metric."""
-    return (isinstance(value, dict) and set(METRICS) <= set(value)
+    return (isinstance(value, dict) and set(CELL_METRICS) <= set(value)
             and all(isinstance(value[m], dict) and value[m] and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool)
-                for v in value[m].values()) for m in METRICS))
+                for v in value[m].values()) for m in CELL_METRICS))
 
 
 class CellCache:
@@ -121,11 +58,11 @@ class CellCache:
     def key(self, parts: Mapping[str, Any]) -> str:
         return json_hash({**self.base, **parts})
 
-    def __call__(self, parts: Mapping[str, Any], compute: Callable[[], P.PerQuery]) -> P.PerQuery:
+    def __call__(self, parts: Mapping[str, Any], compute: Callable[[], PerQuery]) -> PerQuery:
         path = None if self.root is None else self.root / f"{self.key(parts)}.json"
         if path is not None and path.is_file():
             try:
-                got: P.PerQuery = read_json(path, what="cached evaluation cell")
+                got: PerQuery = read_json(path, what="cached evaluation cell")
                 if not valid_cell(got):
                     raise DataError("not a per-query metrics table", path=path)
                 self.hits += 1
@@ -141,14 +78,6 @@ class CellCache:
         return value
 
 
-@dataclass
-class Workload:
-    tasks: list[Task]
-    data: list[P.TaskData]
-    embedder: Embedder
-    timings: dict[str, float] = field(default_factory=dict)
-
-
 def prepare(cfg: EvalConfig, progress: Progress | None = None,
             embedder: Embedder | None = None) -> Workload:
     """Load the tasks, open (or build) one cached index per task, retrieve the base top-100."""
@@ -160,7 +89,7 @@ def prepare(cfg: EvalConfig, progress: Progress | None = None,
                             train_split=cfg.train_split)
     emb = embedder if embedder is not None else load_embedder(
         cfg.embedder, cache_dir=cfg.cache_dir,
-        **http_options(cfg.embedder, cfg.timeout, cfg.max_retries))
+        **HttpLimits(cfg.limits.timeout, cfg.limits.max_retries).options(cfg.embedder))
     timings = {"load_tasks": time.perf_counter() - t0}
     data = []
     t1 = time.perf_counter()
@@ -168,12 +97,12 @@ def prepare(cfg: EvalConfig, progress: Progress | None = None,
         bar = stage(progress, f"index {task.name}", len(task.corpus))
         index = task_index(task, emb, cfg.cache_dir, progress=bar)
         queries = QuerySet.from_tasks({task.name: task.queries})
-        base = base_retrieval(index, emb, queries, P.EVAL_DEPTH)
+        base = base_retrieval(index, emb, queries, EVAL_DEPTH)
         train = train_base = None
         if task.train_queries:
             train = QuerySet.from_tasks({task.name: task.train_queries})
-            train_base = base_retrieval(index, emb, train, P.EVAL_DEPTH)
-        data.append(P.TaskData(task.name, index, task.corpus, queries, task.qrels, base,
+            train_base = base_retrieval(index, emb, train, EVAL_DEPTH)
+        data.append(TaskData(task.name, index, task.corpus, queries, task.qrels, base,
                                train, train_base))
     timings["index_and_retrieve"] = time.perf_counter() - t1
     return Workload(tasks, data, emb, timings)
@@ -262,7 +191,7 @@ def _comparisons(cfg: EvalConfig, use_cache: bool) -> ComparisonCache:
                            else None)
 
 
-def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: P.PerQuery,
+def _section(cfg: EvalConfig, work: Workload, spec: str, raw_all: PerQuery,
              counts: dict[str, Any], timings: dict[str, float], use_cell_cache: bool,
              progress: Progress | None) -> dict[str, Any]:
     """One scorer's protocols, analyses and summary; adds to ``counts`` and ``timings``."""
@@ -322,7 +251,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None,
     }
 
 
-def summary_raw(raw: P.PerQuery) -> dict[str, dict[str, float]]:
+def summary_raw(raw: PerQuery) -> dict[str, dict[str, float]]:
     from tttembed.evaluation.report import by_task
 
     out: dict[str, dict[str, float]] = {}

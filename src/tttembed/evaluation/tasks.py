@@ -27,7 +27,8 @@ from tttembed.core.errors import ConfigError, DataError, MissingDependency
 from tttembed.core.progress import Advance
 from tttembed.data.beir import Task
 from tttembed.embed.base import Embedder
-from tttembed.index.store import IndexHandle
+from tttembed.index.base import Index
+from tttembed.types import PathLike
 
 MTEB_PREFIX = "mteb:"
 
@@ -254,7 +255,7 @@ def _loader_task(folder: Path, name: str, split: str, *, source: str) -> Task:
 
 
 def index_dir(task: Task, identity: str,
-              cache_root: str | os.PathLike[str] | None = None) -> Path:
+              cache_root: PathLike | None = None) -> Path:
     """``<cache>/eval/indexes/<task>-<corpus fingerprint[:12]>-<embedder hash[:8]>``."""
     from tttembed.core.io import text_hash
     from tttembed.core.paths import cache_dir
@@ -264,8 +265,8 @@ def index_dir(task: Task, identity: str,
 
 
 def task_index(task: Task, embedder: Embedder,
-               cache_root: str | os.PathLike[str] | None = None,
-               progress: Advance | None = None) -> IndexHandle:
+               cache_root: PathLike | None = None,
+               progress: Advance | None = None) -> Index:
     """The task's cached index for ``embedder`` (built once; rebuilt on a manifest mismatch)."""
     from tttembed.index.store import open_or_build
 

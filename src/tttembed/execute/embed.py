@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +12,8 @@ from tttembed.core.errors import ConfigError
 from tttembed.core.io import text_digest
 from tttembed.embed.base import Kind, check_kind
 from tttembed.embed.cache import CachedEmbedder, check_vectors, load_embedder
-
-EXECUTORS = ("local", "ray")
+from tttembed.execute.config import ExecutorLike, Ray, executor_name, resolve_executor
+from tttembed.types import PathLike
 
 
 @dataclass
@@ -28,7 +27,7 @@ class EmbedStats:
     batches: int = 0
 
 
-def _cached_embedder(spec: str, cache_dir: str | os.PathLike[str] | None,
+def _cached_embedder(spec: str, cache_dir: PathLike | None,
                      options: Mapping[str, Any]) -> CachedEmbedder:
     emb = load_embedder(spec, cache_dir=cache_dir, **dict(options))
     assert isinstance(emb, CachedEmbedder)
@@ -36,40 +35,36 @@ def _cached_embedder(spec: str, cache_dir: str | os.PathLike[str] | None,
 
 
 def embed_texts(spec: str, texts: Sequence[str], kind: Kind = "document", *,
-                executor: str = "local", ray_address: str | None = None,
-                batch_size: int = 256, num_actors: int = 1, num_gpus: float = 0.0,
-                num_cpus: float = 1.0, cache_dir: str | os.PathLike[str] | None = None,
+                executor: ExecutorLike = "local", batch_size: int = 256,
+                num_cpus: float = 1.0, cache_dir: PathLike | None = None,
                 options: Mapping[str, Any] | None = None,
                 stats: EmbedStats | None = None) -> np.ndarray:
     """Vectors (float32, ``(len(texts), dim)``) of ``texts`` by the embedder ``spec``.
 
     Both executors read and fill the same embedding cache (``cache_dir``), so their
-    vectors are interchangeable and a second call makes no model call. ``ray`` uses the
-    cluster at ``ray_address`` (``None``: the one already initialised in this process, or
-    a new local one), ``num_actors`` model replicas, each with ``num_gpus`` GPUs,
-    ``num_cpus`` CPUs (Ray sets the actor's torch/OpenMP threads to it) and batches of
+    vectors are interchangeable and a second call makes no model call. ``ray`` (or a
+    :class:`~tttembed.execute.config.Ray`) uses its cluster (``address`` None: the one
+    already initialised in this process, or a new local one), ``actors`` model replicas,
+    each with ``gpus`` GPUs and ``num_cpus`` CPUs (Ray sets the actor's torch/OpenMP threads to it) and batches of
     ``batch_size`` texts. ``options`` are the embedder's (prompts, device...).
     ``stats``, when given, is filled in."""
     emb = _cached_embedder(spec, cache_dir, options or {})
     emb.chunk_size = int(batch_size)  # the local executor's model batches
-    return embed_with(emb, texts, kind, executor=executor, ray_address=ray_address,
-                      batch_size=batch_size, num_actors=num_actors, num_gpus=num_gpus,
+    return embed_with(emb, texts, kind, executor=executor, batch_size=batch_size,
                       num_cpus=num_cpus, options=options, stats=stats)
 
 
 def embed_with(emb: CachedEmbedder, texts: Sequence[str], kind: Kind = "document", *,
-               executor: str = "local", ray_address: str | None = None,
-               batch_size: int = 256, num_actors: int = 1, num_gpus: float = 0.0,
+               executor: ExecutorLike = "local", batch_size: int = 256,
                num_cpus: float = 1.0, options: Mapping[str, Any] | None = None,
                stats: EmbedStats | None = None) -> np.ndarray:
     """:func:`embed_texts` with an embedder already built (its cache is the one filled;
     on ``ray``, the actors build ``emb.spec`` with ``emb.options`` and ``options``)."""
     check_kind(kind)
-    if executor not in EXECUTORS:
-        raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    ray = resolve_executor(executor)
     stats = stats if stats is not None else EmbedStats()
     texts = list(texts)
-    if executor == "local":
+    if ray is None:
         _, todo, keys = _todo(emb, texts, kind)
         stats.cached = _served(keys, todo)
         before = (emb.texts_embedded, emb.model_calls)
@@ -77,8 +72,7 @@ def embed_with(emb: CachedEmbedder, texts: Sequence[str], kind: Kind = "document
         stats.embedded = emb.texts_embedded - before[0]
         stats.batches = emb.model_calls - before[1]
         return out
-    return _embed_ray(emb, texts, kind, ray_address=ray_address, batch_size=batch_size,
-                      num_actors=num_actors, num_gpus=num_gpus, num_cpus=num_cpus,
+    return _embed_ray(emb, texts, kind, ray=ray, batch_size=batch_size, num_cpus=num_cpus,
                       options=options or {}, stats=stats)
 
 
@@ -101,9 +95,9 @@ def _todo(emb: CachedEmbedder, texts: Sequence[str], kind: Kind
     return found, todo, keys
 
 
-def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address: str | None,
-               batch_size: int, num_actors: int, num_gpus: float, num_cpus: float,
-               options: Mapping[str, Any], stats: EmbedStats) -> np.ndarray:
+def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray: Ray,
+               batch_size: int, num_cpus: float, options: Mapping[str, Any],
+               stats: EmbedStats) -> np.ndarray:
     found, todo, keys = _todo(emb, texts, kind)
     stats.cached = _served(keys, todo)
     if not todo:
@@ -114,8 +108,7 @@ def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address
     new_rows: dict[bytes, np.ndarray] = {}
     for pos, vecs in run_embed_stage(
             emb.spec, dict(emb.options) | dict(options), kind, [texts[i] for i in todo],
-            ray_address=ray_address, batch_size=batch_size, num_actors=num_actors,
-            num_gpus=num_gpus, num_cpus=num_cpus):
+            settings=ray, batch_size=batch_size, num_cpus=num_cpus):
         check_vectors(vecs, len(pos), emb.expected_dim, f"embedder {emb.spec} (ray)")
         batch_keys = [keys[todo[p]] for p in pos]
         cache.add(batch_keys, vecs)  # in the driver, as each batch arrives
@@ -130,34 +123,30 @@ def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray_address
     return out
 
 
-def prefill_queries(emb: Any, texts: Sequence[str], *, executor: str,
-                    ray_address: str | None = None, num_actors: int = 1,
-                    num_gpus: float = 0.0) -> str | None:
+def prefill_queries(emb: Any, texts: Sequence[str], *, executor: ExecutorLike) -> str | None:
     """Fill the embedding cache with query vectors on ``executor`` (``learn`` then reads
     them). Returns a note, and embeds nothing here, when the embedder is not cached or is
     an HTTP service (its requests are better sent from this process)."""
     from tttembed.core.http import HTTP_SCHEMES
 
-    if executor == "local":
+    if resolve_executor(executor) is None:
         return None
     if not isinstance(emb, CachedEmbedder):
         return "the embedder is not cached: queries are embedded in this process"
     if emb.spec.partition(":")[0] in HTTP_SCHEMES:
         return (f"embedder {emb.spec} is an HTTP service: queries are embedded from this "
                 "process")
-    embed_with(emb, texts, "query", executor=executor, ray_address=ray_address,
-               num_actors=num_actors, num_gpus=num_gpus)
+    embed_with(emb, texts, "query", executor=executor)
     return None
 
 
-def prefill_corpus(emb: Any, corpus: Mapping[str, Mapping[str, str]], *, executor: str,
-                   ray_address: str | None = None) -> None:
+def prefill_corpus(emb: Any, corpus: Mapping[str, Mapping[str, str]], *,
+                   executor: ExecutorLike) -> None:
     """Fill the embedding cache with a corpus's documents on ``executor`` (index building
     then only reads the cache)."""
     from tttembed.data.beir import doc_text
 
     if not isinstance(emb, CachedEmbedder):
-        raise ConfigError(f"executor={executor!r} needs a cached embedder (a spec string, or "
+        raise ConfigError(f"executor {executor_name(executor)!r} needs a cached embedder (a spec string, or "
                           "load_embedder(...) with cache=True)")
-    embed_with(emb, [doc_text(d) for d in corpus.values()], "document", executor=executor,
-               ray_address=ray_address)
+    embed_with(emb, [doc_text(d) for d in corpus.values()], "document", executor=executor)

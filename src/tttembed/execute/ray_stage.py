@@ -11,6 +11,7 @@ import numpy as np
 
 from tttembed.core.errors import MissingDependency
 from tttembed.embed.base import Kind, get_embedder
+from tttembed.execute.config import Ray
 
 
 def import_ray() -> Any:
@@ -47,11 +48,10 @@ class EmbedActor:
 
 
 def run_embed_stage(spec: str, options: Mapping[str, Any], kind: Kind, texts: Sequence[str], *,
-                    ray_address: str | None, batch_size: int, num_actors: int,
-                    num_gpus: float, num_cpus: float = 1.0
+                    settings: Ray, batch_size: int, num_cpus: float = 1.0
                     ) -> Iterator[tuple[list[int], np.ndarray]]:
     """Yield ``(positions in texts, vectors)`` for each batch as the actors return it."""
-    ray = ensure_ray(ray_address)
+    ray = ensure_ray(settings.address)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     blocks = max(1, -(-len(texts) // max(1, int(batch_size))))
@@ -60,8 +60,8 @@ def run_embed_stage(spec: str, options: Mapping[str, Any], kind: Kind, texts: Se
     ds = ds.map_batches(
         EmbedActor, fn_constructor_kwargs={"spec": spec, "options": dict(options), "kind": kind},
         batch_size=int(batch_size), batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=max(1, int(num_actors))),
-        num_gpus=float(num_gpus) or None, num_cpus=float(num_cpus))
+        compute=ray.data.ActorPoolStrategy(size=max(1, int(settings.actors))),
+        num_gpus=float(settings.gpus) or None, num_cpus=float(num_cpus))
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         yield [int(p) for p in batch["pos"]], np.asarray(batch["vec"], dtype=np.float32)
 
@@ -70,7 +70,7 @@ class ScoreActor:
     """One scorer replica (no ledger: the driver commits), called on batches of pairs."""
 
     def __init__(self, spec: str, corpus: Any, options: Mapping[str, Any]) -> None:
-        from tttembed.ttt.rewards import build_scorer
+        from tttembed.score.build import build_scorer
 
         self.scorer = build_scorer(spec, corpus, use_ledger=False, **dict(options))
 
@@ -90,11 +90,11 @@ class ScoreActor:
 
 
 def run_score_stage(spec: str, corpus: Any, options: Mapping[str, Any],
-                    rows: Mapping[str, Sequence[Any]], *, ray_address: str | None,
-                    batch_size: int, num_actors: int, num_gpus: float, num_cpus: float = 1.0
+                    rows: Mapping[str, Sequence[Any]], *, settings: Ray,
+                    batch_size: int, num_cpus: float = 1.0
                     ) -> Iterator[Mapping[str, np.ndarray]]:
     """Yield result blocks (``g``, ``dtext``, ``reward`` columns) as the actors return them."""
-    ray = ensure_ray(ray_address)
+    ray = ensure_ray(settings.address)
     ray.data.DataContext.get_current().enable_progress_bars = False
     n = len(rows["g"])
     items = [{k: rows[k][i] for k in rows} for i in range(n)]
@@ -103,6 +103,6 @@ def run_score_stage(spec: str, corpus: Any, options: Mapping[str, Any],
         ScoreActor, fn_constructor_kwargs={"spec": spec, "corpus": corpus,
                                            "options": dict(options)},
         batch_size=int(batch_size), batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=max(1, int(num_actors))),
-        num_gpus=float(num_gpus) or None, num_cpus=float(num_cpus))
+        compute=ray.data.ActorPoolStrategy(size=max(1, int(settings.actors))),
+        num_gpus=float(settings.gpus) or None, num_cpus=float(num_cpus))
     yield from ds.iter_batches(batch_size=None, batch_format="numpy")

@@ -13,7 +13,6 @@ nothing and keeps no ledger.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +21,10 @@ import numpy as np
 
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import HTTP_SCHEMES
-from tttembed.execute.embed import EXECUTORS
+from tttembed.execute.config import ExecutorLike, Ray, executor_name, resolve_executor
 from tttembed.score.base import Item, capabilities
 from tttembed.score.ledger import LedgerScorer
+from tttembed.types import PathLike
 
 log = logging.getLogger(__name__)
 Group = tuple[Item, Sequence[Item]]
@@ -44,12 +44,10 @@ def ray_fallback(spec: str) -> str | None:
 @dataclass(frozen=True)
 class RayScoring:
     """A :class:`LedgerScorer`'s ``executor``: its unpaid pairs go through one Ray Data
-    stage (``num_actors`` scorers, ``num_gpus`` GPUs each, ``batch_size`` pairs per batch)
+    stage (``ray.actors`` scorers, ``ray.gpus`` GPUs each, ``batch_size`` pairs per batch)
     and every result block is committed to its ledger as it arrives."""
 
-    ray_address: str | None = None
-    num_actors: int = 1
-    num_gpus: float = 0.0
+    ray: Ray = field(default_factory=Ray)
     batch_size: int = 64
     stats: dict[str, int] = field(default_factory=dict, compare=False)
 
@@ -61,23 +59,20 @@ class RayScoring:
         options = dict(options)
         corpus = options.pop("corpus", None)  # bm25's documents, shipped to each actor
         before = scorer.paid
-        _prefill_ray(scorer, groups, spec, corpus, ray_address=self.ray_address,
-                     batch_size=self.batch_size, num_actors=self.num_actors,
-                     num_gpus=self.num_gpus, options=options)
+        _prefill_ray(scorer, groups, spec, corpus, ray=self.ray, batch_size=self.batch_size,
+                     options=options)
         self.stats["committed"] = self.stats.get("committed", 0) + scorer.paid - before
 
 
-def use_executor(scorer: Any, executor: str = "local", *, ray_address: str | None = None,
-                 num_actors: int = 1, num_gpus: float = 0.0, batch_size: int = 64
+def use_executor(scorer: Any, executor: ExecutorLike = "local", *, batch_size: int = 64
                  ) -> str | None:
     """Make ``scorer`` (from :func:`tttembed.ttt.rewards.build_scorer`) pay its pairs on
     ``executor``: ``local`` (this process) or ``ray`` (see :class:`RayScoring`). Returns a
     note, also logged, when ``ray`` was asked but this scorer is scored in this process
     (:func:`ray_fallback`); a ConfigError for an unknown executor or a scorer that was not
     built from its spec."""
-    if executor not in EXECUTORS:
-        raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    if executor == "local":
+    ray = resolve_executor(executor)
+    if ray is None:
         if isinstance(scorer, LedgerScorer):
             scorer.executor = None
         return None
@@ -91,13 +86,11 @@ def use_executor(scorer: Any, executor: str = "local", *, ray_address: str | Non
     from tttembed.execute.ray_stage import import_ray
 
     import_ray()  # MissingDependency now, not after the plan
-    scorer.executor = RayScoring(ray_address, int(num_actors), float(num_gpus),
-                                 int(batch_size))
+    scorer.executor = RayScoring(ray, int(batch_size))
     return None
 
 
-def prepare(scorer: Any, executor: str = "local", *, ray_address: str | None = None,
-            num_actors: int = 1, num_gpus: float = 0.0, embedder: Any = None,
+def prepare(scorer: Any, executor: ExecutorLike = "local", *, embedder: Any = None,
             texts: Sequence[str] = ()) -> list[str]:
     """The model work of one ``learn`` / ``rerank`` on ``executor``: ``scorer`` pays its
     unpaid pairs there (:func:`use_executor`) and, with an ``embedder``, the query
@@ -105,42 +98,37 @@ def prepare(scorer: Any, executor: str = "local", *, ray_address: str | None = N
     what stays in this process."""
     from tttembed.execute.embed import prefill_queries
 
-    notes = [use_executor(scorer, executor, ray_address=ray_address, num_actors=num_actors,
-                          num_gpus=num_gpus)]
+    notes = [use_executor(scorer, executor)]
     if embedder is not None and texts:
-        note = prefill_queries(embedder, texts, executor=executor, ray_address=ray_address,
-                               num_actors=num_actors, num_gpus=num_gpus)
+        note = prefill_queries(embedder, texts, executor=executor)
         if note is not None:
-            log.warning("executor %s: %s", executor, note)
+            log.warning("executor %s: %s", executor_name(executor), note)
         notes.append(note)
     return [n for n in notes if n is not None]
 
 
-def score_pairs(spec: str, groups: Sequence[Group], *, executor: str = "local",
-                ray_address: str | None = None, corpus: Any = None,
-                batch_size: int = 64, num_actors: int = 1, num_gpus: float = 0.0,
-                ledger_path: str | os.PathLike[str] | None = None,
-                cache_dir: str | os.PathLike[str] | None = None,
+def score_pairs(spec: str, groups: Sequence[Group], *, executor: ExecutorLike = "local",
+                corpus: Any = None, batch_size: int = 64,
+                ledger_path: PathLike | None = None,
+                cache_dir: PathLike | None = None,
                 options: Mapping[str, Any] | None = None,
                 stats: dict[str, int] | None = None) -> list[np.ndarray]:
     """Rewards (float64, one array per group) of each query with its documents by the
     cacheable scorer ``spec``. Pairs the ledger holds are never paid again; on ``ray`` the
-    others go through a ``map_batches`` stage (``num_actors`` scorers, ``num_gpus``
+    others go through a ``map_batches`` stage (``Ray.actors`` scorers, ``Ray.gpus``
     each) and every result block is committed to the ledger in the driver as it arrives,
     so both executors give the same rewards and a rerun (or a run after a killed one)
     pays nothing for what was committed. ``stats``, when given, gets ``committed`` (pairs
     committed by the actors) and ``paid_here`` (pairs scored in this process)."""
-    from tttembed.ttt.rewards import build_scorer
+    from tttembed.score.build import build_scorer
 
-    if executor not in EXECUTORS:
-        raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    ray = resolve_executor(executor)
     scorer = build_scorer(spec, corpus, ledger_path=ledger_path, cache_dir=cache_dir,
                           **dict(options or {}))
     if not isinstance(scorer, LedgerScorer):
         raise ConfigError(f"scorer {spec!r} is not cacheable: it has no ledger to fill")
-    if executor == "ray":
-        _prefill_ray(scorer, groups, spec, corpus, ray_address=ray_address,
-                     batch_size=batch_size, num_actors=num_actors, num_gpus=num_gpus,
+    if ray is not None:
+        _prefill_ray(scorer, groups, spec, corpus, ray=ray, batch_size=batch_size,
                      options=options or {})
     committed = scorer.paid
     out = [scorer.score(q, list(docs)) for q, docs in groups]
@@ -165,17 +153,15 @@ def _rows(scorer: LedgerScorer, groups: Sequence[Group]) -> dict[str, list[Any]]
 
 
 def _prefill_ray(scorer: LedgerScorer, groups: Sequence[Group], spec: str, corpus: Any, *,
-                 ray_address: str | None, batch_size: int, num_actors: int,
-                 num_gpus: float, options: Mapping[str, Any]) -> None:
+                 ray: Ray, batch_size: int, options: Mapping[str, Any]) -> None:
     from tttembed.core.io import text_digest
     from tttembed.execute.ray_stage import run_score_stage
 
     rows = _rows(scorer, groups)
     if not rows["g"]:
         return
-    for block in run_score_stage(spec, corpus, dict(options), rows, ray_address=ray_address,
-                                 batch_size=batch_size, num_actors=num_actors,
-                                 num_gpus=num_gpus):
+    for block in run_score_stage(spec, corpus, dict(options), rows, settings=ray,
+                                 batch_size=batch_size):
         rewards = np.asarray(block["reward"], dtype=np.float64)
         if (~np.isnan(rewards) & ((rewards < 0) | (rewards > 1))).any():
             raise BackendError(f"scorer {spec} returned rewards outside [0, 1]; map raw "

@@ -1,7 +1,10 @@
-"""The index role: FAISS inner product over L2-normalised vectors, with a manifest."""
+"""The index role: the Index Protocol (:mod:`.base`), FAISS folders (:mod:`.faiss_backend`)
+and vector-database collections (:mod:`.collection`) behind one dispatch by spec
+(:mod:`.store`), each with its manifest (:mod:`.manifest`)."""
 
 from __future__ import annotations
 
-from tttembed.index.store import IndexHandle, build_index, open_index
+from tttembed.index.base import Index
+from tttembed.index.store import build_index, open_index
 
-__all__ = ["IndexHandle", "build_index", "open_index"]
+__all__ = ["Index", "build_index", "open_index"]

@@ -4,7 +4,8 @@ TTT-Embed never changes the index, it only changes query vectors, so any store t
 answers an inner-product query over unit vectors can serve adapted search. Backends are
 chosen by spec (see :func:`tttembed.index.store.open_index`):
 
-* a plain path: the FAISS index folder (default, embedded; :class:`IndexHandle`);
+* a plain path: the FAISS index folder (default, embedded;
+  :class:`~tttembed.index.faiss_backend.FaissIndex`);
 * ``milvus:URI/COLLECTION``: a Milvus collection; ``URI`` is a Milvus Lite file
   (``milvus:./idx.db/scifact``) or a server (``milvus:http://host:19530/scifact``);
 * ``qdrant:URL_OR_PATH/COLLECTION``: a Qdrant collection on a server
@@ -32,8 +33,15 @@ DB_SCHEMES = ("milvus", "qdrant")
 class Index(Protocol):
     """An opened index (any backend)."""
 
-    manifest: dict[str, Any]
-    doc_ids: list[str]
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The build manifest (embedder identity and spec, dim, corpus fingerprint...)."""
+        ...
+
+    @property
+    def doc_ids(self) -> list[str]:
+        """Row -> document id."""
+        ...
 
     @property
     def path(self) -> Path | str:
@@ -61,6 +69,34 @@ class Index(Protocol):
         """The stored unit vectors of ``rows`` (any int array shape S): float32 S + (dim,).
         Negative rows count from the end, as numpy indexing does."""
         ...
+
+
+class ManifestFields:
+    """What every backend's opened index derives from its manifest and row -> id list:
+    ``identity``, ``dim``, ``len``, and the query check of ``search``."""
+
+    manifest: dict[str, Any]
+    doc_ids: list[str]
+
+    @property
+    def identity(self) -> str:
+        return str(self.manifest["embedder"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def checked_queries(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, int]:
+        """float32 C-contiguous queries of the index's dimension, and k capped at n."""
+        from tttembed.core.errors import StateMismatch
+
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise StateMismatch(f"query vectors have shape {q.shape}, index dim is {self.dim}")
+        return q, min(int(k), len(self.doc_ids))
 
 
 def is_db_spec(target: object) -> bool:

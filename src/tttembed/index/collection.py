@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tttembed.core.errors import DataError, StateMismatch
+from tttembed.core.errors import DataError
 from tttembed.core.progress import Advance
-from tttembed.index.base import normalise_rows
-from tttembed.index.store import BUILD_FIX, FORMAT, IndexHandle, check_identity
+from tttembed.index.base import ManifestFields, normalise_rows
+from tttembed.index.manifest import BUILD_FIX, FORMAT, check_identity
 
 log = logging.getLogger(__name__)
 WRITE_BATCH = 2000
@@ -84,19 +84,24 @@ class RowView:
 
 
 @dataclass(frozen=True)
-class CollectionIndex(IndexHandle):
-    """An index kept in a vector database; ``path`` is its spec string. Search goes to
-    the engine; ``get_vectors`` reads stored vectors back from it."""
+class CollectionIndex(ManifestFields):
+    """An index kept in a vector database (the collection backends of
+    :class:`tttembed.index.base.Index`); ``path`` is its spec string. Search goes to the
+    engine; ``get_vectors`` (and ``vectors[rows]``) read stored vectors back from it."""
 
-    store: Any = None
+    path: str
+    manifest: dict[str, Any]
+    doc_ids: list[str]
+    store: Any
+
+    @property
+    def vectors(self) -> RowView:
+        return RowView(self)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         from tttembed.index.base import pad_results
 
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise StateMismatch(f"query vectors have shape {q.shape}, index dim is {self.dim}")
-        k = min(int(k), len(self.doc_ids))
+        q, k = self.checked_queries(queries, k)
         if len(q) == 0:
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         return pad_results(self.store.search(q, k), k)
@@ -156,11 +161,7 @@ def open_collection(store: Store, expected_identity: str | None = None,
     if len(doc_ids) != n:
         raise DataError(f"index {store.spec} is inconsistent (manifest: {n} docs; "
                         f"collection: {len(doc_ids)})", fix="rebuild the index")
-    handle = CollectionIndex(path=store.spec, manifest=manifest, doc_ids=doc_ids,
-                             vectors=np.zeros((0, 0), np.float32), faiss_index=None,
-                             store=store)
-    object.__setattr__(handle, "vectors", RowView(handle))
-    return handle
+    return CollectionIndex(path=store.spec, manifest=manifest, doc_ids=doc_ids, store=store)
 
 
 def assemble_doc_ids(pairs: list[tuple[int, str]], n: int, spec: str) -> list[str]:

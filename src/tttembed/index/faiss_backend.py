@@ -12,11 +12,14 @@ adaptation step reads exact candidate vectors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tttembed.core.errors import ConfigError, MissingDependency
+from tttembed.index.base import ManifestFields
 
 INDEX_TYPES = ("flat", "hnsw", "ivf", "ivfpq")
 DEFAULT_PARAMS: dict[str, dict[str, int]] = {
@@ -89,3 +92,25 @@ def configure(index: Any, index_type: str, params: dict[str, int]) -> None:
         faiss.downcast_index(index).hnsw.efSearch = params["ef_search"]
     elif index_type in ("ivf", "ivfpq"):
         faiss.extract_index_ivf(index).nprobe = params["nprobe"]
+
+
+
+@dataclass(frozen=True)
+class FaissIndex(ManifestFields):
+    """An opened index folder: FAISS object, row -> doc id, unit doc vectors (memory-mapped),
+    manifest (the FAISS backend of :class:`tttembed.index.base.Index`)."""
+
+    path: Path | str
+    manifest: dict[str, Any]
+    doc_ids: list[str]
+    vectors: np.ndarray
+    faiss_index: Any
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS contract: (D, I) of shape (nq, k); I = -1 where fewer than k exist."""
+        q, k = self.checked_queries(queries, k)
+        return self.faiss_index.search(q, k)
+
+    def get_vectors(self, rows: Any) -> np.ndarray:
+        """The stored unit vectors of ``rows`` (any int array shape S): float32 S + (dim,)."""
+        return np.asarray(self.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32)

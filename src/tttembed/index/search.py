@@ -8,7 +8,6 @@ turns it into the BEIR dict ``{qid: {doc_id: score}}`` at the edge.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,8 @@ from tttembed.core.errors import ConfigError
 from tttembed.core.io import atomic_file, refuse_existing
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
-from tttembed.index.store import IndexHandle
+from tttembed.index.base import Index
+from tttembed.types import PathLike
 
 RUN_FORMATS = ("trec", "jsonl")
 
@@ -90,7 +90,7 @@ def encode_queries(embedder: Embedder, texts: list[str], batch_size: int = 256,
     return np.concatenate(out, axis=0).astype(np.float32, copy=False)
 
 
-def search_vectors(index: IndexHandle, qids: list[str], vectors: np.ndarray, k: int,
+def search_vectors(index: Index, qids: list[str], vectors: np.ndarray, k: int,
                    batch_size: int = 4096) -> SearchResult:
     if k < 1:
         raise ConfigError(f"top-k must be >= 1, got {k}")
@@ -107,7 +107,7 @@ def search_vectors(index: IndexHandle, qids: list[str], vectors: np.ndarray, k: 
                         timings={"search_s": time.perf_counter() - t0})
 
 
-def search(index: IndexHandle, queries: Mapping[str, str], embedder: Embedder, k: int = 100,
+def search(index: Index, queries: Mapping[str, str], embedder: Embedder, k: int = 100,
            batch_size: int = 256, progress: Advance | None = None) -> SearchResult:
     """Encode ``queries`` ({qid: text}) and search the index; timings split encode/search."""
     qids = list(queries)
@@ -119,7 +119,7 @@ def search(index: IndexHandle, queries: Mapping[str, str], embedder: Embedder, k
     return result
 
 
-def write_run(run: Mapping[str, Mapping[str, float]], path: str | os.PathLike[str],
+def write_run(run: Mapping[str, Mapping[str, float]], path: PathLike,
               fmt: str | None = None, tag: str = "tttembed", *, overwrite: bool = True) -> Path:
     """Write a run as TREC (``qid Q0 doc rank score tag``) or JSONL, atomically; with
     ``overwrite=False`` an existing file is an error."""
@@ -140,7 +140,7 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | os.PathLike[st
     return path
 
 
-def read_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
+def read_run(path: PathLike) -> dict[str, dict[str, float]]:
     """Read a run written by ``write_run`` (TREC or JSONL)."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}

@@ -28,17 +28,14 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tttembed import __version__
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import (
     MANIFEST,
-    now_utc,
     read_json,
     refuse_existing,
     resolve_version,
@@ -47,56 +44,23 @@ from tttembed.core.io import (
     write_manifest,
     writer_lock,
 )
-from tttembed.core.io import (
-    read_manifest as _read_manifest,
-)
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
-from tttembed.index.base import is_db_spec, repair_spec
-from tttembed.index.faiss_backend import build_faiss, configure, faiss_module, resolve_params
+from tttembed.index.base import Index, is_db_spec, repair_spec
+from tttembed.index.faiss_backend import (
+    FaissIndex,
+    build_faiss,
+    configure,
+    faiss_module,
+    resolve_params,
+)
+from tttembed.index.manifest import BUILD_FIX, build_manifest, check_identity, read_manifest
+from tttembed.types import PathLike
 
-FORMAT = "tttembed-index"
-BUILD_FIX = "build it with 'tttembed index DATA --out DIR'"
-FORMAT_VERSION = 1
 FILES = (MANIFEST, "index.faiss", "doc_ids.json", "vectors.npy")
 
 
-@dataclass(frozen=True)
-class IndexHandle:
-    """An opened index: FAISS object, row -> doc id, unit doc vectors, manifest (the
-    FAISS backend of :class:`tttembed.index.base.Index`)."""
-
-    path: Path | str
-    manifest: dict[str, Any]
-    doc_ids: list[str]
-    vectors: np.ndarray
-    faiss_index: Any
-
-    @property
-    def identity(self) -> str:
-        return str(self.manifest["embedder"])
-
-    @property
-    def dim(self) -> int:
-        return int(self.manifest["dim"])
-
-    def __len__(self) -> int:
-        return len(self.doc_ids)
-
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """FAISS contract: (D, I) of shape (nq, k); I = -1 where fewer than k exist."""
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise StateMismatch(f"query vectors have shape {q.shape}, index dim is {self.dim}")
-        k = min(int(k), len(self.doc_ids))
-        return self.faiss_index.search(q, k)
-
-    def get_vectors(self, rows: Any) -> np.ndarray:
-        """The stored unit vectors of ``rows`` (any int array shape S): float32 S + (dim,)."""
-        return np.asarray(self.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
-
-
-def write_index(out: str | os.PathLike[str], doc_ids: list[str], vectors: np.ndarray, *,
+def write_index(out: PathLike, doc_ids: list[str], vectors: np.ndarray, *,
                 embedder_identity: str, embedder_spec: str, corpus_fingerprint: str,
                 index_type: str = "flat", index_params: dict[str, int] | None = None,
                 overwrite: bool = False, extra: dict[str, Any] | None = None,
@@ -160,22 +124,6 @@ def _checked_vectors(doc_ids: list[str], vectors: np.ndarray) -> np.ndarray:
     return vectors
 
 
-def build_manifest(vectors: np.ndarray, *, embedder_identity: str, embedder_spec: str,
-                   corpus_fingerprint: str, index_type: str, index_params: dict[str, Any],
-                   versions: dict[str, str], extra: dict[str, Any] | None) -> dict[str, Any]:
-    """The manifest every backend stores with its vectors."""
-    return {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "embedder": embedder_identity, "embedder_spec": embedder_spec,
-        "dim": int(vectors.shape[1]), "metric": "inner_product", "normalized": True,
-        "n_docs": len(vectors), "corpus_fingerprint": corpus_fingerprint,
-        "index_type": index_type, "index_params": index_params,
-        "tttembed_version": __version__, **versions,
-        "created": now_utc(),
-        **(extra or {}),
-    }
-
-
 def _write_collection(spec: str, doc_ids: list[str], vectors: np.ndarray, *, overwrite: bool,
                       progress: Advance | None, manifest: dict[str, Any],
                       texts: list[str] | None = None) -> str:
@@ -211,13 +159,8 @@ def _raise_write_error(exc: Exception, folder: Path) -> None:
                   f"({str(exc).strip().splitlines()[-1][:120]})", str(folder)) from exc
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """An index folder's manifest (a DataError naming the path when absent or corrupt)."""
-    return _read_manifest(path, fmt=FORMAT, what="tttembed index", fix=BUILD_FIX)
-
-
-def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = None,
-               expected_dim: int | None = None) -> IndexHandle:
+def open_index(path: PathLike, *, expected_identity: str | None = None,
+               expected_dim: int | None = None) -> Index:
     """Open an index directory, refusing one built by another embedder or dimension.
 
     Everything is read from one version; when a writer replaced that version while it was
@@ -241,20 +184,8 @@ def open_index(path: str | os.PathLike[str], *, expected_identity: str | None = 
                     fix="open it again when the rebuild is over")
 
 
-def check_identity(path: Path | str, manifest: dict[str, Any], expected_identity: str | None,
-                   expected_dim: int | None) -> None:
-    """Refuse an index built by another embedder or dimension (StateMismatch)."""
-    if expected_identity is not None and manifest["embedder"] != expected_identity:
-        raise StateMismatch(
-            f"index {path} was built with embedder {manifest['embedder']!r}, not "
-            f"{expected_identity!r}; use the same --embedder or rebuild the index")
-    if expected_dim is not None and int(manifest["dim"]) != int(expected_dim):
-        raise StateMismatch(f"index {path} has dimension {manifest['dim']}, the embedder "
-                            f"gives {expected_dim}; rebuild the index with this embedder")
-
-
 def _open_version(path: Path, version: Path, expected_identity: str | None,
-                  expected_dim: int | None) -> IndexHandle:
+                  expected_dim: int | None) -> Index:
     manifest = read_manifest(version)
     check_identity(path, manifest, expected_identity, expected_dim)
     for name in FILES:
@@ -275,8 +206,8 @@ def _open_version(path: Path, version: Path, expected_identity: str | None,
         raise DataError(f"index {path} is inconsistent (manifest: {n} docs of dim {dim}; "
                         f"FAISS: {index.ntotal} of dim {index.d}; vectors: {vectors.shape}; "
                         f"{len(doc_ids)} ids)", fix="rebuild the index")
-    return IndexHandle(path=path, manifest=manifest, doc_ids=doc_ids, vectors=vectors,
-                       faiss_index=index)
+    return FaissIndex(path=path, manifest=manifest, doc_ids=doc_ids, vectors=vectors,
+                      faiss_index=index)
 
 
 def _read_faiss(file: Path, manifest: dict[str, Any]) -> Any:
@@ -295,7 +226,7 @@ def _read_faiss(file: Path, manifest: dict[str, Any]) -> Any:
 
 
 def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
-                out: str | os.PathLike[str], *, index_type: str = "flat",
+                out: PathLike, *, index_type: str = "flat",
                 index_params: dict[str, int] | None = None, overwrite: bool = False,
                 progress: Advance | None = None,
                 extra: dict[str, Any] | None = None,
@@ -346,9 +277,9 @@ def _build_collection(corpus: dict[str, dict[str, str]], embedder: Embedder, spe
                            texts=texts if store_text else None))
 
 
-def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str],
+def open_or_build(corpus: dict[str, dict[str, str]], path: PathLike,
                   embedder: Embedder, *, progress: Advance | None = None,
-                  rebuild: bool = False, source: str | None = None) -> IndexHandle:
+                  rebuild: bool = False, source: str | None = None) -> Index:
     """The index of ``corpus`` at ``path`` for ``embedder``: opened when its manifest
     matches both, built there when absent. A mismatch is an error, or (``rebuild=True``,
     for folders tttembed owns, such as cached evaluation indexes) rebuilt in place.
@@ -379,7 +310,7 @@ def open_or_build(corpus: dict[str, dict[str, str]], path: str | os.PathLike[str
 def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
                               embedder: Embedder, fingerprint: str, *,
                               progress: Advance | None, rebuild: bool,
-                              extra: dict[str, Any]) -> IndexHandle:
+                              extra: dict[str, Any]) -> Index:
     from tttembed.core.registry import create
 
     exists = create("index", spec).exists()
@@ -394,7 +325,7 @@ def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
 
 
 def _matching(path: Path | str, embedder: Embedder, fingerprint: str
-              ) -> tuple[IndexHandle | None, Exception]:
+              ) -> tuple[Index | None, Exception]:
     """(the index at ``path`` when it matches embedder and corpus, else None; the reason)."""
     if isinstance(path, Path) and not path.exists():
         return None, DataError(f"index {path} does not exist", fix=BUILD_FIX)

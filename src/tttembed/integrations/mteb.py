@@ -40,11 +40,11 @@ import numpy as np
 from tttembed.adapt.scopes import query_keys
 from tttembed.adapt.state import AdaptState, apply_states, load_state, state_owners
 from tttembed.core.errors import ConfigError, MissingDependency, StateMismatch
-from tttembed.embed.base import Embedder
+from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
+from tttembed.index.base import Index
+from tttembed.types import StateLike
 
-StateLike = AdaptState | str | os.PathLike[str]
-
-__all__ = ["MTEBModel", "StateLike"]
+__all__ = ["MTEBModel", "mteb_model"]
 
 
 def _require_mteb() -> Any:
@@ -174,3 +174,29 @@ class MTEBModel:
     def __repr__(self) -> str:
         return (f"MTEBModel({self.embedder.identity!r}, states={len(self.states)}, "
                 f"task={self.task!r})")
+
+
+def mteb_model(embedder: Embedder | str | None = None, *,
+               states: StateLike | Sequence[StateLike] = (), index: Index | None = None,
+               task: str | None = None, name: str | None = None,
+               require_match: bool = True) -> MTEBModel:
+    """An MTEB 2.x model (:class:`MTEBModel`) for MTEB's own evaluator: queries encoded
+    by ``embedder`` and moved by ``states`` (the most specific state per query, as
+    ``search``), documents raw; no states = the raw retriever. ``embedder``: an Embedder
+    or a spec (default: the one recorded in ``index``, else the bundled MiniLM); ``task``:
+    the task name task-wise states were learned under (default: the MTEB task's name).
+    Needs ``pip install 'tttembed[mteb]'``.
+
+        >>> import mteb
+        >>> model = tt.mteb_model(index=index, states=["vectors.npz"], task="scifact")
+        >>> result = mteb.evaluate(model, mteb.get_tasks(tasks=["SciFact"]), cache=None)
+    """
+    from tttembed.embed.cache import load_embedder
+    from tttembed.index.embedder import index_embedder
+
+    if index is not None and not isinstance(embedder, str):
+        emb = index_embedder(index, embedder)
+    else:
+        emb = load_embedder(embedder) if isinstance(embedder, str) else \
+            embedder or load_embedder(DEFAULT_EMBEDDER)
+    return MTEBModel(emb, states, task=task, name=name, require_match=require_match)

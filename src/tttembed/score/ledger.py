@@ -45,6 +45,7 @@ from tttembed.core.errors import BackendError, ConfigError, StateMismatch
 from tttembed.core.io import text_digest
 from tttembed.core.paths import cache_dir
 from tttembed.score.base import Item, Scorer
+from tttembed.types import PathLike
 
 SCHEMA_VERSION = 1
 _MAX_VARS = 500  # host parameters per SELECT ... IN (...)
@@ -70,7 +71,7 @@ WHERE excluded.reward IS NOT NULL OR rewards.reward IS NULL
 """
 
 
-def default_ledger_path(cache_root: str | os.PathLike[str] | None = None) -> Path:
+def default_ledger_path(cache_root: PathLike | None = None) -> Path:
     """``ledger.sqlite`` in :func:`tttembed.core.paths.cache_dir` (``cache_root`` overrides it)."""
     return cache_dir(cache_root) / "ledger.sqlite"
 

@@ -16,7 +16,7 @@ Query-wise states are keyed by ``task/qid``; state files hold no texts. The serv
 exact query text to its id through the query files given with ``queries`` (``--queries``);
 without them a query-wise state applies to no request (``/v1/states`` says so).
 
-In-process apps use :mod:`tttembed.serve.adapters` (LangChain / LlamaIndex embeddings:
+In-process apps use :mod:`tttembed.integrations.adapters` (LangChain / LlamaIndex embeddings:
 queries adapted, documents raw) instead of a server.
 
 Importing this package is light: Starlette and uvicorn load inside :func:`create_app` and
@@ -35,7 +35,8 @@ def create_app(config: ServeConfig | None = None, /, *, embedder: Any = None,
     """The Starlette app for ``config`` (or ``ServeConfig(**options)``); ``embedder``
     replaces the index's own (it must have the index's identity).
 
-        >>> app = tt.create_app(index="idx/demo", states=["task.npz"])
+        >>> from tttembed.serve import create_app
+        >>> app = create_app(index="idx/demo", states=["task.npz"])
     """
     from tttembed.serve.app import build_app
 
@@ -45,9 +46,10 @@ def create_app(config: ServeConfig | None = None, /, *, embedder: Any = None,
 
 def run_server(config: ServeConfig | None = None, /, **options: Any) -> None:
     """Run the service under uvicorn until SIGINT/SIGTERM (in-flight requests finish).
-    (Not named ``serve``: ``tt.serve`` is this package.)
+    (Not named ``serve``: ``tttembed.serve`` is this package.)
 
-        >>> tt.run_server(index="idx/demo", states=["task.npz"], port=8000)
+        >>> from tttembed.serve import run_server
+        >>> run_server(index="idx/demo", states=["task.npz"], port=8000)
     """
     from tttembed.serve.run import run
 

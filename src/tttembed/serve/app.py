@@ -11,10 +11,8 @@ JSON rendering run in a worker thread; the event loop only moves bytes.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
-import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,58 +25,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tttembed.core.errors import StateMismatch
 from tttembed.embed.base import Embedder
 from tttembed.serve import routes
 from tttembed.serve.config import ServeConfig
-from tttembed.serve.engine import Engine
-from tttembed.serve.metrics import Metrics
+from tttembed.serve.logs import access_log, configure_logging, log
 from tttembed.serve.routes import json_response
-from tttembed.serve.states import StateRegistry
+from tttembed.serve.service import Service
 from tttembed.serve.wire import ApiError, error_body
 
-log = logging.getLogger("tttembed.serve")
-access_log = logging.getLogger("tttembed.serve.access")
-
 Handler = Callable[[Request, dict[str, Any]], Awaitable[Response]]
-
-
-class Service:
-    """Everything the routes share, built once (model and index loaded eagerly)."""
-
-    def __init__(self, config: ServeConfig, embedder: Embedder | None = None) -> None:
-        from tttembed.api import embedder_for_index, open_index
-
-        self.config = config
-        self.index = open_index(config.index)
-        if embedder is None:
-            embedder = embedder_for_index(self.index, cache=False)
-        elif embedder.identity != self.index.identity:
-            raise StateMismatch(f"embedder {embedder.identity!r} is not the index's "
-                                f"{self.index.identity!r}")
-        self.model = str(self.index.manifest.get("embedder_spec", self.index.identity))
-        self.engine = Engine(self.index, embedder, config.cache_size)
-        embedder.encode(["warm-up"], "query")  # load the model before the first request
-        self.registry = StateRegistry(config, self.index)
-        self.metrics = Metrics()
-        self.metrics.generation = self.registry.current.generation
-        self._key = config.api_key()
-        self._key_bytes = self._key.encode() if self._key else None
-        self.background: set[Any] = set()
-
-    def authorized(self, request: Request) -> bool:
-        if self._key_bytes is None:
-            return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            token.strip().encode(), self._key_bytes)
-
-    def reload(self) -> tuple[bool, Any, str | None]:
-        swapped, snap, error = self.registry.reload()
-        self.metrics.reload(swapped, snap.generation)
-        if swapped and self.config.workers > 1:
-            os.kill(os.getppid(), signal.SIGHUP)  # uvicorn rolls every worker over
-        return swapped, snap, error
 
 
 def _log_access(request: Request, route: str, status: int, seconds: float,
@@ -182,15 +137,13 @@ def build_app(config: ServeConfig, embedder: Embedder | None = None) -> Starlett
 
 def _bind(handler: Any, svc: Service) -> Handler:
     async def bound(request: Request, info: dict[str, Any]) -> Response:
-        return await handler(svc, request, info)  # type: ignore[no-any-return]
+        return await handler(svc, request, info)
 
     return bound
 
 
 def app_from_env() -> Starlette:
     """uvicorn's factory in worker processes (``--workers N``)."""
-    from tttembed.serve.run import configure_logging
-
     config = ServeConfig.from_env()
     configure_logging(config.log_level)
     return build_app(config)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tttembed.embed.base import Embedder, Kind
-from tttembed.index.store import IndexHandle
-from tttembed.serve.states import Snapshot
+from tttembed.index.base import Index
+from tttembed.ttt.snapshot import Snapshot
 
 
 class _Slot:
@@ -127,7 +127,7 @@ class Result:
 
 
 class Engine:
-    def __init__(self, index: IndexHandle, embedder: Embedder, cache_size: int) -> None:
+    def __init__(self, index: Index, embedder: Embedder, cache_size: int) -> None:
         self.index = index
         self.embedder = embedder
         self.encoder = LRUEncoder(embedder, cache_size)

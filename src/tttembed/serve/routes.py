@@ -21,7 +21,7 @@ from tttembed.serve.wire import (
 )
 
 if TYPE_CHECKING:
-    from tttembed.serve.app import Service
+    from tttembed.serve.service import Service
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -14,26 +14,14 @@ process, so a fresh worker starts again at 1).
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 
 from tttembed.core.errors import MissingDependency
 from tttembed.serve.config import ENV, ServeConfig
+from tttembed.serve.logs import configure_logging
 
 
-def configure_logging(level: str = "info") -> None:
-    """Our loggers to stderr, one line each (access lines are JSON)."""
-    logger = logging.getLogger("tttembed.serve")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
-    logger.setLevel(level.upper())
-
-
-def _uvicorn():  # type: ignore[no-untyped-def]
+def _uvicorn():
     try:
         import starlette  # noqa: F401
         import uvicorn

@@ -5,7 +5,7 @@ direct reranking (:mod:`.search`). ``tttembed.api`` and ``tttembed.evaluation`` 
 
 from __future__ import annotations
 
-from tttembed.ttt.learn import LearnOutcome, Source, learn, learn_state, pair_counts
+from tttembed.ttt.learn import LearnOutcome, Source, learn_outcome, learn_state, pair_counts
 from tttembed.ttt.queries import (
     BaseRetrieval,
     QuerySet,
@@ -39,6 +39,6 @@ from tttembed.ttt.search import (
 __all__ = ["BaseRetrieval", "LearnOutcome", "QuerySet", "RewardPlan", "Rewards", "Source",
            "adapt_queries", "adapted_search", "applied_counts", "base_retrieval",
            "build_scorer", "candidate_depth", "check_applied", "check_corpus_matches",
-           "check_states", "corpus_for_index", "count_in_ledger", "learn", "learn_state",
+           "check_states", "corpus_for_index", "count_in_ledger", "learn_outcome", "learn_state",
            "make_plan", "pair_counts", "query_sources", "rerank_runs", "restrict",
            "reward_table", "run_from_arrays", "score_pairs", "trec_order"]

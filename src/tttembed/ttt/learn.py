@@ -25,14 +25,17 @@ from tttembed.adapt.crossval import (
 from tttembed.core.errors import ConfigError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
-from tttembed.index.store import IndexHandle
+from tttembed.execute.config import ExecutorLike
+from tttembed.index.base import Index
 from tttembed.score.base import Scorer
-from tttembed.ttt.queries import BaseRetrieval, QuerySet, base_retrieval
+from tttembed.ttt.corpus import CorpusArg
+from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
     RewardPlan,
     Rewards,
     candidate_depth,
+    corpus_for_index,
     count_in_ledger,
     make_plan,
     reward_table,
@@ -41,10 +44,10 @@ from tttembed.ttt.rewards import (
 
 #: One source of rewarded queries: the queries, their base retrieval, the index they
 #: were retrieved from (each task of an evaluation has its own index).
-Source = tuple[QuerySet, BaseRetrieval, IndexHandle]
+Source = tuple[QuerySet, BaseRetrieval, Index]
 
 
-def _fingerprint(indexes: Sequence[IndexHandle]) -> str:
+def _fingerprint(indexes: Sequence[Index]) -> str:
     prints = {str(ix.manifest.get("corpus_fingerprint", "")) for ix in indexes}
     return prints.pop() if len(prints) == 1 else ""
 
@@ -133,11 +136,11 @@ def pair_counts(scorer: Scorer, plan: RewardPlan, rewards: Rewards) -> dict[str,
             "missing": missing}
 
 
-def learn(index: IndexHandle, embedder: Embedder, queries: QuerySet, corpus: Corpus,
-          scorer: Scorer, *, scope: str = "task", avg_budget: float = 10.0, depth: int = 10,
-          objective: str = "kd", seed: int = 0, dry_run: bool = False,
-          alpha: str | float = "rule", folds: int = FOLDS,
-          progress: Progress | None = None) -> LearnOutcome:
+def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: Corpus,
+                  scorer: Scorer, *, scope: str = "task", budget: float = 10.0,
+                  depth: int = 10, objective: str = "kd", seed: int = 0,
+                  dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
+                  progress: Progress | None = None) -> LearnOutcome:
     """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
     0, a ``folds``-fold reward cross-validation is run and kept in the state
     (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds)."""
@@ -146,10 +149,10 @@ def learn(index: IndexHandle, embedder: Embedder, queries: QuerySet, corpus: Cor
         raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
     if asked == "auto" and not folds:
         raise ConfigError("alpha auto is chosen by cross-validation: give at least 2 folds")
-    k = candidate_depth(avg_budget, depth, len(index))
+    k = candidate_depth(budget, depth, len(index))
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
-    plan = make_plan(queries, base, index, avg_budget, depth, seed)
+    plan = make_plan(queries, base, index, budget, depth, seed)
     if dry_run:
         return LearnOutcome(state=None, plan=count_in_ledger(plan, queries, corpus, scorer))
     rewards = score_pairs(plan.pairs, queries, corpus, scorer,
@@ -167,4 +170,69 @@ def learn(index: IndexHandle, embedder: Embedder, queries: QuerySet, corpus: Cor
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
 
 
-__all__ = ["LearnOutcome", "Source", "learn", "learn_state", "pair_counts"]
+def planned_state(index: Index, outcome: LearnOutcome, *, scope: str, objective: str,
+                  dry_run: bool) -> AdaptState:
+    """The state of a learn that produced no vector (a dry run, or nothing rewarded): no
+    vector, its pair counts (``requested / in_ledger / to_pay`` for a dry run) and the
+    plan's size as its budget."""
+    plan = outcome.plan
+    pairs = ({"requested": len(plan.pairs), "in_ledger": plan.in_ledger or 0,
+              "to_pay": plan.to_pay} if dry_run else outcome.counts)
+    return AdaptState(scope, (), np.zeros((0, index.dim), np.float32), np.zeros(0),
+                      np.zeros(0, np.int64), identity=index.identity, dim=index.dim,
+                      objective=objective, pairs=pairs, dry_run=dry_run,
+                      budget=len(plan.pairs))
+
+
+def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = "task",
+          budget: float = 10, task: str | Sequence[str] | None = None,
+          objective: str = "kd", dry_run: bool = False, split: str = "test", depth: int = 10,
+          seed: int = 0, embedder: Embedder | None = None, corpus: CorpusArg | None = None,
+          alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
+          executor: ExecutorLike = "local") -> AdaptState:
+    """Spend ``budget`` rewards per query (on average) on the top candidates of
+    ``queries``, paid once through the ledger, and learn one ``scope``'s state.
+
+    ``executor="ray"`` (or :class:`~tttembed.execute.config.Ray` ``(address, actors,
+    gpus)``) runs the model work on Ray Data: the query vectors not yet cached (a local
+    embedder), and the pairs not yet in the ledger of a local-model scorer
+    (``cross-encoder:``, ``qwen3-reranker:``), every result committed to the same cache
+    and ledger (a rerun pays nothing). HTTP scorers (``rerank:``, ``llm:``) and ``qrels``
+    are scored in this process, with a logged note (:mod:`tttembed.execute.score`).
+
+    ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default), a fixed number in [0, 1], or
+    ``"auto"``: chosen from {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule} by a ``folds``-fold reward
+    cross-validation (0 when no alpha shows a gain on held-out rewarded candidates).
+    Unless ``folds`` is 0 that cross-validation runs for every alpha and is reported in
+    ``state.crossval`` (gain of each alpha over the raw vectors, with a 95% CI).
+
+    ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
+    pairs. With ``dry_run`` nothing is scored: the state holds no vector, and
+    ``state.pairs`` says requested / in_ledger / to_pay.
+
+        >>> state = tt.learn(index, "data/scifact", scorer="bm25", scope="task", budget=10)
+        >>> state.pairs
+        {'requested': 3000, 'cached': 0, 'paid': 3000, 'missing': 0}
+    """
+    from tttembed.adapt import check_objective, check_scope
+    from tttembed.execute import prepare
+    from tttembed.index.embedder import index_embedder
+    from tttembed.ttt.scorer import scorer_for
+
+    check_scope(scope)
+    check_objective(objective)
+    qs = as_query_set(queries, task, split)
+    docs = corpus_for_index(index, corpus, qs.folder)
+    sc = scorer_for(scorer, index, docs)
+    emb = index_embedder(index, embedder)
+    prepare(sc, executor, embedder=emb, texts=() if dry_run else qs.texts)
+    outcome = learn_outcome(index, emb, qs, docs, sc, scope=scope, budget=budget,
+                            depth=depth, objective=objective, seed=seed, dry_run=dry_run,
+                            alpha=alpha, folds=folds, progress=progress)
+    if outcome.state is not None:
+        return outcome.state
+    return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)
+
+
+__all__ = ["LearnOutcome", "Source", "learn", "learn_outcome", "learn_state", "pair_counts",
+           "planned_state"]

@@ -20,8 +20,8 @@ from tttembed.adapt.scopes import query_key
 from tttembed.core.errors import ConfigError
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
+from tttembed.index.base import Index
 from tttembed.index.search import encode_queries
-from tttembed.index.store import IndexHandle
 
 Pair = tuple[str, str]
 Run = dict[str, dict[str, float]]
@@ -126,19 +126,19 @@ class BaseRetrieval:
     rows: np.ndarray  # (N, K) int64
     scores: np.ndarray  # (N, K) float32
 
-    def candidates(self, index: IndexHandle, keys: Sequence[str]) -> dict[str, list[str]]:
+    def candidates(self, index: Index, keys: Sequence[str]) -> dict[str, list[str]]:
         return {k: [index.doc_ids[r] for r in self.rows[i] if r >= 0]
                 for i, k in enumerate(keys)}
 
 
-def base_retrieval(index: IndexHandle, embedder: Embedder, queries: QuerySet, k: int,
+def base_retrieval(index: Index, embedder: Embedder, queries: QuerySet, k: int,
                    progress: Advance | None = None) -> BaseRetrieval:
     x = encode_queries(embedder, list(queries.texts), progress=progress)
     scores, rows = index.search(x, k)
     return BaseRetrieval(x=x, rows=rows.astype(np.int64), scores=scores)
 
 
-def run_from_arrays(queries: QuerySet, index: IndexHandle, rows: np.ndarray,
+def run_from_arrays(queries: QuerySet, index: Index, rows: np.ndarray,
                     scores: np.ndarray) -> dict[str, Run]:
     """Per-task BEIR runs ``{task: {qid: {doc: score}}}`` from search arrays."""
     out: dict[str, Run] = {}
@@ -150,3 +150,15 @@ def run_from_arrays(queries: QuerySet, index: IndexHandle, rows: np.ndarray,
 
 __all__ = ["DICT_TASK", "BaseRetrieval", "Pair", "QuerySet", "QuerySource", "Qrels", "Run",
            "base_retrieval", "query_sources", "run_from_arrays"]
+
+
+#: What the API takes as queries: one source or several (one task each).
+Queries = Union[QuerySource, Sequence[QuerySource]]
+
+
+def as_query_set(queries: Queries | QuerySet, task: str | Sequence[str] | None = None,
+                 split: str | None = "test") -> QuerySet:
+    """``queries`` as a QuerySet (a QuerySet is returned as it is)."""
+    if isinstance(queries, QuerySet):
+        return queries
+    return query_sources(queries, task=task, split=split)

@@ -8,7 +8,6 @@ from its spec with what its declared :class:`~tttembed.score.base.Capabilities` 
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,9 +19,11 @@ import numpy as np
 from tttembed.adapt.allocate import plan_rewards
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Advance
-from tttembed.index.store import IndexHandle
-from tttembed.score.base import Scorer, capabilities
+from tttembed.index.base import Index
+from tttembed.score.base import Scorer
+from tttembed.score.build import build_scorer
 from tttembed.ttt.queries import BaseRetrieval, Pair, QuerySet
+from tttembed.types import PathLike
 
 Corpus = Mapping[str, Mapping[str, str]]
 Rewards = dict[str, dict[str, float]]
@@ -34,7 +35,7 @@ class RewardPlan:
 
     pairs: list[Pair]
     n_queries: int
-    avg_budget: float
+    budget: float
     depth: int
     in_ledger: int | None = None
 
@@ -47,46 +48,16 @@ class RewardPlan:
         return len(self.pairs) - (self.in_ledger or 0)
 
 
-def build_scorer(spec: str, corpus: Corpus | None = None, *,
-                 ledger_path: str | os.PathLike[str] | None = None,
-                 cache_dir: str | os.PathLike[str] | None = None, use_ledger: bool = True,
-                 **options: Any) -> Scorer:
-    """A scorer from its spec, given the corpus when it needs it, wrapped in the ledger
-    when its rewards are cacheable."""
-    from tttembed.score.base import get_scorer
-    from tttembed.score.ledger import Ledger, LedgerScorer, default_ledger_path
-
-    caps = capabilities(spec)
-    retry_missing = bool(options.pop("retry_missing", False))
-    if caps.needs_corpus and "corpus" not in options:
-        if corpus is None:
-            raise ConfigError(f"scorer {spec!r} needs the document texts: give the corpus "
-                              "(--corpus, or an index whose manifest names it)")
-        options["corpus"] = corpus
-    scorer = get_scorer(spec, **options)
-    if not caps.cacheable or not use_ledger:
-        if retry_missing:
-            raise ConfigError(f"retry_missing (--retry-missing): scorer {spec!r} keeps no "
-                              "ledger (its rewards are not cached), so no pair is recorded "
-                              "missing")
-        return scorer
-    wrapped = LedgerScorer(scorer, Ledger(Path(ledger_path) if ledger_path else
-                                          default_ledger_path(cache_dir)),
-                           retry_missing=retry_missing)
-    wrapped.origin = (spec, dict(options))  # to rebuild it elsewhere (Ray actors)
-    return wrapped
-
-
-def candidate_depth(avg_budget: float, depth: int, n_docs: int) -> int:
+def candidate_depth(budget: float, depth: int, n_docs: int) -> int:
     """How many base candidates the plan may reach: ``depth``, or more past full coverage."""
-    return max(1, min(n_docs, max(depth, math.ceil(avg_budget))))
+    return max(1, min(n_docs, max(depth, math.ceil(budget))))
 
 
-def make_plan(queries: QuerySet, base: BaseRetrieval, index: IndexHandle, avg_budget: float,
+def make_plan(queries: QuerySet, base: BaseRetrieval, index: Index, budget: float,
               depth: int = 10, seed: int = 0) -> RewardPlan:
     cands = base.candidates(index, queries.keys)
-    pairs = plan_rewards(queries.keys, cands, avg_budget, depth=depth, seed=seed)
-    return RewardPlan(pairs=pairs, n_queries=len(queries), avg_budget=avg_budget, depth=depth)
+    pairs = plan_rewards(queries.keys, cands, budget, depth=depth, seed=seed)
+    return RewardPlan(pairs=pairs, n_queries=len(queries), budget=budget, depth=depth)
 
 
 def _by_query(pairs: Sequence[Pair], queries: QuerySet) -> dict[str, list[str]]:
@@ -193,7 +164,7 @@ def restrict(rewards: Mapping[str, Mapping[str, float]], pairs: Sequence[Pair]) 
     return out
 
 
-def reward_table(queries: QuerySet, base: BaseRetrieval, index: IndexHandle,
+def reward_table(queries: QuerySet, base: BaseRetrieval, index: Index,
                  rewards: Mapping[str, Mapping[str, float]]
                  ) -> tuple[list[int], np.ndarray, list[np.ndarray], list[np.ndarray]]:
     """Rows of rewarded queries (with at least one finite reward), their x, candidate
@@ -212,7 +183,7 @@ def reward_table(queries: QuerySet, base: BaseRetrieval, index: IndexHandle,
     return kept, x, zs, rs
 
 
-def check_corpus_matches(index: IndexHandle, corpus: Corpus) -> None:
+def check_corpus_matches(index: Index, corpus: Corpus) -> None:
     from tttembed.data.beir import corpus_fingerprint
 
     if corpus_fingerprint(corpus) != index.manifest.get("corpus_fingerprint"):
@@ -220,12 +191,12 @@ def check_corpus_matches(index: IndexHandle, corpus: Corpus) -> None:
                           "(fingerprints differ); give the same corpus or rebuild the index")
 
 
-def corpus_for_index(index: IndexHandle, corpus: str | os.PathLike[str] | Corpus | None = None,
+def corpus_for_index(index: Index, corpus: PathLike | Corpus | None = None,
                      folder: Path | None = None) -> dict[str, dict[str, str]]:
     """The corpus the index was built from: ``corpus`` (a dict, BEIR folder or
     corpus.jsonl), the queries' BEIR folder, or the manifest's source; checked against the
     index's corpus fingerprint."""
-    from tttembed.data.beir import load_corpus
+    from tttembed.ttt.corpus import read_corpus
 
     if isinstance(corpus, Mapping):
         docs = {k: dict(v) for k, v in corpus.items()}
@@ -238,7 +209,7 @@ def corpus_for_index(index: IndexHandle, corpus: str | os.PathLike[str] | Corpus
         if path is None:
             raise ConfigError("this scorer needs the document texts: give --corpus (a BEIR "
                               "folder or corpus.jsonl; corpus= in Python)")
-        docs = load_corpus(path / "corpus.jsonl" if path.is_dir() else path)
+        docs = read_corpus(path)[0]
     check_corpus_matches(index, docs)
     return docs
 

@@ -15,8 +15,12 @@ import numpy as np
 from tttembed.adapt import AdaptState, apply_states, query_keys, state_owners
 from tttembed.adapt.rerank import direct_rerank
 from tttembed.core.errors import ConfigError, StateMismatch
-from tttembed.index.store import IndexHandle
-from tttembed.ttt.queries import QuerySet, Run, run_from_arrays
+from tttembed.core.progress import Progress, stage
+from tttembed.embed.base import Embedder
+from tttembed.index.base import Index
+from tttembed.index.search import SearchResult
+from tttembed.ttt.queries import Queries, QuerySet, Run, as_query_set, run_from_arrays
+from tttembed.types import PathLike
 
 
 def _keys(queries: QuerySet, states: Sequence[AdaptState]) -> dict[str, list[str]]:
@@ -35,7 +39,7 @@ def adapt_queries(x: np.ndarray, queries: QuerySet, states: Sequence[AdaptState]
     return apply_states(x, _keys(queries, states), states) if states else x
 
 
-def check_states(states: Sequence[AdaptState], index: IndexHandle, *,
+def check_states(states: Sequence[AdaptState], index: Index, *,
                  allow_foreign: bool = False) -> None:
     """Refuse states made for another embedder, dimension or corpus than ``index``."""
     for st in states:
@@ -63,7 +67,7 @@ def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
                 "name the queries' task with --task NAME (task= in Python) to match the state")
 
 
-def adapted_search(index: IndexHandle, queries: QuerySet, x: np.ndarray,
+def adapted_search(index: Index, queries: QuerySet, x: np.ndarray,
                    states: Sequence[AdaptState], k: int) -> tuple[np.ndarray, np.ndarray]:
     """Re-search the unchanged index with ``unit(x + alpha v)`` (most specific state wins)."""
     return index.search(adapt_queries(x, queries, states), k)
@@ -75,7 +79,7 @@ def trec_order(run: Mapping[str, float]) -> dict[str, float]:
     return dict(sorted(by_id, key=lambda kv: -kv[1]))
 
 
-def rerank_runs(queries: QuerySet, index: IndexHandle, rows: np.ndarray, scores: np.ndarray,
+def rerank_runs(queries: QuerySet, index: Index, rows: np.ndarray, scores: np.ndarray,
                 rewards: Mapping[str, Mapping[str, float]]) -> dict[str, Run]:
     """Direct reranking baseline, per task: each base run (in trec_eval's order, so equal
     scores rank as the metrics read them) with its rewarded slots sorted by reward."""
@@ -87,5 +91,43 @@ def rerank_runs(queries: QuerySet, index: IndexHandle, rows: np.ndarray, scores:
     return out
 
 
+def search(index: Index, queries: Queries, *, k: int = 100,
+           states: Sequence[AdaptState | PathLike] = (),
+           task: str | Sequence[str] | None = None, split: str = "test",
+           embedder: Embedder | None = None, allow_foreign_state: bool = False,
+           batch_size: int = 256, progress: Progress | None = None) -> SearchResult:
+    """Search with raw or adapted query vectors (``unit(x + alpha v)``; the most specific
+    state wins per query: query > task > global). The index never changes.
+
+    ``result.applied`` maps each state to the number of queries it was applied to; a state
+    that applies to none, or was learned on another corpus (unless
+    ``allow_foreign_state``), is an error.
+
+        >>> result = tt.search(index, {"q1": "0-dimensional biomaterials"}, k=10)
+        >>> adapted = tt.search(index, "data/scifact", states=["vectors.npz"])
+    """
+    import time
+
+    from tttembed.adapt.state import load_state
+    from tttembed.index.embedder import index_embedder
+    from tttembed.index.search import encode_queries
+
+    loaded = [s if isinstance(s, AdaptState) else load_state(s) for s in states]
+    check_states(loaded, index, allow_foreign=allow_foreign_state)
+    qs = as_query_set(queries, task, split)
+    emb = index_embedder(index, embedder)
+    check_applied(loaded, qs)
+    counts = applied_counts(qs, loaded)
+    t0 = time.perf_counter()
+    x = encode_queries(emb, list(qs.texts), batch_size,
+                       progress=stage(progress, "encoding queries", len(qs)))
+    t1 = time.perf_counter()
+    scores, rows = adapted_search(index, qs, x, loaded, min(int(k), len(index)))
+    return SearchResult(qids=list(qs.qids), scores=scores, rows=rows, doc_ids=index.doc_ids,
+                        timings={"encode_s": t1 - t0, "search_s": time.perf_counter() - t1},
+                        tasks=list(qs.tasks), qrels=dict(qs.qrels),
+                        applied=dict(zip(loaded, counts)))
+
+
 __all__ = ["adapt_queries", "adapted_search", "applied_counts", "check_applied",
-           "check_states", "rerank_runs", "trec_order"]
+           "check_states", "rerank_runs", "search", "trec_order"]

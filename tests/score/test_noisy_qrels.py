@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import ConfigError
-from tttembed.evaluation.quality import auc, ndcg_of_order, reward_quality
+from tttembed.metrics.quality import auc, ndcg_of_order, reward_quality
 from tttembed.score.base import Item, capabilities, get_scorer
 
 QRELS = {"q1": {"d1": 2, "d2": 1, "d3": 0}, "q2": {"d4": 2}}

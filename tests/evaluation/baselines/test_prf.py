@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import DataError
-from tttembed.evaluation.methods import average_prf, reward_rocchio, rocchio_prf, unit_rows
+from tttembed.evaluation.baselines.prf import average_prf, reward_rocchio, rocchio_prf, unit_rows
 
 
 def _data(n=4, k=5, d=8, seed=0):

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from tttembed.evaluation.method_cells import TaskData
+    from tttembed.evaluation.workload import TaskData
 
 MAX_PAIRS = 3
 LIMIT = 50

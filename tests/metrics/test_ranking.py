@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.evaluation.metrics import (
-    evaluate,
-    evaluate_per_query,
+from tttembed.metrics.ranking import (
     evaluated_queries,
     mean_metric,
     mrr_at_k,
     ndcg_at_k,
     parse_metric,
+    per_query_metrics,
     recall_at_k,
+    run_metrics,
 )
 
 
@@ -72,7 +72,7 @@ def test_queries_without_relevant_documents_do_not_count():
     qrels = {"q1": {"a": 1}, "q0": {"b": 0, "c": 0}, "qneg": {"d": -1}}
     run = {"q1": {"a": 1.0}, "q0": {"b": 1.0}, "qneg": {"d": 1.0}, "extra": {"a": 1.0}}
     assert evaluated_queries(qrels) == ["q1"]
-    assert evaluate_per_query(qrels, run) == {
+    assert per_query_metrics(qrels, run) == {
         "ndcg@10": {"q1": 1.0},
         "recall@100": {"q1": 1.0},
         "mrr@10": {"q1": 1.0},
@@ -99,7 +99,7 @@ def test_evaluate_means_and_no_mutation():
     qrels = {"q1": {"a": 1, "b": 0}, "q2": {"c": 2}}
     run = {"q1": {"b": 0.9, "a": 0.8}, "q2": {"c": 0.1, "d": 0.2}}
     before = (copy.deepcopy(qrels), copy.deepcopy(run))
-    out = evaluate(qrels, run, metrics=("ndcg@10", "mrr@10", "recall@1"))
+    out = run_metrics(qrels, run, metrics=("ndcg@10", "mrr@10", "recall@1"))
     assert out["mrr@10"] == pytest.approx(0.5)
     assert out["recall@1"] == 0.0
     assert out["ndcg@10"] == pytest.approx(1 / math.log2(3))
@@ -110,7 +110,7 @@ def test_all_zero_grades_raise_on_mean():
     qrels = {"q": {"a": 0}}
     assert ndcg_at_k(qrels, {"q": {"a": 1.0}}, 10) == {}
     with pytest.raises(DataError, match="grade >= 1"):
-        evaluate(qrels, {"q": {"a": 1.0}})
+        run_metrics(qrels, {"q": {"a": 1.0}})
 
 
 def test_bad_inputs():
@@ -173,7 +173,7 @@ def test_matches_reference_with_ties():
         qrels, run = _random_case(rng, 15, ties=True)
         for k in (1, 3, 10, 100):
             ref = _reference(qrels, run, k)
-            got = evaluate_per_query(qrels, run, (f"ndcg@{k}", f"recall@{k}", f"mrr@{k}"))
+            got = per_query_metrics(qrels, run, (f"ndcg@{k}", f"recall@{k}", f"mrr@{k}"))
             for qid, (nd, rc, rr) in ref.items():
                 assert got[f"ndcg@{k}"][qid] == pytest.approx(nd, abs=1e-12)
                 assert got[f"recall@{k}"][qid] == pytest.approx(rc, abs=1e-12)
@@ -199,7 +199,7 @@ def test_matches_ranx_on_random_runs():
         r_qrels = ranx.Qrels(copy.deepcopy(qrels))
         r_run = ranx.Run({q: dict(d) for q, d in run.items() if d}).make_comparable(r_qrels)
         theirs = ranx.evaluate(r_qrels, r_run, metrics, return_mean=False)
-        ours = evaluate_per_query(qrels, run, metrics)
+        ours = per_query_metrics(qrels, run, metrics)
         qids = list(r_run.get_query_ids())
         assert sorted(qids) == sorted(ours["ndcg@10"])
         for m in metrics:

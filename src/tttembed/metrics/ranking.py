@@ -32,14 +32,15 @@ from tttembed.core.errors import ConfigError, DataError
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 
-METRICS = ("ndcg", "recall", "mrr")
+METRIC_NAMES = ("ndcg", "recall", "mrr")
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
 __all__ = [
     "DEFAULT_METRICS",
-    "METRICS",
-    "evaluate",
-    "evaluate_per_query",
+    "METRIC_NAMES",
+    "run_metrics",
+    "per_query_metric",
+    "per_query_metrics",
     "evaluated_queries",
     "mean_metric",
     "mrr_at_k",
@@ -176,13 +177,13 @@ def mean_metric(per_query: Mapping[str, float]) -> float:
 def parse_metric(name: str) -> tuple[str, int]:
     """``"ndcg@10"`` -> ``("ndcg", 10)``; ConfigError for anything else."""
     base, sep, cut = name.strip().lower().partition("@")
-    if base not in METRICS or not sep or not cut.isdigit() or int(cut) < 1:
-        known = ", ".join(f"{m}@k" for m in METRICS)
+    if base not in METRIC_NAMES or not sep or not cut.isdigit() or int(cut) < 1:
+        known = ", ".join(f"{m}@k" for m in METRIC_NAMES)
         raise ConfigError(f"unknown metric {name!r}; use one of {known} with k a positive integer")
     return base, int(cut)
 
 
-def evaluate_per_query(
+def per_query_metrics(
     qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS
 ) -> dict[str, dict[str, float]]:
     """``{metric name: {qid: value}}`` for every requested metric, ranks computed once."""
@@ -191,7 +192,15 @@ def evaluate_per_query(
     return {m: ranked.per_query(base, k) for m, base, k in parsed}
 
 
-def evaluate(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS) -> dict[str, float]:
+def run_metrics(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRICS) -> dict[str, float]:
     """``{metric name: mean over the evaluated queries}``."""
-    per_query = evaluate_per_query(qrels, run, metrics)
+    per_query = per_query_metrics(qrels, run, metrics)
     return {m: mean_metric(values) for m, values in per_query.items()}
+
+
+def per_query_metric(qrels: Qrels, run: Run, metric: str = "ndcg@10") -> dict[str, float]:
+    """One metric for each judged query of ``run`` (the input of ``compare``).
+
+        >>> raw = tt.per_query_metric(qrels, result.to_run())
+    """
+    return per_query_metrics(qrels, run, (metric,))[metric]

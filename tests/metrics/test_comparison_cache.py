@@ -8,7 +8,7 @@ import numpy as np
 
 from tttembed.evaluation.protocols import MethodResult
 from tttembed.evaluation.report import summarise
-from tttembed.evaluation.stats import ComparisonCache, compare, p_value
+from tttembed.metrics.stats import ComparisonCache, compare, p_value
 
 
 def _scores(n: int, seed: int, shift: float = 0.0) -> dict[str, float]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.evaluation.synth import QrelsRewards, make_work, unit
 from tttembed.evaluation import protocols as P
-from tttembed.evaluation import qdrant_rf as Q
-
-from .evaluation.synth import QrelsRewards, make_work, unit
+from tttembed.evaluation.baselines import qdrant_rf as Q
 
 
 def test_pairs_best_with_worst_at_most_three():
@@ -167,11 +166,11 @@ def test_qdrant_rf_equals_raw_ranking_without_feedback(work):
 
 def test_eval_runs_noisy_qrels_in_the_fixed_protocol_with_qdrant_rf(minilm, tmp_path,
                                                                    monkeypatch):
+    from tests.evaluation.evaldata import write_tasks
     from tttembed.embed.cache import CachedEmbedder
+    from tttembed.evaluation.config import EvalConfig
     from tttembed.evaluation.report import markdown
-    from tttembed.evaluation.runner import EvalConfig, run_eval
-
-    from .evaluation.evaldata import write_tasks
+    from tttembed.evaluation.runner import run_eval
 
     monkeypatch.setattr(Q, "LIMIT", 10)  # the test tasks are small
     monkeypatch.setattr(Q, "SYNTHETIC_QUERIES", 8)

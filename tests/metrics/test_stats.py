@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.evaluation.stats import (
+from tttembed.metrics.stats import (
     Comparison,
     aubc,
     compare,
@@ -82,7 +82,7 @@ def test_seeded_and_chunked_runs_are_deterministic(monkeypatch):
     assert paired_bootstrap_ci(a, b, n_resamples=3000, seed=11) == ci1
     assert paired_randomization_test(a, b, n_resamples=3000, seed=12) != p1
     # Chunk size changes the stream split, not the statistics: still a valid p-value.
-    monkeypatch.setattr("tttembed.evaluation.stats._CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr("tttembed.metrics.stats._CHUNK_ELEMENTS", 1000)
     p_small_chunks = paired_randomization_test(a, b, n_resamples=3000, seed=11)
     assert abs(p_small_chunks - p1) < 0.05
 
@@ -185,7 +185,7 @@ def test_aubc_bad_inputs():
 
 def _reference_p(a, b, n_resamples, seed):
     """The earlier implementation: unpack the sign bits to floats, one matrix product."""
-    from tttembed.evaluation.stats import _chunks
+    from tttembed.metrics.stats import _chunks
     d = np.asarray(a, float) - np.asarray(b, float)
     n = d.size
     threshold = abs(d.sum()) - 1e-9 * max(np.abs(d).sum(), np.finfo(np.float64).tiny)

@@ -1,19 +1,18 @@
 """Framework adapters for apps that embed in-process (no server): the query side adapted,
 the document side raw, as LlamaIndex's own ``AdapterEmbeddingModel`` does.
 
-    >>> from tttembed.serve.adapters import langchain_embeddings
+    >>> from tttembed.integrations.adapters import langchain_embeddings
     >>> emb = langchain_embeddings(tt.embedder_for_index(index), ["task.npz"], task="scifact")
     >>> emb.embed_query("0-dimensional biomaterials")      # unit(x + alpha v)
     >>> emb.embed_documents(["a document"])                # the embedder's own vectors
 
-The adaptation is :meth:`tttembed.serve.states.Snapshot.adapt`, the same function the
+The adaptation is :meth:`tttembed.ttt.snapshot.Snapshot.adapt`, the same function the
 server and ``tttembed.api.search`` use. ``queries`` (``{task: {qid: text}}``) lets
 query-wise states find their queries by exact text.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,9 +21,8 @@ import numpy as np
 from tttembed.adapt.state import AdaptState, load_state
 from tttembed.core.errors import MissingDependency, StateMismatch
 from tttembed.embed.base import Embedder
-from tttembed.serve.states import Snapshot
-
-StateLike = AdaptState | str | os.PathLike[str]
+from tttembed.ttt.snapshot import Snapshot
+from tttembed.types import StateLike
 
 
 class QueryAdapter:
@@ -65,10 +63,10 @@ def langchain_embeddings(embedder: Embedder, states: Sequence[StateLike] = (), *
         """tttembed states on the query side of a LangChain app."""
 
         def embed_documents(self, texts: list[str]) -> list[list[float]]:
-            return adapter.documents(texts).tolist()  # type: ignore[no-any-return]
+            return adapter.documents(texts).tolist()
 
         def embed_query(self, text: str) -> list[float]:
-            return adapter.queries([text])[0].tolist()  # type: ignore[no-any-return]
+            return adapter.queries([text])[0].tolist()
 
     out = TTTEmbedEmbeddings()
     out.adapter = adapter  # type: ignore[attr-defined]
@@ -92,16 +90,16 @@ def llamaindex_embedding(embedder: Embedder, states: Sequence[StateLike] = (), *
         _adapter: Any = PrivateAttr()
 
         def _get_query_embedding(self, query: str) -> list[float]:
-            return self._adapter.queries([query])[0].tolist()  # type: ignore[no-any-return]
+            return self._adapter.queries([query])[0].tolist()
 
         async def _aget_query_embedding(self, query: str) -> list[float]:
             return self._get_query_embedding(query)
 
         def _get_text_embedding(self, text: str) -> list[float]:
-            return self._adapter.documents([text])[0].tolist()  # type: ignore[no-any-return]
+            return self._adapter.documents([text])[0].tolist()
 
         def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-            return self._adapter.documents(texts).tolist()  # type: ignore[no-any-return]
+            return self._adapter.documents(texts).tolist()
 
     out = TTTEmbedEmbedding(model_name=model_name)
     out._adapter = QueryAdapter(embedder, states, task=task, queries=queries)

@@ -16,12 +16,12 @@ def test_scifact_raw_ndcg_matches_the_published_figure(tmp_path, minilm):
     from tttembed import api
     from tttembed.data.beir import load_task
     from tttembed.embed.cache import CachedEmbedder
-    from tttembed.evaluation.metrics import evaluate
+    from tttembed.metrics.ranking import run_metrics
 
     task = load_task(shared_dataset("scifact"), split="test")
     emb = CachedEmbedder(minilm, tmp_path / "cache")
     api.index_corpus(task.corpus, tmp_path / "idx", embedder=emb)
     index = api.open_index(tmp_path / "idx", embedder=emb)
     run = api.search(index, task.queries, embedder=emb, k=100).to_run()
-    ndcg = evaluate(task.qrels, run, ("ndcg@10",))["ndcg@10"]
+    ndcg = run_metrics(task.qrels, run, ("ndcg@10",))["ndcg@10"]
     assert abs(ndcg - 0.645) < 0.01, ndcg

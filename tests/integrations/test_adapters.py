@@ -14,7 +14,7 @@ def test_langchain_embeddings_adapt_queries_only(setup, minilm):
     pytest.importorskip("langchain_core")
     from langchain_core.embeddings import Embeddings
 
-    from tttembed.serve.adapters import langchain_embeddings
+    from tttembed.integrations.adapters import langchain_embeddings
 
     emb = langchain_embeddings(minilm, [setup["task"], setup["query"]], task=TASK,
                                queries={TASK: QUERIES})
@@ -35,7 +35,7 @@ def test_adapter_refuses_a_state_of_another_embedder(setup, minilm):
     from dataclasses import replace
 
     from tttembed.api import StateMismatch, load_state
-    from tttembed.serve.adapters import QueryAdapter
+    from tttembed.integrations.adapters import QueryAdapter
 
     foreign = replace(load_state(setup["task"]), identity="st:other-model")
     with pytest.raises(StateMismatch):
@@ -46,7 +46,7 @@ def test_llamaindex_embedding_adapts_queries_only(setup, minilm):
     pytest.importorskip("llama_index.core")
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
-    from tttembed.serve.adapters import llamaindex_embedding
+    from tttembed.integrations.adapters import llamaindex_embedding
 
     emb = llamaindex_embedding(minilm, [setup["task"]], task=TASK)
     assert isinstance(emb, BaseEmbedding)

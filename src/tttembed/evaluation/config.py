@@ -1,0 +1,77 @@
+"""What ``tttembed eval`` runs (:class:`EvalConfig`) and the names it knows: protocols,
+analyses, the default baselines, the metrics of every cell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tttembed.adapt.allocate import NORMALISED_BUDGETS
+from tttembed.core.errors import ConfigError
+from tttembed.core.http import HttpLimits
+from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.execute.config import ExecutorLike, resolve_executor
+from tttembed.types import ALPHA_MODES, BASELINES, SCOPES
+
+PROTOCOLS = ("fixed", "heldout", "loto")
+ANALYSES = ("alpha", "breadth-depth", "objectives")
+#: The baselines run unless ``--baselines`` says otherwise; ``qdrant-rf`` is opt-in (its fit
+#: scores 50 pairs per fitting query: 10,000 per task with a text scorer, see
+#: :mod:`.baselines.qdrant_rf`).
+DEFAULT_BASELINES: tuple[str, ...] = ("direct", "prf-avg", "prf-rocchio", "rw-rocchio")
+#: The metrics of every protocol cell (per query), in this order.
+CELL_METRICS = ("ndcg@10", "recall@100")
+#: Key of a cell's per-query table holding the alpha ``auto`` chose (not a metric).
+ALPHA_CHOSEN = "alpha_chosen"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What to evaluate; every field is recorded in results.json."""
+
+    tasks: tuple[str, ...]
+    embedder: str = DEFAULT_EMBEDDER
+    scorers: tuple[str, ...] = ("bm25",)
+    scopes: tuple[str, ...] = SCOPES
+    budgets: tuple[float, ...] = NORMALISED_BUDGETS
+    protocols: tuple[str, ...] = ("fixed",)
+    analyses: tuple[str, ...] = ()
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    objective: str = "kd"
+    alphas: tuple[str, ...] = ("rule",)  # add "auto": each scope also with alpha auto
+    split: str = "test"
+    train_split: str | None = None
+    heldout_fraction: float = 0.8
+    data_root: str | None = None
+    cache_dir: str | None = None
+    n_resamples: int = 10000
+    few_queries: int = 50
+    #: HTTP backends: timeout and retries (embedder and scorers), concurrency and rpm (scorers)
+    limits: HttpLimits = field(default_factory=HttpLimits)
+    #: where local-model scorers pay their pairs: "local", "ray" or a Ray(address, actors, gpus)
+    executor: ExecutorLike = "local"
+
+    def __post_init__(self) -> None:
+        from tttembed.adapt import check_objective, check_scope
+
+        for s in self.scopes:
+            check_scope(s)
+        check_objective(self.objective)
+        for a in self.alphas:
+            if a not in ALPHA_MODES:
+                raise ConfigError(f"unknown alpha method {a!r}; choose from "
+                                  f"{', '.join(ALPHA_MODES)}")
+        for p in self.protocols:
+            if p not in PROTOCOLS:
+                raise ConfigError(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")
+        for a in self.analyses:
+            if a not in ANALYSES:
+                raise ConfigError(f"unknown analysis {a!r}; choose from {', '.join(ANALYSES)}")
+        for b in self.baselines:
+            if b not in BASELINES:
+                raise ConfigError(f"unknown baseline {b!r}; choose from "
+                                  f"{', '.join(BASELINES)}")
+        if not self.scorers:
+            raise ConfigError("give at least one --scorer")
+        if any(b <= 0 for b in self.budgets):
+            raise ConfigError("budgets are normalised pairs per query and must be > 0")
+        resolve_executor(self.executor)

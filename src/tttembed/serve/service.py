@@ -1,0 +1,57 @@
+"""What every route shares: the index, the model, the engine, the state registry, the
+metrics and the key, built once when the app starts."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import signal
+from typing import Any
+
+from starlette.requests import Request
+
+from tttembed.core.errors import StateMismatch
+from tttembed.embed.base import Embedder
+from tttembed.serve.config import ServeConfig
+from tttembed.serve.engine import Engine
+from tttembed.serve.metrics import Metrics
+from tttembed.serve.states import StateRegistry
+
+
+class Service:
+    """Everything the routes share, built once (model and index loaded eagerly)."""
+
+    def __init__(self, config: ServeConfig, embedder: Embedder | None = None) -> None:
+        from tttembed.index.embedder import embedder_for_index
+        from tttembed.index.store import open_index
+
+        self.config = config
+        self.index = open_index(config.index)
+        if embedder is None:
+            embedder = embedder_for_index(self.index, cache=False)
+        elif embedder.identity != self.index.identity:
+            raise StateMismatch(f"embedder {embedder.identity!r} is not the index's "
+                                f"{self.index.identity!r}")
+        self.model = str(self.index.manifest.get("embedder_spec", self.index.identity))
+        self.engine = Engine(self.index, embedder, config.cache_size)
+        embedder.encode(["warm-up"], "query")  # load the model before the first request
+        self.registry = StateRegistry(config, self.index)
+        self.metrics = Metrics()
+        self.metrics.generation = self.registry.current.generation
+        self._key = config.api_key()
+        self._key_bytes = self._key.encode() if self._key else None
+        self.background: set[Any] = set()
+
+    def authorized(self, request: Request) -> bool:
+        if self._key_bytes is None:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode(), self._key_bytes)
+
+    def reload(self) -> tuple[bool, Any, str | None]:
+        swapped, snap, error = self.registry.reload()
+        self.metrics.reload(swapped, snap.generation)
+        if swapped and self.config.workers > 1:
+            os.kill(os.getppid(), signal.SIGHUP)  # uvicorn rolls every worker over
+        return swapped, snap, error

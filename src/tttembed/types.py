@@ -1,0 +1,45 @@
+"""The project's vocabulary, defined once (httpx ``_types.py`` style): the aliases of the
+BEIR dict contracts and of paths, and ``Literal`` types for the closed sets, each with its
+tuple of values derived by ``typing.get_args`` (the CLI's choices and the error messages
+list exactly these)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, Union, get_args
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tttembed.adapt.state import AdaptState
+
+#: A file or folder path, as every function that reads or writes takes it.
+PathLike = Union[str, "os.PathLike[str]"]
+#: BEIR judgments ``{qid: {doc_id: grade}}``.
+Qrels = Mapping[str, Mapping[str, int]]
+#: A run ``{qid: {doc_id: score}}``.
+Run = Mapping[str, Mapping[str, float]]
+#: Rewards ``{query_key: {doc_id: reward}}``.
+Rewards = dict[str, dict[str, float]]
+#: A learned state, or the path of its file.
+StateLike = Union["AdaptState", str, "os.PathLike[str]"]
+
+#: The scope of a learned vector: one for all queries, one per task, one per query.
+Scope = Literal["global", "task", "query"]
+#: The distillation objective (METHOD.md): soft-target KD, reverse KL, GRPO-style.
+Objective = Literal["kd", "rkl", "grpo"]
+#: Where model work runs.
+Executor = Literal["local", "ray"]
+#: How the alpha of a state is chosen (besides a fixed number).
+AlphaMode = Literal["rule", "auto"]
+#: The baselines ``eval`` compares TTT-Embed's scopes with (``qdrant-rf`` is opt-in).
+Baseline = Literal["direct", "prf-avg", "prf-rocchio", "rw-rocchio", "qdrant-rf"]
+
+SCOPES: tuple[str, ...] = get_args(Scope)
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
+EXECUTORS: tuple[str, ...] = get_args(Executor)
+ALPHA_MODES: tuple[str, ...] = get_args(AlphaMode)
+BASELINES: tuple[str, ...] = get_args(Baseline)
+
+__all__ = ["ALPHA_MODES", "BASELINES", "EXECUTORS", "OBJECTIVES", "SCOPES", "AlphaMode",
+           "Baseline", "Executor", "Objective", "PathLike", "Qrels", "Rewards", "Run", "Scope",
+           "StateLike"]
