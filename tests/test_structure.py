@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tttembed"
-#: Modules whose ``if TYPE_CHECKING:`` imports are for annotations only and may name a
-#: module that imports them back: the vocabulary (a leaf at run time) and the lazy face.
-TYPING_ONLY_OK = {"tttembed.types", "tttembed"}
+#: The lazy face: its ``if TYPE_CHECKING:`` import of the API (``import *`` for type
+#: checkers) is not counted; every other typing-only import is.
+TYPING_ONLY_OK = {"tttembed"}
 
 
 def _module(path: Path) -> str:
@@ -222,7 +222,8 @@ def test_vocabulary_defined_once():
         if path.name == "types.py" and path.parent == SRC:
             continue
         for line in path.read_text().splitlines():
-            if re.match(r"(PathLike|StateLike|SCOPE_METHODS|ALPHA_METHODS)\s*=", line):
+            if re.match(r"(PathLike|SCOPE_METHODS|ALPHA_METHODS)\s*=", line) or (
+                    re.match(r"StateLike\s*=", line) and path.name != "state.py"):
                 redefined.append(f"{path.relative_to(SRC)}: {line.strip()}")
             if re.match(r"METRICS\s*=", line):
                 redefined.append(f"{path.relative_to(SRC)}: {line.strip()}")

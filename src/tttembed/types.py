@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, Union, get_args
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tttembed.adapt.state import AdaptState
+from typing import Literal, Union, get_args
 
 #: A file or folder path, as every function that reads or writes takes it.
 PathLike = Union[str, "os.PathLike[str]"]
@@ -20,8 +17,8 @@ Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 #: Rewards ``{query_key: {doc_id: reward}}``.
 Rewards = dict[str, dict[str, float]]
-#: A learned state, or the path of its file.
-StateLike = Union["AdaptState", str, "os.PathLike[str]"]
+#: (``StateLike``, a state or the path of its file, lives beside ``AdaptState`` in
+#: :mod:`tttembed.adapt.state`: this module imports nothing, so it closes no cycle.)
 
 #: The scope of a learned vector: one for all queries, one per task, one per query.
 Scope = Literal["global", "task", "query"]
@@ -41,5 +38,4 @@ ALPHA_MODES: tuple[str, ...] = get_args(AlphaMode)
 BASELINES: tuple[str, ...] = get_args(Baseline)
 
 __all__ = ["ALPHA_MODES", "BASELINES", "EXECUTORS", "OBJECTIVES", "SCOPES", "AlphaMode",
-           "Baseline", "Executor", "Objective", "PathLike", "Qrels", "Rewards", "Run", "Scope",
-           "StateLike"]
+           "Baseline", "Executor", "Objective", "PathLike", "Qrels", "Rewards", "Run", "Scope"]

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -155,6 +155,11 @@ class AdaptState:
     def index(self) -> dict[str, int]:
         """Group key -> row."""
         return {k: i for i, k in enumerate(self.keys)}
+
+
+#: A learned state, or the path of its file (what ``search``, serving and the framework
+#: adapters take).
+StateLike = Union[AdaptState, PathLike]
 
 
 def state_path(path: PathLike) -> Path:

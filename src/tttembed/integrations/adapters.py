@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt.state import AdaptState, load_state
+from tttembed.adapt.state import AdaptState, StateLike, load_state
 from tttembed.core.errors import MissingDependency, StateMismatch
 from tttembed.embed.base import Embedder
 from tttembed.ttt.snapshot import Snapshot
-from tttembed.types import StateLike
 
 
 class QueryAdapter:

@@ -38,11 +38,10 @@ from typing import Any
 import numpy as np
 
 from tttembed.adapt.scopes import query_keys
-from tttembed.adapt.state import AdaptState, apply_states, load_state, state_owners
+from tttembed.adapt.state import AdaptState, StateLike, apply_states, load_state, state_owners
 from tttembed.core.errors import ConfigError, MissingDependency, StateMismatch
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.index.base import Index
-from tttembed.types import StateLike
 
 __all__ = ["MTEBModel", "mteb_model"]
 
