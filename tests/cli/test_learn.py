@@ -28,9 +28,10 @@ def beir(tmp_path_factory, minilm):
     for topic, texts in TOPICS.items():
         for i, t in enumerate(texts):
             corpus[f"{topic}{i}"] = {"title": "", "text": t}
-    queries = {"q1": "astronomy facts about space", "q2": "kitchen recipes",
-               "q3": "programming languages and tools", "q4": "cosmic objects",
-               "q5": "cooking techniques"}
+    # each query shares a word or two with its topic: bm25 rewards carry a signal
+    queries = {"q1": "astronomy facts about stars in space", "q2": "kitchen recipes to bake bread",
+               "q3": "programming languages and tools like git", "q4": "cosmic objects like comets",
+               "q5": "cooking techniques for the oven"}
     qrels = {"q1": {"astro0": 2, "astro1": 1}, "q2": {"cook0": 2, "cook1": 1},
              "q3": {"code0": 2, "code1": 1}, "q4": {"astro2": 2}, "q5": {"cook2": 2}}
     data = _write_beir(root / "toy", corpus, queries, qrels)

@@ -38,7 +38,9 @@ def test_jsonl_is_strict_about_keys(tmp_path):
     check(exc, path, 2, "missing required field", "'_id'")
 
 
-@pytest.mark.parametrize("header", ["", "query-id\ttext\n", "id\ttext\n", "ID\tText\r\n"])
+@pytest.mark.parametrize("header", ["", "query-id\ttext\n", "id\ttext\n", "ID\tText\r\n",
+                                    "query_id\ttext\n", "qid\tquery\n", "_id\ttext\n",
+                                    "query-id\tquestion\n"])
 def test_tsv_with_optional_header(tmp_path, header):
     path = write(tmp_path / "q.tsv", header + "q7\t how do I sort \n\nq2\tsecond\n")
     assert load_queries(path) == {"q7": "how do I sort", "q2": "second"}

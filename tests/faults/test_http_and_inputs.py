@@ -495,19 +495,25 @@ def test_learn_retry_missing_from_the_cli(hash_server, chat_server, tmp_path):
     assert r.exit_code == 0, r.output
     chat_server.chat = lambda payload: "I cannot tell."
     args = ["learn", str(data), "--index", str(idx), "--scorer", f"llm:m@{chat_server.url}",
-            "--budget", "1", "--depth", "1", "--ledger", str(tmp_path / "ledger.sqlite"),
+            "--budget", "2", "--depth", "2", "--ledger", str(tmp_path / "ledger.sqlite"),
             "--cache-dir", str(cache), "--out", str(tmp_path / "v.npz"), "--quiet",
             "--timeout", "5", "--max-retries", "0"]
     r = runner.invoke(app, args)
-    assert r.exit_code == 1 and "nothing learned" in r.output, r.output
+    assert r.exit_code == 1 and "every one of the 6 pairs is missing" in r.output, r.output
+    assert "--retry-missing" in r.output
     asked = len(chat_server.requests)
-    assert asked == 6  # 3 pairs, each asked twice for a score
+    assert asked == 12  # 6 pairs, each asked twice for a score
     r = runner.invoke(app, args)
     assert r.exit_code == 1 and len(chat_server.requests) == asked  # nothing paid twice
-    chat_server.chat = lambda payload: "Score: 5"
+
+    def by_document(payload):  # a judge whose grade differs between documents
+        number = int(re.search(r"document (\d+) about", json.dumps(payload)).group(1))
+        return f"Score: {5 if number % 2 else 1}"
+
+    chat_server.chat = by_document
     r = runner.invoke(app, [*args, "--retry-missing"])
     assert r.exit_code == 0, r.output
-    assert len(chat_server.requests) == asked + 3 and "paid 3" in r.output
+    assert len(chat_server.requests) == asked + 6 and "paid 6" in r.output
 
 
 def _cli_process(*args: str) -> subprocess.CompletedProcess[str]:

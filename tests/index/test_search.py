@@ -64,7 +64,7 @@ def test_run_files_round_trip(tmp_path, name):
     assert back == {"q1": {"d1": 0.9, "d2": 0.5}, "q2": {"d3": 0.1}}
     if name.endswith(".trec"):
         first = path.read_text().splitlines()[0].split()
-        assert first == ["q1", "Q0", "d1", "1", "0.900000", "tttembed"]
+        assert first == ["q1", "Q0", "d1", "1", "0.9", "tttembed"]
 
 
 def test_real_model_finds_the_matching_document(minilm, tmp_path):
@@ -80,3 +80,16 @@ def test_real_model_finds_the_matching_document(minilm, tmp_path):
                                 "q2": "memory-safe programming languages"}, embedder=emb, k=3)
     cands = {q: list(r) for q, r in result.to_run().items()}
     assert cands["q1"][0] == "paris" and cands["q2"][0] == "rust"
+
+
+@pytest.mark.parametrize("name", ["run.trec", "run.jsonl"])
+def test_run_files_keep_full_precision(tmp_path, name):
+    """Scores that differ past the 6th decimal stay different in the file (trec_eval and
+    pytrec_eval then break ties as the console's metrics do), and read back exactly."""
+    run = {"q1": {"a": 0.7000000123, "b": 0.7000000456, "c": float(np.float32(0.1234567))},
+           "q2": {"x": 1e-9, "y": 0.5}}
+    path = write_run(run, tmp_path / name)
+    assert read_run(path) == run
+    if name.endswith(".trec"):
+        lines = path.read_text().splitlines()
+        assert lines[0].split()[2:4] == ["b", "1"] and lines[1].split()[2:4] == ["a", "2"]

@@ -94,7 +94,7 @@ def test_raw_logits_need_sigmoid():
 def test_malformed_answers_fail_clearly():
     with LocalOpenAIServer() as srv:
         srv.script(Reply(body={"results": [{"index": 0, "relevance_score": 0.5}]}))
-        with pytest.raises(BackendError, match="without a finite score"):
+        with pytest.raises(BackendError, match="1 results for the 2 documents sent"):
             make(srv).score(QUERY, DOCS[:2])
         srv.script(Reply(body={"data": []}))
         with pytest.raises(BackendError, match="neither"):

@@ -17,6 +17,7 @@ from tttembed import api
 from tttembed.chain.regimes import REGIMES
 from tttembed.cli._common import console, handle_errors, progress_group, quiet_libraries
 from tttembed.cli._options import OverwriteOpt, QuietOpt
+from tttembed.core.io import refuse_existing
 from tttembed.embed.base import DEFAULT_EMBEDDER
 
 app = typer.Typer(help="Multi-hop chain retrieval with on-policy state training.",
@@ -102,9 +103,11 @@ def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
            out: Annotated[Optional[Path], typer.Option(
                "--out", "-o", help="Write the final rankings here as a run file (.trec, "
                "or .jsonl / .json for JSON lines).")] = None,
-           quiet: QuietOpt = False) -> None:
+           overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
     """Chain retrieval for every question of a split; prints C@k and recall@k."""
     quiet_libraries()
+    if out is not None:
+        refuse_existing(out, overwrite, "run file")  # before the search, not after
     with progress_group(not quiet) as progress:
         result = api.chain_search(data, split=split, index=index, embedder=embedder,
                                   encoder=encoder, steps=steps, beam=beam,
@@ -114,7 +117,7 @@ def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
     _metrics_table(f"chain search ({kind}, T={result.steps}) on {data.name}/{split}",
                    result.metrics)
     if out is not None:
-        api.write_run(result.to_run(), out)
+        api.write_run(result.to_run(), out, overwrite=overwrite)
         console.print(f"run written to {out}")
 
 

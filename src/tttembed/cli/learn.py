@@ -46,6 +46,7 @@ from tttembed.cli._options import (
     ray_executor,
 )
 from tttembed.cli.search import report_result
+from tttembed.core.io import refuse_existing
 
 SCOPE_HELP = "global (one vector), task (one per task) or query (one per rewarded query)."
 
@@ -214,6 +215,9 @@ def rerank(
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
     quiet_libraries()
     from tttembed import api
+
+    if out is not None:
+        refuse_existing(out, overwrite, "run file")  # before paying for a pair
 
     handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
                             (timeout, max_retries), retry_missing, (concurrency, rpm))

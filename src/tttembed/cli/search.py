@@ -27,6 +27,7 @@ from tttembed.cli._options import (
     TimeoutOpt,
     TopKOpt,
 )
+from tttembed.core.io import refuse_existing
 
 
 def write_runs(runs: dict, out: Path, fmt: Optional[str], overwrite: bool) -> None:
@@ -63,6 +64,7 @@ def search(
     task: TaskOpt = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded per batch.")] = 256,
     allow_foreign_state: Annotated[bool, typer.Option("--allow-foreign-state", help="Apply states learned on another corpus than the index's.")] = False,
+    allow_foreign_corpus: Annotated[bool, typer.Option("--allow-foreign-corpus", help="Search a BEIR folder's queries although its corpus.jsonl is not the index's corpus.")] = False,
     cache_dir: CacheOpt = None,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
@@ -73,12 +75,16 @@ def search(
     quiet_libraries()
     from tttembed import api
 
+    if out is not None:
+        refuse_existing(out, overwrite, "run file")  # before the search, not after
+
     handle = api.open_index(index)
     emb = index_embedder(handle, cache_dir, timeout, max_retries)
     with progress_group(not quiet) as stage:
         result = api.search(handle, queries, k=top_k, states=state or [], task=task,
                             split=split, embedder=emb, allow_foreign_state=allow_foreign_state,
-                            batch_size=batch_size, progress=stage)
+                            allow_foreign_corpus=allow_foreign_corpus, batch_size=batch_size,
+                            progress=stage)
     kind = ("adapted (" + ", ".join(f"{s.scope}-wise" for s in result.applied) + ")"
             if result.applied else "raw")
     console.print(f"searched {len(result.qids):,} queries, {kind}, top {top_k}: encode "

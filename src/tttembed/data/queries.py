@@ -1,8 +1,9 @@
 """Plain query files for `tttembed search`: .jsonl, .tsv or .txt, chosen by the suffix.
 
 - ``.jsonl``: one ``{"_id", "text"}`` per line (the BEIR queries format).
-- ``.tsv``: ``id<TAB>text`` per line; an optional first line ``query-id<TAB>text`` or
-  ``id<TAB>text`` is a header.
+- ``.tsv``: ``id<TAB>text`` per line; an optional first line naming the columns
+  (``query-id``/``query_id``/``qid``/``id``/``_id``, then ``text``/``query``/``question``)
+  is a header.
 - ``.txt``: one query per line; its id is ``q<line number>`` (q1, q2, ...); blank lines
   are skipped, so ids stay tied to the line a query is on.
 """
@@ -16,7 +17,9 @@ from tttembed.data.beir import load_beir_queries
 from tttembed.data.jsonl import duplicate, read_lines, shown
 
 SUFFIXES = (".jsonl", ".tsv", ".txt")
-_TSV_HEADERS = frozenset({("query-id", "text"), ("id", "text")})
+#: A first line ``ID_NAME<TAB>TEXT_NAME`` (any case) is a header, not a query.
+_TSV_ID_NAMES = frozenset({"query-id", "query_id", "queryid", "qid", "id", "_id"})
+_TSV_TEXT_NAMES = frozenset({"text", "query", "question", "query-text", "query_text"})
 
 
 def load_queries(path: str | Path) -> dict[str, str]:
@@ -50,7 +53,7 @@ def _load_tsv(path: Path) -> dict[str, str]:
                             path=path, line=line,
                             fix="write id<TAB>text; for texts with tabs use a .jsonl file")
         qid, text = cols[0].strip(), cols[1].strip()
-        if index == 0 and (qid.lower(), text.lower()) in _TSV_HEADERS:
+        if index == 0 and qid.lower() in _TSV_ID_NAMES and text.lower() in _TSV_TEXT_NAMES:
             continue
         if not qid:
             raise DataError("empty query id", path=path, line=line,

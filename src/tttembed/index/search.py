@@ -122,7 +122,9 @@ def search(index: Index, queries: Mapping[str, str], embedder: Embedder, k: int 
 def write_run(run: Mapping[str, Mapping[str, float]], path: PathLike,
               fmt: str | None = None, tag: str = "tttembed", *, overwrite: bool = True) -> Path:
     """Write a run as TREC (``qid Q0 doc rank score tag``) or JSONL, atomically; with
-    ``overwrite=False`` an existing file is an error."""
+    ``overwrite=False`` an existing file is an error. Scores are written at full float
+    precision (the shortest text that reads back as the same number), so that trec_eval
+    and pytrec_eval break ties as the console's metrics do."""
     path = refuse_existing(path, overwrite, "run file")
     fmt = fmt or ("jsonl" if path.suffix in (".jsonl", ".json") else "trec")
     if fmt not in RUN_FORMATS:
@@ -132,10 +134,10 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: PathLike,
             ranked = sorted(docs.items(), key=lambda kv: -kv[1])
             if fmt == "trec":
                 for rank, (did, score) in enumerate(ranked, 1):
-                    fh.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+                    fh.write(f"{qid} Q0 {did} {rank} {float(score)!r} {tag}\n")
             else:
                 fh.write(json.dumps({"query_id": qid, "results": [
-                    {"doc_id": did, "rank": r, "score": round(float(s), 6)}
+                    {"doc_id": did, "rank": r, "score": float(s)}
                     for r, (did, s) in enumerate(ranked, 1)]}, ensure_ascii=False) + "\n")
     return path
 

@@ -187,10 +187,16 @@ class RerankScorer:
         rows, key = (body, "score") if api == "tei" else (body["results"], "relevance_score")
         out = [math.nan] * n
         try:
+            if len(rows) != n:
+                raise ValueError(f"{len(rows)} results for the {n} documents sent")
             for row in rows:
-                i, value = int(row["index"]), row[key]
-                if not 0 <= i < n or isinstance(value, bool):
-                    raise ValueError(f"index {i} out of 0..{n - 1}")
+                i, value = row["index"], row[key]
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+                    raise ValueError(f"index {i!r} out of 0..{n - 1}")
+                if not math.isnan(out[i]):
+                    raise ValueError(f"index {i} answered twice")
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"score {value!r} of index {i} is not a number")
                 out[i] = float(value)
         except (TypeError, KeyError, ValueError) as exc:
             raise BackendError(f"{where} returned malformed results ({exc}); expected "

@@ -22,7 +22,7 @@ from tttembed.adapt.crossval import (
     cross_validate,
     parse_alpha,
 )
-from tttembed.core.errors import ConfigError
+from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
 from tttembed.execute.config import ExecutorLike
@@ -158,6 +158,7 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     rewards = score_pairs(plan.pairs, queries, corpus, scorer,
                           progress=stage(progress, "scoring pairs", len(plan.pairs)))
     counts = pair_counts(scorer, plan, rewards)
+    check_usable(rewards, scorer)
     step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
                  STEPS * (2 if folds else 1))
     state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
@@ -168,6 +169,27 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     if state is not None:
         state = replace(state, pairs=counts)
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
+
+
+def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> None:
+    """Refuse rewards that carry no signal: no rewarded query got two different finite
+    rewards (every pair missing, or every reward equal, e.g. judgments whose ids match
+    none of the candidates). A state learned from them would only be noise."""
+    values = [v for r in rewards.values() for v in r.values() if np.isfinite(v)]
+    if any(len({v for v in r.values() if np.isfinite(v)}) > 1 for r in rewards.values()):
+        return
+    spec = getattr(scorer, "spec", str(scorer))
+    if not values:
+        why = f"every one of the {sum(len(r) for r in rewards.values())} pairs is missing"
+        fix = "check the scorer, then rerun with --retry-missing"
+    else:
+        same = len(set(values)) == 1
+        why = (f"all {len(values)} rewards are {values[0]:g}" if same else
+               f"each query's rewards are all equal ({len(values)} rewards)")
+        fix = ("check that the judgments' query and document ids are those of the queries "
+               "and the corpus, or raise --budget so that a query gets several candidates")
+    raise DataError(f"scorer {spec}: no query received two different rewards ({why}): "
+                    "there is nothing to learn from", fix=fix)
 
 
 def planned_state(index: Index, outcome: LearnOutcome, *, scope: str, objective: str,

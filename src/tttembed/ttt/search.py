@@ -9,6 +9,7 @@ refuses states that reach none, or that were learned on another corpus. Direct r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -48,12 +49,44 @@ def check_states(states: Sequence[AdaptState], index: Index, *,
             raise StateMismatch(f"{where}: learned for embedder {st.identity!r} (dim {st.dim}), "
                                 f"the index {index.path} uses {index.identity!r} (dim "
                                 f"{index.dim}); learn a state on this index")
-        fp = index.manifest.get("corpus_fingerprint")
-        if st.corpus_fingerprint and fp and st.corpus_fingerprint != fp and not allow_foreign:
-            raise StateMismatch(f"{where}: learned on another corpus than index {index.path} "
-                                "(fingerprints differ); learn it on this index, or pass "
-                                "--allow-foreign-state (allow_foreign_state=True) to apply "
-                                "it anyway")
+        if not allow_foreign:
+            check_same_corpus(where, st.corpus_fingerprint, index)
+
+
+def check_same_corpus(where: str, fingerprint: str, index: Index) -> None:
+    """Refuse a state whose corpus fingerprint differs from the index's, and one that
+    cannot prove a match: a manifest (the state's or the index's) without its fingerprint
+    is refused, naming the missing field, never trusted."""
+    fp = str(index.manifest.get("corpus_fingerprint") or "")
+    override = ("learn it on this index, or pass --allow-foreign-state "
+                "(allow_foreign_state=True) to apply it anyway")
+    if not fingerprint or not fp:
+        missing = f"{where}'s manifest" if not fingerprint else f"index {index.path}'s manifest"
+        raise StateMismatch(f"{where}: cannot prove it was learned on the corpus of index "
+                            f"{index.path}: {missing} has no corpus_fingerprint; {override}")
+    if fingerprint != fp:
+        raise StateMismatch(f"{where}: learned on another corpus than index {index.path} "
+                            f"(fingerprints differ); {override}")
+
+
+def check_folder_corpus(folder: Path | None, index: Index) -> None:
+    """Refuse to search the queries of a BEIR folder whose corpus.jsonl is not the corpus
+    the index was built from (or against an index that records no fingerprint)."""
+    if folder is None or not (Path(folder) / "corpus.jsonl").is_file():
+        return
+    from tttembed.data.beir import corpus_fingerprint
+    from tttembed.ttt.corpus import read_corpus
+
+    fp = str(index.manifest.get("corpus_fingerprint") or "")
+    override = ("search the index built from this folder, or pass --allow-foreign-corpus "
+                "(allow_foreign_corpus=True)")
+    if not fp:
+        raise StateMismatch(f"{folder}: cannot check its corpus against index {index.path}: "
+                            f"the index's manifest has no corpus_fingerprint; {override}")
+    if corpus_fingerprint(read_corpus(folder)[0]) != fp:
+        raise StateMismatch(f"{folder}: its corpus.jsonl is not the corpus index {index.path} "
+                            "was built from (fingerprints differ), so its judgments would "
+                            f"score other documents; {override}")
 
 
 def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
@@ -95,13 +128,16 @@ def search(index: Index, queries: Queries, *, k: int = 100,
            states: Sequence[AdaptState | PathLike] = (),
            task: str | Sequence[str] | None = None, split: str = "test",
            embedder: Embedder | None = None, allow_foreign_state: bool = False,
-           batch_size: int = 256, progress: Progress | None = None) -> SearchResult:
+           allow_foreign_corpus: bool = False, batch_size: int = 256,
+           progress: Progress | None = None) -> SearchResult:
     """Search with raw or adapted query vectors (``unit(x + alpha v)``; the most specific
     state wins per query: query > task > global). The index never changes.
 
     ``result.applied`` maps each state to the number of queries it was applied to; a state
     that applies to none, or was learned on another corpus (unless
-    ``allow_foreign_state``), is an error.
+    ``allow_foreign_state``), is an error; so is a BEIR folder whose corpus.jsonl is not
+    the index's corpus (its judgments would score other documents; unless
+    ``allow_foreign_corpus``).
 
         >>> result = tt.search(index, {"q1": "0-dimensional biomaterials"}, k=10)
         >>> adapted = tt.search(index, "data/scifact", states=["vectors.npz"])
@@ -115,6 +151,8 @@ def search(index: Index, queries: Queries, *, k: int = 100,
     loaded = [s if isinstance(s, AdaptState) else load_state(s) for s in states]
     check_states(loaded, index, allow_foreign=allow_foreign_state)
     qs = as_query_set(queries, task, split)
+    if not allow_foreign_corpus:
+        check_folder_corpus(qs.folder, index)
     emb = index_embedder(index, embedder)
     check_applied(loaded, qs)
     counts = applied_counts(qs, loaded)

@@ -1,0 +1,162 @@
+"""No silent wrong result: a manifest that cannot prove its corpus is refused, rewards that
+carry no signal make no state, a rerank answer that is not one score per document sent
+is refused (and nothing of it reaches the ledger)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.cli.test_cli import CORPUS, QRELS, QUERIES, _write_beir
+from tests.servers import LocalOpenAIServer, Reply
+from tttembed.cli import app
+from tttembed.core.errors import BackendError, StateMismatch
+from tttembed.score.base import Item, get_scorer
+from tttembed.score.ledger import Ledger, LedgerScorer
+
+
+@pytest.fixture()
+def folder(tmp_path, minilm):
+    """A BEIR folder, its index and a task-wise state learned on it (CLI, bundled MiniLM)."""
+    data = tmp_path / "data"
+    _write_beir(data, CORPUS, QUERIES, QRELS)
+    runner = CliRunner()
+    r = runner.invoke(app, ["index", str(data), "--out", str(tmp_path / "idx")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["learn", str(data), "--index", str(tmp_path / "idx"), "--scorer",
+                            f"qrels:{data / 'qrels' / 'test.tsv'}", "--budget", "3",
+                            "--out", str(tmp_path / "task.npz")])
+    assert r.exit_code == 0, r.output
+    return data, tmp_path / "idx", tmp_path / "task.npz"
+
+
+def test_a_state_without_its_corpus_fingerprint_is_refused(folder, tmp_path):
+    """A state whose manifest lacks its corpus fingerprint (hand-made, edited, older) is
+    refused by search with a one-line error naming the missing field; with
+    --allow-foreign-state it is applied."""
+    import tttembed.api as tt
+
+    data, idx, state_file = folder
+    bare = replace(tt.load_state(state_file), corpus_fingerprint="")
+    bare.save(tmp_path / "bare.npz")
+    with pytest.raises(StateMismatch, match="has no corpus_fingerprint"):
+        tt.search(tt.open_index(idx), data, states=[tmp_path / "bare.npz"])
+    runner = CliRunner()
+    args = ["search", str(data), "--index", str(idx), "--state", str(tmp_path / "bare.npz"),
+            "--out", str(tmp_path / "run.trec")]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 1 and "has no corpus_fingerprint" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert not (tmp_path / "run.trec").exists()
+    r = runner.invoke(app, args + ["--allow-foreign-state"])
+    assert r.exit_code == 0, r.output
+
+
+def test_an_index_manifest_without_its_fingerprint_cannot_prove_a_match(folder):
+    """An index whose manifest has no corpus fingerprint cannot prove that a state was
+    learned on its corpus: the state is refused, the message names the index's manifest."""
+    import tttembed.api as tt
+
+    data, idx, state_file = folder
+    index = tt.open_index(idx)
+    index.manifest.pop("corpus_fingerprint")
+    with pytest.raises(StateMismatch, match=r"index .*'s manifest has no corpus_fingerprint"):
+        tt.search(index, data, states=[state_file])
+
+
+def test_judgments_matching_no_candidate_make_no_state(folder, tmp_path):
+    """A qrels: file whose pairs match none of the candidates gives rewards that are all
+    equal: learn exits 1 with one line naming the file and the reason, and writes no state."""
+    data, idx, _ = folder
+    foreign = tmp_path / "foreign.tsv"
+    foreign.write_text("query-id\tcorpus-id\tscore\nq1\tnope\t1\nq2\tgone\t2\n")
+    r = CliRunner().invoke(app, ["learn", str(data), "--index", str(idx), "--scorer",
+                                 f"qrels:{foreign}", "--budget", "3",
+                                 "--out", str(tmp_path / "s.npz")])
+    assert r.exit_code == 1, r.output
+    assert str(foreign) in r.output and "no query received two different rewards" in r.output
+    assert "all 6 rewards are 0" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "s.npz").exists()
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"results": [{"index": 0, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.1},
+                  {"index": 1, "relevance_score": 0.5}]}, "3 results for the 2 documents"),
+    ({"results": [{"index": 0, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.1}]},
+     "index 0 answered twice"),
+    ({"results": [{"index": 0, "relevance_score": "0.9"}, {"index": 1, "relevance_score": 0.1}]},
+     "'0.9' of index 0 is not a number"),
+    ({"results": [{"index": "1", "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.1}]},
+     "index '1' out of 0..1"),
+], ids=["extra", "duplicate", "string-score", "string-index"])
+def test_a_rerank_answer_that_is_not_a_permutation_is_refused(tmp_path, body, why):
+    """A rerank answer whose result indices are not exactly a permutation of the documents
+    sent (extra, duplicate) or whose score is not a number is a BackendError naming why,
+    and no reward of that request reaches the ledger."""
+    with LocalOpenAIServer() as srv:
+        srv.script(Reply(body=body))
+        inner = get_scorer(f"rerank:m@{srv.url}")
+        scorer = LedgerScorer(inner, Ledger(tmp_path / "ledger.sqlite"))
+        docs = [Item("d1", "plants and light"), Item("d2", "the sea")]
+        with pytest.raises(BackendError, match="malformed results") as err:
+            scorer.score(Item("q", "how do plants grow"), docs)
+        assert why in str(err.value)
+    assert Ledger(tmp_path / "ledger.sqlite").count() == 0
+
+
+
+def test_searching_a_folder_against_another_corpus_index_is_refused(folder, tmp_path):
+    """Searching one BEIR folder's queries against the index of another corpus is refused
+    (its judgments would score other documents: a silent nDCG of 0.0); with
+    --allow-foreign-corpus it runs."""
+    data, idx, _ = folder
+    other = tmp_path / "other"
+    _write_beir(other, {**CORPUS, "d9": {"title": "Extra", "text": "one more document"}},
+                QUERIES, QRELS)
+    runner = CliRunner()
+    args = ["search", str(other), "--index", str(idx)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 1 and "is not the corpus index" in r.output, r.output
+    assert "--allow-foreign-corpus" in r.output and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(app, args + ["--allow-foreign-corpus"])
+    assert r.exit_code == 0, r.output
+    assert runner.invoke(app, ["search", str(data), "--index", str(idx)]).exit_code == 0
+
+
+def _writing_commands(data, idx, tmp_path):
+    """Every command that writes an output, with its output path (a file or a folder)."""
+    qrels = f"qrels:{data / 'qrels' / 'test.tsv'}"
+    return {
+        "index": (["index", str(data), "--out", "{out}"], tmp_path / "o-idx"),
+        "learn": (["learn", str(data), "--index", str(idx), "--scorer", qrels, "--budget", "2",
+                   "--out", "{out}"], tmp_path / "o-learn.npz"),
+        "search": (["search", str(data), "--index", str(idx), "--out", "{out}"],
+                   tmp_path / "o-search.trec"),
+        "rerank": (["rerank", str(data), "--index", str(idx), "--scorer", "bm25",
+                    "--budget", "2", "--out", "{out}"], tmp_path / "o-rerank.trec"),
+        "eval": (["eval", str(data), "--out", "{out}"], tmp_path / "o-eval"),
+        "demo --export": (["demo", "--export", "{out}"], tmp_path / "o-demo"),
+        "chain search": (["chain", "search", str(data), "--out", "{out}"],
+                         tmp_path / "o-chain.trec"),
+    }
+
+
+@pytest.mark.parametrize("command", ["index", "learn", "search", "rerank", "eval",
+                                     "demo --export", "chain search"])
+def test_every_writing_command_refuses_an_existing_output(folder, tmp_path, command):
+    """Every command that writes refuses an existing output without --overwrite, before
+    doing any work, and leaves it untouched (one line, exit 1)."""
+    data, idx, _ = folder
+    args, out = _writing_commands(data, idx, tmp_path)[command]
+    if out.suffix:
+        out.write_text("precious\n")
+    else:
+        out.mkdir()
+        (out / "keep.txt").write_text("precious\n")
+    r = CliRunner().invoke(app, [a.replace("{out}", str(out)) for a in args])
+    assert r.exit_code == 1, r.output
+    assert "already exists" in r.output and "--overwrite" in r.output, r.output
+    kept = out if out.suffix else out / "keep.txt"
+    assert kept.read_text() == "precious\n"
