@@ -4,6 +4,7 @@ is refused (and nothing of it reaches the ledger)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -160,3 +161,52 @@ def test_every_writing_command_refuses_an_existing_output(folder, tmp_path, comm
     assert "already exists" in r.output and "--overwrite" in r.output, r.output
     kept = out if out.suffix else out / "keep.txt"
     assert kept.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("key", ["embedder_spec", "dim", "index_params"])
+def test_an_index_manifest_missing_a_key_is_one_line_naming_it(folder, key):
+    """An index manifest missing a key (edited, truncated, hand-made) is a one-line error
+    naming the manifest file and the field, with the fix, from search and from serve's
+    start-up (never a KeyError traceback)."""
+    import tttembed.api as tt
+    from tttembed.core.errors import DataError
+
+    data, idx, _ = folder
+    [manifest] = idx.glob("v-*/manifest.json")
+    body = json.loads(manifest.read_text())
+    body.pop(key)
+    manifest.write_text(json.dumps(body))
+    with pytest.raises(DataError, match=f"lacks field '{key}'"):
+        tt.open_index(idx)
+    r = CliRunner().invoke(app, ["search", str(data), "--index", str(idx)])
+    assert r.exit_code == 1 and f"lacks field '{key}'" in r.output, r.output
+    assert str(manifest) in r.output and "--overwrite" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    pytest.importorskip("starlette")
+    from tttembed.serve import create_app
+
+    with pytest.raises(DataError, match=f"lacks field '{key}'"):
+        create_app(index=str(idx))
+
+
+def test_eval_refuses_a_judgment_path_it_would_ignore_and_says_what_heldout_used(tmp_path,
+                                                                                minilm):
+    """eval gives a qrels scorer each task's own judgments: a qrels:PATH scorer (its path
+    would be silently ignored) is refused naming the path and the spelling to use; the
+    heldout protocol says in its notes what it learned from (--budget does not apply)."""
+    from tests.evaluation.evaldata import write_tasks
+
+    data = write_tasks(tmp_path / "data")
+    base = ["eval", "alpha", "--data-root", str(data), "--protocol", "heldout",
+            "--scope", "task", "--baselines", "direct", "--resamples", "20", "--no-plots",
+            "--cache-dir", str(tmp_path / "c")]
+    r = CliRunner().invoke(app, [*base, "--scorer", f"qrels:{tmp_path / 'mine.tsv'}"])
+    assert r.exit_code == 1 and "would be ignored; give 'qrels'" in r.output, r.output
+    assert str(tmp_path / "mine.tsv") in r.output and len(r.output.strip().splitlines()) == 1
+    r = CliRunner().invoke(app, [*base, "--scorer", "qrels", "--budget", "2",
+                                 "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    notes = json.loads((tmp_path / "rep" / "results.json").read_text())["sections"]
+    text = json.dumps(notes)
+    assert "heldout: learns from every query of 80% of each task's judged queries" in text
+    assert "--budget applies to the fixed protocol only" in text

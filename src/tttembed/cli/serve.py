@@ -24,6 +24,7 @@ def serve(
     workers: Annotated[int, typer.Option(min=1, help="Worker processes (each loads the model; SIGHUP rolls them over).")] = 1,
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Name of the environment variable holding the bearer key every route but /healthz requires (the key itself never goes on the command line).")] = None,
     allow_foreign_state: Annotated[bool, typer.Option("--allow-foreign-state", help="Apply states learned on another corpus than the index's.")] = False,
+    unknown_task: Annotated[Optional[str], typer.Option("--unknown-task", help="A request for a task that no state or query file names: global (global states only) or raw (no state); default: 404 listing the known tasks.")] = None,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted (413 beyond).")] = 2_000_000,
     max_inputs: Annotated[int, typer.Option(min=1, help="Most texts in one request.")] = 2048,
     cache_size: Annotated[int, typer.Option(min=0, help="Vectors kept in the in-memory LRU cache (0: none).")] = 50_000,
@@ -37,7 +38,8 @@ def serve(
         index=str(index), states=tuple(str(s) for s in state or ()),
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), split=split,
         host=host, port=port, workers=workers, api_key_env=api_key_env,
-        allow_foreign_state=allow_foreign_state, max_body_bytes=max_body_bytes,
+        allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
+        max_body_bytes=max_body_bytes,
         max_inputs=max_inputs, cache_size=cache_size, log_level=log_level.lower())
     typer.echo(f"serving {index} on http://{host}:{port} (queries of task T: "
                f"http://{host}:{port}/t/T/v1; Ctrl-C stops)", err=True)

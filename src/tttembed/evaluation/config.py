@@ -72,6 +72,22 @@ class EvalConfig:
                                   f"{', '.join(BASELINES)}")
         if not self.scorers:
             raise ConfigError("give at least one --scorer")
+        for spec in self.scorers:
+            check_label_scorer(spec)
         if any(b <= 0 for b in self.budgets):
             raise ConfigError("budgets are normalised pairs per query and must be > 0")
         resolve_executor(self.executor)
+
+
+def check_label_scorer(spec: str) -> None:
+    """``eval`` gives a judgment scorer (``qrels``, ``noisy-qrels``) each task's own
+    judgments, so a path in its spec would be ignored: refuse it with the reason."""
+    from tttembed.score.base import capabilities
+
+    scheme, _, rest = spec.partition(":")
+    path = rest.partition("?")[0]
+    if path and capabilities(spec).uses_labels:
+        options = rest.partition("?")[2]
+        fix = scheme + (f":?{options}" if options else "")
+        raise ConfigError(f"scorer {spec!r}: eval reads each task's own judgments (all its "
+                          f"splits), so the path {path!r} would be ignored; give {fix!r}")

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tttembed.adapt.allocate import budget_grid
+from tttembed.adapt.allocate import BREADTH_DEPTH, budget_grid
 from tttembed.core.errors import DataError
 from tttembed.core.http import HttpLimits
 from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_text
@@ -137,6 +137,11 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
                                           alphas=cfg.alphas, info=info,
                                           judge=None if src.caps.uses_labels else src.judge)
         elif proto == "heldout":
+            source = (f"the {cfg.train_split} split" if cfg.train_split else
+                      f"{cfg.heldout_fraction:.0%} of each task's judged queries")
+            notes.append(f"heldout: learns from every query of {source} at depth "
+                         f"{BREADTH_DEPTH} (its b and B are in its rows); --budget applies "
+                         "to the fixed protocol only")
             results += P.heldout(work.data, src, fraction=cfg.heldout_fraction,
                                  scopes=[s for s in cfg.scopes if s != "query"],
                                  objective=cfg.objective, cells=cells,

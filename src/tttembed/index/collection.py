@@ -21,7 +21,7 @@ import numpy as np
 from tttembed.core.errors import DataError
 from tttembed.core.progress import Advance
 from tttembed.index.base import ManifestFields, normalise_rows
-from tttembed.index.manifest import BUILD_FIX, FORMAT, check_identity
+from tttembed.index.manifest import BUILD_FIX, FORMAT, check_fields, check_identity
 
 log = logging.getLogger(__name__)
 WRITE_BATCH = 2000
@@ -155,6 +155,7 @@ def open_collection(store: Store, expected_identity: str | None = None,
         raise DataError(f"index {store.spec} holds no tttembed manifest (an incomplete "
                         "build, or a collection written by something else)",
                         fix=fix + " --overwrite")
+    check_fields(store.spec, manifest)
     check_identity(store.spec, manifest, expected_identity, expected_dim)
     n = int(manifest["n_docs"])
     doc_ids = store.read_doc_ids(n)

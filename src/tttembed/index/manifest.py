@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tttembed._version import __version__
-from tttembed.core.errors import StateMismatch
+from tttembed.core.errors import DataError, StateMismatch
 from tttembed.core.io import now_utc
 from tttembed.core.io import read_manifest as _read_manifest
 from tttembed.types import PathLike
@@ -35,9 +35,27 @@ def build_manifest(vectors: np.ndarray, *, embedder_identity: str, embedder_spec
     }
 
 
+#: What every backend needs from a manifest to open an index (FAISS folders need more).
+REQUIRED = {"embedder": str, "embedder_spec": str, "dim": int, "n_docs": int}
+REQUIRED_FAISS = {**REQUIRED, "index_type": str, "index_params": dict}
+
+
 def read_manifest(path: PathLike) -> dict[str, Any]:
     """An index folder's manifest (a DataError naming the path when absent or corrupt)."""
     return _read_manifest(path, fmt=FORMAT, what="tttembed index", fix=BUILD_FIX)
+
+
+def check_fields(where: PathLike, manifest: dict[str, Any],
+                 required: dict[str, type] = REQUIRED) -> None:
+    """A DataError naming the first field of ``required`` the manifest lacks or holds with
+    the wrong type (an edited, truncated or hand-made manifest), never a KeyError later."""
+    for key, kind in required.items():
+        value = manifest.get(key)
+        if value is None or isinstance(value, bool) or not isinstance(value, kind):
+            state = "lacks" if key not in manifest else f"has a bad {kind.__name__}"
+            raise DataError(f"index manifest {state} field {key!r}", path=where,
+                            fix=BUILD_FIX.replace("--out DIR", "--out DIR --overwrite")
+                            .replace("build it", "rebuild the index"))
 
 
 def check_identity(path: Path | str, manifest: dict[str, Any], expected_identity: str | None,

@@ -54,7 +54,14 @@ from tttembed.index.faiss_backend import (
     faiss_module,
     resolve_params,
 )
-from tttembed.index.manifest import BUILD_FIX, build_manifest, check_identity, read_manifest
+from tttembed.index.manifest import (
+    BUILD_FIX,
+    REQUIRED_FAISS,
+    build_manifest,
+    check_fields,
+    check_identity,
+    read_manifest,
+)
 from tttembed.types import PathLike
 
 FILES = (MANIFEST, "index.faiss", "doc_ids.json", "vectors.npy")
@@ -187,6 +194,7 @@ def open_index(path: PathLike, *, expected_identity: str | None = None,
 def _open_version(path: Path, version: Path, expected_identity: str | None,
                   expected_dim: int | None) -> Index:
     manifest = read_manifest(version)
+    check_fields(version / MANIFEST, manifest, REQUIRED_FAISS)
     check_identity(path, manifest, expected_identity, expected_dim)
     for name in FILES:
         if not (version / name).exists():

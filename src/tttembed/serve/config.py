@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 
 from tttembed.core.errors import ConfigError
 
+#: What ``unknown_task`` may be (None: refuse with a 404).
+UNKNOWN_TASK = (None, "global", "raw")
 #: Environment variable that carries the config to worker processes.
 ENV = "TTTEMBED_SERVE_CONFIG"
 
@@ -30,6 +32,9 @@ class ServeConfig:
     workers: int = 1
     api_key_env: str | None = None
     allow_foreign_state: bool = False
+    #: A task no state or query file names: None -> 404 listing the known tasks;
+    #: "global" -> global states only; "raw" -> the raw vectors.
+    unknown_task: str | None = None
     max_body_bytes: int = 2_000_000
     max_inputs: int = 2048
     max_k: int = 1000
@@ -46,6 +51,10 @@ class ServeConfig:
         if self.tasks and len(self.tasks) != len(self.queries):
             raise ConfigError(f"give one task name per query source ({len(self.queries)} "
                               f"sources, {len(self.tasks)} names)")
+        if self.unknown_task not in UNKNOWN_TASK:
+            raise ConfigError(f"unknown_task (--unknown-task) must be one of "
+                              f"{', '.join(str(u) for u in UNKNOWN_TASK[1:])}, got "
+                              f"{self.unknown_task!r}")
         if self.workers < 1 or self.max_inputs < 1 or self.max_body_bytes < 1:
             raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
 

@@ -19,6 +19,7 @@ from tttembed.serve.wire import (
     parse_embeddings,
     parse_search,
 )
+from tttembed.ttt.snapshot import GLOBAL_ONLY, RAW_ONLY, Snapshot
 
 if TYPE_CHECKING:
     from tttembed.serve.service import Service
@@ -38,6 +39,9 @@ async def read_json(request: Request, limit: int) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON", code="invalid_json") from None
+    except RecursionError:  # client-made: a body nested thousands of levels deep
+        raise ApiError(400, "the request body is nested too deeply", code="invalid_json") \
+            from None
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -62,6 +66,26 @@ async def metrics(svc: Service, request: Request, info: dict[str, Any]) -> Respo
                              media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+def served_task(svc: Service, snap: Snapshot, task: str | None) -> str | None:
+    """The task a request is served as. A task that no state or query file names (a typo
+    in an app's base_url) is a 404 listing the known tasks, unless the server was started
+    with ``--unknown-task global|raw``; with no task-named state at all, every task gets
+    the global states (nothing can be dropped)."""
+    known = snap.known_tasks
+    if task is None or task == GLOBAL_ONLY or not known or task in known:
+        return task
+    policy = svc.config.unknown_task
+    if policy == "global":
+        return GLOBAL_ONLY
+    if policy == "raw":
+        return RAW_ONLY
+    shown = ", ".join(known[:20]) + (f" (+{len(known) - 20} more)" if len(known) > 20 else "")
+    raise ApiError(404, f"unknown task {task!r}: this server's states and query files name "
+                   f"{shown}; '_' is global states only (start the server with "
+                   "--unknown-task global|raw to serve unknown tasks anyway)",
+                   param="task", code="unknown_task")
+
+
 async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     route_task = request.path_params.get("task")
     body = await read_json(request, svc.config.max_body_bytes)
@@ -69,9 +93,10 @@ async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Re
                            dim=svc.index.dim)
     snap = svc.registry.current  # one snapshot for the whole request
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation)
+    task = served_task(svc, snap, req.task)
 
     def work() -> tuple[bytes, Any]:
-        res = svc.engine.embed(req.texts, req.task, snap)
+        res = svc.engine.embed(req.texts, task, snap)
         return _render(embeddings_body(res.vectors, req, svc.model)), res
 
     content, res = await run_in_threadpool(work)
@@ -90,9 +115,10 @@ async def search(svc: Service, request: Request, info: dict[str, Any]) -> Respon
     req = parse_search(body, max_inputs=svc.config.max_inputs, max_k=svc.config.max_k)
     snap = svc.registry.current
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation, k=req.k)
+    task = served_task(svc, snap, req.task) or req.task  # a search always names a task
 
     def work() -> tuple[bytes, Any]:
-        res = svc.engine.search(req.texts, req.task, req.k, snap)
+        res = svc.engine.search(req.texts, task, req.k, snap)
         return _render(_search_body(svc, req, res)), res
 
     content, res = await run_in_threadpool(work)

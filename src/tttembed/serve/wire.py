@@ -65,6 +65,12 @@ def _texts(value: Any, max_inputs: int) -> list[str]:
         if not t.strip():
             raise ApiError(400, f"'input[{i}]' is empty; every input must hold text",
                            param="input", code="invalid_input")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") parses from JSON
+            raise ApiError(400, f"'input[{i}]' is not valid Unicode (a lone surrogate at "
+                           f"character {exc.start}); send UTF-8 text", param="input",
+                           code="invalid_input") from None
     return texts
 
 

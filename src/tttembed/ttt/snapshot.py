@@ -17,6 +17,8 @@ from tttembed.ttt.search import adapt_queries, applied_counts
 
 #: The path task meaning "global states only".
 GLOBAL_ONLY = "_"
+#: The internal task of a request served raw (no state applies).
+RAW_ONLY = "\x00raw"
 #: Query id given to texts no query file knows: no query-wise key can match it.
 UNKNOWN_QID = "\x00unknown"
 
@@ -39,7 +41,15 @@ class Snapshot:
     def qid(self, task: str, text: str) -> str | None:
         return self.qids.get(task, {}).get(text)
 
+    @property
+    def known_tasks(self) -> list[str]:
+        """The tasks a state (task- or query-wise) or a query file names."""
+        named = {t for st in self.states if st.scope != "global" for t in st.tasks}
+        return sorted(named | set(self.qids))
+
     def for_task(self, task: str) -> tuple[AdaptState, ...]:
+        if task == RAW_ONLY:
+            return ()
         if task == GLOBAL_ONLY:
             return tuple(s for s in self.states if s.scope == "global")
         return self.states
@@ -88,4 +98,4 @@ def _describe(st: AdaptState, mtime: float, qids: Mapping[str, Mapping[str, str]
     return out
 
 
-__all__ = ["GLOBAL_ONLY", "UNKNOWN_QID", "Snapshot", "now_iso"]
+__all__ = ["GLOBAL_ONLY", "RAW_ONLY", "UNKNOWN_QID", "Snapshot", "now_iso"]
