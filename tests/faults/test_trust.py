@@ -210,3 +210,23 @@ def test_eval_refuses_a_judgment_path_it_would_ignore_and_says_what_heldout_used
     text = json.dumps(notes)
     assert "heldout: learns from every query of 80% of each task's judged queries" in text
     assert "--budget applies to the fixed protocol only" in text
+
+
+def test_metrics_on_queries_whose_judgments_made_the_state_are_flagged(folder, tmp_path):
+    """learn --scorer qrels:test.tsv, then search the same judged queries: the metrics
+    line says LABEL LEAK and a note counts the queries (matched by text, not id); the same
+    state on other judged queries (ids reused, other texts) is not flagged."""
+    import tttembed.api as tt
+
+    data, idx, state_file = folder
+    r = CliRunner().invoke(app, ["search", str(data), "--index", str(idx),
+                                 "--state", str(state_file)])
+    assert r.exit_code == 0, r.output
+    assert "LABEL LEAK" in r.output and "2 of these judged queries rewarded" in r.output
+    assert tt.load_state(state_file).rewarded  # recorded in the state file
+    other = tmp_path / "other"  # the same ids, other questions: no leak
+    _write_beir(other, CORPUS, {"q1": "what makes lava rise", "q2": "plants in the sun"},
+                QRELS)
+    result = tt.search(tt.open_index(idx), other, states=[state_file], task="data",
+                       allow_foreign_corpus=True)
+    assert result.leaked == {} and sum(result.applied.values()) == 2

@@ -63,7 +63,9 @@ class AdaptState:
     ``alpha_chosen`` what ``alpha`` holds (``"rule"`` = ``n_g / (n_g + 1)``, or a number;
     ``auto`` picks one); ``crossval`` the reward cross-validation behind it
     (:meth:`tttembed.adapt.crossval.CrossValidation.as_dict`; None when none was run).
-    Files written before these fields load as ``"rule"`` / ``"rule"`` / None.
+    ``rewarded``: digests of the texts of the queries whose rewards made the state
+    (:func:`tttembed.data.queries.query_digest`), so that metrics on them can be flagged.
+    Files written before these fields load as ``"rule"`` / ``"rule"`` / None / ().
 
         >>> state = tt.learn(index, "data/scifact", scorer=tt.load_scorer("bm25", index=index))
         >>> state.save("vectors.npz")
@@ -92,6 +94,7 @@ class AdaptState:
     alpha_asked: str = "rule"
     alpha_chosen: str = "rule"
     crossval: dict[str, Any] | None = field(default=None, repr=False)
+    rewarded: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
@@ -127,7 +130,7 @@ class AdaptState:
             "created": self.created, "tttembed_version": self.version,
             "corpus_fingerprint": self.corpus_fingerprint, "pairs": dict(self.pairs),
             "alpha_asked": self.alpha_asked, "alpha_chosen": self.alpha_chosen,
-            "crossval": self.crossval,
+            "crossval": self.crossval, "rewarded": list(self.rewarded),
         }
 
     @property
@@ -233,6 +236,7 @@ def load_state(
             alpha_asked=str(manifest.get("alpha_asked", "rule")),  # older files: the rule
             alpha_chosen=str(manifest.get("alpha_chosen", "rule")),
             crossval=manifest.get("crossval"),
+            rewarded=tuple(str(d) for d in manifest.get("rewarded", ())),
         )
     except (DataError, ConfigError) as exc:
         raise DataError(str(exc), path=p, fix="write it again with `tttembed learn`") from exc

@@ -92,7 +92,12 @@ def search(
     for st, n in result.applied.items():
         console.print(f"state {st.label} ({st.scope}-wise): applied to {n:,} of "
                       f"{len(result.qids):,} queries")
-    runs = report_result(result, out, fmt, overwrite, f"{kind} search")
+    for st, n in result.leaked.items():
+        console.print(f"note: {n:,} of these judged queries rewarded {st.label} with their "
+                      f"own judgments ({st.scorer}): adapted metrics on them are not a "
+                      "held-out result (evaluate on other queries, or use tttembed eval)")
+    leak = " - LABEL LEAK: judged queries rewarded the state" if result.leaked else ""
+    runs = report_result(result, out, fmt, overwrite, f"{kind} search{leak}")
     if out is None and not result.qrels:
         for name, run in runs.items():
             for qid in list(run)[:5]:

@@ -30,7 +30,9 @@ RUN_FORMATS = ("trec", "jsonl")
 class SearchResult:
     """Search arrays of shape (nq, k) beside the query ids (and their tasks); ``qrels``
     holds the judgments that came with the queries (``{task: qrels}``), ``applied`` maps
-    each adapted state to the number of queries it was applied to."""
+    each adapted state to the number of queries it was applied to, ``leaked`` each state
+    learned from judgments to the number of judged queries here whose own judgments
+    rewarded it (metrics on them are not a held-out result)."""
 
     qids: list[str]
     scores: np.ndarray  # (nq, k) float32
@@ -40,6 +42,7 @@ class SearchResult:
     tasks: list[str] = field(default_factory=list)
     qrels: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, repr=False)
     applied: dict[Any, int] = field(default_factory=dict)
+    leaked: dict[Any, int] = field(default_factory=dict)
 
     def _task(self, i: int) -> str:
         return self.tasks[i] if self.tasks else ""

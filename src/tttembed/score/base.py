@@ -63,6 +63,15 @@ def capabilities(spec: str) -> Capabilities:
     return found if isinstance(found, Capabilities) else DEFAULT_CAPABILITIES
 
 
+def uses_labels(spec: str) -> bool:
+    """Whether the scorer of ``spec`` (or of a recorded identity ``scheme:...``) reads human
+    judgments; False for a scheme this process does not know."""
+    try:
+        return capabilities(spec).uses_labels
+    except Exception:  # noqa: BLE001  (an unknown or unloadable scheme: not a label scorer)
+        return False
+
+
 class Item(NamedTuple):
     id: str
     text: str

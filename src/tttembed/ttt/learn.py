@@ -73,6 +73,16 @@ def _table(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
     return (np.concatenate(xs), zs, rs, qids, tasks) if qids else None
 
 
+def _rewarded(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
+              ) -> tuple[str, ...]:
+    """Text digests of the queries with at least one finite reward, sorted."""
+    from tttembed.data.queries import query_digest
+
+    return tuple(sorted({query_digest(text) for qs, _, _ in sources
+                         for key, text in zip(qs.keys, qs.texts)
+                         if any(np.isfinite(v) for v in rewards.get(key, {}).values())}))
+
+
 def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                 *, objective: str = "kd", alpha: str | float = "rule", crossval: bool = False,
                 folds: int = FOLDS, seed: int = 0,
@@ -104,6 +114,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
     alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
+    meta.setdefault("rewarded", _rewarded(sources, rewards))
     return AdaptState(scope, tuple(groups.keys), res.vectors, alphas, res.n_g,
                       identity=index.identity, dim=index.dim, objective=objective,
                       hyperparameters=res.hyperparameters,

@@ -89,6 +89,24 @@ def check_folder_corpus(folder: Path | None, index: Index) -> None:
                             f"score other documents; {override}")
 
 
+def label_leaks(states: Sequence[AdaptState], queries: QuerySet) -> dict[AdaptState, int]:
+    """For each state learned from judgments (a ``qrels``-like scorer), how many of the
+    judged queries here rewarded it with their own judgments (by query text)."""
+    from tttembed.data.queries import query_digest
+    from tttembed.score.base import uses_labels
+
+    judged = [text for task, qid, text in zip(queries.tasks, queries.qids, queries.texts)
+              if qid in queries.qrels.get(task, {})]
+    out: dict[AdaptState, int] = {}
+    for st in states:
+        if st.rewarded and uses_labels(st.scorer):
+            mine = set(st.rewarded)
+            n = sum(1 for text in judged if query_digest(text) in mine)
+            if n:
+                out[st] = n
+    return out
+
+
 def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
     """A state whose keys match none of the queries (on its own; a more specific state
     may still shadow it) is an error naming both sides' tasks."""
@@ -164,7 +182,7 @@ def search(index: Index, queries: Queries, *, k: int = 100,
     return SearchResult(qids=list(qs.qids), scores=scores, rows=rows, doc_ids=index.doc_ids,
                         timings={"encode_s": t1 - t0, "search_s": time.perf_counter() - t1},
                         tasks=list(qs.tasks), qrels=dict(qs.qrels),
-                        applied=dict(zip(loaded, counts)))
+                        applied=dict(zip(loaded, counts)), leaked=label_leaks(loaded, qs))
 
 
 __all__ = ["adapt_queries", "adapted_search", "applied_counts", "check_applied",
