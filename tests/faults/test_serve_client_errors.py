@@ -19,7 +19,8 @@ from tests.serve.conftest import TASK, make_app, running, setup  # noqa: E402, F
     ("/v1/search", b'{"query": "\\ud83d", "task": "_"}', "lone surrogate"),
     ("/v1/embeddings", b"[" * 100000 + b"]" * 100000, "nested too deeply"),
 ], ids=["surrogate-embeddings", "surrogate-task", "surrogate-search", "deep-nesting"])
-def test_client_made_bodies_are_400_not_500(setup, minilm, caplog, path, content, message):
+def test_client_made_bodies_are_400_not_500(setup, minilm, caplog, path, content,  # noqa: F811
+                                            message):
     """A lone surrogate in the input (valid JSON, invalid Unicode) and a body nested
     100,000 levels deep are 400s with a message saying why; no server traceback is logged."""
     with caplog.at_level(logging.ERROR, logger="tttembed.serve"):
@@ -33,7 +34,7 @@ def test_client_made_bodies_are_400_not_500(setup, minilm, caplog, path, content
     assert not [rec for rec in caplog.records if rec.exc_info], caplog.text[:500]
 
 
-def test_an_unknown_task_is_a_404_listing_the_known_ones(setup, minilm):
+def test_an_unknown_task_is_a_404_listing_the_known_ones(setup, minilm):  # noqa: F811
     """A typo in an app's base_url (/t/TYPO/v1) no longer silently drops the task's
     adaptation: 404 in OpenAI's error shape listing the known tasks, on embeddings and
     search alike; --unknown-task global serves it with the global states, raw unadapted."""
