@@ -8,8 +8,8 @@ compete for the cores), collects the claims through ``$TTTEMBED_CLAIMS`` and add
 import time of ``tttembed --help`` and of each command's ``--help``. ``--quick`` runs
 every benchmark at a reduced size (its claims say at which size; the optimizer's time is
 scaled to the goal's size). ``--check`` exits 1 when a claim MISSes its goal or a
-benchmark fails. ``--markdown FILE`` also writes the table as Markdown (the README's
-Performance section is pasted from it). Timings on a shared machine are noisy: the
+benchmark fails. ``--markdown FILE`` also writes the table as Markdown (docs/performance.md
+is pasted from it). Timings on a shared machine are noisy: the
 ratios inside one benchmark are measured in one run. Not run in CI.
 
 The study's warm rerun runs ``study.py`` twice on one cache (``--study-cache``, default
