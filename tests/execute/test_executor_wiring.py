@@ -59,3 +59,26 @@ def test_index_corpus_on_the_ray_executor(fake_stage, tmp_path):
     idx = tt.index_corpus(corpus, tmp_path / "idx", executor="ray")
     [call] = fake_stage
     assert len(call["texts"]) == 6 and call["settings"] == Ray() and len(idx) == 6
+
+
+def test_the_cli_counts_what_ray_embedded(fake_stage, tmp_path):
+    """`index --executor ray` reports the texts the Ray stage embedded (not "model calls:
+    0, texts embedded: 0"); a rerun over the warm cache reports 0."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tttembed.cli import app
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"document {i} about cells"}) + "\n"
+        for i in range(20)))
+    args = ["index", str(data), "--out", str(tmp_path / "idx"), "--executor", "ray",
+            "--cache-dir", str(tmp_path / "c"), "--quiet"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "model calls: 3, texts embedded: 20" in r.output  # 20 texts in blocks of 8
+    r = CliRunner().invoke(app, [*args, "--overwrite"])
+    assert r.exit_code == 0 and "model calls: 0, texts embedded: 0" in r.output, r.output

@@ -230,3 +230,34 @@ def test_metrics_on_queries_whose_judgments_made_the_state_are_flagged(folder, t
     result = tt.search(tt.open_index(idx), other, states=[state_file], task="data",
                        allow_foreign_corpus=True)
     assert result.leaked == {} and sum(result.applied.values()) == 2
+
+
+@pytest.mark.parametrize("address", ["localhost", "ray://head", "http://head:6379", "h:99999"])
+def test_a_malformed_ray_address_is_one_line(folder, tmp_path, address):
+    """A malformed --ray-address is a one-line error giving the forms Ray takes (not a
+    ValueError traceback from ray.init), before any pair is scored."""
+    data, idx, _ = folder
+    r = CliRunner().invoke(app, ["learn", str(data), "--index", str(idx), "--scorer", "bm25",
+                                 "--budget", "2", "--executor", "ray", "--ray-address",
+                                 address, "--out", str(tmp_path / "s.npz")])
+    assert r.exit_code == 1, r.output
+    assert "is not a Ray address" in r.output and "ray://HEAD:10001" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "s.npz").exists()
+
+
+def test_an_unreachable_ray_cluster_is_one_line(monkeypatch):
+    """When ray.init cannot reach the cluster (ValueError / ConnectionError from Ray), the
+    error names the address and what to check, as a BackendError."""
+    from tttembed.execute import ray_stage
+
+    class FakeRay:
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **kwargs):
+            raise ConnectionError("Could not find any running Ray instance.\nmore")
+
+    monkeypatch.setattr(ray_stage, "import_ray", lambda: FakeRay())
+    with pytest.raises(BackendError, match=r"cannot reach the Ray cluster at --ray-address "
+                                           r"127\.0\.0\.1:6379: ConnectionError: Could not find"):
+        ray_stage.ensure_ray("127.0.0.1:6379")

@@ -24,10 +24,22 @@ class Ray:
     gpus: float = 0.0
 
     def __post_init__(self) -> None:
+        check_address(self.address)
         if int(self.actors) < 1:
             raise ConfigError(f"Ray(actors=...) must be at least 1, got {self.actors}")
         if float(self.gpus) < 0:
             raise ConfigError(f"Ray(gpus=...) must be >= 0, got {self.gpus}")
+
+
+def check_address(address: str | None) -> None:
+    """A Ray address is ``auto``, ``local``, ``ray://HOST:PORT`` (Ray Client) or
+    ``HOST:PORT`` (the head's GCS); anything else is a ConfigError with the forms."""
+    if address is None or address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--ray-address {address!r} is not a Ray address; give auto, "
+                          "local, ray://HEAD:10001 (Ray Client) or HEAD:6379 (the head node)")
 
 
 #: An executor as the API takes it: ``"local"``, ``"ray"`` (a default :class:`Ray`) or a Ray.

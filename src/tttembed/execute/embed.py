@@ -115,6 +115,8 @@ def _embed_ray(emb: CachedEmbedder, texts: list[str], kind: Kind, *, ray: Ray,
         new_rows.update(zip(batch_keys, vecs))
         stats.batches += 1
         stats.embedded += len(pos)
+        emb.model_calls += 1  # the embedder's counters tell the work done for it, on Ray too
+        emb.texts_embedded += len(pos)
     dim = next(iter(new_rows.values())).shape[0]
     out = found if found is not None else np.zeros((len(texts), dim), dtype=np.float32)
     for i, k in enumerate(keys):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.core.errors import MissingDependency
+from tttembed.core.errors import BackendError, MissingDependency
 from tttembed.embed.base import Kind, get_embedder
 from tttembed.execute.config import Ray
 
@@ -29,8 +29,15 @@ def ensure_ray(address: str | None = None) -> Any:
     uses, else a new local one) unless Ray is initialised already; returns ``ray``."""
     ray = import_ray()
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, ignore_reinit_error=True,
-                 log_to_driver=False)
+        try:
+            ray.init(address=address, include_dashboard=False, ignore_reinit_error=True,
+                     log_to_driver=False)
+        except (ValueError, ConnectionError, TimeoutError) as exc:
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise BackendError(f"cannot reach the Ray cluster at --ray-address {address}: "
+                               f"{type(exc).__name__}: {first}; is the head node up (`ray "
+                               "status`), and is the address auto, ray://HEAD:10001 or "
+                               "HEAD:6379?") from None
     return ray
 
 
