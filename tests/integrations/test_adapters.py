@@ -58,3 +58,16 @@ def test_llamaindex_embedding_adapts_queries_only(setup, minilm):
     docs = ["Cats sleep all day.", "Dogs bark."]
     np.testing.assert_allclose(emb.get_text_embedding_batch(docs),
                                minilm.encode(docs, "document"), atol=1e-6)
+
+
+def test_adapters_take_a_spec_string_and_a_single_state_as_mteb_model_does(setup, minilm):
+    """A spec string (as mteb_model takes it) and one state path (not only a list) work in
+    the in-process adapters: the same vectors as with the embedder object."""
+    pytest.importorskip("langchain_core")
+    from tttembed.integrations.adapters import langchain_embeddings
+
+    by_spec = langchain_embeddings("st:bundled:all-MiniLM-L6-v2", str(setup["task"]), task=TASK)
+    by_object = langchain_embeddings(minilm, [setup["task"]], task=TASK)
+    text = "which pet talks like a person"
+    np.testing.assert_allclose(by_spec.embed_query(text), by_object.embed_query(text),
+                               atol=1e-5)

@@ -24,6 +24,7 @@ One scope per file. To combine scopes, keep one file per scope and apply them wi
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -286,6 +287,21 @@ def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) 
         raise DataError(f"a global state has the one key {GLOBAL_KEY!r}, not {keys.tolist()[:3]}")
     if scope == "query" and not all("/" in k for k in keys.tolist()):
         raise DataError("query-wise keys must be '<task>/<query id>'")
+
+
+def load_states(states: StateLike | Sequence[StateLike], identity: str, dim: int
+                ) -> tuple[AdaptState, ...]:
+    """One state or several (objects or files), loaded and checked against the embedder
+    ``identity`` / ``dim`` they will adapt; a state without vectors (a dry run) is refused."""
+    items = [states] if isinstance(states, (AdaptState, str, os.PathLike)) else list(states)
+    loaded = tuple(s if isinstance(s, AdaptState) else load_state(s) for s in items)
+    for st in loaded:
+        if st.identity != identity or int(st.dim) != int(dim):
+            raise StateMismatch(f"{st.label}: learned for embedder {st.identity!r} (dim "
+                                f"{st.dim}), not {identity!r} (dim {dim})")
+        if st.dry_run or not len(st.keys):
+            raise ConfigError(f"{st.label} holds no vector (a dry run?); learn a state first")
+    return loaded
 
 
 def apply_state(

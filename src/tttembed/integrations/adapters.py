@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt.state import AdaptState, StateLike, load_state
-from tttembed.core.errors import MissingDependency, StateMismatch
+from tttembed.adapt.state import StateLike, load_states
+from tttembed.core.errors import MissingDependency
 from tttembed.embed.base import Embedder
 from tttembed.ttt.snapshot import Snapshot
 
@@ -28,14 +28,14 @@ class QueryAdapter:
     """An embedder plus states: ``queries(texts)`` adapted for ``task``, ``documents(texts)``
     raw. ``task="_"`` applies global states only."""
 
-    def __init__(self, embedder: Embedder, states: Sequence[StateLike] = (), *,
-                 task: str = "_",
+    def __init__(self, embedder: Embedder | str, states: StateLike | Sequence[StateLike] = (),
+                 *, task: str = "_",
                  queries: Mapping[str, Mapping[str, str]] | None = None) -> None:
-        loaded = tuple(s if isinstance(s, AdaptState) else load_state(s) for s in states)
-        for st in loaded:
-            if st.identity != embedder.identity:
-                raise StateMismatch(f"{st.label}: learned for embedder {st.identity!r}, not "
-                                    f"{embedder.identity!r}")
+        if isinstance(embedder, str):  # a spec, as mteb_model takes it
+            from tttembed.embed.cache import load_embedder
+
+            embedder = load_embedder(embedder)
+        loaded = load_states(states, embedder.identity, int(embedder.dim))
         qids = {t: {text: q for q, text in m.items()} for t, m in (queries or {}).items()}
         self.embedder, self.task = embedder, task
         self.snapshot = Snapshot(0, loaded, (0.0,) * len(loaded), qids)
@@ -48,7 +48,8 @@ class QueryAdapter:
         return self.embedder.encode(list(texts), "document")
 
 
-def langchain_embeddings(embedder: Embedder, states: Sequence[StateLike] = (), *,
+def langchain_embeddings(embedder: Embedder | str,
+                         states: StateLike | Sequence[StateLike] = (), *,
                          task: str = "_",
                          queries: Mapping[str, Mapping[str, str]] | None = None) -> Any:
     """A LangChain ``Embeddings``: ``embed_query`` adapted, ``embed_documents`` raw."""
@@ -72,7 +73,8 @@ def langchain_embeddings(embedder: Embedder, states: Sequence[StateLike] = (), *
     return out
 
 
-def llamaindex_embedding(embedder: Embedder, states: Sequence[StateLike] = (), *,
+def llamaindex_embedding(embedder: Embedder | str,
+                         states: StateLike | Sequence[StateLike] = (), *,
                          task: str = "_",
                          queries: Mapping[str, Mapping[str, str]] | None = None,
                          model_name: str = "tttembed") -> Any:

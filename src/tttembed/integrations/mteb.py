@@ -30,7 +30,6 @@ two states' results.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -38,8 +37,14 @@ from typing import Any
 import numpy as np
 
 from tttembed.adapt.scopes import query_keys
-from tttembed.adapt.state import AdaptState, StateLike, apply_states, load_state, state_owners
-from tttembed.core.errors import ConfigError, MissingDependency, StateMismatch
+from tttembed.adapt.state import (
+    AdaptState,
+    StateLike,
+    apply_states,
+    load_states,
+    state_owners,
+)
+from tttembed.core.errors import ConfigError, MissingDependency
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.index.base import Index
 
@@ -52,19 +57,6 @@ def _require_mteb() -> Any:
     except ImportError:
         raise MissingDependency("mteb", "mteb") from None
     return mteb
-
-
-def _as_states(states: StateLike | Sequence[StateLike], embedder: Embedder
-               ) -> tuple[AdaptState, ...]:
-    items = [states] if isinstance(states, (AdaptState, str, os.PathLike)) else list(states)
-    loaded = tuple(s if isinstance(s, AdaptState) else load_state(s) for s in items)
-    for st in loaded:
-        if st.identity != embedder.identity or int(st.dim) != int(embedder.dim):
-            raise StateMismatch(f"{st.label}: learned for embedder {st.identity!r} (dim "
-                                f"{st.dim}), not {embedder.identity!r} (dim {embedder.dim})")
-        if st.dry_run or not len(st.keys):
-            raise ConfigError(f"{st.label} holds no vector (a dry run?); learn a state first")
-    return loaded
 
 
 def _revision(embedder: Embedder, states: Sequence[AdaptState], task: str | None) -> str:
@@ -111,7 +103,7 @@ class MTEBModel:
                  require_match: bool = True) -> None:
         _require_mteb()
         self.embedder = embedder
-        self.states = _as_states(states, embedder)
+        self.states = load_states(states, embedder.identity, int(embedder.dim))
         self.task = task
         self.require_match = require_match
         self.applied = [0] * len(self.states)
