@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import asdict
 
 import numpy as np
+import pytest
 
 from tttembed.evaluation.protocols import MethodResult
 from tttembed.evaluation.report import summarise
@@ -52,6 +55,24 @@ def test_corrupt_entry_is_recomputed(tmp_path):
     assert compare(a, b, n_resamples=200, cache=again) == want
     assert again.misses == 1
     assert json.loads(path.read_text())["p_value"] == want.p_value
+
+
+@pytest.mark.parametrize("body", ["[]", '{"p_value": 0.5}', '{"p_value": "0.5"}',
+                                  '{"mean_a": 1, "mean_b": 1, "delta": 0, "p_value": true, '
+                                  '"ci_low": 0, "ci_high": 0, "n": 3}'],
+                         ids=["list", "missing-fields", "string", "bool"])
+def test_an_entry_of_the_wrong_shape_is_recomputed_with_a_warning(tmp_path, caplog, body):
+    """Valid JSON of the wrong shape (a list, missing fields, a string or a bool where a
+    number belongs) is recomputed with a warning and rewritten, never a TypeError."""
+    a, b = _scores(30, 4, 0.1), _scores(30, 5)
+    want = compare(a, b, n_resamples=200, cache=ComparisonCache(tmp_path))
+    (path,) = tmp_path.rglob("*.json")
+    path.write_text(body)
+    again = ComparisonCache(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="tttembed.metrics.stats"):
+        assert compare(a, b, n_resamples=200, cache=again) == want
+    assert again.misses == 1 and "recomputing a corrupt cached comparison" in caplog.text
+    assert json.loads(path.read_text()) == asdict(want)
 
 
 def _results():

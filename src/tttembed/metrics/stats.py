@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from tttembed.core.io import json_hash, read_json, write_text
 
 __all__ = ["Comparison", "ComparisonCache", "aubc", "compare", "p_value",
            "paired_bootstrap_ci", "paired_randomization_test"]
+
+log = logging.getLogger(__name__)
 
 #: Bump when a test's numbers change for the same inputs (invalidates cached comparisons).
 STATS_VERSION = 1
@@ -206,6 +209,15 @@ def p_value(per_query_a: Mapping[str, float], per_query_b: Mapping[str, float],
     return float(got["p_value"])
 
 
+def _valid_entry(kind: str, got: Any) -> bool:
+    """A cached ``compare`` is every field of :class:`Comparison`, a ``p_value`` its one
+    number; each a finite-or-nan number (never a bool or a string)."""
+    want = ({f.name for f in fields(Comparison)} if kind == "compare" else {"p_value"})
+    return (isinstance(got, dict) and set(got) == want
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                    for v in got.values()))
+
+
 class ComparisonCache:
     """Results of paired tests as small JSON files under ``root`` (None: memory only),
     keyed by the sha256 of the paired scores' bytes, the test, its parameters and
@@ -235,11 +247,13 @@ class ComparisonCache:
         if path is not None and path.is_file():
             try:
                 got: dict[str, Any] = read_json(path, what="cached comparison")
+                if not _valid_entry(kind, got):
+                    raise DataError("not a cached comparison of the right shape", path=path)
                 self.hits += 1
                 self._memory[key] = got
                 return got
-            except DataError:
-                pass  # a corrupt entry is recomputed and rewritten
+            except DataError as exc:  # a corrupt entry is recomputed and rewritten
+                log.warning("recomputing a corrupt cached comparison: %s", exc)
         value = compute()
         self.misses += 1
         self._memory[key] = value
