@@ -186,10 +186,10 @@ STEPS = 8      # long runs reach more states than the 9 gold ones: sampling matt
 @pytest.fixture(scope="module")
 def first_pool(gold_checkpoint, tiny_loaded):
     """The gold checkpoint's reached states, computed here independently of train_chain."""
+    from tttembed.chain.checkpoint import load_encoder
     from tttembed.chain.search import greedy_chain
     from tttembed.chain.setup import state_texts
     from tttembed.chain.states import reached_states
-    from tttembed.chain.train import load_encoder
 
     task, index, _ = tiny_loaded
     enc = load_encoder(gold_checkpoint[0], max_seq_length=48, index=index)

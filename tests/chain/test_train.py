@@ -85,7 +85,7 @@ def test_gold_training_writes_a_checkpoint_with_manifest(gold_checkpoint, tiny_l
 
 
 def test_fresh_adapter_equals_frozen_and_trained_one_differs(gold_checkpoint, tiny_loaded):
-    from tttembed.chain.train import load_encoder
+    from tttembed.chain.checkpoint import load_encoder
 
     _, index, emb = tiny_loaded
     texts = ["Who founded Orchid College?", "Ada Marlow [SEP] Kestrel Bay"]

@@ -310,7 +310,7 @@ EXPECT = {"config": {"lr": 1}, "n_questions": 4, "questions_digest": "q1",
 def test_kill_during_a_checkpoint_swap_loses_no_finished_epoch(tmp_path, point, no_exchange):
     """SIGKILL while epoch 3's checkpoint is swapped in: resuming finds epoch 2's (or 3's)
     checkpoint whole, never nothing (a swap cut between two renames is repaired)."""
-    from tttembed.chain.train import _resume_point
+    from tttembed.chain.checkpoint import _resume_point
 
     out = tmp_path / "ck"
     assert run_py(CHECKPOINT + f"checkpoint({str(out)!r}, 2)").returncode == 0
@@ -332,7 +332,7 @@ def test_kill_during_a_checkpoint_swap_loses_no_finished_epoch(tmp_path, point, 
 def test_resume_on_other_data_is_refused_naming_what_differs(tmp_path, key, value, label):
     """`chain train D2 --out ck` on a checkpoint of D1 (other corpus, questions, index or
     config) is a ConfigError naming what differs and --overwrite; never a silent resume."""
-    from tttembed.chain.train import _resume_point
+    from tttembed.chain.checkpoint import _resume_point
 
     out = tmp_path / "ck"
     assert run_py(CHECKPOINT + f"checkpoint({str(out)!r}, 1)").returncode == 0

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
+from tttembed.chain.checkpoint import read_manifest
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
 from tttembed.chain.report import write_report
 from tttembed.chain.search import ChainRun, Encode, beam_chain, chain_metrics, greedy_chain
@@ -35,7 +36,7 @@ from tttembed.chain.setup import (
     load,
     state_texts,
 )
-from tttembed.chain.train import TrainConfig, TrainResult, read_manifest, train_chain
+from tttembed.chain.train import TrainConfig, TrainResult, train_chain
 from tttembed.core.errors import ConfigError
 from tttembed.core.io import refuse_existing
 from tttembed.core.progress import Advance, Progress, stage
@@ -77,7 +78,7 @@ def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int)
     """The frozen model's query side (``encoder`` None) or a trained checkpoint's encoder."""
     if encoder is None:
         return frozen_encode(loaded.embedder)
-    from tttembed.chain.train import load_encoder
+    from tttembed.chain.checkpoint import load_encoder
 
     return load_encoder(encoder, max_seq_length=max_seq_length, index=loaded.index).encode
 

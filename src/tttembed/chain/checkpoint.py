@@ -1,0 +1,114 @@
+"""Chain encoder checkpoints: their manifest, the encoder they load as, the optimizer's
+moments, and the identity a checkpoint must match to resume (see :mod:`.train` for the
+folder layout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tttembed.chain.encoder import LoraQueryEncoder, load_base_model
+from tttembed.chain.setup import ChainTask
+from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.core.io import MANIFEST, json_hash, recover_directory
+from tttembed.core.io import read_manifest as _read_manifest
+from tttembed.embed.base import DEFAULT_EMBEDDER
+from tttembed.types import PathLike
+
+if TYPE_CHECKING:
+    from tttembed.index.base import Index
+
+FORMAT = "tttembed-chain-encoder"
+TRAIN_FIX = "train one with 'tttembed chain train DATA --out FOLDER'"
+
+
+def read_manifest(path: PathLike) -> dict[str, Any]:
+    """The manifest of the chain encoder checkpoint at ``path`` (a DataError otherwise)."""
+    return _read_manifest(path, fmt=FORMAT, what="chain encoder checkpoint", fix=TRAIN_FIX)
+
+
+def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
+                 max_seq_length: int = 256, trainable: bool = False,
+                 index: Index | None = None) -> LoraQueryEncoder:
+    """A query encoder: the checkpoint's adapter on a fresh base model, or (path None) a
+    fresh adapter, which encodes exactly like the frozen model. With ``index`` the
+    checkpoint must have been trained against the same passage index."""
+    if path is None:
+        return LoraQueryEncoder(load_base_model(base, max_seq_length=max_seq_length))
+    manifest = read_manifest(path)
+    if index is not None and manifest["index_embedder"] != index.identity:
+        raise StateMismatch(f"checkpoint {path} was trained for passages of "
+                            f"{manifest['index_embedder']!r}, the index holds "
+                            f"{index.identity!r}")
+    model = load_base_model(manifest["config"]["base"], max_seq_length=max_seq_length)
+    return LoraQueryEncoder(model, adapter=Path(path) / "adapter", trainable=trainable)
+
+
+def _save_optimizer(opt: Any, params: list[Any], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for i, p in enumerate(params):
+        for key, value in opt.state.get(p, {}).items():
+            tensors[f"{i}.{key}"] = value.detach().cpu().reshape(-1).clone() \
+                if key == "step" else value.detach().cpu().contiguous()
+    save_file(tensors, str(path))
+
+
+def _load_optimizer(opt: Any, params: list[Any], path: Path) -> None:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    for i, p in enumerate(params):
+        state = {}
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            if f"{i}.{key}" in tensors:
+                t = tensors[f"{i}.{key}"]
+                state[key] = t.reshape(()) if key == "step" else t.to(p.device)
+        if state:
+            opt.state[p] = state
+
+
+def questions_digest(task: ChainTask) -> str:
+    """A digest of the questions and their gold rows: what a checkpoint was trained on."""
+    return json_hash([task.questions, task.golds])
+
+
+def _identity(task: ChainTask, index: Index, config: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal for a checkpoint to resume."""
+    return {"config": config, "n_questions": len(task.golds),
+            "questions_digest": questions_digest(task), "index_embedder": index.identity,
+            "corpus_fingerprint": index.manifest.get("corpus_fingerprint")}
+
+
+def _resume_point(out: Path, expected: dict[str, Any],
+                  overwrite: bool) -> tuple[int, list[dict[str, Any]]]:
+    """(epochs done, history) of the checkpoint at ``out`` when it matches ``expected``
+    (:func:`_identity`; keys an older checkpoint lacks are not compared); a fresh start
+    for a missing or empty folder (or with ``overwrite``). Repairs a swap a kill cut short."""
+    recover_directory(out)
+    if overwrite or not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return 0, []
+    if not (out / MANIFEST).is_file():
+        raise ConfigError(f"{out} exists and is not a chain encoder checkpoint; pass "
+                          "--overwrite (overwrite=True) to replace it, or another --out folder")
+    manifest = read_manifest(out)
+    differ = [k for k, v in expected.items()
+              if k in manifest and manifest[k] != v or k not in manifest and k == "config"]
+    if differ:
+        raise ConfigError(f"{out} holds a checkpoint trained with another "
+                          f"{', '.join(_LABELS[k] for k in differ)} (checkpoint: "
+                          f"{_short(manifest.get(differ[0]))}, this run: "
+                          f"{_short(expected[differ[0]])}); pass --overwrite "
+                          "(overwrite=True) to restart, or another --out folder")
+    return int(manifest["epochs_done"]), list(manifest["history"])
+
+
+_LABELS = {"config": "configuration", "n_questions": "number of questions",
+           "questions_digest": "questions", "index_embedder": "index embedder",
+           "corpus_fingerprint": "corpus (fingerprint)"}
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json_hash(value, 12)
+    return text if len(text) <= 40 else text[:37] + "..."
