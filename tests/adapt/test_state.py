@@ -8,6 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from tttembed.adapt.scopes import query_key, query_keys
 from tttembed.adapt.state import AdaptState, apply_state, apply_states, load_state, save_state
 from tttembed.core.errors import DataError, StateMismatch
 
@@ -108,10 +109,11 @@ def test_apply_states_precedence():
     rng = np.random.default_rng(2)
     glob = make_state("global", ("*",), seed=3)
     task = make_state("task", ("fiqa",), seed=4)
-    query = make_state("query", ("fiqa/q1",), seed=5)
+    query = make_state("query", (query_key("fiqa", "q one"),), seed=5)
     x = unit(rng.normal(size=(3, 8)))
     keys = {"global": ["*"] * 3, "task": ["fiqa", "fiqa", "scifact"],
-            "query": ["fiqa/q1", "fiqa/q2", "scifact/q3"]}
+            "query": query_keys("query", ["q one", "q two", "q one"],
+                                ["fiqa", "fiqa", "scifact"])}
     out = apply_states(x, keys, [glob, task, query])
     np.testing.assert_allclose(out[0], unit(x[0] + query.alpha[0] * query.vectors[0]), atol=1e-6)
     np.testing.assert_allclose(out[1], unit(x[1] + task.alpha[0] * task.vectors[0]), atol=1e-6)
@@ -141,7 +143,6 @@ def _tamper(path, **changes):
     ({"alpha": np.array([0.5, 0.2])}, "state arrays disagree"),
     ({"n_g": np.array([1, -2, 3])}, "negative counts"),
     ({"n_g": np.array([1.0, 2.0, 3.0])}, "n_g has dtype float64"),
-    ({"manifest": {"scope": "query"}}, "query-wise keys must be"),
     ({"manifest": {"scope": "global"}}, "a global state has the one key"),
     ({"manifest": {"identity": None, "dim": None}}, "not a positive integer"),
 ])
@@ -152,6 +153,18 @@ def test_a_tampered_state_is_refused_with_its_path(tmp_path, change, message):
     with pytest.raises(DataError, match=message) as info:
         load_state(path)
     assert str(info.value).startswith(f"{path}: ")
+
+
+def test_a_query_wise_state_keyed_by_id_is_refused(tmp_path):
+    """Query ids are file-local: a query-wise file keyed ``task/qid`` (older, hand-made)
+    cannot prove which queries it belongs to, so it is refused, never applied."""
+    path = save_state(tmp_path / "v.npz", make_state(keys=("a", "b", "c")))
+    _tamper(path, manifest={"scope": "query"}, keys=np.array(["t/q1", "t/q2", "t/q3"]))
+    with pytest.raises(StateMismatch, match="keyed by query id") as info:
+        load_state(path)
+    assert str(info.value).startswith(f"{path}: ")
+    with pytest.raises(StateMismatch, match="does not name a query text"):
+        make_state("query", ("t/q1",))
 
 
 def test_a_failed_save_leaves_the_old_pair_and_no_temp(tmp_path, monkeypatch):

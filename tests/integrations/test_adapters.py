@@ -19,7 +19,7 @@ def test_langchain_embeddings_adapt_queries_only(setup, minilm):
     emb = langchain_embeddings(minilm, [setup["task"], setup["query"]], task=TASK,
                                queries={TASK: QUERIES})
     assert isinstance(emb, Embeddings)
-    learned = [k.split("/", 1)[1] for k in emb.adapter.snapshot.states[1].keys]
+    learned = [k.split("/", 1)[1] for k in emb.adapter.snapshot.states[1].names]
     for text, qid in ((QUERIES[learned[0]], learned[0]), ("a pet that can talk", "x")):
         want = expected_adapted(setup, minilm, [text], TASK, ["task", "query"], [qid])[0]
         np.testing.assert_allclose(emb.embed_query(text), want, atol=1e-6)

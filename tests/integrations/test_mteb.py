@@ -21,6 +21,7 @@ from mteb.abstasks.task_metadata import TaskMetadata  # noqa: E402
 
 import tttembed as tt  # noqa: E402
 from tests.cli.test_cli import _write_beir  # noqa: E402
+from tttembed.adapt.scopes import query_key  # noqa: E402
 from tttembed.core.errors import ConfigError, DataError  # noqa: E402
 from tttembed.embed.base import l2_normalize  # noqa: E402
 from tttembed.evaluation.tasks import load_eval_task, load_mteb_task  # noqa: E402
@@ -165,7 +166,8 @@ def test_mteb_evaluator_equals_our_ndcg_raw_and_adapted(words, tiny_task, tmp_pa
     v = words.encode(["the ocean, the moon and tides", "fish swimming"], "document")
     task_state = tt.AdaptState("task", (TASK,), v[:1], np.array([0.8]), np.array([5]),
                                identity=words.identity, dim=words.dim)
-    query_state = tt.AdaptState("query", (f"{TASK}/q2",), v[1:], np.array([0.9]),
+    query_state = tt.AdaptState("query", (query_key(TASK, QUERIES["q2"]),), v[1:],
+                                np.array([0.9]),
                                 np.array([3]), identity=words.identity, dim=words.dim)
     model = tt.mteb_model(words, states=[task_state, query_state])
     adapted_mteb = mteb_ndcg(model, tiny_task)

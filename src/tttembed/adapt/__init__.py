@@ -11,7 +11,7 @@ no network. Typical use for one scope::
                        identity=embedder.identity, dim=embedder.dim,
                        hyperparameters=result.hyperparameters)
     save_state("out/vectors.npz", state)
-    x_new = apply_state(x_all, query_keys("task", all_qids, all_tasks), state)
+    x_new = apply_state(x_all, query_keys("task", all_texts, all_tasks), state)
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def _shared_folds(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndarr
             out.group.append(out.n_groups + int(groups.index[j]))
             out.weight.append(float(groups.weights[j]))
         for i in np.flatnonzero(fold == f).tolist():
-            out.owner[i][:] = where.get(group_key(scope, tasks[i], qids[i]), -1)
+            out.owner[i][:] = where.get(group_key(scope, tasks[i], ""), -1)  # global/task
         out.n_groups += len(groups.keys)
     return out
 

@@ -5,11 +5,15 @@ A group owns one vector ``v_g``. Scopes (METHOD.md Part 1, "The learned state"):
 - ``"global"``: one group, key ``"*"``; weights average within each task first, then
   tasks uniformly: ``w_q = 1 / (n_tasks * n_task(q))``;
 - ``"task"``: one group per task, key = the task name; ``w_q = 1 / n_g``;
-- ``"query"``: one group per query, key ``"<task>/<qid>"``; ``w_q = 1``.
+- ``"query"``: one group per query text, key ``"<task>/#<digest>"`` (:func:`query_key`:
+  the digest of the normalised text, :func:`query_digest`); ``w_q = 1``.
 
-Query keys are always qualified by their task so that the same query id in two tasks
-(``"0"``, ``"q1"``...) never collides. Task names therefore must not contain ``"/"``
-(a key splits on its first ``"/"``); query ids may.
+Query-wise keys name a query by its *text*, never by its id: ids are file-local (two
+query files both have a ``q01``) and live traffic carries texts, so a query-wise state
+applies to a query only when the text matches, whatever file or request it comes from.
+Two rewarded rows of one task with the same text are one group (weights ``1/n_g``).
+Keys are qualified by their task, so task names must not contain ``"/"`` (a key splits
+on its first ``"/"``).
 
 ``n_g`` is the number of distinct rewarded queries of a group (one row of the reward
 table per query: a repeated ``(task, qid)`` is an error) and
@@ -18,6 +22,9 @@ table per query: a repeated ``(task, qid)`` is an error) and
 
 from __future__ import annotations
 
+import hashlib
+import re
+import unicodedata
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -56,35 +63,53 @@ def check_scope(scope: str) -> str:
     return scope
 
 
-def query_key(task: str, qid: str) -> str:
-    """The query-wise group key of ``qid`` in ``task``."""
-    return f"{task}/{qid}"
+#: A query-wise key: ``<task>/#<16 hex digits>``.
+QUERY_KEY = re.compile(r"[^/]+/#[0-9a-f]{16}")
 
 
-def group_key(scope: str, task: str, qid: str) -> str:
-    """The key of the group that a query of ``task`` belongs to under ``scope``."""
+def query_digest(text: str) -> str:
+    """A digest of the normalised query text (NFC, whitespace collapsed): what identifies
+    a query across files, where ids are file-local (16 hex digits)."""
+    norm = " ".join(unicodedata.normalize("NFC", text).split())
+    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def query_key(task: str, text: str) -> str:
+    """The query-wise group key of the query ``text`` in ``task``: ``task/#digest``."""
+    return f"{task}/#{query_digest(text)}"
+
+
+def group_key(scope: str, task: str, text: str) -> str:
+    """The key of the group that the query ``text`` of ``task`` belongs to under ``scope``."""
     check_scope(scope)
     if scope == "global":
         return GLOBAL_KEY
     if scope == "task":
         return task
-    return query_key(task, qid)
+    return query_key(task, text)
 
 
-def query_keys(scope: str, qids: Sequence[str], tasks: Sequence[str]) -> list[str]:
-    """Group key of every query (rewarded or not): what :func:`apply_state` looks up."""
-    _check_inputs(qids, tasks)
-    return [group_key(scope, t, q) for q, t in zip(qids, tasks)]
+def query_keys(scope: str, texts: Sequence[str], tasks: Sequence[str]) -> list[str]:
+    """Group key of every query (rewarded or not), from its text and task: what
+    :func:`apply_state` looks up. The one lookup of search, serving, MTEB and the
+    framework adapters."""
+    _check_inputs(texts, tasks)
+    return [group_key(scope, t, q) for q, t in zip(texts, tasks)]
 
 
-def make_groups(scope: str, qids: Sequence[str], tasks: Sequence[str]) -> Groups:
+def make_groups(scope: str, qids: Sequence[str], tasks: Sequence[str],
+                texts: Sequence[str] | None = None) -> Groups:
     """Groups and weights for the rewarded queries ``qids`` (row order kept).
 
-    ``tasks[i]`` is the task of ``qids[i]``. Groups are numbered in order of first
-    appearance, so the result is deterministic for a given row order.
+    ``tasks[i]`` is the task of ``qids[i]``, ``texts[i]`` its text (needed by the query
+    scope, whose groups are texts). Groups are numbered in order of first appearance, so
+    the result is deterministic for a given row order.
     """
     check_scope(scope)
     _check_inputs(qids, tasks)
+    if scope == "query" and (texts is None or len(texts) != len(qids)):
+        raise ConfigError("query-wise groups are keyed by query text: give one text per "
+                          "rewarded query (texts=...)")
     n = len(qids)
     seen: set[tuple[str, str]] = set()
     for i, (q, t) in enumerate(zip(qids, tasks)):
@@ -104,9 +129,8 @@ def make_groups(scope: str, qids: Sequence[str], tasks: Sequence[str]) -> Groups
         index, keys = task_index, task_ids
         weights = 1.0 / task_sizes[task_index]
     else:
-        index = np.arange(n, dtype=np.int64)
-        keys = [query_key(t, q) for q, t in zip(qids, tasks)]
-        weights = np.ones(n, dtype=np.float64)
+        keys, index = _first_appearance([query_key(t, x) for x, t in zip(texts or (), tasks)])
+        weights = 1.0 / np.bincount(index, minlength=len(keys)).astype(np.float64)[index]
     return Groups(index.astype(np.int64), keys, np.asarray(weights, dtype=np.float64))
 
 

@@ -35,7 +35,7 @@ from typing import Any, Union
 import numpy as np
 
 from tttembed._version import __version__
-from tttembed.adapt.scopes import GLOBAL_KEY, PRECEDENCE, check_scope
+from tttembed.adapt.scopes import GLOBAL_KEY, PRECEDENCE, QUERY_KEY, check_scope
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import (
     atomic_files,
@@ -96,6 +96,7 @@ class AdaptState:
     alpha_chosen: str = "rule"
     crossval: dict[str, Any] | None = field(default=None, repr=False)
     rewarded: tuple[str, ...] = field(default=(), repr=False)
+    query_ids: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
@@ -111,6 +112,9 @@ class AdaptState:
             )
         if len(set(keys)) != g:
             raise DataError("state group keys must be unique")
+        check_query_keys(self.scope, keys)
+        if self.query_ids and len(self.query_ids) != g:
+            raise DataError(f"{len(self.query_ids)} query ids for {g} query-wise groups")
         if not (np.isfinite(vectors).all() and np.isfinite(alpha).all()):
             raise DataError("state vectors or alphas are not finite (nan or inf)")
         if ((alpha < 0) | (alpha > 1)).any():
@@ -132,6 +136,7 @@ class AdaptState:
             "corpus_fingerprint": self.corpus_fingerprint, "pairs": dict(self.pairs),
             "alpha_asked": self.alpha_asked, "alpha_chosen": self.alpha_chosen,
             "crossval": self.crossval, "rewarded": list(self.rewarded),
+            "query_ids": list(self.query_ids),
         }
 
     @property
@@ -142,6 +147,12 @@ class AdaptState:
         if self.scope == "task":
             return list(self.keys)
         return list(dict.fromkeys(k.split("/", 1)[0] for k in self.keys))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """How reports name the groups: the keys, or for a query-wise state the
+        ``task/qid`` each text had where it was learned (the keys are text digests)."""
+        return tuple(self.query_ids) or self.keys
 
     @property
     def label(self) -> str:
@@ -238,7 +249,10 @@ def load_state(
             alpha_chosen=str(manifest.get("alpha_chosen", "rule")),
             crossval=manifest.get("crossval"),
             rewarded=tuple(str(d) for d in manifest.get("rewarded", ())),
+            query_ids=tuple(str(q) for q in manifest.get("query_ids", ())),
         )
+    except StateMismatch as exc:
+        raise StateMismatch(f"{p}: {exc}") from exc
     except (DataError, ConfigError) as exc:
         raise DataError(str(exc), path=p, fix="write it again with `tttembed learn`") from exc
     except (KeyError, TypeError, ValueError) as exc:
@@ -285,8 +299,18 @@ def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) 
         raise DataError("n_g (rewarded queries per group) holds negative counts")
     if scope == "global" and keys.tolist() not in ([], [GLOBAL_KEY]):
         raise DataError(f"a global state has the one key {GLOBAL_KEY!r}, not {keys.tolist()[:3]}")
-    if scope == "query" and not all("/" in k for k in keys.tolist()):
-        raise DataError("query-wise keys must be '<task>/<query id>'")
+    check_query_keys(scope, tuple(keys.tolist()))
+
+
+def check_query_keys(scope: str, keys: Sequence[str]) -> None:
+    """Query-wise keys name query texts (``task/#digest``); a file keyed by query id (made
+    before keys were texts, or by hand) cannot prove which queries it belongs to."""
+    bad = [k for k in keys if not QUERY_KEY.fullmatch(k)] if scope == "query" else []
+    if bad:
+        raise StateMismatch(
+            f"query-wise key {bad[0]!r} does not name a query text ('<task>/#<digest>'): "
+            "this state was keyed by query id (ids are file-local, so it cannot prove "
+            "which queries it belongs to); learn it again with `tttembed learn --scope query`")
 
 
 def load_states(states: StateLike | Sequence[StateLike], identity: str, dim: int

@@ -143,7 +143,7 @@ def _summary(state: Any, path: Path) -> None:
     shown = min(len(state.keys), 15)
     for g in range(shown):
         loss = "" if state.final_loss is None else f"{state.final_loss[g]:.4f}"
-        table.add_row(state.keys[g], str(int(state.n_g[g])), f"{state.alpha[g]:.4f}",
+        table.add_row(state.names[g], str(int(state.n_g[g])), f"{state.alpha[g]:.4f}",
                       f"{norms[g]:.4f}", loss)
     if len(state.keys) > shown:
         table.add_row(f"... {len(state.keys) - shown} more", "", "", "", "")

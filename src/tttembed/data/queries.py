@@ -22,16 +22,6 @@ _TSV_ID_NAMES = frozenset({"query-id", "query_id", "queryid", "qid", "id", "_id"
 _TSV_TEXT_NAMES = frozenset({"text", "query", "question", "query-text", "query_text"})
 
 
-def query_digest(text: str) -> str:
-    """A digest of the normalised query text (NFC, whitespace collapsed): what identifies
-    a query across files, where ids are file-local (16 hex digits)."""
-    import hashlib
-    import unicodedata
-
-    norm = " ".join(unicodedata.normalize("NFC", text).split())
-    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 def load_queries(path: str | Path) -> dict[str, str]:
     """{query_id: text} from a .jsonl, .tsv or .txt file, in file order."""
     path = Path(path)

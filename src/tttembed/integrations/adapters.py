@@ -7,8 +7,8 @@ the document side raw, as LlamaIndex's own ``AdapterEmbeddingModel`` does.
     >>> emb.embed_documents(["a document"])                # the embedder's own vectors
 
 The adaptation is :meth:`tttembed.ttt.snapshot.Snapshot.adapt`, the same function the
-server and ``tttembed.api.search`` use. ``queries`` (``{task: {qid: text}}``) lets
-query-wise states find their queries by exact text.
+server and ``tttembed.api.search`` use. Query-wise states find their queries by
+text; ``queries`` (``{task: {qid: text}}``) only names tasks and ids for reports.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ inner product, as in our indexes (all vectors are unit length, so it equals the 
 
 Which state applies to which MTEB query: a global state to every query; a task-wise state
 when its key equals ``task`` (default: the MTEB task's name, ``/`` replaced by ``_``, the
-name ``tttembed eval mteb:NAME`` gives the task); a query-wise state by ``task/qid``, the
-qid being the MTEB query id. An ``encode`` call of queries that no state reaches is an error
+name ``tttembed eval mteb:NAME`` gives the task); a query-wise state by task and query text
+(:func:`tttembed.adapt.scopes.query_key`; MTEB's query ids are not compared). An ``encode`` call of queries that no state reaches is an error
 (``require_match=False`` leaves them raw instead, for runs over several tasks).
 ``model.applied`` counts the queries each state reached.
 
@@ -114,13 +114,8 @@ class MTEBModel:
                **kwargs: Any) -> np.ndarray:
         """Encode MTEB's batches (``{"text": [...], "id": [...]}``): queries adapted."""
         texts: list[str] = []
-        ids: list[str] | None = []
         for batch in inputs:
             texts.extend(str(t) for t in batch["text"])
-            if ids is not None and "id" in batch:
-                ids.extend(str(i) for i in batch["id"])
-            else:
-                ids = None
         if not texts:
             return np.zeros((0, int(self.embedder.dim)), np.float32)
         query = _is_query(prompt_type)
@@ -128,17 +123,15 @@ class MTEBModel:
         if not query or not self.states:
             return x
         task = self.task or str(getattr(task_metadata, "name", "") or "_").replace("/", "_")
-        return self.adapt(x, ids, task)
+        return self.adapt(x, texts, task)
 
-    def adapt(self, x: np.ndarray, qids: Sequence[str] | None, task: str) -> np.ndarray:
-        """``unit(x + alpha v)`` per query (``qids``: MTEB query ids; None: none known)."""
+    def adapt(self, x: np.ndarray, texts: Sequence[str], task: str) -> np.ndarray:
+        """``unit(x + alpha v)`` per query text (query-wise states match by text)."""
         n = len(x)
-        keys: dict[str, Sequence[str | None]] = {}
-        for st in self.states:
-            if st.scope == "query" and (qids is None or len(qids) != n):
-                keys[st.scope] = [None] * n
-            else:
-                keys[st.scope] = query_keys(st.scope, list(qids or [""] * n), [task] * n)
+        if len(texts) != n:
+            raise ConfigError(f"{len(texts)} query texts for {n} query vectors")
+        keys: dict[str, Sequence[str | None]] = {
+            st.scope: query_keys(st.scope, list(texts), [task] * n) for st in self.states}
         owner, _ = state_owners(keys, self.states, n)
         counts = np.bincount(owner[owner >= 0], minlength=len(self.states))
         if self.require_match and not counts.any():

@@ -7,14 +7,14 @@ Routes (all JSON; errors in OpenAI's shape ``{"error": {"message", "type", "para
 - ``POST /v1/embeddings``: documents, the index embedder's vectors unchanged (the
   ``input_type: "query"`` and ``task`` extension fields make it a query request);
 - ``POST /t/{task}/v1/embeddings``: queries of ``task``, ``unit(x + alpha v)`` with the most
-  specific state (query-wise by exact query text, then task, then global; ``_`` = global
+  specific state (query-wise by query text, then task, then global; ``_`` = global
   only);
 - ``POST /v1/search``: ids and scores over the index, adapted like ``tttembed search``;
 - ``GET /v1/states``, ``POST /admin/reload`` (and SIGHUP), ``GET /healthz``, ``GET /metrics``.
 
-Query-wise states are keyed by ``task/qid``; state files hold no texts. The server maps an
-exact query text to its id through the query files given with ``queries`` (``--queries``);
-without them a query-wise state applies to no request (``/v1/states`` says so).
+Query-wise states are keyed by ``task`` and a digest of the normalised query text, so a
+request's text finds its state directly (the same lookup as ``search`` and MTEB); query
+files given with ``queries`` (``--queries``) only name tasks and ids for reports.
 
 In-process apps use :mod:`tttembed.integrations.adapters` (LangChain / LlamaIndex embeddings:
 queries adapted, documents raw) instead of a server.

@@ -19,7 +19,8 @@ ENV = "TTTEMBED_SERVE_CONFIG"
 class ServeConfig:
     """``index`` folder; ``states`` files (re-read on reload); ``queries`` sources (BEIR
     folders or query files, one task each, named by ``tasks`` or their folder/stem) that
-    map exact query texts to query ids for query-wise states; ``api_key_env`` the name of
+    name known tasks and the ids of their texts (query-wise states match by text without
+    them); ``api_key_env`` the name of
     the variable holding the bearer key (none: no auth)."""
 
     index: str

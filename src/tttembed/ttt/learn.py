@@ -22,6 +22,7 @@ from tttembed.adapt.crossval import (
     cross_validate,
     parse_alpha,
 )
+from tttembed.adapt.scopes import Groups
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
@@ -52,17 +53,19 @@ def _fingerprint(indexes: Sequence[Index]) -> str:
     return prints.pop() if len(prints) == 1 else ""
 
 
-Table = tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[str], list[str]]
+Table = tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[str], list[str], list[str]]
 
 
 def _table(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
            ) -> Table | None:
-    """The reward table of every source: x, z_q, r_q, query ids and tasks (None: empty)."""
+    """The reward table of every source: x, z_q, r_q, query ids, tasks and texts (None:
+    empty)."""
     xs: list[np.ndarray] = []
     zs: list[np.ndarray] = []
     rs: list[np.ndarray] = []
     qids: list[str] = []
     tasks: list[str] = []
+    texts: list[str] = []
     for queries, base, index in sources:
         kept, x, z, r = reward_table(queries, base, index, rewards)
         xs.append(x)
@@ -70,13 +73,23 @@ def _table(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
         rs.extend(r)
         qids.extend(queries.qids[i] for i in kept)
         tasks.extend(queries.tasks[i] for i in kept)
-    return (np.concatenate(xs), zs, rs, qids, tasks) if qids else None
+        texts.extend(queries.texts[i] for i in kept)
+    return (np.concatenate(xs), zs, rs, qids, tasks, texts) if qids else None
+
+
+def _group_ids(groups: Groups, qids: Sequence[str], tasks: Sequence[str]) -> tuple[str, ...]:
+    """The ``task/qid`` of each group's first query: how reports name query-wise groups
+    (the keys are text digests)."""
+    first: dict[int, str] = {}
+    for g, q, t in zip(groups.index.tolist(), qids, tasks):
+        first.setdefault(g, f"{t}/{q}")
+    return tuple(first[g] for g in range(len(groups.keys)))
 
 
 def _rewarded(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
               ) -> tuple[str, ...]:
     """Text digests of the queries with at least one finite reward, sorted."""
-    from tttembed.data.queries import query_digest
+    from tttembed.adapt.scopes import query_digest
 
     return tuple(sorted({query_digest(text) for qs, _, _ in sources
                          for key, text in zip(qs.keys, qs.texts)
@@ -101,8 +114,8 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     table = _table(sources, rewards)
     if table is None:
         return None
-    x, zs, rs, qids, tasks = table
-    groups = make_groups(scope, qids, tasks)
+    x, zs, rs, qids, tasks, texts = table
+    groups = make_groups(scope, qids, tasks, texts)
     perm = groups.order()  # rows in group order: the optimizer streams z without a copy
     batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
                                     groups.index[perm], groups.weights[perm])
@@ -115,6 +128,8 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
     meta.setdefault("rewarded", _rewarded(sources, rewards))
+    if scope == "query":
+        meta.setdefault("query_ids", _group_ids(groups, qids, tasks))
     return AdaptState(scope, tuple(groups.keys), res.vectors, alphas, res.n_g,
                       identity=index.identity, dim=index.dim, objective=objective,
                       hyperparameters=res.hyperparameters,
@@ -190,15 +205,21 @@ def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> 
     if any(len({v for v in r.values() if np.isfinite(v)}) > 1 for r in rewards.values()):
         return
     spec = getattr(scorer, "spec", str(scorer))
+    missing = sum(len(r) for r in rewards.values()) - len(values)
+    retry = ("the ledger keeps a pair with no score as missing and never asks again "
+             "unless you rerun with --retry-missing")
     if not values:
-        why = f"every one of the {sum(len(r) for r in rewards.values())} pairs is missing"
-        fix = "check the scorer, then rerun with --retry-missing"
+        why = f"every one of the {missing} pairs is missing (no usable score)"
+        fix = f"check the scorer (its answers, its URL), then rerun: {retry}"
     else:
         same = len(set(values)) == 1
         why = (f"all {len(values)} rewards are {values[0]:g}" if same else
                f"each query's rewards are all equal ({len(values)} rewards)")
         fix = ("check that the judgments' query and document ids are those of the queries "
                "and the corpus, or raise --budget so that a query gets several candidates")
+        if missing:
+            why += f"; {missing} more pairs are missing"
+            fix += f"; {retry}"
     raise DataError(f"scorer {spec}: no query received two different rewards ({why}): "
                     "there is nothing to learn from", fix=fix)
 

@@ -1,7 +1,8 @@
 """Query sets and their base retrieval: the first stage of the TTT pipeline.
 
 A :class:`QuerySet` holds the task, id and text of every query (query keys are
-``task/qid``, :func:`tttembed.adapt.scopes.query_key`, so ids may repeat across tasks).
+``task/qid``, so ids may repeat across tasks; query-wise states key queries by text,
+:func:`tttembed.adapt.scopes.query_key`).
 :func:`query_sources` turns what a user gives (a ``{qid: text}`` dict, a query file, a
 BEIR folder, or several of them) into one QuerySet plus the judgments a folder holds.
 """
@@ -16,7 +17,6 @@ from typing import Union
 
 import numpy as np
 
-from tttembed.adapt.scopes import query_key
 from tttembed.core.errors import ConfigError
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
@@ -61,7 +61,8 @@ class QuerySet:
 
     @property
     def keys(self) -> list[str]:
-        return [query_key(t, q) for t, q in zip(self.tasks, self.qids)]
+        """``task/qid`` of every query: how reward pairs name it inside one run."""
+        return [f"{t}/{q}" for t, q in zip(self.tasks, self.qids)]
 
     @property
     def task_names(self) -> list[str]:

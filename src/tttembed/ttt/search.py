@@ -25,7 +25,7 @@ from tttembed.types import PathLike
 
 
 def _keys(queries: QuerySet, states: Sequence[AdaptState]) -> dict[str, list[str]]:
-    return {s.scope: query_keys(s.scope, list(queries.qids), list(queries.tasks))
+    return {s.scope: query_keys(s.scope, list(queries.texts), list(queries.tasks))
             for s in states}
 
 
@@ -92,7 +92,7 @@ def check_folder_corpus(folder: Path | None, index: Index) -> None:
 def label_leaks(states: Sequence[AdaptState], queries: QuerySet) -> dict[AdaptState, int]:
     """For each state learned from judgments (a ``qrels``-like scorer), how many of the
     judged queries here rewarded it with their own judgments (by query text)."""
-    from tttembed.data.queries import query_digest
+    from tttembed.adapt.scopes import query_digest
     from tttembed.score.base import uses_labels
 
     judged = [text for task, qid, text in zip(queries.tasks, queries.qids, queries.texts)
@@ -112,10 +112,17 @@ def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
     may still shadow it) is an error naming both sides' tasks."""
     for st in states:
         if applied_counts(queries, [st])[0] == 0:
-            raise ConfigError(
-                f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) applies to "
-                f"none of the {len(queries)} queries (tasks {', '.join(queries.task_names)}); "
-                "name the queries' task with --task NAME (task= in Python) to match the state")
+            raise ConfigError(f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) "
+                              f"applies to none of the {len(queries)} queries (tasks "
+                              f"{', '.join(queries.task_names)}); {_match_hint(st)}")
+
+
+def _match_hint(state: AdaptState) -> str:
+    hint = "name the queries' task with --task NAME (task= in Python) to match the state"
+    if state.scope != "query":
+        return hint
+    return ("a query-wise state applies to a query only when its text is one the state was "
+            f"learned on (ids are not compared); search those queries, or {hint}")
 
 
 def adapted_search(index: Index, queries: QuerySet, x: np.ndarray,

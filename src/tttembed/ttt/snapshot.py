@@ -1,6 +1,6 @@
-"""A set of learned states in force, with the exact-text -> query-id map of query-wise
-states: how serving and the in-process framework adapters adapt query vectors (the same
-lookup and the same function as ``search``). Immutable once built."""
+"""A set of learned states in force: how serving and the in-process framework adapters
+adapt query vectors (the same lookup and the same function as ``search``: query-wise
+states match a request by its normalised text). Immutable once built."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tttembed.ttt.search import adapt_queries, applied_counts
 GLOBAL_ONLY = "_"
 #: The internal task of a request served raw (no state applies).
 RAW_ONLY = "\x00raw"
-#: Query id given to texts no query file knows: no query-wise key can match it.
+#: Query id given to texts no query file knows (ids only name queries in reports).
 UNKNOWN_QID = "\x00unknown"
 
 
@@ -30,7 +30,8 @@ def now_iso() -> str:
 @dataclass(frozen=True)
 class Snapshot:
     """States in force (in ``--state`` order), their files' mtimes, and the exact-text ->
-    query-id map per task for query-wise states. Never mutated after it is built."""
+    query-id map per task of the query files served with them (ids for reports; the
+    lookup is by text). Never mutated after it is built."""
 
     generation: int
     states: tuple[AdaptState, ...]
@@ -56,7 +57,7 @@ class Snapshot:
 
     def query_set(self, texts: Sequence[str], task: str) -> QuerySet:
         """The request's queries as a QuerySet: task ``task``, id from the query files
-        when the exact text is known there (else one no query-wise key matches)."""
+        when the exact text is known there (query-wise states match by text either way)."""
         qids = tuple(self.qid(task, t) or UNKNOWN_QID for t in texts)
         return QuerySet((task,) * len(texts), qids, tuple(texts))
 
@@ -73,11 +74,10 @@ class Snapshot:
         return adapt_queries(x, qs, states), hits
 
     def describe(self) -> list[dict[str, Any]]:
-        return [_describe(st, m, self.qids) for st, m in zip(self.states, self.mtimes)]
+        return [_describe(st, m) for st, m in zip(self.states, self.mtimes)]
 
 
-def _describe(st: AdaptState, mtime: float, qids: Mapping[str, Mapping[str, str]]
-              ) -> dict[str, Any]:
+def _describe(st: AdaptState, mtime: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "file": st.source, "scope": st.scope, "tasks": st.tasks, "groups": len(st.keys),
         "n": int(st.n_g.sum()), "alpha": [round(float(a), 6) for a in st.alpha[:50]],
@@ -87,14 +87,8 @@ def _describe(st: AdaptState, mtime: float, qids: Mapping[str, Mapping[str, str]
         "mtime": datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds"),
     }
     if st.scope == "query":
-        known = {f"{t}/{q}" for t, m in qids.items() for q in m.values()}
-        mapped = sum(1 for k in st.keys if k in known)
-        out["mapped_queries"] = mapped
-        out["applies_to"] = (
-            f"requests whose exact text is one of {mapped} of its {len(st.keys)} queries "
-            "(texts from --queries)" if mapped else
-            "no request: its queries' texts are unknown (serve with --queries DATA to map "
-            "exact query texts to their ids)")
+        out["applies_to"] = (f"requests whose text (normalised: NFC, whitespace collapsed) "
+                             f"is one of its {len(st.keys)} queries, under their task")
     return out
 
 
