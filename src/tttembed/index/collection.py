@@ -8,17 +8,31 @@ the document id as a field / payload, the unit vector and, when built with
 payload, so that applications can show results without a second store. The build manifest is written
 with the collection (Milvus collection property, Qdrant collection metadata) after the
 last vector: a collection without it is an incomplete build and is refused.
+
+The name in a spec is an *alias* (both engines have collection aliases). A build writes a
+new physical collection ``NAME__tt<hex time>``, writes its manifest last, then points the
+alias at it in one engine call and drops the old one, so a kill at any point leaves the
+old index or the new one in force, as a FAISS folder's version switch does. A collection
+written by older tttembed under the bare name is converted on its next ``--overwrite``
+(dropped just before the alias is made; a kill in that instant leaves the complete new
+build, which the next open adopts). Builds left by a killed writer are dropped by the
+next write. Writers on a server are not serialised: each builds its own collection and
+the last switch wins (the engines serialise local files themselves).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from tttembed.core.errors import DataError
+from tttembed.core.errors import BackendError, DataError, TTTEmbedError
+from tttembed.core.io import fault_point
 from tttembed.core.progress import Advance
 from tttembed.index.base import ManifestFields, normalise_rows
 from tttembed.index.manifest import BUILD_FIX, FORMAT, check_fields, check_identity
@@ -33,7 +47,17 @@ class Store(Protocol):
 
     spec: str
 
+    collection: str
+
     def exists(self) -> bool: ...
+
+    def at(self, collection: str) -> Store: ...
+
+    def collections(self) -> list[str]: ...
+
+    def alias_target(self) -> str | None: ...
+
+    def point_alias(self, collection: str) -> None: ...
 
     def versions(self) -> dict[str, str]: ...
 
@@ -121,25 +145,97 @@ class CollectionIndex(ManifestFields):
         return gather(r, fetched, self.dim)
 
 
+T = TypeVar("T")
+#: An engine's explanation of one of its exceptions: (message, fix) or None (not known).
+Explain = Callable[[Exception, Any], "tuple[str, str] | None"]
+
+
+def engine_errors(explain: Explain) -> Callable[[type[T]], type[T]]:
+    """Class decorator for a :class:`Store`: every public method (and ``__init__``, which
+    opens the engine) turns an engine exception into one :class:`BackendError` line with
+    the spec and a fix (``explain`` knows the engine's cases), never a traceback."""
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except TTTEmbedError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the engines raise many kinds
+                known = explain(exc, self)
+                detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+                message, fix = known or (f"{type(exc).__name__}: {detail}",
+                                         "check the engine's log; rebuild the index with "
+                                         "--overwrite if its files are damaged")
+                raise BackendError(f"{getattr(self, 'spec', '?')}: {message} ({fix})") from exc
+        return guarded
+
+    def decorate(cls: type[T]) -> type[T]:
+        for name, member in list(vars(cls).items()):
+            if callable(member) and (name == "__init__" or not name.startswith("_")):
+                setattr(cls, name, wrap(member))
+        return cls
+
+    return decorate
+
+
+#: Physical collections of an alias are named ``<alias>__tt<hex nanoseconds>``.
+STAGE = "__tt"
+
+
+def _builds(store: Store) -> list[str]:
+    """The physical collections built for ``store``'s alias, oldest first."""
+    prefix = store.collection + STAGE
+    return sorted((n for n in store.collections() if n.startswith(prefix)),
+                  key=lambda n: (len(n), n))
+
+
+def present(store: Store) -> bool:
+    """Whether the spec names an index: its alias (or a collection of older tttembed
+    under the bare name) exists. A complete build left without its alias (a kill between
+    dropping an old-style collection and making the alias) is adopted here."""
+    if store.exists():
+        return True
+    for name in reversed(_builds(store)):
+        if store.at(name).read_manifest() is not None:
+            log.warning("%s: adopting the complete build %s left without its alias",
+                        store.spec, name)
+            store.point_alias(name)
+            return True
+    return False
+
+
 def write_collection(store: Store, doc_ids: list[str], vectors: np.ndarray,
                      manifest: dict[str, Any], progress: Advance | None = None,
                      texts: list[str] | None = None) -> str:
-    """Replace the collection with ``vectors`` (rows 0..n-1) written in batches (with
-    ``texts`` as the ``text`` payload when given), then the manifest (the completion
-    mark)."""
+    """Replace the index with ``vectors`` (rows 0..n-1) written in batches (with ``texts``
+    as the ``text`` payload when given) into a new collection, then the manifest (the
+    completion mark), then switch the alias to it and drop the old one (module
+    docstring): the old index stays in force until the switch."""
     if texts is not None and len(texts) != len(doc_ids):
         raise DataError(f"need one text per document, got {len(texts)} for {len(doc_ids)}")
-    if store.exists():
-        store.drop()
-    store.create(int(vectors.shape[1]), with_text=texts is not None)
+    present(store)
+    target = store.alias_target()
+    for name in _builds(store):  # left by a killed writer
+        if name != target:
+            store.at(name).drop()
+    staged = store.at(f"{store.collection}{STAGE}{time.time_ns():x}")
+    staged.create(int(vectors.shape[1]), with_text=texts is not None)
     for start in range(0, len(doc_ids), WRITE_BATCH):
         stop = min(start + WRITE_BATCH, len(doc_ids))
-        store.insert(np.arange(start, stop, dtype=np.int64), doc_ids[start:stop],
-                     vectors[start:stop], None if texts is None else texts[start:stop])
+        staged.insert(np.arange(start, stop, dtype=np.int64), doc_ids[start:stop],
+                      vectors[start:stop], None if texts is None else texts[start:stop])
         log.debug("%s: wrote %d/%d vectors", store.spec, stop, len(doc_ids))
+        fault_point("collection:inserted")
         if progress is not None:
             progress(stop - start)
-    store.write_manifest(manifest)
+    staged.write_manifest(manifest)
+    fault_point("collection:written")
+    store.point_alias(staged.collection)  # the commit point
+    fault_point("collection:switched")
+    if target is not None:
+        store.at(target).drop()
     return store.spec
 
 
@@ -148,7 +244,7 @@ def open_collection(store: Store, expected_identity: str | None = None,
     """Open a collection written by :func:`write_collection`, refusing an incomplete
     build, a foreign collection, or one built by another embedder or dimension."""
     fix = BUILD_FIX.replace("--out DIR", f"--out {store.spec}")
-    if not store.exists():
+    if not present(store):
         raise DataError(f"index {store.spec} does not exist", fix=fix)
     manifest = store.read_manifest()
     if manifest is None or manifest.get("format") != FORMAT:

@@ -13,6 +13,7 @@ the collection property ``tttembed.manifest`` (JSON). Extra: ``pip install
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import ConfigError, MissingDependency
+from tttembed.core.io import fault_point
 from tttembed.index.base import split_collection
-from tttembed.index.collection import assemble_doc_ids
+from tttembed.index.collection import assemble_doc_ids, engine_errors
 
 MANIFEST_KEY = "tttembed.manifest"
 VARCHAR_MAX = 65535  # bytes: Milvus's VARCHAR limit (doc ids and the text payload)
@@ -38,12 +40,62 @@ def _client(uri: str) -> Any:
     if not uri.startswith(("http://", "https://", "tcp://", "unix:")):
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
         uri = str(Path(uri).resolve())
+    for name in ("pymilvus", "milvus_lite"):  # their tracebacks become our one line
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     if uri not in _CLIENTS:
         token = os.environ.get("TTTEMBED_MILVUS_TOKEN", "")
         _CLIENTS[uri] = MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
     return _CLIENTS[uri]
 
 
+def _locked(folder: Path) -> bool:
+    """Whether another process holds Milvus Lite's advisory lock on ``folder/LOCK``."""
+    import fcntl
+
+    try:
+        fd = os.open(folder / "LOCK", os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+_DAMAGED = ("not valid json", "corrupt", "schema file", "manifest", "wal", "truncat")
+
+
+def explain(exc: Exception, store: Any) -> tuple[str, str] | None:
+    """Milvus's failures in one line: a Milvus Lite file another process holds, a path
+    that is not a Milvus Lite database, damaged database files, an unreachable server."""
+    uri = str(getattr(store, "uri", "") or "")
+    text = " ".join(str(exc).split()).lower()
+    rebuild = "rebuild the index into a new database: tttembed index DATA --out milvus:NEW.db/NAME"
+    if uri and not uri.startswith(("http://", "https://", "tcp://", "unix:")):
+        path = Path(uri).resolve()
+        if path.is_file():
+            return (f"{path} is a file, not a Milvus Lite database (a folder)",
+                    "give a new path ending in .db, or the folder of an existing database")
+        opening = "open local milvus failed" in text  # (a later failure: we hold LOCK)
+        if type(exc).__name__ == "DataDirLockedError" or (opening and _locked(path)):
+            return (f"another process has the Milvus Lite database {path} open (Milvus Lite "
+                    "allows one process per database)", "stop that process (e.g. a running "
+                    "`tttembed serve`), or use a Milvus server for concurrent access")
+        if opening or any(word in text for word in _DAMAGED):
+            return (f"the Milvus Lite database {path} is damaged or unreadable "
+                    f"({' '.join(str(exc).split())[:200]})", rebuild)
+        return None
+    if "connect" in text or "unavailable" in text or "deadline" in text:
+        return (f"cannot reach the Milvus server {uri} ({' '.join(str(exc).split())[:160]})",
+                "check that it runs and the URI; a token goes in TTTEMBED_MILVUS_TOKEN")
+    return None
+
+
+@engine_errors(explain)
 class MilvusStore:
     """One Milvus collection (see the module docstring)."""
 
@@ -61,6 +113,29 @@ class MilvusStore:
 
     def exists(self) -> bool:
         return bool(self.client.has_collection(self.collection))
+
+    def at(self, collection: str) -> MilvusStore:
+        return MilvusStore(self.spec, self.uri, collection)
+
+    def collections(self) -> list[str]:
+        return [str(n) for n in self.client.list_collections()]
+
+    def alias_target(self) -> str | None:
+        try:
+            return str(self.client.describe_alias(self.collection)["collection_name"])
+        except Exception:  # noqa: BLE001 - pymilvus raises MilvusException: no such alias
+            return None
+
+    def point_alias(self, collection: str) -> None:
+        """Make the spec's name an alias of ``collection`` (one call when it already is an
+        alias; a collection of older tttembed under that name is dropped first)."""
+        if self.alias_target() is not None:
+            self.client.alter_alias(collection, self.collection)
+            return
+        if self.collection in self.collections():
+            self.client.drop_collection(self.collection)
+            fault_point("collection:legacy-dropped")
+        self.client.create_alias(collection, self.collection)
 
     def drop(self) -> None:
         self.client.drop_collection(self.collection)

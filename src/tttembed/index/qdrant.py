@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import MissingDependency
+from tttembed.core.io import fault_point
 from tttembed.index.base import split_collection
-from tttembed.index.collection import assemble_doc_ids
+from tttembed.index.collection import assemble_doc_ids, engine_errors
 
 MANIFEST_KEY = "tttembed_manifest"
 _CLIENTS: dict[str, Any] = {}
@@ -59,6 +60,37 @@ def _client(location: str) -> Any:
     return _CLIENTS[key]
 
 
+def explain(exc: Exception, store: Any) -> tuple[str, str] | None:
+    """Qdrant's failures in one line: a local folder another process holds, a damaged
+    ``meta.json`` or collection storage, an unreachable server."""
+    import json
+    import sqlite3
+
+    location = str(getattr(store, "location", "") or "")
+    text = " ".join(str(exc).split())
+    if _remote(location):
+        if any(w in text.lower() for w in ("connect", "timed out", "unavailable")):
+            return (f"cannot reach the Qdrant server {location} ({text[:160]})",
+                    "check that it runs and the URL; an API key goes in TTTEMBED_QDRANT_API_KEY")
+        return None
+    folder = Path(location).resolve()
+    rebuild = ("rebuild the index into a new folder: tttembed index DATA --out "
+               "qdrant:NEW_FOLDER/NAME (qdrant local mode keeps no repair tool)")
+    if "already accessed by another instance" in text:
+        return (f"another process has the Qdrant folder {folder} open (local mode allows "
+                "one process per folder)", "stop that process (e.g. a running `tttembed "
+                "serve`), or use a Qdrant server for concurrent access")
+    opening = not hasattr(store, "client")  # the client reads meta.json when it opens
+    if opening and isinstance(exc, json.JSONDecodeError | KeyError | TypeError | ValueError):
+        return (f"the Qdrant folder's {folder / 'meta.json'} is damaged ({text[:160]})",
+                rebuild)
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (f"a collection's storage under {folder / 'collection'} is damaged "
+                f"(SQLite: {text[:120]})", rebuild)
+    return None
+
+
+@engine_errors(explain)
 class QdrantStore:
     """One Qdrant collection (see the module docstring)."""
 
@@ -73,6 +105,34 @@ class QdrantStore:
 
     def exists(self) -> bool:
         return bool(self.client.collection_exists(self.collection))
+
+    def at(self, collection: str) -> QdrantStore:
+        return QdrantStore(self.spec, self.location, collection)
+
+    def collections(self) -> list[str]:
+        return [c.name for c in self.client.get_collections().collections]
+
+    def alias_target(self) -> str | None:
+        for alias in self.client.get_aliases().aliases:
+            if alias.alias_name == self.collection:
+                return str(alias.collection_name)
+        return None
+
+    def point_alias(self, collection: str) -> None:
+        """Make the spec's name an alias of ``collection``: one atomic alias update (a
+        collection of older tttembed under that name is deleted first)."""
+        from qdrant_client import models
+
+        ops: list[Any] = []
+        if self.alias_target() is not None:
+            ops.append(models.DeleteAliasOperation(
+                delete_alias=models.DeleteAlias(alias_name=self.collection)))
+        elif self.collection in self.collections():
+            self.client.delete_collection(self.collection)
+            fault_point("collection:legacy-dropped")
+        ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
+            collection_name=collection, alias_name=self.collection)))
+        self.client.update_collection_aliases(change_aliases_operations=ops)
 
     def drop(self) -> None:
         self.client.delete_collection(self.collection)

@@ -136,10 +136,10 @@ def _write_collection(spec: str, doc_ids: list[str], vectors: np.ndarray, *, ove
                       texts: list[str] | None = None) -> str:
     """Write a vector-database collection (exact inner-product search)."""
     from tttembed.core.registry import create
-    from tttembed.index.collection import write_collection
+    from tttembed.index.collection import present, write_collection
 
     store = create("index", spec)
-    if store.exists() and not overwrite:
+    if present(store) and not overwrite:
         raise ConfigError(f"index {spec} already exists; pass --overwrite (overwrite=True) "
                           "to replace it, or choose another collection")
     vectors = _checked_vectors(doc_ids, vectors)
@@ -271,8 +271,9 @@ def _build_collection(corpus: dict[str, dict[str, str]], embedder: Embedder, spe
                       write_progress: Advance | None, store_text: bool = False) -> str:
     from tttembed.core.registry import create
     from tttembed.data.beir import corpus_fingerprint, doc_text
+    from tttembed.index.collection import present
 
-    if not overwrite and create("index", spec).exists():  # before embedding anything
+    if not overwrite and present(create("index", spec)):  # before embedding anything
         raise ConfigError(f"index {spec} already exists; pass --overwrite (overwrite=True) "
                           "to replace it, or choose another collection")
     doc_ids = list(corpus)
@@ -320,9 +321,9 @@ def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
                               progress: Advance | None, rebuild: bool,
                               extra: dict[str, Any]) -> Index:
     from tttembed.core.registry import create
+    from tttembed.index.collection import present
 
-    exists = create("index", spec).exists()
-    if exists:
+    if present(create("index", spec)):
         handle, problem = _matching(spec, embedder, fingerprint)
         if handle is not None:
             return handle
