@@ -188,3 +188,25 @@ def test_a_failing_eval_writes_no_report(tiny_data, tmp_path, monkeypatch):
         api.chain_eval(tiny_data, tmp_path / "report", beam=1, index=tmp_path / "idx",
                        max_questions=2, **TINY)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+@pytest.mark.parametrize("change", [{"target_modules": ["no_such_module"]}, {"r": 5}])
+def test_an_adapter_that_does_not_fit_the_base_model_is_one_error(gold_checkpoint, tmp_path,
+                                                                   change):
+    """A LoRA adapter whose config does not match the base model (modules it does not
+    have, another rank than its weights) is a ConfigError naming the folder and the fix,
+    not PEFT's traceback."""
+    import json
+    import shutil
+
+    from tttembed.chain.checkpoint import load_encoder
+    from tttembed.core.errors import ConfigError
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(gold_checkpoint[0], ckpt)
+    config = ckpt / "adapter" / "adapter_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), **change}))
+    with pytest.raises(ConfigError, match="does not fit the base model") as info:
+        load_encoder(ckpt)
+    assert str(ckpt / "adapter") in str(info.value) and "chain train" in str(info.value)
+    assert "\n" not in str(info.value)

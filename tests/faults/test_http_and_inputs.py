@@ -485,9 +485,11 @@ def test_lone_surrogate_through_the_cli_is_one_line(tmp_path):
     assert "corpus.jsonl:9: 'text' holds a lone surrogate" in one_error_line(r)
 
 
-@pytest.mark.filterwarnings("ignore::tttembed.score.llm_judge.JudgeWarning")
 def test_learn_retry_missing_from_the_cli(hash_server, chat_server, tmp_path):
-    """`learn --retry-missing` pays again only for the pairs the ledger holds as missing; without it nothing is paid twice."""
+    """`learn --retry-missing` pays again only for the pairs the ledger holds as missing;
+    without it nothing is paid twice. Unscored judge answers are one summary line (count,
+    first example, --retry-missing), not a Python warning per pair; the rerun that finds
+    them missing says --retry-missing too."""
     data = beir_folder(tmp_path / "data")
     cache, idx = tmp_path / "cache", tmp_path / "idx"
     r = runner.invoke(app, ["index", str(data), "--out", str(idx), "-e",
@@ -501,10 +503,14 @@ def test_learn_retry_missing_from_the_cli(hash_server, chat_server, tmp_path):
     r = runner.invoke(app, args)
     assert r.exit_code == 1 and "every one of the 6 pairs is missing" in r.output, r.output
     assert "--retry-missing" in r.output
+    summary = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
+    assert len(summary) == 1 and "6 judge answer(s) held no valid score" in summary[0], r.output
+    assert "JudgeWarning" not in r.output and "llm_judge.py" not in r.output
     asked = len(chat_server.requests)
     assert asked == 12  # 6 pairs, each asked twice for a score
     r = runner.invoke(app, args)
     assert r.exit_code == 1 and len(chat_server.requests) == asked  # nothing paid twice
+    assert "rerun with --retry-missing" in r.output and "warning:" not in r.output, r.output
 
     def by_document(payload):  # a judge whose grade differs between documents
         number = int(re.search(r"document (\d+) about", json.dumps(payload)).group(1))

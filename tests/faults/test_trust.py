@@ -258,6 +258,122 @@ def test_an_unreachable_ray_cluster_is_one_line(monkeypatch):
             raise ConnectionError("Could not find any running Ray instance.\nmore")
 
     monkeypatch.setattr(ray_stage, "import_ray", lambda: FakeRay())
+    monkeypatch.setattr(ray_stage, "probe_head", lambda address: None)  # the port answers
     with pytest.raises(BackendError, match=r"cannot reach the Ray cluster at --ray-address "
                                            r"127\.0\.0\.1:6379: ConnectionError: Could not find"):
         ray_stage.ensure_ray("127.0.0.1:6379")
+
+
+def test_query_wise_states_match_by_text_not_by_id(folder, tmp_path, minilm):
+    """A query-wise state learned on one query set reaches a query of another file only
+    when the text matches: a file whose ids repeat (q1, q2) with other questions is
+    refused as a state that reaches none; a file with other ids and the same text is
+    adapted exactly as the learned query; serving (no query files) uses the same lookup."""
+    import numpy as np
+
+    import tttembed.api as tt
+    from tttembed.ttt.snapshot import Snapshot
+
+    data, idx, _ = folder
+    runner = CliRunner()
+    r = runner.invoke(app, ["learn", str(data), "--index", str(idx), "--scope", "query",
+                            "--scorer", f"qrels:{data / 'qrels' / 'test.tsv'}", "--budget",
+                            "3", "--out", str(tmp_path / "query.npz")])
+    assert r.exit_code == 0, r.output
+    state = tt.load_state(tmp_path / "query.npz")
+    assert sorted(state.names) == ["data/q1", "data/q2"]  # ids kept for reports
+    same_ids = tmp_path / "same_ids.jsonl"
+    same_ids.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in
+                                {"q1": "lava from volcanoes", "q2": "leaves and light"}.items()))
+    args = ["search", str(same_ids), "--index", str(idx), "--task", "data", "--state",
+            str(tmp_path / "query.npz"), "--allow-foreign-corpus"]
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "a.trec")])
+    assert r.exit_code == 1 and "applies to none of the 2 queries" in r.output, r.output
+    assert "only when its text" in r.output and not (tmp_path / "a.trec").exists()
+
+    index = tt.open_index(idx)
+    other = {"x7": QUERIES["q2"], "x9": "an unrelated question about cats"}
+    res = tt.search(index, other, task="data", states=[state], k=3)
+    assert res.applied[state] == 1
+    ref = tt.search(index, data, states=[state], k=3)
+    assert res.to_run()["x7"] == ref.to_run()["q2"]
+
+    x = minilm.encode(list(other.values()), "query")
+    adapted, hits = Snapshot(1, (state,), (0.0,), {}).adapt(x, list(other.values()), "data")
+    assert hits == {state.label: 1}
+    assert np.abs(adapted[0] - x[0]).max() > 1e-4
+    np.testing.assert_array_equal(adapted[1], x[1])
+
+
+def _fill(mount) -> None:
+    """Fill the tmpfs ``mount`` to its last byte (unbuffered writes, smaller and smaller)."""
+    import os
+
+    fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 16, 1 << 9, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("what", ["state", "run", "cache"])
+def test_a_full_disk_names_the_file_and_says_what_filled(folder, tmpfs, what):
+    """On a full disk the one-line error names the file being written (a state, a run, or
+    the embedding cache, never the input corpus) and says the disk is full, not a
+    permission problem."""
+    data, idx, state_file = folder
+    _fill(tmpfs)
+    if what == "state":
+        target = tmpfs / "s.npz"
+        args = ["learn", str(data), "--index", str(idx), "--scorer",
+                f"qrels:{data / 'qrels' / 'test.tsv'}", "--budget", "3", "--out", str(target)]
+    elif what == "run":
+        target = tmpfs / "run.trec"
+        args = ["search", str(data), "--index", str(idx), "--out", str(target)]
+    else:
+        target = tmpfs / "cache"
+        args = ["index", str(data), "--out", str(data.parent / "idx2"),
+                "--cache-dir", str(target)]
+    r = CliRunner().invoke(app, args)
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 1 and len(lines) == 1, r.output
+    line = lines[0]
+    assert str(target) in line and "No space left on device" in line, line
+    assert "permission" not in line and str(data / "corpus.jsonl") not in line, line
+    if what == "cache":
+        assert "embedding cache" in line and "--cache-dir" in line, line
+    assert not target.exists() or what == "cache"
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}"])
+def test_a_ray_head_that_does_not_answer_fails_within_the_bound(address, monkeypatch):
+    """``--ray-address HOST:PORT`` where nothing listens fails within the connect bound
+    ($TTTEMBED_RAY_CONNECT_TIMEOUT) with one BackendError naming the address and the
+    bound, before ray.init (which retries without bound) is ever called."""
+    import socket
+    import time
+
+    from tttembed.execute import ray_stage
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    class NoInit:
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **kwargs):
+            raise AssertionError("ray.init must not be reached")
+
+    monkeypatch.setattr(ray_stage, "import_ray", lambda: NoInit())
+    monkeypatch.setenv("TTTEMBED_RAY_CONNECT_TIMEOUT", "2")
+    t0 = time.monotonic()
+    with pytest.raises(BackendError, match=r"cannot reach the Ray cluster .* within 2 s"):
+        ray_stage.ensure_ray(address.format(port=port))
+    assert time.monotonic() - t0 < 10

@@ -12,6 +12,7 @@ Adapters are saved with ``save_pretrained`` (``adapter_model.safetensors`` +
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,27 @@ def _peft() -> Any:
     return peft
 
 
+def _load_adapter(peft: Any, base: Any, path: Path, trainable: bool) -> Any:
+    """The adapter at ``path`` on ``base``; an adapter that does not fit the base model
+    (other target modules, rank or width: PEFT's ValueError / RuntimeError) is one
+    ConfigError naming the folder, both models and the fix."""
+    try:
+        return peft.PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+    except (ValueError, RuntimeError, KeyError, TypeError) as exc:
+        config = path / "adapter_config.json"
+        try:
+            trained_on = json.loads(config.read_text()).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            trained_on = None
+        name = getattr(getattr(base, "config", None), "_name_or_path", "") or "?"
+        detail = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"{path}: the LoRA adapter does not fit the base model {name!r} (adapter made "
+            f"for {trained_on or 'an unknown model'!r}: {detail}); load it on the base "
+            "model it was trained on, or train one for this model with 'tttembed chain "
+            "train'") from exc
+
+
 class LoraQueryEncoder:
     """A SentenceTransformer whose transformer carries a LoRA adapter.
 
@@ -60,7 +82,7 @@ class LoraQueryEncoder:
             if not (path / "adapter_config.json").is_file():
                 raise ConfigError(f"{path} holds no LoRA adapter (adapter_config.json "
                                   "missing); give a folder written by 'tttembed chain train'")
-            wrapped = peft.PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+            wrapped = _load_adapter(peft, base, path, trainable)
         else:
             config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha,
                                      lora_dropout=lora.dropout,

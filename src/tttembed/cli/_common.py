@@ -5,12 +5,14 @@ Light on purpose: importing this module must not import torch or transformers.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
 import os
 import sqlite3
 import sys
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -113,6 +115,35 @@ def describe(exc: BaseException) -> str | None:
     return None
 
 
+def summarised_warnings() -> contextlib.AbstractContextManager[None]:
+    """Warnings raised while a command runs, printed once at its end: a judge's unscored
+    answers (one JudgeWarning per pair) as one line with their count, the first example
+    and the fix; any other warning once per distinct message. Never Python's raw
+    ``file:line: Category: ...`` lines, one per pair."""
+
+    @contextmanager
+    def summary() -> Iterator[None]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            try:
+                yield
+            finally:
+                _print_warnings(caught)
+
+    return summary()
+
+
+def _print_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
+    judged = [w for w in caught if w.category.__name__ == "JudgeWarning"]
+    if judged:
+        first = str(judged[0].message)
+        print(f"warning: {len(judged)} judge answer(s) held no valid score and are recorded "
+              "as missing in the ledger (a rerun with --retry-missing asks for them again); "
+              f"first: {first}", file=sys.stderr)
+    for message in dict.fromkeys(str(w.message) for w in caught if w not in judged):
+        print(f"warning: {message}", file=sys.stderr)
+
+
 def handle_errors(func: F) -> F:
     """Map every error a user can cause (ours, OSError, corrupt SQLite/JSON/FAISS/safetensors
     files, refused pickles, truncated files) to one line on stderr with the path and a fix:
@@ -121,7 +152,8 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with summarised_warnings():
+                return func(*args, **kwargs)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class TTTEmbedError(Exception):
     """Base class: a user-facing problem with a message that says how to fix it."""
@@ -46,3 +48,13 @@ class BackendError(TTTEmbedError):
 class StateMismatch(TTTEmbedError):
     """An artifact (index, state file, cache) was made for another embedder or dimension."""
 
+
+
+def named(exc: OSError, targets: Sequence[object]) -> OSError:
+    """``exc`` itself when it names its file; else the same error naming ``targets`` (a
+    full disk under ``np.save``, ``fh.write`` or ``os.pwrite`` says only "No space left on
+    device", and a user needs to know which file could not be written)."""
+    if exc.filename:
+        return exc
+    where = str(targets[0]) if len(targets) == 1 else ", ".join(str(t) for t in targets)
+    return type(exc)(exc.errno or 0, exc.strerror or str(exc), where)

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.errors import ConfigError, DataError, named
 from tttembed.core.locks import lock_path, writer_lock
 from tttembed.core.serial import (
     DISTRIBUTIONS,
@@ -127,11 +127,14 @@ def atomic_files(*paths: PathLike, mode: str = "wb"
         for target, tmp in zip(targets, temps):
             target.parent.mkdir(parents=True, exist_ok=True)
             handles.append(open(tmp, mode, encoding=encoding))
-        yield tuple(handles)
-        for fh in handles:
-            fh.flush()
-            os.fsync(fh.fileno())
-            fh.close()
+        try:
+            yield tuple(handles)
+            for fh in handles:
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+        except OSError as exc:
+            raise named(exc, targets) from exc
         fault_point("file:written", targets[-1])
         for target, tmp in zip(targets, temps):
             os.replace(tmp, target)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tttembed.core.errors import ConfigError
+from tttembed.core.errors import ConfigError, named
 from tttembed.types import PathLike
 
 _HELD: dict[str, list[int]] = {}  # absolute artifact path -> [lock fd, depth]
@@ -41,8 +41,12 @@ def _acquire(lock: Path, artifact: Path, wait: bool) -> int:
         except FileNotFoundError:
             same = False
         if same:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # a full disk: name the artifact, not nothing
+                os.close(fd)
+                raise named(exc, [artifact]) from exc
             return fd
         os.close(fd)
 

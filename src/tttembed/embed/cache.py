@@ -27,7 +27,8 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import numpy as np
 
 from tttembed.core.errors import BackendError, StateMismatch
 from tttembed.core.io import atomic_file, text_digest, write_json
-from tttembed.core.paths import cache_dir
+from tttembed.core.paths import ENV_CACHE, cache_dir
 from tttembed.core.progress import Advance
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder, Kind, check_kind, get_embedder
 from tttembed.types import PathLike
@@ -224,21 +225,35 @@ class EmbeddingCache:
                                 f"got vectors of dim {vecs.shape[1]} from the same embedder "
                                 "(did the model behind the URL change?); delete the cache "
                                 "folder to rebuild it")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if self.dim is None:
-            self.dim = int(vecs.shape[1])
-            write_json(self.dir / "namespace.json",
-                       {"identity": self.identity, "kind": self.kind, "dim": self.dim})
+        with _cache_write():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if self.dim is None:
+                write_json(self.dir / "namespace.json", {
+                    "identity": self.identity, "kind": self.kind, "dim": int(vecs.shape[1])})
+                self.dim = int(vecs.shape[1])
         name = uuid.uuid4().hex
         karr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
         # vectors first, keys last: a shard only counts once its keys file exists
-        for suffix, arr in ((".vecs.npy", vecs), (".keys.npy", karr)):
-            with atomic_file(self.dir / f"{name}{suffix}") as fh:
-                np.save(fh, arr, allow_pickle=False)
+        with _cache_write():
+            for suffix, arr in ((".vecs.npy", vecs), (".keys.npy", karr)):
+                with atomic_file(self.dir / f"{name}{suffix}") as fh:
+                    np.save(fh, arr, allow_pickle=False)
         shard = len(self._shards)
         self._shards.append(vecs)
         for row, k in enumerate(keys):
             self._index[k] = (shard, row)
+
+
+@contextmanager
+def _cache_write() -> Iterator[None]:
+    """A failed cache write says it is the cache (not the input) that failed, and where
+    else the cache can live."""
+    try:
+        yield
+    except OSError as exc:
+        raise type(exc)(exc.errno or 0, f"{exc.strerror or exc} while writing the embedding "
+                        f"cache (free space there, or point --cache-dir / ${ENV_CACHE} at "
+                        "another disk)", exc.filename) from exc
 
 
 class CachedEmbedder:

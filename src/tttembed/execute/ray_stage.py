@@ -24,11 +24,43 @@ def import_ray() -> Any:
     return ray
 
 
+#: Seconds a cluster's head may take to answer before --ray-address is given up
+#: (``ray.init`` itself retries without bound against an address nothing listens on).
+CONNECT_TIMEOUT_ENV = "TTTEMBED_RAY_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_S = 15.0
+
+
+def probe_head(address: str | None, timeout: float | None = None) -> None:
+    """For ``HOST:PORT`` and ``ray://HOST:PORT``: a TCP connection to the head within
+    ``timeout`` seconds ($TTTEMBED_RAY_CONNECT_TIMEOUT, default 15), else a BackendError
+    that says what was tried and for how long (``auto``/``local``/None: nothing to probe)."""
+    import os
+    import socket
+
+    if address is None or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    wait = float(timeout if timeout is not None
+                 else os.environ.get(CONNECT_TIMEOUT_ENV) or CONNECT_TIMEOUT_S)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=wait).close()
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise BackendError(
+            f"cannot reach the Ray cluster at --ray-address {address}: {reason} from "
+            f"{host}:{port} within {wait:g} s (${CONNECT_TIMEOUT_ENV} sets the wait); is "
+            "the head node up (`ray status` there), and is the port the head's (6379) or "
+            "its Ray Client server's (ray://HEAD:10001)?") from None
+
+
 def ensure_ray(address: str | None = None) -> Any:
     """Connect to the cluster at ``address`` (``None``: the one this process already
-    uses, else a new local one) unless Ray is initialised already; returns ``ray``."""
+    uses, else a new local one) unless Ray is initialised already; returns ``ray``. A
+    ``HOST:PORT`` address is probed first, so an unreachable head fails within a bound
+    (:func:`probe_head`) instead of waiting for ever."""
     ray = import_ray()
     if not ray.is_initialized():
+        probe_head(address)
         try:
             ray.init(address=address, include_dashboard=False, ignore_reinit_error=True,
                      log_to_driver=False)
