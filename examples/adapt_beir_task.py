@@ -1,7 +1,7 @@
 """Adapt one BEIR task's queries with rewards, and compare every scope on the same pairs.
 
-    python examples/adapt_beir_task.py ../shared/data/scifact --scorer bm25 --budget 10
-    python examples/adapt_beir_task.py ../shared/data/scifact --scorer qrels:../shared/data/scifact/qrels/train.tsv \\
+    python examples/adapt_beir_task.py data/scifact --scorer bm25 --budget 10
+    python examples/adapt_beir_task.py data/scifact --scorer qrels:data/scifact/qrels/train.tsv \\
         --learn-split train --eval-split test --scopes task
 
 With ``--learn-split`` = ``--eval-split`` (default ``test``), rewards are paid on the very

@@ -16,7 +16,7 @@ README = ROOT / "README.md"
 GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
 PAGES = [README, *GUIDES, ROOT / "docs" / "performance.md", ROOT / "docs" / "architecture.md"]
 MODULES = "json,csv,re,pathlib,functools,itertools,collections,shutil,os,os.path"
-MARKERS = ("usage", "vectordb", "python")
+MARKERS = ("usage", "vectordb", "python", "eval")
 MAX_README_LINES = 220
 
 
@@ -53,12 +53,17 @@ def test_readme_usage_commands_run_as_written(tmp_path, monkeypatch, small_demo,
         assert r.exit_code == 0, (line, r.output)
     assert Path("runs/adapted.trec").is_file() and Path("runs/rerank.trec").is_file()
     assert Path("task.npz").is_file() and Path("query.npz").is_file()
+    for line in [ln for ln in _block("eval").splitlines() if ln.startswith("tttembed ")]:
+        r = runner.invoke(app, shlex.split(line)[1:])
+        assert r.exit_code == 0, (line, r.output)
+    assert Path("reports/demo/report.md").is_file()
     pytest.importorskip("pymilvus")
     pytest.importorskip("milvus_lite")
     for line in [ln for ln in _block("vectordb").splitlines() if ln.startswith("tttembed ")]:
         r = runner.invoke(app, shlex.split(line)[1:])
         assert r.exit_code == 0, (line, r.output)
     assert Path("runs/adapted-milvus.trec").read_text().count("\n") > 0
+    assert Path("runs/adapted-qdrant.trec").read_text().count("\n") > 0
 
 
 def test_readme_python_section_runs(tmp_path, monkeypatch, small_demo, minilm, capsys):
@@ -111,3 +116,59 @@ def test_readme_fits_on_a_page():
 def test_pages_speak_of_no_issues(page):
     hits = [ln for ln in page.read_text().splitlines() if re.search(r"issue \d+", ln, re.I)]
     assert not hits, (str(page.relative_to(ROOT)), hits)
+
+
+def _commands(page: Path) -> list[str]:
+    """Every ``tttembed ...`` command of a page's code blocks (continuations joined, a
+    leading ``VAR=value`` dropped)."""
+    out = []
+    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", page.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = line.strip().split()
+            while words and re.match(r"[A-Z_]+=", words[0]):
+                words = words[1:]
+            if words[:1] == ["tttembed"]:
+                out.append(" ".join(words))
+    return out
+
+
+@pytest.mark.parametrize("page", [README, *GUIDES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_command_of_the_pages_parses(page):
+    """Every tttembed command a page shows names a real command and only real options
+    (parsed by the CLI itself, nothing run): a renamed option cannot linger in a guide."""
+    from typer.main import get_command
+
+    from tttembed.cli import app, rewrite_aliases
+
+    root = get_command(app)
+    for line in _commands(page):
+        args = rewrite_aliases(shlex.split(line, comments=True)[1:])
+        if args[:2] == ["index", "show"]:
+            args = ["index-show", *args[2:]]
+        command = root
+        while hasattr(command, "commands") and args and args[0] in command.commands:
+            command = command.commands[args.pop(0)]
+        assert not hasattr(command, "commands"), (page.name, line)
+        try:
+            command.make_context(command.name or "", list(args))
+        except Exception as exc:  # typer vendors click: its classes, matched by name
+            if type(exc).__name__ != "Exit":
+                raise AssertionError(f"{page.name}: {line}: {exc}") from None
+
+
+def test_what_the_pages_write_is_ignored_by_git(tmp_path):
+    """The outputs of the README's Usage, the guides and the Python API (data, indexes,
+    runs, reports, state files and their sidecars) are ignored: a newcomer's `git status`
+    stays clean."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    written = ["data/stdlib-docs/corpus.jsonl", "idx/stdlib-docs/manifest.json",
+               "runs/raw.trec", "reports/demo/report.md", "task.npz", "task.json",
+               "query.npz", "query.json", "task-milvus.npz", "py-demo-task.json",
+               "ckpt/gold/adapter/adapter_config.json"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert sorted(proc.stdout.split()) == sorted(written), proc.stdout

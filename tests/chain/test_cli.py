@@ -96,8 +96,11 @@ def test_user_mistakes_exit_with_one_line(tiny_data, tmp_path):
     assert res.exit_code == 1 and "does not exist" in res.output
     res = _invoke(["search", str(tiny_data), "--split", "dev", "--quiet"])
     assert res.exit_code == 1 and "available splits" in res.output
-    res = _invoke(["eval", str(tiny_data), "--out", str(tmp_path / "r"), "--encoder", "bad"])
-    assert res.exit_code == 2 and "NAME=CHECKPOINT" in res.output
+    res = _invoke(["eval", str(tiny_data), "--out", str(tmp_path / "r"), "--encoder", "=x"])
+    assert res.exit_code == 2 and "CHECKPOINT or NAME=CHECKPOINT" in res.output
+    res = _invoke(["eval", str(tiny_data), "--out", str(tmp_path / "r"), "--encoder",
+                   str(tmp_path / "bad")])  # a bare CHECKPOINT, as chain search takes it
+    assert res.exit_code == 1 and "bad" in res.output and not (tmp_path / "r").exists()
     res = _invoke(["eval", str(tiny_data), "--out", str(tmp_path / "r"), "--encoder",
                    f"untrained={tmp_path}"])
     assert res.exit_code == 1 and "reserved" in res.output

@@ -77,17 +77,21 @@ def test_alpha_regret_against_the_per_setting_oracle():
     assert reg["by_n"]["1"]["1.0"] == pytest.approx(0.2)
 
 
+def _report_input(n_resamples: int = 100) -> dict:
+    s = summarise(_results(), _pq(RAW), n_resamples=n_resamples)
+    return {"format": "tttembed-eval/1",
+            "config": {"protocols": ["fixed"], "analyses": [], "objective": "kd",
+                       "few_queries": 50, "tasks": ["a", "b"]},
+            "versions": {"tttembed": "x"}, "embedder_identity": "fake",
+            "tasks": [{"name": "a", "queries": 3, "few_queries": True},
+                      {"name": "b", "queries": 1, "few_queries": True}],
+            "raw": {}, "sections": [{"scorer": "bm25", "scorer_identity": "bm25", "notes": ["n1"],
+                                     **s}],
+            "counts": {"scorer_paid": 0, "cells_cached": 12}, "timings_s": {"total": 1.0}}
+
+
 def test_write_report_files(tmp_path):
-    s = summarise(_results(), _pq(RAW), n_resamples=100)
-    result = {"format": "tttembed-eval/1",
-              "config": {"protocols": ["fixed"], "analyses": [], "objective": "kd",
-                         "few_queries": 50, "tasks": ["a", "b"]},
-              "versions": {"tttembed": "x"}, "embedder_identity": "fake",
-              "tasks": [{"name": "a", "queries": 3, "few_queries": True},
-                        {"name": "b", "queries": 1, "few_queries": True}],
-              "raw": {}, "sections": [{"scorer": "bm25", "scorer_identity": "bm25", "notes": ["n1"],
-                                       **s}],
-              "counts": {"scorer_paid": 0}, "timings_s": {"total": 1.0}}
+    result = _report_input()
     written = {p.name for p in write_report(result, tmp_path / "rep")}
     assert {"results.json", "per_query.json", "report.md", "gain_0-bm25.png",
             "tasks_0-bm25.png"} <= written
@@ -116,3 +120,58 @@ def test_scorer_comparison_side_by_side():
     assert head[-2:] == ["a", "b"]
     assert ["heldout", "task", "8", '{"d": 10}', "+1.00", "-2.00"] in rows
     assert len(rows) == 2
+
+
+def test_report_md_counts_and_timings_are_tables_and_s_b_is_defined():
+    md = markdown(_report_input())
+    assert "| counter | value |" in md and "| cells_cached | 12 |" in md
+    assert "| scorer_paid | 0 |" in md
+    assert "| stage | seconds |" in md and "| total | 1.000 |" in md
+    assert "counts: {" not in md and "{\"total\"" not in md
+    definition = md.index("S_B is the set of B rewarded pairs")
+    assert definition < md.index("learn from S_B")       # defined before its first use
+    assert "b = B / N" in md
+
+
+def test_tasks_figure_has_one_bar_group_per_task():
+    pytest.importorskip("matplotlib")
+    from tttembed.evaluation.render import tasks_figure
+    from tttembed.reporting import pyplot
+
+    section = _report_input()["sections"][0]
+    fig = tasks_figure(section)
+    try:
+        ax = fig.axes[0]
+        labels = [t.get_text().split("\n")[0] for t in ax.get_xticklabels()]
+        assert labels == ["a", "b"]                        # one group per task
+        bars = ax.patches
+        assert len(bars) == 2 * 2                          # 2 tasks x 2 methods (direct, task)
+        centres = sorted(round(b.get_x() + b.get_width() / 2, 6) for b in bars)
+        assert centres[1] < 0.5 < centres[2]               # each task's bars around its tick
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["direct", "task"]
+        assert ax.get_xlabel() and ax.get_ylabel()
+    finally:
+        pyplot().close(fig)
+
+
+def test_gain_figure_draws_each_interval_and_offsets_the_lines():
+    pytest.importorskip("matplotlib")
+    from tttembed.evaluation.render import gain_figure
+    from tttembed.reporting import pyplot
+
+    section = _report_input(n_resamples=200)["sections"][0]
+    fig = gain_figure(section)
+    try:
+        ax = fig.axes[0]
+        bars = [c for c in ax.containers if getattr(c, "has_yerr", False)]
+        assert len(bars) == 2                              # direct and task, each with its CI
+        xs = [c.lines[0].get_xdata() for c in bars]
+        assert all(a != b for a, b in zip(*xs))            # same budgets, dodged apart
+        assert {c.lines[0].get_marker() for c in bars} == {"o", "s"}
+        task = next(r for r in section["rows"] if r["method"] == "task" and r["B"] == 4)
+        segments = bars[1].lines[2][0].get_segments()
+        lows = sorted(seg[0][1] for seg in segments)
+        assert any(lo == pytest.approx(100 * task["vs_raw"]["ci_low"]) for lo in lows)
+        assert "log" in ax.get_xlabel() and "×100" in ax.get_ylabel()
+    finally:
+        pyplot().close(fig)

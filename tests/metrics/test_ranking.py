@@ -115,7 +115,9 @@ def test_all_zero_grades_raise_on_mean():
 
 def test_bad_inputs():
     with pytest.raises(ConfigError, match="ndcg@k"):
-        parse_metric("map@10")
+        parse_metric("err@10")
+    with pytest.raises(ConfigError, match="trec_eval"):
+        parse_metric("P_x")
     with pytest.raises(ConfigError):
         parse_metric("ndcg")
     with pytest.raises(ConfigError):
@@ -209,3 +211,31 @@ def test_matches_ranx_on_random_runs():
             assert mean_metric(ours[m]) == pytest.approx(
                 float(np.mean(list(ranx_per_query.values()))), abs=1e-9
             )
+
+
+def test_trec_eval_names_parse_to_ours():
+    assert parse_metric("ndcg_cut_10") == parse_metric("ndcg_cut.10") == ("ndcg", 10)
+    assert parse_metric("P_5") == parse_metric("p@5") == ("p", 5)
+    assert parse_metric("recall_100") == ("recall", 100)
+    assert parse_metric("map_cut_100") == parse_metric("map@100") == ("map", 100)
+    assert parse_metric("map")[0] == "map" and parse_metric("recip_rank")[0] == "mrr"
+
+
+def test_every_metric_matches_pytrec_eval_on_random_runs():
+    """nDCG@k, recall@k, P@k, MAP@k, MAP and MRR agree with trec_eval (pytrec_eval) per
+    query, distinct scores (trec_eval's tie rule is ours too, pytrec_eval's C sort may differ)."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rng = random.Random(11)
+    names = {"ndcg_cut_10": "ndcg_cut_10", "P_5": "P_5", "recall_20": "recall_20",
+             "map_cut_10": "map_cut_10", "map": "map", "recip_rank": "recip_rank"}
+    for _ in range(10):
+        qrels, run = _random_case(rng, 20, ties=False)
+        run = {q: r for q, r in run.items() if r}
+        ev = pytrec_eval.RelevanceEvaluator(
+            {q: {d: int(g) for d, g in j.items()} for q, j in qrels.items()},
+            {"ndcg_cut.10", "P.5", "recall.20", "map_cut.10", "map", "recip_rank"})
+        ref = ev.evaluate(run)
+        got = per_query_metrics(qrels, run, list(names))
+        for ours, theirs in names.items():
+            for qid, vals in ref.items():
+                assert got[ours][qid] == pytest.approx(vals[theirs], abs=1e-9), (ours, qid)

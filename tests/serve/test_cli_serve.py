@@ -92,7 +92,7 @@ def test_serve_help_lists_every_option():
 
     r = CliRunner().invoke(app, ["serve", "--help"], terminal_width=200)
     assert r.exit_code == 0
-    for opt in ("--index", "--state", "--queries", "--host", "--port", "--workers",
+    for opt in ("--index", "--state", "--query-source", "--host", "--port", "--workers",
                 "--api-key-env"):
         assert opt in r.output
 

@@ -15,9 +15,11 @@ from typer.core import TyperGroup
 
 from tttembed._version import __version__
 from tttembed.cli import chain
+from tttembed.cli.compare import compare_command
 from tttembed.cli.demo import demo
 from tttembed.cli.eval import eval_command
 from tttembed.cli.index import index
+from tttembed.cli.inspect import index_show, state_app
 from tttembed.cli.learn import learn, rerank
 from tttembed.cli.search import search
 from tttembed.cli.serve import serve
@@ -29,6 +31,7 @@ ALIASES: dict[str, dict[str, str | None]] = {
     "rerank": {"--queries": None, "-q": None},
     "eval": {"--tasks": None, "-t": None, "--scopes": "--scope", "--budgets": "--budget",
              "--report": "--out"},
+    "serve": {"--queries": "--query-source"},
     "chain search": {"-q": "--quiet", "--adapter": "--encoder"},
     "chain train": {"-q": "--quiet"},
     "chain eval": {"-q": "--quiet"},
@@ -59,6 +62,8 @@ def rewrite_aliases(args: list[str]) -> list[str]:
 class AliasGroup(TyperGroup):
     def main(self, args: Any = None, *a: Any, **kw: Any) -> Any:
         args = list(sys.argv[1:] if args is None else args)
+        if args[:2] == ["index", "show"]:  # `index` builds; `index show X` inspects
+            args = ["index-show", *args[2:]]
         return super().main(rewrite_aliases(args), *a, **kw)
 
 
@@ -67,6 +72,7 @@ app = typer.Typer(
     help="Make a frozen embedding retriever better after deployment.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: no markup eaten, flags as flags, defaults whole
     add_completion=False,
     cls=AliasGroup,
 )
@@ -77,6 +83,9 @@ app.command()(rerank)
 app.command()(demo)
 app.command("eval")(eval_command)
 app.command()(serve)
+app.command("compare")(compare_command)
+app.command("index-show", hidden=True)(index_show)
+app.add_typer(state_app, name="state")
 app.add_typer(chain.app, name="chain")
 
 

@@ -27,7 +27,20 @@ from tttembed.core.progress import Progress
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console(highlight=False, soft_wrap=True)
+#: Width of tables when stdout is not a terminal (a log, CI, ``| tee``): wide enough that
+#: no cell is ever cut (rich would otherwise assume 80 columns and truncate with "…").
+PIPE_WIDTH = 1000
+
+
+def _width(stream: Any) -> int | None:
+    """None (rich measures the terminal) on a terminal, else :data:`PIPE_WIDTH`."""
+    try:
+        return None if stream.isatty() else PIPE_WIDTH
+    except (AttributeError, ValueError):
+        return PIPE_WIDTH
+
+
+console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False)
 
 #: Printed under every metrics table (one scale everywhere: 0-1, 4 decimals, as trec_eval).
@@ -180,10 +193,13 @@ def index_embedder(handle: Any, cache_dir: Any, timeout: float | None = None,
 @contextmanager
 def progress_group(enabled: bool = True) -> Iterator[Progress]:
     """One live rich display for a command's stages: a :class:`tttembed.core.progress.Progress`
-    (``stage(name, total)`` adds a bar and returns its ``advance(n)``). Quiet when stderr
-    is not a terminal."""
-    if not enabled or not err_console.is_terminal:
+    (``stage(name, total)`` adds a bar and returns its ``advance(n)``). When stderr is not
+    a terminal (a log, CI), plain flushed lines instead (:func:`line_progress`)."""
+    if not enabled:
         yield lambda name, total: (lambda n: None)
+        return
+    if not err_console.is_terminal:
+        yield line_progress()
         return
     from rich.progress import (
         BarColumn,
@@ -202,6 +218,49 @@ def progress_group(enabled: bool = True) -> Iterator[Progress]:
             return lambda n: prog.advance(task, n)
 
         yield stage
+
+
+#: Seconds between two progress lines of one stage when stderr is not a terminal.
+PROGRESS_INTERVAL_ENV = "TTTEMBED_PROGRESS_INTERVAL"
+
+
+def line_progress(interval: float | None = None, stream: Any = None) -> Progress:
+    """Progress for logs: each stage prints ``name: done/total (pct) rate/s, ETA`` at most
+    every ``interval`` seconds ($TTTEMBED_PROGRESS_INTERVAL, default 5) and once when it
+    completes, flushed, to stderr (as pip and uv do when not on a terminal)."""
+    import time
+
+    every = float(interval if interval is not None
+                  else os.environ.get(PROGRESS_INTERVAL_ENV) or 5.0)
+
+    def stage(name: str, total: int | None) -> Callable[[int], None]:
+        start = time.monotonic()
+        state = {"done": 0, "last": start}
+
+        def advance(n: int) -> None:
+            state["done"] += n
+            now = time.monotonic()
+            finished = total is not None and state["done"] >= total
+            if now - state["last"] < every and not finished:
+                return
+            state["last"] = now
+            print(_progress_line(name, int(state["done"]), total, now - start),
+                  file=stream or sys.stderr, flush=True)
+
+        return advance
+
+    return stage
+
+
+def _progress_line(name: str, done: int, total: int | None, elapsed: float) -> str:
+    rate = done / elapsed if elapsed > 0 else 0.0
+    if total is None:
+        return f"{name}: {done:,} done, {rate:,.1f}/s, {elapsed:,.0f} s elapsed"
+    pct = 100.0 * done / total if total else 100.0
+    eta = (total - done) / rate if rate > 0 else float("nan")
+    left = "done" if done >= total else (f"ETA {eta:,.0f} s" if eta == eta else "ETA ?")
+    return (f"{name}: {done:,}/{total:,} ({pct:.0f}%), {rate:,.1f}/s, "
+            f"{elapsed:,.0f} s elapsed, {left}")
 
 
 @contextmanager
@@ -272,6 +331,39 @@ def print_metrics(results: Mapping[str, tuple[Mapping[str, Any], Mapping[str, An
     console.print(table)
     console.print(LEGEND, style="dim")
     return out
+
+
+def emit_json(document: Mapping[str, Any]) -> None:
+    """The one JSON document of a ``--json`` run, on the real stdout (finite floats; NaN
+    and infinities become null)."""
+    import math
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, Mapping):
+            return {str(k): clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    sys.stdout.write(json.dumps(clean(document), indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def json_mode(enabled: bool) -> Iterator[None]:
+    """With ``--json``, everything the console prints goes to stderr, so that stdout holds
+    only the JSON document (:func:`emit_json`)."""
+    if not enabled:
+        yield
+        return
+    before = getattr(console, "_file", None)  # None: follow sys.stdout (as CliRunner swaps it)
+    console.file = sys.stderr
+    try:
+        yield
+    finally:
+        console.file = before  # type: ignore[assignment]
 
 
 def timing_table(timings: Mapping[str, float], title: str = "timings") -> None:

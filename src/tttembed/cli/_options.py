@@ -30,7 +30,7 @@ import typer
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.execute.config import ExecutorLike
 
-QueriesArg = Annotated[list[Path], typer.Argument(
+QueriesArg = Annotated[list[Path], typer.Argument(metavar="QUERIES",
     help="Query sources, one task each: a BEIR folder (its --split queries; qrels give "
          "metrics), or a query file (.jsonl, .tsv, .txt).", show_default=False)]
 IndexOpt = Annotated[Path, typer.Option("--index", "-i", help="Index made by 'tttembed "
@@ -124,3 +124,16 @@ AlphaOpt = Annotated[str, typer.Option(
 FoldsOpt = Annotated[int, typer.Option(
     "--folds", "--cv-folds", min=0, help="Folds of the reward cross-validation reported after "
     "learning (0: none; --alpha auto needs at least 2).")]
+
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document on stdout with every figure of the tables "
+    "(messages and progress go to stderr), for scripts.")]
+MetricsOpt = Annotated[Optional[list[str]], typer.Option(
+    "--metrics", "-m", help="Metrics, comma-separated or repeated: ndcg@k, recall@k, "
+    "mrr@k, p@k, map@k, map, or trec_eval's names (ndcg_cut_10, P_10, recall_100, "
+    "map_cut_100, recip_rank). Default: ndcg@10, recall@100, mrr@10.", show_default=False)]
+ResamplesOpt = Annotated[int, typer.Option(
+    "--n-resamples", min=10, help="Resamples of the paired tests (randomization and "
+    "bootstrap).")]
+RunTagOpt = Annotated[str, typer.Option(
+    "--run-tag", help="Tag in the last column of TREC run files.")]

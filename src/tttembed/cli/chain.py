@@ -15,13 +15,20 @@ from rich.table import Table
 
 from tttembed import api
 from tttembed.chain.regimes import REGIMES
-from tttembed.cli._common import console, handle_errors, progress_group, quiet_libraries
-from tttembed.cli._options import OverwriteOpt, QuietOpt
+from tttembed.cli._common import (
+    console,
+    emit_json,
+    handle_errors,
+    json_mode,
+    progress_group,
+    quiet_libraries,
+)
+from tttembed.cli._options import JsonOpt, OverwriteOpt, QuietOpt
 from tttembed.core.io import refuse_existing
 from tttembed.embed.base import DEFAULT_EMBEDDER
 
 app = typer.Typer(help="Multi-hop chain retrieval with on-policy state training.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 #: Printed under every chain metrics table.
 LEGEND = ("legend: C@k = share of questions whose whole gold chain is in the top k; "
@@ -29,7 +36,7 @@ LEGEND = ("legend: C@k = share of questions whose whole gold chain is in the top
           "results.json and report.md keep percentages); T = chain steps")
 COLUMNS = ("C@5", "C@10", "recall@5", "recall@10")
 
-DataArg = Annotated[Path, typer.Argument(
+DataArg = Annotated[Path, typer.Argument(metavar="DATA",
     help="Multi-hop folder (corpus.jsonl + chains_<split>.jsonl).", show_default=False)]
 SplitOpt = Annotated[str, typer.Option(help="Which chains_<split>.jsonl to use.")]
 IndexOpt = Annotated[Optional[Path], typer.Option(
@@ -76,13 +83,22 @@ def _systems_table(title: str, results: Mapping[str, Any]) -> None:
     console.print(LEGEND + "; s/q = seconds per question", style="dim")
 
 
+def _encoder(item: str) -> tuple[str, str]:
+    """``NAME=CHECKPOINT`` or ``CHECKPOINT`` (named after its folder): one syntax for
+    ``chain search`` and ``chain eval``."""
+    name, sep, path = item.partition("=")
+    if not sep:
+        name, path = Path(item).name, item
+    if not name or not path:
+        raise typer.BadParameter(f"expected CHECKPOINT or NAME=CHECKPOINT, got {item!r}",
+                                 param_hint="--encoder")
+    return name, path
+
+
 def _encoders(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise typer.BadParameter(f"expected NAME=CHECKPOINT, got {item!r}",
-                                     param_hint="--encoder")
+        name, path = _encoder(item)
         if name in out:
             raise typer.BadParameter(f"encoder name {name!r} given twice",
                                      param_hint="--encoder")
@@ -94,8 +110,9 @@ def _encoders(items: list[str] | None) -> dict[str, str]:
 @handle_errors
 def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
            embedder: EmbedderOpt = DEFAULT_EMBEDDER,
-           encoder: Annotated[Optional[Path], typer.Option(
-               help="Trained encoder checkpoint folder (default: the untrained model).")]
+           encoder: Annotated[Optional[str], typer.Option(
+               help="Trained encoder: CHECKPOINT folder or NAME=CHECKPOINT, as in chain "
+                    "eval (default: the untrained model).")]
            = None,
            steps: StepsOpt = 0,
            beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).", min=1)] = 1,
@@ -103,22 +120,28 @@ def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
            out: Annotated[Optional[Path], typer.Option(
                "--out", "-o", help="Write the final rankings here as a run file (.trec, "
                "or .jsonl / .json for JSON lines).")] = None,
-           overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
+           overwrite: OverwriteOpt = False, quiet: QuietOpt = False,
+           as_json: JsonOpt = False) -> None:
     """Chain retrieval for every question of a split; prints C@k and recall@k."""
     quiet_libraries()
     if out is not None:
         refuse_existing(out, overwrite, "run file")  # before the search, not after
-    with progress_group(not quiet) as progress:
+    checkpoint = _encoder(encoder)[1] if encoder else None
+    with json_mode(as_json), progress_group(not quiet) as progress:
         result = api.chain_search(data, split=split, index=index, embedder=embedder,
-                                  encoder=encoder, steps=steps, beam=beam,
+                                  encoder=checkpoint, steps=steps, beam=beam,
                                   max_questions=max_questions,
                                   max_seq_length=max_seq_length, progress=progress)
-    kind = "greedy" if beam == 1 else f"beam {beam}"
-    _metrics_table(f"chain search ({kind}, T={result.steps}) on {data.name}/{split}",
-                   result.metrics)
-    if out is not None:
-        api.write_run(result.to_run(), out, overwrite=overwrite)
-        console.print(f"run written to {out}")
+        kind = "greedy" if beam == 1 else f"beam {beam}"
+        _metrics_table(f"chain search ({kind}, T={result.steps}) on {data.name}/{split}",
+                       result.metrics)
+        if out is not None:
+            api.write_run(result.to_run(), out, overwrite=overwrite)
+            console.print(f"run written to {out}")
+    if as_json:
+        emit_json({"data": str(data), "split": split, "encoder": checkpoint, "beam": beam,
+                   "steps": result.steps, "metrics": result.metrics,
+                   "run": str(out) if out else None})
 
 
 @app.command()
@@ -169,8 +192,9 @@ def eval_(data: DataArg,
               "--out", "-o", help="Report folder (results.json, report.md, PNG plots); "
               "written whole or not at all.", show_default=False)],
           encoder: Annotated[Optional[list[str]], typer.Option(
-              help="NAME=CHECKPOINT of a trained encoder; repeat. The untrained model is "
-                   "always included as 'untrained'.")] = None,
+              help="Trained encoder: NAME=CHECKPOINT, or CHECKPOINT (named after its "
+                   "folder); repeat. The untrained model is always included as "
+                   "'untrained'.")] = None,
           reference: Annotated[Optional[str], typer.Option(
               help="Encoder whose reached states form the fixed analysis set "
                    "(default: the first trained encoder).")] = None,
@@ -181,17 +205,20 @@ def eval_(data: DataArg,
           split: SplitOpt = "test", index: IndexOpt = None,
           embedder: EmbedderOpt = DEFAULT_EMBEDDER,
           steps: StepsOpt = 0, max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
-          overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
+          overwrite: OverwriteOpt = False, quiet: QuietOpt = False,
+          as_json: JsonOpt = False) -> None:
     """C@k / recall@k, state mismatch, recovery and deletion analyses, latency."""
     encoders = _encoders(encoder)
     quiet_libraries()
-    with progress_group(not quiet) as progress:
+    with json_mode(as_json), progress_group(not quiet) as progress:
         results = api.chain_eval(data, out, encoders=encoders, reference=reference,
                                  beam=beam, beam_encoders=beam_encoder, split=split,
                                  index=index, embedder=embedder, steps=steps,
                                  max_questions=max_questions,
                                  max_seq_length=max_seq_length, overwrite=overwrite,
                                  progress=progress)
-    n = next(iter(results["systems"].values()))["all"]["n"]
-    _systems_table(f"chain eval on {data.name}/{split} ({n} questions)", results)
-    console.print(f"report written to {out}")
+        n = next(iter(results["systems"].values()))["all"]["n"]
+        _systems_table(f"chain eval on {data.name}/{split} ({n} questions)", results)
+        console.print(f"report written to {out}")
+    if as_json:
+        emit_json({"report": str(out), **results})

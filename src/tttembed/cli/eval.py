@@ -14,7 +14,9 @@ from rich.table import Table
 from tttembed.cli._common import (
     LEGEND,
     console,
+    emit_json,
     handle_errors,
+    json_mode,
     progress_group,
     quiet_libraries,
     split_list,
@@ -25,6 +27,7 @@ from tttembed.cli._options import (
     ConcurrencyOpt,
     EmbedderOpt,
     ExecutorOpt,
+    JsonOpt,
     MaxRetriesOpt,
     OverwriteOpt,
     QuietOpt,
@@ -93,7 +96,7 @@ def print_tables(report: Any) -> None:
 
 @handle_errors
 def eval_command(
-    tasks: Annotated[list[str], typer.Argument(help="Tasks: BEIR folder paths, or folder names under --data-root / $TTTEMBED_DATA, or mteb:NAME (comma-separated or several).", show_default=False)],
+    tasks: Annotated[list[str], typer.Argument(metavar="TASKS", help="Tasks: BEIR folder paths, or folder names under --data-root / $TTTEMBED_DATA, or mteb:NAME (comma-separated or several).", show_default=False)],
     scorer: Annotated[Optional[list[str]], typer.Option("--scorer", "-s", help="Reward scorer spec(s): bm25, qrels (transfer protocols only), noisy-qrels:?sigma=S&seed=N&flip=P (judgments plus known noise: a controlled simulation, also in the fixed protocol), qwen3-reranker:PATH, cross-encoder:PATH, llm:MODEL@URL. Repeat to compare. [default: bm25]")] = None,
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
     scope: Annotated[str, typer.Option("--scope", help="Comma-separated scopes: global,task,query.")] = "global,task,query",
@@ -122,6 +125,7 @@ def eval_command(
     ray_gpus: RayGpusOpt = 0.0,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Evaluate TTT-Embed against raw retrieval, direct reranking and PRF baselines."""
     quiet_libraries()
@@ -137,7 +141,7 @@ def eval_command(
                                    executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if grid := _floats(budget, "--budget"):
         options["budgets"] = grid
-    with progress_group(not quiet) as stage:
+    with json_mode(as_json), progress_group(not quiet) as stage:
         report = api.evaluate(task_list, scorers=split_list(scorer) or ("bm25",),
                               embedder=embedder, scopes=split_list([scope]),
                               protocols=split_list(protocol) or ("fixed",),
@@ -147,7 +151,16 @@ def eval_command(
                               cache_dir=cache_dir, n_resamples=n_resamples,
                               use_cell_cache=not no_cell_cache, alphas=split_list([alpha]),
                               progress=stage, **options)
-    print_tables(report)
-    if out is not None:
-        written = report.write(out, plots=not no_plots, overwrite=overwrite)
-        console.print(f"wrote {', '.join(str(p) for p in written)}")
+    _finish(report, out, plots=not no_plots, overwrite=overwrite, as_json=as_json)
+
+
+def _finish(report: Any, out: Optional[Path], *, plots: bool, overwrite: bool,
+            as_json: bool) -> None:
+    """The tables (stderr with --json), the report folder, the JSON document."""
+    with json_mode(as_json):
+        print_tables(report)
+        if out is not None:
+            written = report.write(out, plots=plots, overwrite=overwrite)
+            console.print(f"wrote {', '.join(str(p) for p in written)}")
+    if as_json:
+        emit_json(report.data)

@@ -32,7 +32,7 @@ from tttembed.embed.base import DEFAULT_EMBEDDER
 
 @handle_errors
 def index(
-    data: Annotated[Path, typer.Argument(help="BEIR folder (with corpus.jsonl) or a corpus .jsonl file.", show_default=False)],
+    data: Annotated[Path, typer.Argument(metavar="DATA", help="BEIR folder (with corpus.jsonl) or a corpus .jsonl file.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index to write: a folder (FAISS), milvus:URI/COLLECTION (a Milvus Lite .db file or http://host:19530) or qdrant:URL_OR_PATH/COLLECTION.")],
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
     index_type: Annotated[str, typer.Option("--index-type", help="flat (exact), hnsw, ivf or ivfpq (FAISS folders only; collections are flat).")] = "flat",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -11,8 +13,10 @@ from rich.table import Table
 from tttembed.cli._common import (
     LEGEND,
     console,
+    emit_json,
     handle_errors,
     index_embedder,
+    json_mode,
     progress_group,
     quiet_libraries,
 )
@@ -27,8 +31,10 @@ from tttembed.cli._options import (
     FoldsOpt,
     IndexOpt,
     InstructionOpt,
+    JsonOpt,
     LedgerOpt,
     MaxRetriesOpt,
+    MetricsOpt,
     OverwriteOpt,
     QueriesArg,
     QuietOpt,
@@ -37,6 +43,7 @@ from tttembed.cli._options import (
     RayGpusOpt,
     RetryMissingOpt,
     RpmOpt,
+    RunTagOpt,
     ScorerOpt,
     SeedOpt,
     SplitOpt,
@@ -45,23 +52,40 @@ from tttembed.cli._options import (
     TopKOpt,
     ray_executor,
 )
+from tttembed.cli.compare import metric_names
 from tttembed.cli.search import report_result
 from tttembed.core.io import refuse_existing
 
 SCOPE_HELP = "global (one vector), task (one per task) or query (one per rewarded query)."
 
 
+def folder_qrels(spec: str, queries: Sequence[Path], split: str = "test") -> str:
+    """``--scorer qrels`` (as ``eval`` takes it): the judgments of the first query folder,
+    ``qrels:FOLDER/qrels/SPLIT.tsv``; any other spec unchanged."""
+    if spec != "qrels":
+        return spec
+    for source in queries:
+        path = Path(source) / "qrels" / f"{split}.tsv"
+        if path.is_file():
+            return f"qrels:{path}"
+    raise typer.BadParameter("bare 'qrels' means the judgments of a BEIR query folder "
+                             f"(qrels/{split}.tsv); none of the query sources has them: "
+                             "give qrels:PATH", param_hint="--scorer")
+
+
 def _open(api: Any, index: Path, spec: str, corpus: Optional[Path], ledger: Optional[Path],
           cache_dir: Optional[Path], instruction: Optional[str],
           http: tuple[Optional[float], Optional[int]] = (None, None),
           retry_missing: bool = False,
-          limits: tuple[Optional[int], Optional[float]] = (None, None)
+          limits: tuple[Optional[int], Optional[float]] = (None, None),
+          queries: Sequence[Path] = (), split: str = "test"
           ) -> tuple[Any, Any, Any]:
     """The index, its own embedder and the scorer (through the ledger); ``http`` is
     (--timeout, --max-retries) for HTTP backends, ``limits`` (--concurrency, --rpm) for
     an HTTP scorer."""
     handle = api.open_index(index)
     emb = index_embedder(handle, cache_dir, *http)
+    spec = folder_qrels(spec, queries, split)
     options = {"instruction": instruction} if instruction else {}
     sc = api.load_scorer(spec, index=handle, corpus=corpus, ledger=ledger,
                          cache_dir=cache_dir, retry_missing=retry_missing, **options,
@@ -100,6 +124,7 @@ def learn(
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = 1,
     ray_gpus: RayGpusOpt = 0.0,
+    as_json: JsonOpt = False,
 ) -> None:
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
@@ -109,25 +134,42 @@ def learn(
         raise api.ConfigError(f"state file {out} already exists; pass --overwrite to replace "
                               "it, or choose another --out")
     handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
-                            (timeout, max_retries), retry_missing, (concurrency, rpm))
-    with progress_group(not quiet) as stage:
+                            (timeout, max_retries), retry_missing, (concurrency, rpm),
+                            queries, split)
+    with json_mode(as_json), progress_group(not quiet) as stage:
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
                           folds=folds, progress=stage,
                           executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
-    p = state.pairs
     if dry_run:
-        console.print(f"reward plan: {p['requested']:,} pairs (b = {budget:g}), depth {depth}; "
-                      f"already in the ledger: {p['in_ledger']:,}; to pay: {p['to_pay']:,} "
-                      f"scorer calls ({sc.spec}). Nothing was scored.")
+        _plan(state.pairs, budget, depth, sc.spec, as_json)
         return
     if not state.keys:
         console.print("no query received a usable reward: nothing learned, no state written")
         raise typer.Exit(1)
-    path = state.save(out, overwrite=overwrite)
-    _summary(state, path)
-    _crossval(state)
+    _save(state, out, overwrite, as_json)
+
+
+def _plan(p: dict, budget: float, depth: int, spec: str, as_json: bool) -> None:
+    console.print(f"reward plan: {p['requested']:,} pairs (b = {budget:g}), depth {depth}; "
+                  f"already in the ledger: {p['in_ledger']:,}; to pay: {p['to_pay']:,} "
+                  f"scorer calls ({spec}). Nothing was scored.")
+    if as_json:
+        emit_json({"dry_run": True, "budget": budget, "depth": depth, "pairs": p,
+                   "scorer": spec})
+
+
+def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
+    """Write the state, print what it holds (stderr with --json), the JSON document."""
+    from tttembed.cli.inspect import state_summary
+
+    with json_mode(as_json):
+        path = state.save(out, overwrite=overwrite)
+        _summary(state, path)
+        _crossval(state)
+    if as_json:
+        emit_json({"state": str(path), **state_summary(replace(state, source=str(path)))})
 
 
 def _summary(state: Any, path: Path) -> None:
@@ -211,6 +253,9 @@ def rerank(
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = 1,
     ray_gpus: RayGpusOpt = 0.0,
+    metrics: MetricsOpt = None,
+    run_tag: RunTagOpt = "tttembed",
+    as_json: JsonOpt = False,
 ) -> None:
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
     quiet_libraries()
@@ -220,10 +265,17 @@ def rerank(
         refuse_existing(out, overwrite, "run file")  # before paying for a pair
 
     handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
-                            (timeout, max_retries), retry_missing, (concurrency, rpm))
-    with progress_group(not quiet) as stage:
+                            (timeout, max_retries), retry_missing, (concurrency, rpm),
+                            queries, split)
+    names = metric_names(metrics)
+    with json_mode(as_json), progress_group(not quiet) as stage:
         result = api.rerank(handle, queries, scorer=sc, budget=budget, k=top_k, depth=depth,
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,
                             progress=stage,
                             executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
-    report_result(result, out, None, overwrite, f"direct rerank, b = {budget:g}")
+        runs = report_result(result, out, None, overwrite, f"direct rerank, b = {budget:g}",
+                             names, run_tag)
+    if as_json:
+        emit_json({"budget": budget, "queries": len(result.qids), "runs": str(out or ""),
+                   "metrics": {t: api.run_metrics(result.qrels[t], runs[t], names)
+                               for t in runs if t in result.qrels}})

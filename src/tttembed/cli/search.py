@@ -9,8 +9,10 @@ import typer
 
 from tttembed.cli._common import (
     console,
+    emit_json,
     handle_errors,
     index_embedder,
+    json_mode,
     print_metrics,
     progress_group,
     quiet_libraries,
@@ -18,38 +20,61 @@ from tttembed.cli._common import (
 from tttembed.cli._options import (
     CacheOpt,
     IndexOpt,
+    JsonOpt,
     MaxRetriesOpt,
+    MetricsOpt,
     OverwriteOpt,
     QueriesArg,
     QuietOpt,
+    ResamplesOpt,
+    RunTagOpt,
     SplitOpt,
     TaskOpt,
     TimeoutOpt,
     TopKOpt,
 )
+from tttembed.cli.compare import DEFAULT_METRICS, metric_names, paired_rows, print_paired
 from tttembed.core.io import refuse_existing
 
 
-def write_runs(runs: dict, out: Path, fmt: Optional[str], overwrite: bool) -> None:
+def write_runs(runs: dict, out: Path, fmt: Optional[str], overwrite: bool,
+               tag: str = "tttembed") -> list[Path]:
     """One run file, or one per task (task name appended) when there are several."""
     from tttembed import api
 
+    paths = []
     for name, run in runs.items():
         path = out if len(runs) == 1 else out.with_name(f"{out.stem}.{name}{out.suffix}")
-        api.write_run(run, path, fmt, overwrite=overwrite)
+        api.write_run(run, path, fmt, tag=tag, overwrite=overwrite)
         console.print(f"wrote {path}")
+        paths.append(path)
+    return paths
 
 
 def report_result(result: Any, out: Optional[Path], fmt: Optional[str], overwrite: bool,
-                  title: str) -> dict:
+                  title: str, metrics: tuple[str, ...] = DEFAULT_METRICS,
+                  tag: str = "tttembed") -> dict:
     """Write the runs (when asked) and print metrics for the tasks that came with qrels."""
     runs = result.runs()
     if out is not None:
-        write_runs(runs, out, fmt, overwrite)
+        write_runs(runs, out, fmt, overwrite, tag)
     if result.qrels:
         print_metrics({t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
-                      title=title)
+                      title=title, metrics=metrics)
     return runs
+
+
+def raw_beside_adapted(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resamples: int,
+                       leak: str) -> dict[str, list[dict[str, Any]]]:
+    """Per judged task: raw and adapted metrics with the paired difference, its interval
+    and p-value (the adapted result is never shown alone)."""
+    raw_runs, runs = raw.runs(), adapted.runs()
+    out = {}
+    for task, qrels in adapted.qrels.items():
+        if task in runs:
+            out[task] = paired_rows(qrels, raw_runs[task], runs[task], metrics, n_resamples)
+            print_paired(out[task], ("raw", "adapted"), f"{task}: raw vs adapted{leak}")
+    return out
 
 
 @handle_errors
@@ -70,36 +95,85 @@ def search(
     quiet: QuietOpt = False,
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
+    metrics: MetricsOpt = None,
+    n_resamples: ResamplesOpt = 10000,
+    run_tag: RunTagOpt = "tttembed",
+    as_json: JsonOpt = False,
 ) -> None:
-    """Search an index with raw or adapted query vectors (the index never changes)."""
+    """Search an index with raw or adapted query vectors (the index never changes).
+
+    With states and judged queries, raw and adapted metrics are printed side by side with
+    the paired difference, its 95% interval and p-value."""
     quiet_libraries()
     from tttembed import api
 
+    names = metric_names(metrics)
     if out is not None:
         refuse_existing(out, overwrite, "run file")  # before the search, not after
 
     handle = api.open_index(index)
     emb = index_embedder(handle, cache_dir, timeout, max_retries)
-    with progress_group(not quiet) as stage:
-        result = api.search(handle, queries, k=top_k, states=state or [], task=task,
-                            split=split, embedder=emb, allow_foreign_state=allow_foreign_state,
-                            allow_foreign_corpus=allow_foreign_corpus, batch_size=batch_size,
-                            progress=stage)
+    options = dict(k=top_k, task=task, split=split, embedder=emb,
+                   allow_foreign_corpus=allow_foreign_corpus, batch_size=batch_size)
+    with json_mode(as_json), progress_group(not quiet) as stage:
+        result = api.search(handle, queries, states=state or [],
+                            allow_foreign_state=allow_foreign_state, progress=stage, **options)
+        raw = (api.search(handle, queries, **options)
+               if result.applied and result.qrels else None)
+        doc = _report(result, raw, top_k, out, fmt, overwrite, names, n_resamples, run_tag)
+    if as_json:
+        emit_json(doc)
+
+
+def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optional[str],
+            overwrite: bool, names: tuple[str, ...], n_resamples: int, tag: str
+            ) -> dict[str, Any]:
     kind = ("adapted (" + ", ".join(f"{s.scope}-wise" for s in result.applied) + ")"
             if result.applied else "raw")
     console.print(f"searched {len(result.qids):,} queries, {kind}, top {top_k}: encode "
                   f"{result.timings['encode_s']:.2f} s, search {result.timings['search_s']:.3f} s")
+    shadowed = _shadowed(result)
     for st, n in result.applied.items():
+        extra = f" (shadowed by {shadowed[st]})" if st in shadowed else ""
         console.print(f"state {st.label} ({st.scope}-wise): applied to {n:,} of "
-                      f"{len(result.qids):,} queries")
+                      f"{len(result.qids):,} queries{extra}")
     for st, n in result.leaked.items():
         console.print(f"note: {n:,} of these judged queries rewarded {st.label} with their "
                       f"own judgments ({st.scorer}): adapted metrics on them are not a "
                       "held-out result (evaluate on other queries, or use tttembed eval)")
     leak = " - LABEL LEAK: judged queries rewarded the state" if result.leaked else ""
-    runs = report_result(result, out, fmt, overwrite, f"{kind} search{leak}")
+    doc: dict[str, Any] = {
+        "queries": len(result.qids), "kind": kind, "top_k": top_k, "timings_s": result.timings,
+        "states": [{"file": st.label, "scope": st.scope, "applied": n,
+                    "label_leak_queries": result.leaked.get(st, 0)}
+                   for st, n in result.applied.items()]}
+    runs = result.runs()
+    if out is not None:
+        doc["runs"] = [str(p) for p in write_runs(runs, out, fmt, overwrite, tag)]
+    if raw is not None:
+        doc["paired"] = raw_beside_adapted(raw, result, names, n_resamples, leak)
+    elif result.qrels:
+        doc["metrics"] = print_metrics(
+            {t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
+            title=f"{kind} search{leak}", metrics=names)
     if out is None and not result.qrels:
         for name, run in runs.items():
             for qid in list(run)[:5]:
                 top = sorted(run[qid].items(), key=lambda kv: -kv[1])[:3]
                 console.print(f"{name}/{qid}: " + ", ".join(f"{d} ({s:.3f})" for d, s in top))
+        doc["top"] = {t: {q: sorted(r.items(), key=lambda kv: -kv[1])[:10]
+                          for q, r in run.items()} for t, run in runs.items()}
+    return doc
+
+
+def _shadowed(result: Any) -> dict[Any, str]:
+    """States that a more specific one shadows for some queries: the label of that one."""
+    from tttembed.adapt.scopes import PRECEDENCE
+
+    states = list(result.applied)
+    out = {}
+    for st in states:
+        finer = [o for o in states if PRECEDENCE.index(o.scope) < PRECEDENCE.index(st.scope)]
+        if finer:
+            out[st] = ", ".join(o.label for o in finer)
+    return out

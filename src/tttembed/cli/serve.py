@@ -16,7 +16,7 @@ from tttembed.cli._options import IndexOpt, SplitOpt, TaskOpt
 def serve(
     index: IndexOpt,
     state: Annotated[Optional[list[Path]], typer.Option("--state", help="Learned state file(s) (vectors.npz), re-read on POST /admin/reload and SIGHUP. The most specific state wins per query: query-wise (by query text), task-wise, global.")] = None,
-    queries: Annotated[Optional[list[Path]], typer.Option("--queries", help="Query sources (BEIR folder or query file, one task each) that name tasks this server knows and the query ids of their texts (for reports). Not needed by query-wise states: they match a request by its text.")] = None,
+    queries: Annotated[Optional[list[Path]], typer.Option("--query-source", help="Query sources (BEIR folder or query file, one task each) that name tasks this server knows and the query ids of their texts (for reports). Not needed by query-wise states: they match a request by its text.")] = None,
     task: TaskOpt = None,
     split: SplitOpt = "test",
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",

@@ -125,6 +125,26 @@ def load_beir_queries(path: str | Path) -> dict[str, str]:
     return queries
 
 
+def load_judgments(path: str | Path) -> dict[str, dict[str, int]]:
+    """Judgments in BEIR's qrels TSV (``query-id corpus-id score``, tab-separated) or
+    TREC's qrels (``qid iteration doc grade``, whitespace-separated), told apart by the
+    first line that is not a header."""
+    path = Path(path)
+    rows = read_lines(path, missing_fix=f"expected a judgments file; {LAYOUT}")
+    first = next((raw for _, raw in rows if raw.strip()), "")
+    if len(first.split("\t")) == 3 or len(first.split()) != 4:
+        return load_qrels(path)
+    qrels: dict[str, dict[str, int]] = {}
+    for line, raw in rows:
+        cols = raw.split()
+        if len(cols) != 4 or not _is_int(cols[3]):
+            raise DataError(f"expected a TREC qrels line 'qid iteration doc grade', found "
+                            f"{shown(raw.strip())}", path=path, line=line,
+                            fix="one judgment per line, four fields, an integer grade")
+        qrels.setdefault(cols[0], {})[cols[2]] = int(cols[3])
+    return qrels
+
+
 def load_qrels(path: str | Path, *, corpus_ids: Collection[str] | None = None,
                query_ids: Collection[str] | None = None) -> dict[str, dict[str, int]]:
     """qrels/<split>.tsv -> {qid: {doc_id: grade}}; ids are checked when given."""

@@ -94,6 +94,23 @@ def per_task_rows(section: Mapping[str, Any], protocol: str = "fixed") -> tuple[
     return ["method", "b", *tasks], rows
 
 
+#: The budget terms of the tables, defined once at the top of report.md.
+BUDGET_TERMS = ("B is the reward budget (scored query-candidate pairs) and b = B / N the "
+                "budget per evaluated query; S_B is the set of B rewarded pairs the "
+                "methods learn from, chosen by task-balanced water-filling over each "
+                "query's top candidates (a larger budget's set contains a smaller one's); "
+                "in the held-out protocol S is the rewarded share of the queries and U the "
+                "unseen rest.")
+
+
+def _counter_tables(result: Mapping[str, Any]) -> list[str]:
+    """The run's counters and timings as two-column tables."""
+    counts = [[k, v] for k, v in result["counts"].items()]
+    timings = [[k, v] for k, v in result["timings_s"].items()]
+    return ["Counts:", "", markdown_table(["counter", "value"], counts, digits=4),
+            "Timings:", "", markdown_table(["stage", "seconds"], timings, digits=3)]
+
+
 def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     cfg = result["config"]
     lines = ["# tttembed eval report", "",
@@ -102,14 +119,13 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                                       + (", few" if t["few_queries"] else "") + ")"
                                       for t in result["tasks"]),
              f"- protocols: {', '.join(cfg['protocols'])}; analyses: "
-             f"{', '.join(cfg['analyses']) or 'none'}; objective {cfg['objective']}",
-             f"- counts: {json.dumps(result['counts'])}",
-             f"- timings (s): {json.dumps(result['timings_s'])}", "",
+             f"{', '.join(cfg['analyses']) or 'none'}; objective {cfg['objective']}", "",
+             *_counter_tables(result),
              "Numbers are ×100. Δ is against raw retrieval; nDCG@10 and Recall@100 are "
              "averaged equally across tasks. p: paired sign-flip randomisation test over "
              "queries (task-weighted), CI: 95% bootstrap of Δ. In per-task tables * marks "
              "p < 0.05 vs raw; 'few' marks tasks with fewer than "
-             f"{cfg['few_queries']} queries.", ""]
+             f"{cfg['few_queries']} queries.", "", BUDGET_TERMS, ""]
     for s in result["sections"]:
         lines += [f"## Scorer `{s['scorer']}`", ""]
         lines += [f"- note: {n}" for n in s["notes"]]
@@ -207,45 +223,117 @@ def scorer_comparison(result: Mapping[str, Any]) -> tuple[list[str], list[list[s
     return (["protocol", "method", "B", "setting", *names], rows) if rows else None
 
 
+#: Colour per method family (an ``-auto`` variant shares its scope's colour, dashed).
+_COLOURS = {"global": "tab:green", "task": "tab:purple", "query": "tab:pink",
+            "direct": "tab:blue", "rw-rocchio": "tab:orange", "qdrant-rf": "tab:brown"}
+_MARKERS = "osD^vP*X<>hp"
+GAIN_YLABEL = "Δ nDCG@10 vs raw (points, ×100)"
+
+
+def _style(j: int, method: str) -> dict[str, Any]:
+    """Colour, marker and line style of the ``j``-th method of a gain plot."""
+    family = method.removesuffix("-auto")
+    return {"color": _COLOURS.get(family, f"C{j % 10}"), "marker": _MARKERS[j % len(_MARKERS)],
+            "linestyle": "--" if method.endswith("-auto") else "-"}
+
+
+def _interval(r: Mapping[str, Any]) -> tuple[float, float]:
+    """The 95% bootstrap interval of a row's Δ nDCG@10 vs raw, ×100 (NaN when untested)."""
+    c = r.get("vs_raw") or {}
+    return 100 * c.get("ci_low", float("nan")), 100 * c.get("ci_high", float("nan"))
+
+
+def _fixed(section: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The fixed-population rows with a budget (B > 0)."""
+    return [r for r in section["rows"] if r["protocol"] == "fixed" and r["B"] > 0]
+
+
+def gain_figure(section: Mapping[str, Any]) -> Any:
+    """Δ nDCG@10 vs log b, one line per method with its 95% interval as error bars; the
+    methods are dodged along x and differ in marker and line style, so none hides another;
+    None without fixed-population rows."""
+    fixed = _fixed(section)
+    if not fixed:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    methods = list(dict.fromkeys(r["method"] for r in fixed))
+    for j, method in enumerate(methods):
+        rows = sorted((r for r in fixed if r["method"] == method), key=lambda r: r["b"])
+        dodge = 10 ** (0.018 * (j - (len(methods) - 1) / 2))
+        y = np.array([100 * r["delta"][MAIN] for r in rows])
+        lo, hi = np.array([_interval(r) for r in rows]).T
+        yerr = np.maximum([y - lo, hi - y], 0.0)  # a Δ outside its interval: no bar side
+        ax.errorbar([r["b"] * dodge for r in rows], y, yerr=yerr, label=method,
+                    capsize=2, elinewidth=0.7, markersize=4, linewidth=1.2,
+                    **_style(j, method))
+    for r in section["rows"]:
+        if r["protocol"] == "fixed" and r["method"].startswith("prf"):
+            ax.axhline(100 * r["delta"][MAIN], color="grey", linewidth=0.9,
+                       linestyle=":" if r["method"] == "prf-avg" else "-.",
+                       label=f"{r['method']} (label-free, no budget)")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("normalised budget b = B / N (rewarded pairs per query, log scale)")
+    ax.set_ylabel(GAIN_YLABEL)
+    ax.set_title(f"Gain vs budget, scorer {section['scorer']} "
+                 "(bars: 95% bootstrap CI; points offset along b)")
+    ax.grid(True, which="major", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: "label-free" in labels[i])
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def _task_label(rows: Sequence[Mapping[str, Any]], task: str) -> str:
+    """A task's tick label: its name over its number of queries (and 'few')."""
+    e = next(r["tasks"][task] for r in rows if task in r["tasks"])
+    n = e.get("n")
+    return task + (f"\n({n} q{', few' if e.get('few') else ''})" if n is not None else "")
+
+
+def tasks_figure(section: Mapping[str, Any]) -> Any:
+    """Per-task Δ nDCG@10 at the budget nearest b = 10: one bar group per task, one bar
+    per method; * marks p < 0.05 vs raw. None without fixed-population rows."""
+    fixed = _fixed(section)
+    if not fixed:
+        return None
+    target = min({r["b"] for r in fixed}, key=lambda b: abs(np.log(b / 10.0)))
+    at = [r for r in fixed if r["b"] == target]
+    tasks = sorted({t for r in at for t in r["tasks"]})
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.18 * len(tasks) * len(at) + 3.5), 4.5))
+    width = 0.8 / max(1, len(at))
+    x = np.arange(len(tasks))
+    for j, r in enumerate(at):
+        cells = [r["tasks"].get(t, {}) for t in tasks]
+        xs = x + (j - (len(at) - 1) / 2) * width
+        ys = np.array([100 * c.get("delta_" + MAIN, np.nan) for c in cells])
+        ax.bar(xs, ys, width, label=r["method"], color=f"C{j % 10}")
+        for xi, yi, c in zip(xs, ys, cells):
+            if c.get("p_raw", 1.0) < 0.05:
+                ax.annotate("*", (xi, yi), xytext=(0, 1 if yi >= 0 else -9),
+                            textcoords="offset points", ha="center", fontsize=9)
+    ax.set_xticks(x, [_task_label(at, t) for t in tasks])
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("task (evaluated queries)")
+    ax.set_ylabel(GAIN_YLABEL)
+    ax.set_title(f"Per task at b = {target:g} (B = {at[0]['B']}), scorer {section['scorer']}"
+                 "; * p < 0.05 vs raw", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
 def make_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
     """gain_<scorer>.png: Δ nDCG@10 vs log b per method; tasks_<scorer>.png: per-task bars."""
     plt = pyplot()
     paths = []
     for i, s in enumerate(result["sections"]):
-        fixed = [r for r in s["rows"] if r["protocol"] == "fixed" and r["B"] > 0]
-        if not fixed:
-            continue
         tag = f"{i}-" + "".join(c if c.isalnum() else "_" for c in s["scorer"])[:40]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for method in dict.fromkeys(r["method"] for r in fixed):
-            pts = sorted((r["b"], 100 * r["delta"][MAIN]) for r in fixed if r["method"] == method)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method,
-                    linestyle="--" if method in ("direct", "rw-rocchio", "qdrant-rf") else "-")
-        for r in s["rows"]:
-            if r["protocol"] == "fixed" and r["method"].startswith("prf"):
-                ax.axhline(100 * r["delta"][MAIN], color="grey", linewidth=0.8,
-                           linestyle=":" if r["method"] == "prf-avg" else "-.",
-                           label=f"{r['method']} (label-free)")
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_xscale("log")
-        ax.set_xlabel("normalised budget b = B / N (rewards per query)")
-        ax.set_ylabel("Δ nDCG@10 vs raw (×100)")
-        ax.set_title(f"gain vs budget, scorer {s['scorer']}")
-        ax.legend(fontsize=8)
-        paths.append(save_figure(plt, fig, out / f"gain_{tag}.png", dpi=110))
-        target = min({r["b"] for r in fixed}, key=lambda b: abs(np.log(b / 10.0)))
-        at = [r for r in fixed if r["b"] == target]
-        tasks = sorted({t for r in at for t in r["tasks"]})
-        fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(tasks)), 4))
-        width = 0.8 / max(1, len(at))
-        for j, r in enumerate(at):
-            ax.bar(np.arange(len(tasks)) + j * width,
-                   [100 * r["tasks"].get(t, {}).get("delta_" + MAIN, 0.0) for t in tasks],
-                   width, label=r["method"])
-        ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2, tasks)
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_ylabel("Δ nDCG@10 vs raw (×100)")
-        ax.set_title(f"per task at b = {target:g}, scorer {s['scorer']}")
-        ax.legend(fontsize=8)
-        paths.append(save_figure(plt, fig, out / f"tasks_{tag}.png", dpi=110))
+        for name, build in (("gain", gain_figure), ("tasks", tasks_figure)):
+            fig = build(s)
+            if fig is not None:
+                paths.append(save_figure(plt, fig, out / f"{name}_{tag}.png", dpi=110))
     return paths

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.core.errors import ConfigError
+from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import atomic_file, refuse_existing
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
@@ -146,18 +146,29 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: PathLike,
 
 
 def read_run(path: PathLike) -> dict[str, dict[str, float]]:
-    """Read a run written by ``write_run`` (TREC or JSONL)."""
+    """Read a run (TREC ``qid Q0 doc rank score tag`` or our JSONL); a line that is neither
+    is a DataError naming the file and line."""
     path = Path(path)
+    if not path.is_file():
+        raise DataError("run file not found", path=path,
+                        fix="give a run written by `tttembed search --out` or trec_eval's format")
     run: dict[str, dict[str, float]] = {}
+    jsonl = path.suffix in (".jsonl", ".json")
     with open(path, encoding="utf-8") as fh:
-        if path.suffix in (".jsonl", ".json"):
-            for line in fh:
-                if line.strip():
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                if jsonl:
                     rec = json.loads(line)
-                    run[rec["query_id"]] = {r["doc_id"]: r["score"] for r in rec["results"]}
-        else:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 5:
-                    run.setdefault(parts[0], {})[parts[2]] = float(parts[4])
+                    run[str(rec["query_id"])] = {str(r["doc_id"]): float(r["score"])
+                                                 for r in rec["results"]}
+                else:
+                    qid, _, did, _, score, *_ = line.split()
+                    run.setdefault(qid, {})[did] = float(score)
+            except (ValueError, KeyError, TypeError) as exc:
+                form = ("a JSON object with query_id and results [{doc_id, score}]" if jsonl
+                        else "qid Q0 doc rank score tag")
+                raise DataError(f"not a run line ({type(exc).__name__}); expected {form}",
+                                path=path, line=n) from None
     return run

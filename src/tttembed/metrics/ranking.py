@@ -1,4 +1,5 @@
-"""Ranking metrics over BEIR dicts: nDCG@k, Recall@k, MRR@k (pure; inputs never mutated).
+"""Ranking metrics over BEIR dicts: nDCG@k, Recall@k, MRR@k, P@k, MAP (pure; inputs never
+mutated).
 
 Contracts: qrels ``{qid: {doc_id: grade}}`` (integer grades), run ``{qid: {doc_id: score}}``.
 
@@ -11,7 +12,14 @@ Definitions (trec_eval's, so that numbers compare with published tables):
 * **nDCG@k** is trec_eval's ``ndcg_cut.k``: gain = the grade (linear; grades <= 0 give no
   gain), discount ``1 / log2(rank + 1)``, ideal DCG@k from all judged grades of the query.
 * **Recall@k**: relevant = grade >= 1; share of the relevant documents in the top k.
-* **MRR@k**: ``1 / rank`` of the first relevant document within the top k, else 0.
+* **MRR@k**: ``1 / rank`` of the first relevant document within the top k, else 0
+  (``recip_rank``: no cut-off).
+* **P@k** is trec_eval's ``P_k``: relevant documents in the top k, divided by k.
+* **MAP@k** is trec_eval's ``map_cut_k`` (``map``: no cut-off): the mean, over the
+  query's relevant documents, of the precision at the rank of each one found within k.
+* **Names**: ``ndcg@10``, ``recall@100``, ``mrr@10``, ``p@10``, ``map@100``, ``map``, or
+  trec_eval's (``ndcg_cut_10``, ``ndcg_cut.10``, ``recall_100``, ``P_10``,
+  ``map_cut_100``, ``map``, ``recip_rank``); results keep the name asked.
 * **Which queries count**: the queries of qrels with at least one grade >= 1. A query
   missing from the run (or with an empty run) scores 0. Run queries absent from qrels are
   ignored.
@@ -32,7 +40,12 @@ from tttembed.core.errors import ConfigError, DataError
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 
-METRIC_NAMES = ("ndcg", "recall", "mrr")
+METRIC_NAMES = ("ndcg", "recall", "mrr", "p", "map")
+#: trec_eval's metric names -> ours (``NAME_k`` / ``NAME.k`` carry the cut-off).
+TREC_NAMES = {"ndcg_cut": "ndcg", "recall": "recall", "p": "p", "map_cut": "map"}
+#: Metrics without a cut-off: the whole run counts.
+NO_CUTOFF = {"map": "map", "recip_rank": "mrr"}
+UNCUT = 10**9
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
 __all__ = [
@@ -122,6 +135,20 @@ class _Ranked:
         np.minimum.at(first, self.q_idx[rel], self.ranks[rel])
         return np.where(first <= k, 1.0 / first, 0.0)
 
+    def p(self, k: int) -> np.ndarray:
+        hit = (self.ranks <= k) & (self.gains >= 1)
+        return np.bincount(self.q_idx[hit], minlength=self.n).astype(np.float64) / k
+
+    def map(self, k: int) -> np.ndarray:
+        rel = (self.ranks <= k) & (self.gains >= 1)
+        q, r = self.q_idx[rel], self.ranks[rel]
+        order = np.lexsort((r, q))
+        q, r = q[order], r[order]
+        first = np.searchsorted(q, np.arange(self.n))
+        found = np.arange(len(q)) - first[q] + 1.0  # relevant documents up to this rank
+        total = np.bincount(q, weights=found / r, minlength=self.n)
+        return np.divide(total, self.n_rel, out=np.zeros(self.n), where=self.n_rel > 0)
+
     def per_query(self, name: str, k: int) -> dict[str, float]:
         values = getattr(self, name)(k)
         return dict(zip(self.qids, values.tolist()))
@@ -175,11 +202,20 @@ def mean_metric(per_query: Mapping[str, float]) -> float:
 
 
 def parse_metric(name: str) -> tuple[str, int]:
-    """``"ndcg@10"`` -> ``("ndcg", 10)``; ConfigError for anything else."""
-    base, sep, cut = name.strip().lower().partition("@")
-    if base not in METRIC_NAMES or not sep or not cut.isdigit() or int(cut) < 1:
+    """``"ndcg@10"`` -> ``("ndcg", 10)``, trec_eval's ``"ndcg_cut_10"`` / ``"P_10"`` /
+    ``"map"`` likewise (module docstring); ConfigError for anything else."""
+    text = name.strip().lower()
+    if text in NO_CUTOFF:
+        return NO_CUTOFF[text], UNCUT
+    base, sep, cut = text.partition("@")
+    if not sep:
+        stem, _, cut = text.replace(".", "_").rpartition("_")
+        base, sep = TREC_NAMES.get(stem, ""), "_"
+    if base not in METRIC_NAMES or not cut.isdigit() or int(cut) < 1:
         known = ", ".join(f"{m}@k" for m in METRIC_NAMES)
-        raise ConfigError(f"unknown metric {name!r}; use one of {known} with k a positive integer")
+        raise ConfigError(f"unknown metric {name!r}; use one of {known} (k a positive "
+                          "integer), map, or trec_eval's names (ndcg_cut_10, P_10, "
+                          "recall_100, map_cut_100, recip_rank)")
     return base, int(cut)
 
 

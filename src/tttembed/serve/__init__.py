@@ -14,7 +14,7 @@ Routes (all JSON; errors in OpenAI's shape ``{"error": {"message", "type", "para
 
 Query-wise states are keyed by ``task`` and a digest of the normalised query text, so a
 request's text finds its state directly (the same lookup as ``search`` and MTEB); query
-files given with ``queries`` (``--queries``) only name tasks and ids for reports.
+files given with ``queries`` (``--query-source``) only name tasks and ids for reports.
 
 In-process apps use :mod:`tttembed.integrations.adapters` (LangChain / LlamaIndex embeddings:
 queries adapted, documents raw) instead of a server.

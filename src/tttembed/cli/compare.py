@@ -1,0 +1,96 @@
+"""``tttembed compare``: two run files on one set of judgments, paired (ranx's ``compare``
+convention, our own paired tests), and the raw-vs-adapted table ``search`` prints.
+
+One row per metric: both means, the paired difference (B - A), its 95% bootstrap interval
+and the two-sided paired randomization p-value (:mod:`tttembed.metrics.stats`), over the
+judged queries both runs answer (a query missing from a run scores 0 there, as trec_eval
+counts it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from tttembed.cli._common import LEGEND, console, emit_json, handle_errors, split_list
+from tttembed.cli._options import JsonOpt, MetricsOpt, ResamplesOpt
+
+Run = Mapping[str, Mapping[str, float]]
+Qrels = Mapping[str, Mapping[str, int]]
+DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
+
+
+def paired_rows(qrels: Qrels, run_a: Run, run_b: Run, metrics: Sequence[str],
+                n_resamples: int = 10000) -> list[dict[str, Any]]:
+    """One dict per metric: ``metric, a, b, delta (b - a), ci_low, ci_high, p_value, n``."""
+    from tttembed.metrics.ranking import evaluated_queries, per_query_metrics
+    from tttembed.metrics.stats import compare
+
+    judged = evaluated_queries(qrels)
+    pa = per_query_metrics(qrels, run_a, metrics)
+    pb = per_query_metrics(qrels, run_b, metrics)
+    rows = []
+    for m in metrics:
+        c = compare({q: pb[m][q] for q in judged}, {q: pa[m][q] for q in judged},
+                    n_resamples=n_resamples)
+        rows.append({"metric": m, "a": c.mean_b, "b": c.mean_a, "delta": c.delta,
+                     "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
+                     "n": c.n})
+    return rows
+
+
+def print_paired(rows: Sequence[Mapping[str, Any]], names: tuple[str, str], title: str) -> None:
+    """The paired table: metric | A | B | B - A | 95% CI | p | queries."""
+    table = Table(title=title)
+    for col in ("metric", names[0], names[1], f"{names[1]} - {names[0]}", "95% CI", "p",
+                "queries"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for r in rows:
+        table.add_row(r["metric"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['delta']:+.4f}",
+                      f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", _p(r["p_value"]),
+                      str(r["n"]))
+    console.print(table)
+    console.print(f"{LEGEND}; {names[1]} - {names[0]}: paired difference of the means, "
+                  "95% CI: paired bootstrap, p: two-sided paired randomization test",
+                  style="dim")
+
+
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def metric_names(values: Optional[list[str]]) -> tuple[str, ...]:
+    """``--metrics`` (comma-separated or repeated; trec_eval names too), checked."""
+    from tttembed.metrics.ranking import parse_metric
+
+    names = split_list(values) or DEFAULT_METRICS
+    for name in names:
+        parse_metric(name)
+    return names
+
+
+@handle_errors
+def compare_command(
+    run_a: Annotated[Path, typer.Argument(metavar="RUN_A", help="Baseline run file (.trec or .jsonl).", show_default=False)],
+    run_b: Annotated[Path, typer.Argument(metavar="RUN_B", help="Run file compared with RUN_A (.trec or .jsonl).", show_default=False)],
+    qrels: Annotated[Path, typer.Option("--qrels", help="Judgments (BEIR qrels TSV: query-id, corpus-id, score; or TREC qrels: qid 0 doc grade).", show_default=False)],
+    metrics: MetricsOpt = None,
+    n_resamples: ResamplesOpt = 10000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare two run files on one set of judgments: means, paired difference, interval, p."""
+    from tttembed.data.beir import load_judgments
+    from tttembed.index.search import read_run
+
+    names = metric_names(metrics)
+    judgments = load_judgments(qrels)
+    a, b = read_run(run_a), read_run(run_b)
+    rows = paired_rows(judgments, a, b, names, n_resamples)
+    if as_json:
+        emit_json({"run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
+                   "metrics": rows})
+        return
+    print_paired(rows, ("A", "B"), f"A = {run_a}, B = {run_b}")
