@@ -122,7 +122,7 @@ def test_rerank_command_and_bad_scope(beir, tmp_path):
                             f"qrels:{data}", "--budget", "10", "-k", "5",
                             "--out", str(tmp_path / "rr.trec")])
     assert r.exit_code == 0, r.output
-    assert "direct rerank" in r.output
+    assert "raw vs reranked, b = 10" in r.output and "reranked - raw" in r.output
     lines = (tmp_path / "rr.trec").read_text().splitlines()
     first = {line.split()[0]: line.split()[2] for line in lines if line.split()[3] == "1"}
     # every query rewarded to depth 10 with perfect labels: the grade-2 documents come first

@@ -41,6 +41,7 @@ from tttembed.cli._options import (
     RayActorsOpt,
     RayAddressOpt,
     RayGpusOpt,
+    ResamplesOpt,
     RetryMissingOpt,
     RpmOpt,
     RunTagOpt,
@@ -53,7 +54,7 @@ from tttembed.cli._options import (
     ray_executor,
 )
 from tttembed.cli.compare import metric_names
-from tttembed.cli.search import report_result
+from tttembed.cli.search import raw_beside_adapted, write_runs
 from tttembed.core.io import refuse_existing
 
 SCOPE_HELP = "global (one vector), task (one per task) or query (one per rewarded query)."
@@ -254,6 +255,7 @@ def rerank(
     ray_actors: RayActorsOpt = 1,
     ray_gpus: RayGpusOpt = 0.0,
     metrics: MetricsOpt = None,
+    n_resamples: ResamplesOpt = 10000,
     run_tag: RunTagOpt = "tttembed",
     as_json: JsonOpt = False,
 ) -> None:
@@ -273,9 +275,13 @@ def rerank(
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,
                             progress=stage,
                             executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
-        runs = report_result(result, out, None, overwrite, f"direct rerank, b = {budget:g}",
-                             names, run_tag)
+        if out is not None:
+            write_runs(result.runs(), out, None, overwrite, run_tag)
+        paired = {}
+        if result.qrels:  # the reranked result beside raw, never alone
+            raw = api.search(handle, queries, k=top_k, task=task, split=split, embedder=emb)
+            paired = raw_beside_adapted(raw, result, names, n_resamples,
+                                        f", b = {budget:g}", name="reranked")
     if as_json:
         emit_json({"budget": budget, "queries": len(result.qids), "runs": str(out or ""),
-                   "metrics": {t: api.run_metrics(result.qrels[t], runs[t], names)
-                               for t in runs if t in result.qrels}})
+                   "paired": paired})

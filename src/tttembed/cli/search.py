@@ -65,15 +65,15 @@ def report_result(result: Any, out: Optional[Path], fmt: Optional[str], overwrit
 
 
 def raw_beside_adapted(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resamples: int,
-                       leak: str) -> dict[str, list[dict[str, Any]]]:
-    """Per judged task: raw and adapted metrics with the paired difference, its interval
-    and p-value (the adapted result is never shown alone)."""
+                       leak: str, name: str = "adapted") -> dict[str, list[dict[str, Any]]]:
+    """Per judged task: raw and adapted (or reranked: ``name``) metrics with the paired
+    difference, its interval and p-value (the adapted result is never shown alone)."""
     raw_runs, runs = raw.runs(), adapted.runs()
     out = {}
     for task, qrels in adapted.qrels.items():
         if task in runs:
             out[task] = paired_rows(qrels, raw_runs[task], runs[task], metrics, n_resamples)
-            print_paired(out[task], ("raw", "adapted"), f"{task}: raw vs adapted{leak}")
+            print_paired(out[task], ("raw", name), f"{task}: raw vs {name}{leak}")
     return out
 
 
