@@ -93,44 +93,4 @@ def save_figure(plt: Any, fig: Any, path: PathLike, dpi: int = 120) -> Path:
     return path
 
 
-def _values(values: Sequence[Any]) -> list[float]:
-    return [float("nan") if v is None else float(v) for v in values]
-
-
-def bar_plot(path: PathLike, groups: Sequence[str],
-             series: Mapping[str, Sequence[float | None]], *, title: str = "",
-             ylabel: str = "") -> Path:
-    """Grouped bars: one group per label in ``groups``, one bar per series (None: no bar)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(groups) * max(len(series), 1) / 2), 3.2))
-    width = 0.8 / max(len(series), 1)
-    for j, (name, values) in enumerate(series.items()):
-        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(groups))]
-        ax.bar(xs, _values(values), width, label=name)
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, fontsize=8)
-    ax.set_title(title)
-    ax.set_ylabel(ylabel)
-    if len(series) > 1:
-        ax.legend(fontsize=7)
-    return save_figure(plt, fig, path)
-
-
-def line_plot(path: PathLike, x: Sequence[float],
-              series: Mapping[str, Sequence[float | None]], *, title: str = "",
-              xlabel: str = "", ylabel: str = "") -> Path:
-    """One line per series over shared x values (None: a gap)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    for name, values in series.items():
-        ax.plot(list(x), _values(values), marker="o", label=name)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if series:
-        ax.legend(fontsize=7)
-    return save_figure(plt, fig, path)
-
-
-__all__ = ["DISTRIBUTIONS", "bar_plot", "clean", "fmt", "line_plot", "markdown_table",
-           "pyplot", "save_figure", "versions", "write_json", "write_results"]
+__all__ = ["DISTRIBUTIONS", "clean", "fmt", "markdown_table", "pyplot", "save_figure", "versions", "write_json", "write_results"]

@@ -37,6 +37,12 @@ def test_search_prints_fractions_and_writes_a_run(tiny_data, tmp_path):
     beam = _invoke(["search", str(tiny_data), "--index", str(tmp_path / "idx"),
                     "--beam", "2", "--steps", "2", "--quiet"])
     assert beam.exit_code == 0 and "beam 2" in beam.output and "T=2" in beam.output
+    doc = _invoke(["search", str(tiny_data), "--index", str(tmp_path / "idx"),
+                   "--max-seq-length", "48", "--quiet", "--json"])
+    assert doc.exit_code == 0, doc.output
+    got = json.loads(doc.stdout)  # one document on stdout, the tables went to stderr
+    assert got["steps"] == 3 and set(got["metrics"]) >= {"all", "by_hops"}
+    assert 0 <= got["metrics"]["all"]["C@5"] <= 100
 
 
 def test_train_then_eval_writes_the_report(tiny_data, tmp_path):

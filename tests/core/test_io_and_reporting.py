@@ -14,9 +14,7 @@ from tttembed import reporting
 from tttembed.core import io
 from tttembed.core.io import clean, versions, write_json, write_text
 from tttembed.reporting import (
-    bar_plot,
     fmt,
-    line_plot,
     markdown_table,
     save_figure,
     write_results,
@@ -124,15 +122,6 @@ def test_markdown_table_empty_and_bad_rows():
 def _png(path: Path) -> bool:
     data = path.read_bytes()
     return len(data) > 100 and data[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_bar_and_line_plots_write_png(tmp_path):
-    pytest.importorskip("matplotlib")
-    bar = bar_plot(tmp_path / "plots" / "bar.png", ["a", "b"],
-                   {"C@5": [1.0, None], "C@10": [2.0, 3.0]}, title="t", ylabel="%")
-    line = line_plot(tmp_path / "line.png", [1, 2, 3], {"x": [0.1, None, 0.3]}, xlabel="step")
-    assert _png(bar) and _png(line)
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["bar.png", "line.png", "plots"]
 
 
 def test_save_figure_closes_the_figure(tmp_path):
