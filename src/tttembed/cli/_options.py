@@ -119,8 +119,9 @@ def _alpha(value: str) -> str:
 
 AlphaOpt = Annotated[str, typer.Option(
     "--alpha", callback=_alpha, help="Magnitude of the learned vectors: rule (n/(n+1), the "
-    "default), auto (chosen by reward cross-validation from 0, 0.1, 0.2, 0.3, 0.5, 0.7, "
-    "rule; 0 when none shows a gain) or a number in [0, 1].")]
+    "default), auto (learn: chosen by the guard, which re-searches held-out queries and "
+    "judges the difference, from 0, 0.1, 0.2, 0.3, 0.5, 0.7, rule; 0 when none shows a "
+    "gain) or a number in [0, 1].")]
 FoldsOpt = Annotated[int, typer.Option(
     "--folds", "--cv-folds", min=0, help="Folds of the reward cross-validation reported after "
     "learning (0: none; --alpha auto needs at least 2).")]

@@ -121,6 +121,7 @@ def learn(
     rpm: RpmOpt = None,
     alpha: AlphaOpt = "rule",
     folds: FoldsOpt = 5,
+    validate_budget: Annotated[Optional[float], typer.Option("--validate-budget", min=0, help="--alpha auto, global/task scope: validation pairs per query the guard may pay (re-searched held-out queries' never-judged top-10 documents); default a tenth of --budget. Past it, the judged-candidates estimate decides.", show_default=False)] = None,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = 1,
@@ -141,7 +142,7 @@ def learn(
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
-                          folds=folds, progress=stage,
+                          folds=folds, validate_budget=validate_budget, progress=stage,
                           executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
@@ -207,9 +208,14 @@ def _crossval(state: Any) -> None:
                                                    if state.alpha_asked == "auto" else ""))
         return
     unit = "candidates of each query" if cv["scope"] == "query" else "rewarded queries"
-    table = Table(title=f"reward cross-validation: {cv['folds']} folds over {unit}, "
-                        f"{cv['queries']} queries scored, {cv['metric']} vs rewards "
-                        f"(raw {cv['raw']:.4f})")
+    title = (f"reward cross-validation: {cv['folds']} folds over {unit}, "
+             f"{cv['queries']} queries scored, {cv['metric']} vs rewards (raw {cv['raw']:.4f})")
+    if cv.get("method") == "judged-diff":
+        title = (f"guard: {cv['folds']} folds, {cv['queries']} held-out queries re-searched "
+                 f"raw and adapted, {cv['metric']} under the judge (raw {cv['raw']:.4f}); "
+                 f"validation pairs {cv['validation_pairs_paid']:,} (cap "
+                 f"{cv['validation_cap']:,})")
+    table = Table(title=title)
     for name in ("alpha", "gain vs raw", "95% CI", ""):
         table.add_column(name, justify="left" if name in ("alpha", "") else "right")
     for g in cv["gains"]:
@@ -218,6 +224,13 @@ def _crossval(state: Any) -> None:
         table.add_row(g["alpha"], f"{g['gain']:+.4f}",
                       f"[{g['ci'][0]:+.4f}, {g['ci'][1]:+.4f}]", mark)
     console.print(table)
+    if cv.get("fallback"):
+        console.print(f"note: the guard did not run ({cv['fallback']}): alpha auto was "
+                      "chosen by the judged-candidates estimate above, which cannot see "
+                      "documents a re-search brings in")
+    if state.alpha_asked == "auto":
+        console.print(f"note: the guard trusts the judge ({state.scorer}); a judge that is "
+                      "systematically wrong looks like a gain to it")
     used = next((g for g in cv["gains"] if g["alpha"] == state.alpha_chosen), None)
     if used is not None and used["gain"] < 0:
         sure = " (its 95% CI is below 0)" if used["ci"][1] < 0 else ""

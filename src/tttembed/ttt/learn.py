@@ -23,6 +23,7 @@ from tttembed.adapt.crossval import (
     parse_alpha,
 )
 from tttembed.adapt.scopes import Groups
+from tttembed.ttt.guard import VALIDATE_SHARE, Guard, judged_diff
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
@@ -166,10 +167,14 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                   scorer: Scorer, *, scope: str = "task", budget: float = 10.0,
                   depth: int = 10, objective: str = "kd", seed: int = 0,
                   dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
+                  validate_budget: float | None = None,
                   progress: Progress | None = None) -> LearnOutcome:
     """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
     0, a ``folds``-fold reward cross-validation is run and kept in the state
-    (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds)."""
+    (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds).
+    For a shared scope, ``auto`` is chosen by the guard (:mod:`tttembed.ttt.guard`), whose
+    validation pairs are capped at ``validate_budget`` per query (default a tenth of
+    ``budget``); when the cap binds, by the judged-candidates estimate, with a note."""
     asked = parse_alpha(alpha)
     if folds == 1 or folds < 0:
         raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
@@ -187,14 +192,46 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     check_usable(rewards, scorer)
     step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
                  STEPS * (2 if folds else 1))
+    guard = None
+    if asked == "auto" and scope != "query":
+        cap = round(len(queries) * (budget * VALIDATE_SHARE if validate_budget is None
+                                    else validate_budget))
+        guard = judged_diff(scope, queries, base, index, rewards, scorer, corpus, cap=cap,
+                            objective=objective, folds=folds, seed=seed)
+    chosen: str | float = asked
+    if guard is not None and guard.evidence is not None:
+        chosen = _number(guard.evidence.auto())
     state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
-                        alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
+                        alpha=chosen, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
                         callback=lambda _: step(1),
                         scorer=getattr(scorer, "identity", None) or scorer.spec,
                         reward_mapping=scorer.mapping, budget=len(plan.pairs))
     if state is not None:
-        state = replace(state, pairs=counts)
+        state = replace(state, pairs=_with_validation(counts, guard))
+        if guard is not None:
+            state = _guarded(state, guard)
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
+
+
+def _number(label: str) -> str | float:
+    return label if label == "rule" else float(label)
+
+
+def _with_validation(counts: dict[str, int], guard: Guard | None) -> dict[str, int]:
+    return counts if guard is None else {**counts, "validation": guard.paid}
+
+
+def _guarded(state: AdaptState, guard: Guard) -> AdaptState:
+    """The state with the guard's evidence as its ``crossval`` and ``alpha_asked`` auto;
+    when the guard could not run, the judged-candidates estimate chose, and the record
+    says why."""
+    record = dict(state.crossval or {})
+    if guard.evidence is not None:
+        record = guard.as_dict()
+    else:
+        record.update(method="judged-candidates", fallback=guard.note,
+                      validation_pairs_needed=guard.needed, validation_cap=guard.cap)
+    return replace(state, alpha_asked="auto", crossval=record)
 
 
 def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> None:
@@ -243,7 +280,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           objective: str = "kd", dry_run: bool = False, split: str = "test", depth: int = 10,
           seed: int = 0, embedder: Embedder | None = None, corpus: CorpusArg | None = None,
           alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
-          executor: ExecutorLike = "local") -> AdaptState:
+          executor: ExecutorLike = "local", validate_budget: float | None = None
+          ) -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state.
 
@@ -255,9 +293,13 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     are scored in this process, with a logged note (:mod:`tttembed.execute.score`).
 
     ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default), a fixed number in [0, 1], or
-    ``"auto"``: chosen from {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule} by a ``folds``-fold reward
-    cross-validation (0 when no alpha shows a gain on held-out rewarded candidates).
-    Unless ``folds`` is 0 that cross-validation runs for every alpha and is reported in
+    ``"auto"``: chosen from {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule}, 0 unless the 95% interval
+    of an alpha's gain lies above 0. For a global or task state the gain is measured by
+    the guard (:mod:`tttembed.ttt.guard`): held-out queries re-searched over the whole
+    index, raw and adapted, their never-judged top-10 documents paid through the ledger
+    (at most ``validate_budget`` pairs per query, default ``budget / 10``; past that cap,
+    and for query-wise states, the judged-candidates cross-validation decides, and
+    ``state.crossval`` says so). Unless ``folds`` is 0 the evidence is reported in
     ``state.crossval`` (gain of each alpha over the raw vectors, with a 95% CI).
 
     ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
@@ -282,7 +324,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     prepare(sc, executor, embedder=emb, texts=() if dry_run else qs.texts)
     outcome = learn_outcome(index, emb, qs, docs, sc, scope=scope, budget=budget,
                             depth=depth, objective=objective, seed=seed, dry_run=dry_run,
-                            alpha=alpha, folds=folds, progress=progress)
+                            alpha=alpha, folds=folds, validate_budget=validate_budget,
+                            progress=progress)
     if outcome.state is not None:
         return outcome.state
     return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)
