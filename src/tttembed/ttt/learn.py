@@ -23,7 +23,6 @@ from tttembed.adapt.crossval import (
     parse_alpha,
 )
 from tttembed.adapt.scopes import Groups
-from tttembed.ttt.guard import VALIDATE_SHARE, Guard, judged_diff
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
@@ -31,6 +30,7 @@ from tttembed.execute.config import ExecutorLike
 from tttembed.index.base import Index
 from tttembed.score.base import Scorer
 from tttembed.ttt.corpus import CorpusArg
+from tttembed.ttt.guard import VALIDATE_SHARE, Guard, judged_diff
 from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
