@@ -17,6 +17,7 @@ from tttembed.evaluation import protocols as P
 from tttembed.evaluation.config import CELL_METRICS
 from tttembed.evaluation.report import alpha_regret, harm_counts, summarise
 from tttembed.ttt import reward_table
+from tttembed.ttt.guard import GUARD_VERSION
 
 from .synth import QrelsRewards, make_work
 
@@ -127,7 +128,14 @@ def test_auto_shrinks_to_raw_when_the_state_can_only_hurt(work):
     rows = summarise(res, P.raw_metrics(work), n_resamples=50)["rows"]
     chosen = {r["method"]: r.get("alpha_chosen") for r in rows}
     assert chosen["task-auto"] == chosen["query-auto"] == "0" and chosen["task"] is None
-    assert harm_counts(rows)["task-auto"]["shrunk"] == 1
+    harm = harm_counts(rows)["task-auto"]
+    assert harm["shrunk"] == 1
+    # the eval's task-auto is chosen as learn's: the guard paid its validation pairs
+    # through the same judge, within a tenth of the cell's pairs, and it is recorded
+    validation = by["task-auto"][M.VALIDATION]
+    assert 0 <= validation["paid"] <= validation["cap"] and "guard" in validation
+    assert harm["learning_pairs"] > 0 and harm["validation_pairs"] == int(validation["paid"])
+    assert M.VALIDATION not in by["query-auto"]  # query-wise: the judged candidates decide
 
 
 def test_auto_methods_in_every_protocol_and_their_cell_keys(work):
@@ -147,6 +155,7 @@ def test_auto_methods_in_every_protocol_and_their_cell_keys(work):
     auto_keys = [p for p in seen if str(p.get("m")).endswith("-auto")]
     assert rule_keys and all("a" not in p for p in rule_keys)  # cached rule cells unchanged
     assert auto_keys and all(p["a"] == "auto" and p["folds"] == 5 for p in auto_keys)
+    assert all(p["guard"] == GUARD_VERSION for p in auto_keys)  # guarded cells, new keys
     with pytest.raises(ConfigError, match="unknown alpha method"):
         P.alpha_tag("best")
 

@@ -114,7 +114,7 @@ def test_a_harmful_state_is_shrunk_to_raw(tmp_path):
     assert _ndcg(index, emb, queries, qrels, [rule]) < raw - 0.3
     assert all(g["ci"][0] > 0 for g in rule.crossval["gains"] if g["alpha"] != "0")
     auto = _learn(index, emb, docs, queries, qrels, budget=10, alpha="auto",
-                  validate_budget=3)
+                  validate_budget=10)
     assert auto.crossval["method"] == "judged-diff" and auto.alpha_chosen == "0"
     assert all(g["ci"][1] < 0 for g in auto.crossval["gains"] if g["alpha"] != "0")
     assert _ndcg(index, emb, queries, qrels, [auto]) == pytest.approx(raw)

@@ -91,7 +91,8 @@ def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewar
                         kp: set | None = keep, p: list = pairs) -> PerQuery:
                 if a == "auto":
                     return state_metrics(w, learn_state("task", eval_sources(w), rewards_for(p),
-                                                        objective=objective, alpha="auto"), kp)
+                                                        objective=objective, alpha="auto",
+                                                        pay=rewards_for), kp)
                 s = st()
                 return state_metrics(w, s if a == "rule" or s is None else with_alpha(s, a), kp)
             tag = {"p": "alpha", "n": n, "a": a, "d": depth, "h": heldout_eval, "o": objective,

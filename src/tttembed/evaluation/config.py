@@ -22,6 +22,8 @@ DEFAULT_BASELINES: tuple[str, ...] = ("direct", "prf-avg", "prf-rocchio", "rw-ro
 CELL_METRICS = ("ndcg@10", "recall@100")
 #: Key of a cell's per-query table holding the alpha ``auto`` chose (not a metric).
 ALPHA_CHOSEN = "alpha_chosen"
+#: Key of the guard's validation pairs (paid, cap) in an ``auto`` cell.
+VALIDATION = "validation_pairs"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from tttembed.adapt.crossval import ALPHA_GRID, FOLDS
 from tttembed.core.errors import ConfigError
 from tttembed.evaluation.baselines import qdrant_rf as QRF
 from tttembed.evaluation.baselines.prf import average_prf, reward_rocchio, rocchio_prf
-from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS
+from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS, VALIDATION
 from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
 from tttembed.metrics.ranking import per_query_metrics
 from tttembed.ttt import (
@@ -30,6 +30,7 @@ from tttembed.ttt import (
     reward_table,
     run_from_arrays,
 )
+from tttembed.ttt.guard import GUARD_VERSION, Pay
 from tttembed.types import ALPHA_MODES, Rewards
 
 Cells = Callable[[Mapping[str, Any], Callable[[], PerQuery]], PerQuery]
@@ -196,18 +197,22 @@ def eval_sources(work: Sequence[TaskData]) -> list[Source]:
 
 def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, objective: str = "kd",
                   keep: set[str] | None = None, sources: Sequence[Source] | None = None,
-                  alpha: str = "rule") -> PerQuery:
+                  alpha: str = "rule", pay: Pay | None = None) -> PerQuery:
+    """Per-query metrics of one scope's state; ``alpha="auto"`` with ``pay`` (the judge,
+    through the ledger) is chosen by the guard, as ``tttembed learn --alpha auto``."""
     state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
-                        objective=objective, alpha=alpha)
+                        objective=objective, alpha=alpha, pay=pay)
     return record_alpha(state_metrics(work, state, keep), state, alpha)
 
 
 def scope_cell(work: Sequence[TaskData], scope: str, rewards: Callable[[], Rewards],
                objective: str = "kd", keep: set[str] | None = None,
-               sources: Sequence[Source] | None = None, alpha: str = "rule") -> PerQuery:
+               sources: Sequence[Source] | None = None, alpha: str = "rule",
+               pay: Pay | None = None) -> PerQuery:
     """:func:`scope_metrics` with the rewards fetched only when the cell is computed (a
     cached cell pays nothing): the body of a protocol cell, bound with ``partial``."""
-    return scope_metrics(work, scope, rewards(), objective, keep, sources, alpha=alpha)
+    return scope_metrics(work, scope, rewards(), objective, keep, sources, alpha=alpha,
+                         pay=pay)
 
 
 def direct_cell(work: Sequence[TaskData], rewards: Callable[[], Rewards]) -> PerQuery:
@@ -222,9 +227,16 @@ def _fit_numbers(td: TaskData, rewards_for: Callable[[list], Rewards],
 
 def record_alpha(per: PerQuery, state: AdaptState | None, alpha: str) -> PerQuery:
     """Record the alpha ``auto`` chose (``{ALPHA_CHOSEN: {"0.3": 1.0}}``; ``"0"`` = shrunk to
-    the raw vector, ``"none"`` = no state) beside the metrics of the cell (cached with it)."""
+    the raw vector, ``"none"`` = no state) and the guard's validation pairs
+    (``{VALIDATION: {"paid": n, "cap": c}}``, when it ran) beside the metrics of the cell
+    (cached with it)."""
     if alpha != "rule":
         per[ALPHA_CHOSEN] = {state.alpha_chosen if state is not None else "none": 1.0}
+        record = (state.crossval or {}) if state is not None else {}
+        if "validation_cap" in record:
+            per[VALIDATION] = {"paid": float(record.get("validation_pairs_paid", 0)),
+                               "cap": float(record["validation_cap"]),
+                               "guard": float(record.get("method") == "judged-diff")}
     return per
 
 
@@ -240,4 +252,5 @@ def alpha_tag(alpha: str) -> dict[str, Any]:
         return {}
     if alpha != "auto":
         raise ConfigError(f"unknown alpha method {alpha!r}; choose from {', '.join(ALPHA_MODES)}")
-    return {"a": alpha, "folds": FOLDS, "cv": "ndcg", "grid": list(ALPHA_GRID)}
+    return {"a": alpha, "folds": FOLDS, "cv": "ndcg", "grid": list(ALPHA_GRID),
+            "guard": GUARD_VERSION}

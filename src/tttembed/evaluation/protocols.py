@@ -75,7 +75,8 @@ def skipped_budgets(work: Sequence[TaskData], budgets: Sequence[float]) -> list[
 
 def _budget_methods(work: Sequence[TaskData], rewards: Callable[[], Rewards], *,
                     scopes: Sequence[str], baselines: Sequence[str], objective: str,
-                    alphas: Sequence[str], fits: Mapping[str, QRF.TaskFit]
+                    alphas: Sequence[str], fits: Mapping[str, QRF.TaskFit],
+                    pay: Callable[[list], Rewards] | None = None
                     ) -> list[tuple[str, dict[str, Any], Callable[[], PerQuery]]]:
     """(method, extra cell key, compute) of every method at one budget (same pairs)."""
     todo: list[tuple[str, dict[str, Any], Callable[[], PerQuery]]] = []
@@ -90,7 +91,8 @@ def _budget_methods(work: Sequence[TaskData], rewards: Callable[[], Rewards], *,
     for scope in scopes:
         for a in alphas:
             todo.append((alpha_method(scope, a), alpha_tag(a),
-                         partial(scope_cell, work, scope, rewards, objective, alpha=a)))
+                         partial(scope_cell, work, scope, rewards, objective, alpha=a,
+                                 pay=pay)))
     return todo
 
 
@@ -129,7 +131,7 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
         def rewards(p: list = pairs) -> Rewards:
             return restrict(largest(), p)
         todo = _budget_methods(work, rewards, scopes=scopes, baselines=baselines,
-                               objective=objective, alphas=alphas, fits=fits)
+                               objective=objective, alphas=alphas, fits=fits, pay=rewards_for)
         for method, extra, compute in todo:
             per = cells({"p": "fixed", "m": method, "B": B, "o": objective, **extra}, compute)
             out.append(MethodResult("fixed", method, per, B / n, B, {"objective": objective}))
@@ -197,7 +199,7 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
         for a in alphas:
             per = cells({**tag, "m": alpha_method(scope, a), "B": B, **alpha_tag(a)},
                         partial(scope_cell, work, scope, rw, objective, u_keys, sources,
-                                alpha=a))
+                                alpha=a, pay=rewards_for))
             out.append(MethodResult("heldout", alpha_method(scope, a), per, B / n, B, setting))
     return out
 
@@ -221,7 +223,8 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
                                 setting={"held_out": td.name}))
 
         def compute(t: TaskData = td, o: list = others, a: str = "rule") -> PerQuery:
-            state = learn_state("global", eval_sources(o), rw(), objective=objective, alpha=a)
+            state = learn_state("global", eval_sources(o), rw(), objective=objective, alpha=a,
+                                pay=rewards_for)
             return record_alpha(state_metrics([t], state), state, a)
         B = sum(len(cands[k]) for o in others for k in o.queries.keys)
         for a in alphas:

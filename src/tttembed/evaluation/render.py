@@ -145,9 +145,11 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                     lines += ["Task x budget cells that differ significantly from raw "
                               "(paired test, p < 0.05):", "", markdown_table(
                                   ["method", "cells", "significant losses", "significant gains",
-                                   "auto: budgets shrunk to raw"],
+                                   "auto: budgets shrunk to raw", "guard ran",
+                                   "validation pairs / learning pairs"],
                                   [[m, str(c["cells"]), str(c["losses"]), str(c["gains"]),
-                                    f"{c['shrunk']} of {c['states']}" if "states" in c else ""]
+                                    f"{c['shrunk']} of {c['states']}" if "states" in c else "",
+                                    _guard_cells(c)[0], _guard_cells(c)[1]]
                                    for m, c in s["harm"].items()])]
             if proto == "heldout" or proto == "loto":
                 head, prow = per_task_rows(s, proto)
@@ -165,6 +167,16 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     for img in images:
         lines += [f"![{img}]({img})", ""]
     return "\n".join(lines) + "\n"
+
+
+def _guard_cells(c: Mapping[str, Any]) -> tuple[str, str]:
+    """The harm table's guard columns: budgets validated by judged diff, and the
+    validation pairs as a share of the learning pairs."""
+    if "guarded" not in c:
+        return "", ""
+    share = c["validation_pairs"] / c["learning_pairs"] if c.get("learning_pairs") else 0.0
+    return (f"{c['guarded']} of {c.get('states', 0)}",
+            f"{c['validation_pairs']:,} / {c['learning_pairs']:,} ({100 * share:.1f}%)")
 
 
 def _regret_lines(reg: Mapping[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.io import atomic_directory, write_json, write_text
-from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS
+from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS, VALIDATION
 from tttembed.evaluation.render import MAIN, make_plots, markdown
 from tttembed.metrics.stats import ComparisonCache, aubc, compare, p_value
 
@@ -98,6 +98,8 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
         row["tasks"] = tasks
         if ALPHA_CHOSEN in r.per_query:  # the alpha `auto` chose ("0": the raw vector)
             row["alpha_chosen"] = next(iter(r.per_query[ALPHA_CHOSEN]))
+        if VALIDATION in r.per_query:  # the guard's validation pairs (paid, cap, ran)
+            row["validation"] = {k: v for k, v in r.per_query[VALIDATION].items()}
         row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in CELL_METRICS}
         rows.append(row)
     return {"rows": rows, "aubc": _aubc(rows), "alpha_regret": alpha_regret(rows),
@@ -116,6 +118,11 @@ def harm_counts(rows: Sequence[Mapping[str, Any]], protocol: str = "fixed",
         if ALPHA_CHOSEN in r:  # one state per budget: did `auto` shrink it to raw?
             c["states"] = c.get("states", 0) + 1
             c["shrunk"] = c.get("shrunk", 0) + (r[ALPHA_CHOSEN] in ("0", "none"))
+        if "validation" in r:  # the guard: how often it ran, and the pairs it paid
+            v = r["validation"]
+            c["guarded"] = c.get("guarded", 0) + int(v.get("guard", 0))
+            c["validation_pairs"] = c.get("validation_pairs", 0) + int(v.get("paid", 0))
+            c["learning_pairs"] = c.get("learning_pairs", 0) + int(r["B"])
         for e in r["tasks"].values():
             c["cells"] += 1
             if e.get("p_raw", 1.0) < level:

@@ -17,6 +17,7 @@ import numpy as np
 from tttembed.adapt import STEPS, AdaptState, RewardBatch, learn_vectors, make_groups
 from tttembed.adapt.crossval import (
     FOLDS,
+    CrossValidation,
     alpha_label,
     alpha_values,
     cross_validate,
@@ -30,7 +31,7 @@ from tttembed.execute.config import ExecutorLike
 from tttembed.index.base import Index
 from tttembed.score.base import Scorer
 from tttembed.ttt.corpus import CorpusArg
-from tttembed.ttt.guard import VALIDATE_SHARE, Guard, judged_diff
+from tttembed.ttt.guard import VALIDATE_SHARE, Guard, Pay, judged_diff, scorer_pay
 from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
@@ -100,8 +101,8 @@ def _rewarded(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, floa
 def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                 *, objective: str = "kd", alpha: str | float = "rule", crossval: bool = False,
                 folds: int = FOLDS, seed: int = 0,
-                callback: Callable[[int], None] | None = None,
-                **meta: Any) -> AdaptState | None:
+                callback: Callable[[int], None] | None = None, pay: Pay | None = None,
+                validate_cap: int | None = None, **meta: Any) -> AdaptState | None:
     """One scope's state from rewards already paid, over one or more sources, learned as
     one batched problem (None when no query has a finite reward). ``meta`` fills the
     state's scorer, reward_mapping and budget fields.
@@ -110,7 +111,13 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     without cross-validation), a fixed number in [0, 1], or ``"auto"`` (chosen by reward
     cross-validation, :mod:`tttembed.adapt.crossval`). ``crossval`` runs the ``folds``-fold
     cross-validation (seeded ``seed``) for any alpha and records it in the state (``auto``
-    always runs it); ``callback`` then also sees its optimizer steps."""
+    always runs it); ``callback`` then also sees its optimizer steps.
+
+    With ``pay`` (it pays reward pairs through the ledger), ``auto`` of a global or task
+    state is chosen by the guard instead (:mod:`tttembed.ttt.guard`: held-out queries
+    re-searched and the difference judged), paying at most ``validate_cap`` pairs
+    (default a tenth of the rewarded pairs); past the cap the judged-candidates estimate
+    decides, and ``state.crossval`` says why."""
     asked = parse_alpha(alpha)
     table = _table(sources, rewards)
     if table is None:
@@ -126,6 +133,14 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
         cv = cross_validate(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
                             seed=seed, callback=callback)
     chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
+    guard = None
+    if asked == "auto" and pay is not None and scope != "query":
+        cap = validate_cap if validate_cap is not None else round(
+            VALIDATE_SHARE * sum(len(r) for r in rs))
+        guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
+                            folds=folds, seed=seed)
+        if guard.evidence is not None:
+            chosen = guard.evidence.auto()
     alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
     meta.setdefault("rewarded", _rewarded(sources, rewards))
@@ -137,8 +152,20 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                       embedder=str(index.manifest.get("embedder_spec", "")),
                       corpus_fingerprint=_fingerprint([s[2] for s in sources]),
                       final_loss=res.final_loss, alpha_asked=alpha_label(asked),
-                      alpha_chosen=chosen, crossval=None if cv is None else cv.as_dict(),
-                      **meta)
+                      alpha_chosen=chosen, crossval=_evidence(cv, guard), **meta)
+
+
+def _evidence(cv: CrossValidation | None, guard: Guard | None) -> dict[str, Any] | None:
+    """The state's ``crossval`` record: the guard's when it ran, else the judged-candidates
+    estimate's (with why the guard did not run)."""
+    if guard is not None and guard.evidence is not None:
+        return guard.as_dict()
+    record = None if cv is None else cv.as_dict()
+    if guard is not None and record is not None:
+        record.update(method="judged-candidates", fallback=guard.note,
+                      validation_pairs_needed=guard.needed, validation_pairs_paid=0,
+                      validation_cap=guard.cap)
+    return record
 
 
 @dataclass(frozen=True)
@@ -192,46 +219,17 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     check_usable(rewards, scorer)
     step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
                  STEPS * (2 if folds else 1))
-    guard = None
-    if asked == "auto" and scope != "query":
-        cap = round(len(queries) * (budget * VALIDATE_SHARE if validate_budget is None
-                                    else validate_budget))
-        guard = judged_diff(scope, queries, base, index, rewards, scorer, corpus, cap=cap,
-                            objective=objective, folds=folds, seed=seed)
-    chosen: str | float = asked
-    if guard is not None and guard.evidence is not None:
-        chosen = _number(guard.evidence.auto())
+    cap = None if validate_budget is None else round(len(queries) * validate_budget)
     state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
-                        alpha=chosen, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
-                        callback=lambda _: step(1),
+                        alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
+                        callback=lambda _: step(1), pay=scorer_pay(queries, corpus, scorer),
+                        validate_cap=cap,
                         scorer=getattr(scorer, "identity", None) or scorer.spec,
                         reward_mapping=scorer.mapping, budget=len(plan.pairs))
     if state is not None:
-        state = replace(state, pairs=_with_validation(counts, guard))
-        if guard is not None:
-            state = _guarded(state, guard)
+        paid = (state.crossval or {}).get("validation_pairs_paid")
+        state = replace(state, pairs=counts if paid is None else {**counts, "validation": paid})
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
-
-
-def _number(label: str) -> str | float:
-    return label if label == "rule" else float(label)
-
-
-def _with_validation(counts: dict[str, int], guard: Guard | None) -> dict[str, int]:
-    return counts if guard is None else {**counts, "validation": guard.paid}
-
-
-def _guarded(state: AdaptState, guard: Guard) -> AdaptState:
-    """The state with the guard's evidence as its ``crossval`` and ``alpha_asked`` auto;
-    when the guard could not run, the judged-candidates estimate chose, and the record
-    says why."""
-    record = dict(state.crossval or {})
-    if guard.evidence is not None:
-        record = guard.as_dict()
-    else:
-        record.update(method="judged-candidates", fallback=guard.note,
-                      validation_pairs_needed=guard.needed, validation_cap=guard.cap)
-    return replace(state, alpha_asked="auto", crossval=record)
 
 
 def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> None:
