@@ -51,7 +51,7 @@ CV_METRICS: tuple[str, ...] = ("ndcg", "pairwise")
 N_BOOT = 2000
 
 __all__ = ["ALPHA_GRID", "FOLDS", "CV_METRICS", "AlphaGain", "CrossValidation",
-           "alpha_label", "alpha_values", "cross_validate", "parse_alpha"]
+           "alpha_label", "alpha_values", "cross_validate", "parse_alpha", "task_bootstrap"]
 
 
 def parse_alpha(value: str | float) -> str | float:
@@ -242,7 +242,7 @@ def _scores(x: np.ndarray, z: np.ndarray, v: np.ndarray, a: np.ndarray) -> np.nd
     return np.asarray(np.einsum("nkd,nkd->nk", u, z, dtype=np.float64))
 
 
-def _bootstrap(gain: np.ndarray, tasks: np.ndarray, n_boot: int,
+def task_bootstrap(gain: np.ndarray, tasks: np.ndarray, n_boot: int,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Task-balanced mean gains (A,) and their bootstrap resamples (n_boot, A)."""
     names = list(dict.fromkeys(tasks.tolist()))
@@ -299,9 +299,9 @@ def cross_validate(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndar
     per = np.stack([_ranking(_scores(x, z, v, alpha_values(a, res.n_g)[own]), r, mask,
                              metric) - raw for a in ALPHA_GRID], axis=1)
     t = np.asarray(tasks)[keep]
-    mean, boot = _bootstrap(per, t, n_boot, rng)
+    mean, boot = task_bootstrap(per, t, n_boot, rng)
     lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
-    raw_mean, _ = _bootstrap(raw[:, None], t, 1, rng)
+    raw_mean, _ = task_bootstrap(raw[:, None], t, 1, rng)
     gains = tuple(AlphaGain(a, float(mean[j]), float(lo[j]), float(hi[j]))
                   for j, a in enumerate(ALPHA_GRID))
     return CrossValidation(scope, folds, metric, int(keep.sum()), len(set(t.tolist())),

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tttembed.adapt.crossval import AlphaGain
+from tttembed.adapt.crossval import AlphaGain, task_bootstrap
 
 __all__ = ["alpha_gains", "judged_dcg", "judged_deltas", "sign_flip_p", "task_folds"]
 
@@ -76,14 +76,7 @@ def alpha_gains(alphas: Sequence[str], deltas: np.ndarray, tasks: np.ndarray, *,
                                                                  np.ndarray]:
     """Per alpha (columns of ``deltas``, one row per held-out query): the task-balanced
     mean gain with its 95% bootstrap interval, and the sign-flip p-values."""
-    names = list(dict.fromkeys(tasks.tolist()))
-    mean = np.zeros(deltas.shape[1])
-    boot = np.zeros((n_boot, deltas.shape[1]))
-    for t in names:
-        d = deltas[tasks == t]
-        mean += d.mean(0) / len(names)
-        counts = rng.multinomial(len(d), np.full(len(d), 1.0 / len(d)), size=n_boot)
-        boot += counts @ d / (len(d) * len(names))
+    mean, boot = task_bootstrap(deltas, tasks, n_boot, rng)
     lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
     gains = tuple(AlphaGain(a, float(mean[j]), float(lo[j]), float(hi[j]))
                   for j, a in enumerate(alphas))
