@@ -81,9 +81,9 @@ def _ndcg(index, emb, queries, qrels, states=()):
     return tt.run_metrics(qrels, run)["ndcg@10"]
 
 
-def _learn(index, emb, docs, queries, qrels, **kw):
-    return tt.learn(index, queries, scorer=QrelsScorer("labels", qrels=qrels), scope="task",
-                    task="t", embedder=emb, corpus=docs, **kw)
+def _learn(index, emb, docs, queries, qrels, scorer=None, **kw):
+    return tt.learn(index, queries, scorer=scorer or QrelsScorer("labels", qrels=qrels),
+                    scope="task", task="t", embedder=emb, corpus=docs, **kw)
 
 
 def test_a_helpful_state_the_old_estimate_shrank_is_kept(tmp_path):

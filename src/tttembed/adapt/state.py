@@ -97,6 +97,7 @@ class AdaptState:
     crossval: dict[str, Any] | None = field(default=None, repr=False)
     rewarded: tuple[str, ...] = field(default=(), repr=False)
     query_ids: tuple[str, ...] = field(default=(), repr=False)
+    audit: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
@@ -136,7 +137,7 @@ class AdaptState:
             "corpus_fingerprint": self.corpus_fingerprint, "pairs": dict(self.pairs),
             "alpha_asked": self.alpha_asked, "alpha_chosen": self.alpha_chosen,
             "crossval": self.crossval, "rewarded": list(self.rewarded),
-            "query_ids": list(self.query_ids),
+            "query_ids": list(self.query_ids), "audit": self.audit,
         }
 
     @property
@@ -250,6 +251,7 @@ def load_state(
             crossval=manifest.get("crossval"),
             rewarded=tuple(str(d) for d in manifest.get("rewarded", ())),
             query_ids=tuple(str(q) for q in manifest.get("query_ids", ())),
+            audit=manifest.get("audit"),
         )
     except StateMismatch as exc:
         raise StateMismatch(f"{p}: {exc}") from exc

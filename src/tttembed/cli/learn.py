@@ -122,6 +122,8 @@ def learn(
     alpha: AlphaOpt = "rule",
     folds: FoldsOpt = 5,
     validate_budget: Annotated[Optional[float], typer.Option("--validate-budget", min=0, help="--alpha auto, global/task scope: validation pairs per query the guard may pay (re-searched held-out queries' never-judged top-10 documents); default a tenth of --budget. Past it, the judged-candidates estimate decides.", show_default=False)] = None,
+    audit: Annotated[Optional[str], typer.Option("--audit", help="qrels:PATH, human judgments of a few of the queries: the scorer scores their judged documents first (through the ledger) and is refused when its agreement with people (ROC AUC) is below --audit-min-auc.", show_default=False)] = None,
+    audit_min_auc: Annotated[float, typer.Option("--audit-min-auc", min=0, max=1, help="Lowest AUC against the --audit judgments a scorer may show.")] = 0.6,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = 1,
@@ -142,7 +144,8 @@ def learn(
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
-                          folds=folds, validate_budget=validate_budget, progress=stage,
+                          folds=folds, validate_budget=validate_budget, audit=audit,
+                          audit_min_auc=audit_min_auc, progress=stage,
                           executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
@@ -169,6 +172,11 @@ def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
     with json_mode(as_json):
         path = state.save(out, overwrite=overwrite)
         _summary(state, path)
+        if state.audit:
+            a = state.audit
+            console.print(f"audit: the scorer agrees with the human judgments of {a['queries']} "
+                          f"queries ({a['path']}) at AUC {a['auc']:.3f} [{a['ci'][0]:.3f}, "
+                          f"{a['ci'][1]:.3f}] over {a['pairs']} pairs (minimum {a['min_auc']:g})")
         _crossval(state)
     if as_json:
         emit_json({"state": str(path), **state_summary(replace(state, source=str(path)))})
@@ -228,9 +236,10 @@ def _crossval(state: Any) -> None:
         console.print(f"note: the guard did not run ({cv['fallback']}): alpha auto was "
                       "chosen by the judged-candidates estimate above, which cannot see "
                       "documents a re-search brings in")
-    if state.alpha_asked == "auto":
+    if state.alpha_asked == "auto" and not state.audit:
         console.print(f"note: the guard trusts the judge ({state.scorer}); a judge that is "
-                      "systematically wrong looks like a gain to it")
+                      "systematically wrong looks like a gain to it (--audit qrels:PATH "
+                      "checks it against a few human-judged queries)")
     used = next((g for g in cv["gains"] if g["alpha"] == state.alpha_chosen), None)
     if used is not None and used["gain"] < 0:
         sure = " (its 95% CI is below 0)" if used["ci"][1] < 0 else ""

@@ -30,6 +30,7 @@ from tttembed.embed.base import Embedder
 from tttembed.execute.config import ExecutorLike
 from tttembed.index.base import Index
 from tttembed.score.base import Scorer
+from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
 from tttembed.ttt.guard import VALIDATE_SHARE, Guard, Pay, judged_diff, scorer_pay
 from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
@@ -194,7 +195,8 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                   scorer: Scorer, *, scope: str = "task", budget: float = 10.0,
                   depth: int = 10, objective: str = "kd", seed: int = 0,
                   dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
-                  validate_budget: float | None = None,
+                  validate_budget: float | None = None, audit: str | None = None,
+                  audit_min_auc: float = MIN_AUC,
                   progress: Progress | None = None) -> LearnOutcome:
     """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
     0, a ``folds``-fold reward cross-validation is run and kept in the state
@@ -213,6 +215,9 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     plan = make_plan(queries, base, index, budget, depth, seed)
     if dry_run:
         return LearnOutcome(state=None, plan=count_in_ledger(plan, queries, corpus, scorer))
+    pay = scorer_pay(queries, corpus, scorer)
+    checked = None if audit is None else audit_judge(audit, queries, pay,
+                                                      min_auc=audit_min_auc, seed=seed)
     rewards = score_pairs(plan.pairs, queries, corpus, scorer,
                           progress=stage(progress, "scoring pairs", len(plan.pairs)))
     counts = pair_counts(scorer, plan, rewards)
@@ -222,13 +227,13 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     cap = None if validate_budget is None else round(len(queries) * validate_budget)
     state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
                         alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
-                        callback=lambda _: step(1), pay=scorer_pay(queries, corpus, scorer),
-                        validate_cap=cap,
+                        callback=lambda _: step(1), pay=pay, validate_cap=cap,
                         scorer=getattr(scorer, "identity", None) or scorer.spec,
                         reward_mapping=scorer.mapping, budget=len(plan.pairs))
     if state is not None:
         paid = (state.crossval or {}).get("validation_pairs_paid")
-        state = replace(state, pairs=counts if paid is None else {**counts, "validation": paid})
+        state = replace(state, pairs=counts if paid is None else {**counts, "validation": paid},
+                        audit=None if checked is None else checked.as_dict())
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
 
 
@@ -278,8 +283,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           objective: str = "kd", dry_run: bool = False, split: str = "test", depth: int = 10,
           seed: int = 0, embedder: Embedder | None = None, corpus: CorpusArg | None = None,
           alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
-          executor: ExecutorLike = "local", validate_budget: float | None = None
-          ) -> AdaptState:
+          executor: ExecutorLike = "local", validate_budget: float | None = None,
+          audit: str | None = None, audit_min_auc: float = MIN_AUC) -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state.
 
@@ -299,6 +304,10 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     and for query-wise states, the judged-candidates cross-validation decides, and
     ``state.crossval`` says so). Unless ``folds`` is 0 the evidence is reported in
     ``state.crossval`` (gain of each alpha over the raw vectors, with a 95% CI).
+
+    ``audit="qrels:PATH"`` (human judgments of a few of the queries) checks the judge first:
+    its rewards on those pairs must agree with people at ROC AUC >= ``audit_min_auc``,
+    else nothing is learned (a DataError); the result is kept in ``state.audit``.
 
     ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
     pairs. With ``dry_run`` nothing is scored: the state holds no vector, and
@@ -323,7 +332,7 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     outcome = learn_outcome(index, emb, qs, docs, sc, scope=scope, budget=budget,
                             depth=depth, objective=objective, seed=seed, dry_run=dry_run,
                             alpha=alpha, folds=folds, validate_budget=validate_budget,
-                            progress=progress)
+                            audit=audit, audit_min_auc=audit_min_auc, progress=progress)
     if outcome.state is not None:
         return outcome.state
     return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)

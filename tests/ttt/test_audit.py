@@ -1,0 +1,37 @@
+"""The reward audit: a judge that disagrees with a few human-judged queries is refused
+before anything is learned from it; one that agrees is recorded in the state."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ttt.test_guard import _learn, _task
+from tttembed.core.errors import ConfigError, DataError
+from tttembed.score.qrels import QrelsScorer
+
+
+def _audit_file(path, qrels, n=6):
+    lines = ["query-id\tcorpus-id\tscore"]
+    for q in list(qrels)[:n]:
+        lines += [f"{q}\t{d}\t{g}" for d, g in qrels[q].items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_inverted_judge_is_refused_and_a_good_one_recorded(tmp_path):
+    index, emb, docs, queries, qrels = _task(tmp_path, "harmful")
+    # the audit judges each query's relevant document and its distractors by hand
+    judged = {q: {**g, **{d: 0 for d in docs if d.startswith(f"x{q[1:]}_")}}
+              for q, g in qrels.items()}
+    audit = _audit_file(tmp_path / "audit.tsv", judged)
+    inverted = {q: {d: 1 - g for d, g in j.items()} for q, j in judged.items()}
+    bad = QrelsScorer("inverted", qrels=inverted)
+    with pytest.raises(DataError, match=r"AUC 0\.000 .* below --audit-min-auc 0\.6") as info:
+        _learn(index, emb, docs, queries, qrels, budget=3, scorer=bad,
+               audit=f"qrels:{audit}")
+    assert str(audit) in str(info.value)
+    good = _learn(index, emb, docs, queries, qrels, budget=3, audit=f"qrels:{audit}")
+    assert good.audit["auc"] == pytest.approx(1.0) and good.audit["queries"] == 6
+    assert good.audit["pairs"] == 6 * 20 and good.audit["ci"] == [1.0, 1.0]
+    with pytest.raises(ConfigError, match="qrels:PATH"):
+        _learn(index, emb, docs, queries, qrels, budget=3, audit="bm25")
