@@ -5,7 +5,6 @@ Light on purpose: importing this module must not import torch or transformers.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import json
@@ -128,22 +127,18 @@ def describe(exc: BaseException) -> str | None:
     return None
 
 
-def summarised_warnings() -> contextlib.AbstractContextManager[None]:
+@contextmanager
+def summarised_warnings() -> Iterator[None]:
     """Warnings raised while a command runs, printed once at its end: a judge's unscored
     answers (one JudgeWarning per pair) as one line with their count, the first example
     and the fix; any other warning once per distinct message. Never Python's raw
     ``file:line: Category: ...`` lines, one per pair."""
-
-    @contextmanager
-    def summary() -> Iterator[None]:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", RuntimeWarning)
-            try:
-                yield
-            finally:
-                _print_warnings(caught)
-
-    return summary()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        try:
+            yield
+        finally:
+            _print_warnings(caught)
 
 
 def _print_warnings(caught: Sequence[warnings.WarningMessage]) -> None:

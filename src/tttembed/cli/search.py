@@ -33,7 +33,7 @@ from tttembed.cli._options import (
     TimeoutOpt,
     TopKOpt,
 )
-from tttembed.cli.compare import DEFAULT_METRICS, metric_names, paired_rows, print_paired
+from tttembed.cli.compare import metric_names, paired_rows, print_paired
 from tttembed.core.io import refuse_existing
 
 
@@ -49,19 +49,6 @@ def write_runs(runs: dict, out: Path, fmt: Optional[str], overwrite: bool,
         console.print(f"wrote {path}")
         paths.append(path)
     return paths
-
-
-def report_result(result: Any, out: Optional[Path], fmt: Optional[str], overwrite: bool,
-                  title: str, metrics: tuple[str, ...] = DEFAULT_METRICS,
-                  tag: str = "tttembed") -> dict:
-    """Write the runs (when asked) and print metrics for the tasks that came with qrels."""
-    runs = result.runs()
-    if out is not None:
-        write_runs(runs, out, fmt, overwrite, tag)
-    if result.qrels:
-        print_metrics({t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
-                      title=title, metrics=metrics)
-    return runs
 
 
 def raw_beside_adapted(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resamples: int,

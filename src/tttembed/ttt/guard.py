@@ -48,10 +48,14 @@ class Guard:
 
     evidence: CrossValidation | None
     needed: int
-    paid: int
     cap: int
     note: str = ""
     p_values: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def paid(self) -> int:
+        """Validation pairs paid: all it needed when it ran, none when it did not."""
+        return self.needed if self.evidence is not None else 0
 
     def as_dict(self) -> dict[str, Any]:
         """The state's ``crossval`` record: the evidence plus how it was got."""
@@ -101,16 +105,16 @@ def judged_diff(scope: str, sources: Sequence[Source],
     rng = np.random.default_rng(seed)
     table = _reward_table(sources, rewards)
     if len(table.keys) < 2:
-        return Guard(None, 0, 0, cap, "fewer than 2 rewarded queries: nothing to hold out")
+        return Guard(None, 0, cap, "fewer than 2 rewarded queries: nothing to hold out")
     held = _adapted_vectors(scope, table, objective, folds, rng)
     if not held.rows:
-        return Guard(None, 0, 0, cap, "no held-out query has a vector learned without it")
+        return Guard(None, 0, cap, "no held-out query has a vector learned without it")
     lists = _search_lists(sources, table, held, k)
     keys = [table.keys[r] for r in held.rows]
     todo = _unjudged(keys, lists, rewards)
     needed = sum(len(d) for d in todo.values())
     if needed > cap:
-        return Guard(None, needed, 0, cap, f"the validation of {len(keys)} held-out queries "
+        return Guard(None, needed, cap, f"the validation of {len(keys)} held-out queries "
                      f"needs {needed:,} new pairs, more than its cap of {cap:,} (raise "
                      "--validate-budget)")
     rows = held.rows
@@ -209,7 +213,7 @@ def _evidence(scope: str, folds: int, seed: int, keys: Sequence[str],
     raw_mean = float(np.mean([raw[tasks == t].mean() for t in names]))
     cv = CrossValidation(scope, folds, f"judged-diff ndcg@{k}", len(keys), len(names),
                          raw_mean, gains, seed)
-    return Guard(cv, needed, needed, cap, p_values={a: float(v) for a, v in zip(ALPHA_GRID, p)})
+    return Guard(cv, needed, cap, p_values={a: float(v) for a, v in zip(ALPHA_GRID, p)})
 
 
 __all__ = ["GUARD_VERSION", "K", "VALIDATE_SHARE", "Guard", "Pay", "Source", "judged_diff",

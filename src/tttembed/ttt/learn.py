@@ -129,19 +129,21 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
                                     groups.index[perm], groups.weights[perm])
     res = learn_vectors(batch, len(groups.keys), objective, callback=callback)
-    cv = None
-    if crossval or asked == "auto":
-        cv = cross_validate(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
-                            seed=seed, callback=callback)
-    chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
     guard = None
     if asked == "auto" and pay is not None and scope != "query":
         cap = validate_cap if validate_cap is not None else round(
             VALIDATE_SHARE * sum(len(r) for r in rs))
         guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
                             folds=folds, seed=seed)
-        if guard.evidence is not None:
-            chosen = guard.evidence.auto()
+    guarded = guard is not None and guard.evidence is not None
+    cv = None  # the judged-candidates estimate: asked for, or what auto falls back to
+    if crossval or (asked == "auto" and not guarded):
+        cv = cross_validate(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
+                            seed=seed, callback=callback)
+    if guard is not None and guard.evidence is not None:
+        chosen = guard.evidence.auto()
+    else:
+        chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
     alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
     meta.setdefault("rewarded", _rewarded(sources, rewards))
