@@ -118,7 +118,7 @@ def test_apply_states_precedence():
     np.testing.assert_allclose(out[0], unit(x[0] + query.alpha[0] * query.vectors[0]), atol=1e-6)
     np.testing.assert_allclose(out[1], unit(x[1] + task.alpha[0] * task.vectors[0]), atol=1e-6)
     np.testing.assert_allclose(out[2], unit(x[2] + glob.alpha[0] * glob.vectors[0]), atol=1e-6)
-    with pytest.raises(DataError, match="no query keys"):
+    with pytest.raises(DataError, match="no task-wise query keys"):
         apply_states(x, {"global": ["*"] * 3}, [task])
 
 
@@ -137,7 +137,7 @@ def _tamper(path, **changes):
     ({"vectors": np.array([[0.1] * 8, [np.nan] * 8, [0.2] * 8])}, "vector row 1 .* not finite"),
     ({"manifest": {"dim": 16}}, "manifest dimension is 16 but the vectors have shape"),
     ({"manifest": {"dim": "8"}}, "not a positive integer"),
-    ({"manifest": {"scope": "corpus"}}, "unknown scope 'corpus'"),
+    ({"manifest": {"scope": "corpus"}}, "unknown state scope 'corpus'"),
     ({"manifest": {"groups": 5}}, "manifest counts 5 groups"),
     ({"alpha": np.array([0.5, 1.5, 0.2])}, r"alphas must lie in \[0, 1\]"),
     ({"alpha": np.array([0.5, 0.2])}, "state arrays disagree"),

@@ -138,7 +138,7 @@ def test_learn_alpha_auto_reports_the_crossvalidation(beir, tmp_path):
             "--ledger", str(tmp_path / "l.sqlite"), "--quiet"]
     r = runner.invoke(app, args + ["--alpha", "auto", "--out", str(tmp_path / "a.npz")])
     assert r.exit_code == 0, r.output
-    assert "reward cross-validation: 5 folds over rewarded queries" in r.output
+    assert "guard: 5 folds" in r.output and "under the judge" in r.output
     meta = json.loads((tmp_path / "a.json").read_text())
     assert meta["alpha_asked"] == "auto" and meta["alpha_chosen"] == meta["crossval"]["auto"]
     assert [g["alpha"] for g in meta["crossval"]["gains"]][-1] == "rule"

@@ -135,7 +135,7 @@ def test_auto_shrinks_to_raw_when_the_state_can_only_hurt(work):
     validation = by["task-auto"][M.VALIDATION]
     assert 0 <= validation["paid"] <= validation["cap"] and "guard" in validation
     assert harm["learning_pairs"] > 0 and harm["validation_pairs"] == int(validation["paid"])
-    assert M.VALIDATION not in by["query-auto"]  # query-wise: the judged candidates decide
+    assert by["query-auto"][M.VALIDATION]["guard"] == 1.0  # query-wise: its own queries
 
 
 def test_auto_methods_in_every_protocol_and_their_cell_keys(work):

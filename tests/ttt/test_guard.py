@@ -120,13 +120,33 @@ def test_a_harmful_state_is_shrunk_to_raw(tmp_path):
     assert _ndcg(index, emb, queries, qrels, [auto]) == pytest.approx(raw)
 
 
-def test_past_the_cap_the_guard_says_so_and_the_old_estimate_decides(tmp_path):
+@pytest.mark.parametrize("kind", ["helpful", "harmful"])
+def test_past_the_cap_a_random_sample_is_paid_and_the_rest_counts_its_mean(tmp_path, kind):
+    """A cap below what the validation needs: a random sample of the never-judged
+    documents is paid (exactly the cap), the others count the sample's mean reward, and
+    the guard still keeps the helpful gain and refuses the harmful state."""
+    index, emb, docs, queries, qrels = _task(tmp_path, kind)
+    raw = _ndcg(index, emb, queries, qrels)
+    budget = 3 if kind == "helpful" else 10
+    auto = _learn(index, emb, docs, queries, qrels, budget=budget, alpha="auto",
+                  validate_budget=1.5)
+    cv = auto.crossval
+    assert cv["method"] == "judged-diff" and "random sample" in cv["note"]
+    assert cv["validation_pairs_paid"] == cv["validation_cap"] == 60
+    assert cv["validation_pairs_needed"] > cv["validation_cap"]
+    after = _ndcg(index, emb, queries, qrels, [auto])
+    if kind == "helpful":
+        assert auto.alpha_chosen != "0" and after > raw + 0.3
+    else:
+        assert auto.alpha_chosen == "0" and after == pytest.approx(raw)
+
+
+def test_with_no_validation_budget_unjudged_documents_count_against_the_change(tmp_path):
     index, emb, docs, queries, qrels = _task(tmp_path, "harmful")
     auto = _learn(index, emb, docs, queries, qrels, budget=10, alpha="auto",
                   validate_budget=0)
-    assert auto.crossval["method"] == "judged-candidates"
-    assert "raise --validate-budget" in auto.crossval["fallback"]
-    assert auto.pairs["validation"] == 0
+    assert auto.pairs["validation"] == 0 and auto.alpha_chosen == "0"
+    assert all(g["ci"][1] < 0 for g in auto.crossval["gains"] if g["alpha"] != "0")
 
 
 def test_judged_deltas_share_one_ideal_dcg():

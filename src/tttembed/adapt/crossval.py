@@ -51,7 +51,7 @@ CV_METRICS: tuple[str, ...] = ("ndcg", "pairwise")
 N_BOOT = 2000
 
 __all__ = ["ALPHA_GRID", "FOLDS", "CV_METRICS", "AlphaGain", "CrossValidation",
-           "alpha_label", "alpha_values", "cross_validate", "parse_alpha", "task_bootstrap"]
+           "alpha_label", "alpha_values", "cross_validate", "cv_deltas", "parse_alpha", "task_bootstrap"]
 
 
 def parse_alpha(value: str | float) -> str | float:
@@ -267,21 +267,53 @@ def cross_validate(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndar
     candidates' unit vectors, ``rs[q]`` (K_q,) finite rewards on [0, 1], ``qids`` /
     ``tasks`` as for :func:`~tttembed.adapt.scopes.make_groups`. ``callback`` sees the
     optimizer's steps (one batched run for all folds)."""
+    rng = np.random.default_rng(seed)
+    held = _held_out(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
+                     metric=metric, rng=rng, callback=callback)
+    if held is None:
+        return CrossValidation(scope, folds, metric, 0, 0, 0.0,
+                               tuple(AlphaGain(a, 0.0, 0.0, 0.0) for a in ALPHA_GRID), seed)
+    per, t, raw = held
+    mean, boot = task_bootstrap(per, t, n_boot, rng)
+    lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
+    raw_mean, _ = task_bootstrap(raw[:, None], t, 1, rng)
+    gains = tuple(AlphaGain(a, float(mean[j]), float(lo[j]), float(hi[j]))
+                  for j, a in enumerate(ALPHA_GRID))
+    return CrossValidation(scope, folds, metric, len(t), len(set(t.tolist())),
+                           float(raw_mean[0]), gains, seed)
+
+
+def cv_deltas(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndarray],
+              qids: Sequence[str], tasks: Sequence[str], scope: str, *,
+              objective: str = "kd", folds: int = FOLDS, seed: int = 0
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The per-query gains behind :func:`cross_validate` (nDCG of the judged candidates):
+    (Q, A) over :data:`ALPHA_GRID` for the Q held-out queries scored, and their tasks."""
+    held = _held_out(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
+                     metric="ndcg", rng=np.random.default_rng(seed), callback=None)
+    if held is None:
+        return np.zeros((0, len(ALPHA_GRID))), np.zeros(0, dtype=str)
+    return held[0], held[1]
+
+
+def _held_out(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndarray],
+              qids: Sequence[str], tasks: Sequence[str], scope: str, *, objective: str,
+              folds: int, metric: str, rng: np.random.Generator,
+              callback: Callable[[int], None] | None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per held-out query scored: the gain of each alpha, its task, the raw score."""
     check_scope(scope)
     if metric not in CV_METRICS:
         raise ConfigError(f"unknown cross-validation metric {metric!r}; choose one of: "
                           f"{', '.join(CV_METRICS)}")
     if folds < 2:
         raise ConfigError(f"cross-validation needs at least 2 folds, got {folds}")
-    rng = np.random.default_rng(seed)
     x = np.asarray(x, dtype=np.float32)
     rs = [np.asarray(r, dtype=np.float64) for r in rs]
     fl = (_query_folds(x, zs, rs, folds, rng) if scope == "query"
           else _shared_folds(x, zs, rs, qids, tasks, scope, folds, rng))
-    empty = CrossValidation(scope, folds, metric, 0, 0, 0.0,
-                            tuple(AlphaGain(a, 0.0, 0.0, 0.0) for a in ALPHA_GRID), seed)
     if not fl.group:
-        return empty
+        return None
     batch = RewardBatch.from_ragged(np.stack(fl.x), fl.z, fl.r, np.array(fl.group),
                                     np.array(fl.weight))
     res = learn_vectors(batch, fl.n_groups, objective, callback=callback)
@@ -290,7 +322,7 @@ def cross_validate(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndar
     spread = np.where(mask, r, -np.inf).max(1) - np.where(mask, r, np.inf).min(1)
     keep &= spread > 1e-9
     if not keep.any():
-        return empty
+        return None
     x, z, r, mask, own = x[keep], z[keep], r[keep], mask[keep], np.maximum(own[keep], 0)
     if scope != "query":  # one vector per held-out query
         own = own[:, 0]
@@ -298,11 +330,4 @@ def cross_validate(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndar
     raw = _ranking(_scores(x, z, v, np.zeros(own.shape)), r, mask, metric)
     per = np.stack([_ranking(_scores(x, z, v, alpha_values(a, res.n_g)[own]), r, mask,
                              metric) - raw for a in ALPHA_GRID], axis=1)
-    t = np.asarray(tasks)[keep]
-    mean, boot = task_bootstrap(per, t, n_boot, rng)
-    lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
-    raw_mean, _ = task_bootstrap(raw[:, None], t, 1, rng)
-    gains = tuple(AlphaGain(a, float(mean[j]), float(lo[j]), float(hi[j]))
-                  for j, a in enumerate(ALPHA_GRID))
-    return CrossValidation(scope, folds, metric, int(keep.sum()), len(set(t.tolist())),
-                           float(raw_mean[0]), gains, seed)
+    return per, np.asarray(tasks)[keep], raw

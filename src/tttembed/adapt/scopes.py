@@ -37,6 +37,10 @@ from tttembed.types import SCOPES
 GLOBAL_KEY = "*"
 #: Precedence when several states cover one query: the most specific first.
 PRECEDENCE: tuple[str, ...] = ("query", "task", "global")
+#: The scope of a state file: one sharing scope, or ``"mixed"`` (``--method auto``: task
+#: keys and query keys in one file; a query's own key wins over its task's).
+MIXED = "mixed"
+STATE_SCOPES: tuple[str, ...] = (*SCOPES, MIXED)
 
 
 class Groups(NamedTuple):
@@ -61,6 +65,26 @@ def check_scope(scope: str) -> str:
     if scope not in SCOPES:
         raise ConfigError(f"unknown scope {scope!r}; choose one of: {', '.join(SCOPES)}")
     return scope
+
+
+def check_state_scope(scope: str) -> str:
+    """A state file's scope: a sharing scope or ``"mixed"``."""
+    if scope not in STATE_SCOPES:
+        raise ConfigError(f"unknown state scope {scope!r}; choose one of: "
+                          f"{', '.join(STATE_SCOPES)}")
+    return scope
+
+
+def key_scopes(scope: str) -> tuple[str, ...]:
+    """The sharing scopes whose keys a state of ``scope`` looks up, in precedence order
+    (a mixed state: a query's own key, then its task's)."""
+    return ("query", "task") if scope == MIXED else (check_scope(scope),)
+
+
+def precedence(scope: str) -> int:
+    """Where a state of ``scope`` stands when several cover one query (0 = most specific;
+    a mixed state stands with the query-wise ones)."""
+    return PRECEDENCE.index(key_scopes(scope)[0])
 
 
 #: A query-wise key: ``<task>/#<16 hex digits>``.

@@ -35,7 +35,15 @@ from typing import Any, Union
 import numpy as np
 
 from tttembed._version import __version__
-from tttembed.adapt.scopes import GLOBAL_KEY, PRECEDENCE, QUERY_KEY, check_scope
+from tttembed.adapt.scopes import (
+    GLOBAL_KEY,
+    MIXED,
+    QUERY_KEY,
+    check_state_scope,
+    key_scopes,
+    precedence,
+    query_keys,
+)
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import (
     atomic_files,
@@ -98,9 +106,11 @@ class AdaptState:
     rewarded: tuple[str, ...] = field(default=(), repr=False)
     query_ids: tuple[str, ...] = field(default=(), repr=False)
     audit: dict[str, Any] | None = field(default=None, repr=False)
+    method: str = ""
+    selection: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        check_scope(self.scope)
+        check_state_scope(self.scope)
         keys = tuple(str(k) for k in self.keys)
         vectors = np.ascontiguousarray(self.vectors, dtype=np.float32)
         alpha = np.asarray(self.alpha, dtype=np.float64).reshape(-1)
@@ -138,6 +148,7 @@ class AdaptState:
             "alpha_asked": self.alpha_asked, "alpha_chosen": self.alpha_chosen,
             "crossval": self.crossval, "rewarded": list(self.rewarded),
             "query_ids": list(self.query_ids), "audit": self.audit,
+            "method": self.method, "selection": self.selection,
         }
 
     @property
@@ -193,7 +204,7 @@ def save_state(path: PathLike, state: AdaptState, *,
     p = state_path(path)
     if p.suffix != ".npz":
         raise DataError(f"state file must end with .npz: {p}", fix="e.g. out/vectors.npz")
-    if state.dry_run or not state.keys:
+    if state.dry_run or (not state.keys and state.method != "auto"):
         raise DataError("nothing to save: the state holds no learned vector "
                         + ("(a dry run)" if state.dry_run else "(no query was rewarded)"),
                         path=p)
@@ -251,7 +262,8 @@ def load_state(
             crossval=manifest.get("crossval"),
             rewarded=tuple(str(d) for d in manifest.get("rewarded", ())),
             query_ids=tuple(str(q) for q in manifest.get("query_ids", ())),
-            audit=manifest.get("audit"),
+            audit=manifest.get("audit"), method=str(manifest.get("method") or ""),
+            selection=manifest.get("selection"),
         )
     except StateMismatch as exc:
         raise StateMismatch(f"{p}: {exc}") from exc
@@ -277,7 +289,7 @@ def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) 
     """What a state file must satisfy beyond :class:`AdaptState`'s own checks (the caller
     adds the path): the manifest's dim, group count and scope agree with the arrays, the
     keys fit the scope, the numbers are numbers, every vector row is finite."""
-    scope = check_scope(str(manifest["scope"]))
+    scope = check_state_scope(str(manifest["scope"]))
     dim, vectors, keys = manifest["dim"], arrays["vectors"], arrays["keys"]
     if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
         raise DataError(f"manifest dimension {dim!r} is not a positive integer")
@@ -295,8 +307,9 @@ def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) 
     if len(bad):
         raise DataError(f"vector row {int(bad[0])} (group {str(keys[bad[0]])!r}) is not "
                         f"finite (nan or inf); {len(bad)} such row(s)")
-    if not isinstance(manifest.get("crossval") or {}, dict):
-        raise DataError("the manifest's crossval is not a JSON object")
+    for name in ("crossval", "selection"):
+        if not isinstance(manifest.get(name) or {}, dict):
+            raise DataError(f"the manifest's {name} is not a JSON object")
     if (arrays["n_g"] < 0).any():
         raise DataError("n_g (rewarded queries per group) holds negative counts")
     if scope == "global" and keys.tolist() not in ([], [GLOBAL_KEY]):
@@ -307,7 +320,10 @@ def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) 
 def check_query_keys(scope: str, keys: Sequence[str]) -> None:
     """Query-wise keys name query texts (``task/#digest``); a file keyed by query id (made
     before keys were texts, or by hand) cannot prove which queries it belongs to."""
-    bad = [k for k in keys if not QUERY_KEY.fullmatch(k)] if scope == "query" else []
+    if scope == MIXED:
+        bad = [k for k in keys if "/" in k and not QUERY_KEY.fullmatch(k)]
+    else:
+        bad = [k for k in keys if not QUERY_KEY.fullmatch(k)] if scope == "query" else []
     if bad:
         raise StateMismatch(
             f"query-wise key {bad[0]!r} does not name a query text ('<task>/#<digest>'): "
@@ -325,7 +341,7 @@ def load_states(states: StateLike | Sequence[StateLike], identity: str, dim: int
         if st.identity != identity or int(st.dim) != int(dim):
             raise StateMismatch(f"{st.label}: learned for embedder {st.identity!r} (dim "
                                 f"{st.dim}), not {identity!r} (dim {dim})")
-        if st.dry_run or not len(st.keys):
+        if st.dry_run or (not len(st.keys) and st.method != "auto"):
             raise ConfigError(f"{st.label} holds no vector (a dry run?); learn a state first")
     return loaded
 
@@ -377,21 +393,31 @@ def state_owners(
     n: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Which state applies to each of ``n`` queries (its position in ``states``, -1 for
-    none) and the group row inside it. Precedence query > task > global; within one scope
-    the first state listed that holds the key wins."""
+    none) and the group row inside it. Precedence query > task > global (a mixed state
+    stands with the query-wise ones, and inside it a query's own key wins over its
+    task's); within one scope the first state listed that holds the key wins."""
     owner = np.full(n, -1, dtype=np.int64)
     row = np.full(n, -1, dtype=np.int64)
-    for s in sorted(range(len(states)), key=lambda i: PRECEDENCE.index(states[i].scope)):
+    for s in sorted(range(len(states)), key=lambda i: precedence(states[i].scope)):
         st = states[s]
-        keys = keys_by_scope.get(st.scope)
-        if keys is None:
-            raise DataError(f"no query keys given for the {st.scope!r} state")
-        if len(keys) != n:
-            raise DataError(f"{len(keys)} keys for {n} query vectors")
         index = st.index()
-        rows = np.array([index.get(k, -1) if k is not None else -1 for k in keys],
-                        dtype=np.int64)
-        hit = (rows >= 0) & (owner < 0)
-        owner[hit] = s
-        row[hit] = rows[hit]
+        for scope in key_scopes(st.scope):
+            keys = keys_by_scope.get(scope)
+            if keys is None:
+                raise DataError(f"no {scope}-wise query keys given for the {st.scope!r} state")
+            if len(keys) != n:
+                raise DataError(f"{len(keys)} keys for {n} query vectors")
+            rows = np.array([index.get(k, -1) if k is not None else -1 for k in keys],
+                            dtype=np.int64)
+            hit = (rows >= 0) & (owner < 0)
+            owner[hit] = s
+            row[hit] = rows[hit]
     return owner, row
+
+
+def lookup_keys(states: Sequence[AdaptState], texts: Sequence[str], tasks: Sequence[str]
+                ) -> dict[str, list[str]]:
+    """Every key the ``states`` look up, per sharing scope, for queries ``texts`` of
+    ``tasks``: what :func:`apply_states` and :func:`state_owners` take."""
+    scopes = dict.fromkeys(sc for st in states for sc in key_scopes(st.scope))
+    return {sc: query_keys(sc, list(texts), list(tasks)) for sc in scopes}

@@ -13,6 +13,10 @@ Delta with tasks weighted equally, its 95% percentile bootstrap interval (querie
 within each task) and a two-sided paired sign-flip p-value. ``auto`` is then chosen as by
 :meth:`tttembed.adapt.crossval.CrossValidation.auto`: the largest mean gain whose interval
 lies above 0, else 0 (raw).
+
+Past the validation budget, a random sample of the never-judged documents is paid
+instead (:mod:`tttembed.adapt.sampled`). Per task, :func:`task_gains` gives each method's
+mean Delta with its interval and p-value, and :func:`best_method` the one ``auto`` keeps.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import numpy as np
 
 from tttembed.adapt.crossval import AlphaGain, task_bootstrap
 
-__all__ = ["alpha_gains", "judged_dcg", "judged_deltas", "sign_flip_p", "task_folds"]
+__all__ = ["alpha_gains", "best_method", "judged_dcg", "judged_deltas", "sign_flip_p",
+           "task_folds", "task_gains"]
 
 
 def task_folds(tasks: Sequence[str], k: int, rng: np.random.Generator) -> np.ndarray:
@@ -82,3 +87,32 @@ def alpha_gains(alphas: Sequence[str], deltas: np.ndarray, tasks: np.ndarray, *,
                   for j, a in enumerate(alphas))
     p = np.array([sign_flip_p(deltas[:, j], tasks, 2000, rng) for j in range(len(alphas))])
     return gains, p
+
+
+def task_gains(deltas: Mapping[str, np.ndarray], tasks: Sequence[str], *, n_boot: int,
+               rng: np.random.Generator) -> dict[str, dict[str, dict[str, float]]]:
+    """Per task and method (``deltas[method]``: one Delta per row, nan = not scored): the
+    mean Delta, its 95% bootstrap interval, the sign-flip p-value and the queries scored."""
+    names = np.asarray(tasks)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for t in dict.fromkeys(tasks):
+        out[t] = {}
+        for method, d in deltas.items():
+            d = np.asarray(d, dtype=np.float64)[names == t]
+            d = d[np.isfinite(d)]
+            if len(d) < 2:
+                out[t][method] = {"gain": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p": 1.0,
+                                  "queries": float(len(d))}
+                continue
+            (g,), p = alpha_gains([method], d[:, None], np.full(len(d), t), n_boot=n_boot,
+                                  rng=rng)
+            out[t][method] = {"gain": g.gain, "ci_low": g.ci_low, "ci_high": g.ci_high,
+                              "p": float(p[0]), "queries": float(len(d))}
+    return out
+
+
+def best_method(gains: Mapping[str, Mapping[str, float]], default: str) -> str:
+    """The method with the largest mean gain among those whose interval lies above 0
+    (the first listed on a tie), else ``default``."""
+    shown = [(g["gain"], -i, m) for i, (m, g) in enumerate(gains.items()) if g["ci_low"] > 0]
+    return max(shown)[2] if shown else default

@@ -115,6 +115,7 @@ def eval_command(
     no_cell_cache: Annotated[bool, typer.Option("--no-cell-cache", help="Recompute every learned state and metric (embeddings and rewards still come from their caches).")] = False,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
     alpha: Annotated[str, typer.Option("--alpha", help="Alpha methods of the TTT scopes, comma-separated: rule (n/(n+1), the published default) and/or auto (chosen by reward cross-validation; methods named <scope>-auto).")] = "rule",
+    select: Annotated[str, typer.Option("--select", help="auto: add the method row 'auto', per task (and budget) the deployable state the validation says helps, as learn --method auto; its B counts its validation pairs. Empty (default): none.")] = "",
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
     concurrency: ConcurrencyOpt = None,
@@ -150,6 +151,7 @@ def eval_command(
                               heldout_fraction=heldout_fraction, data_root=data_root,
                               cache_dir=cache_dir, n_resamples=n_resamples,
                               use_cell_cache=not no_cell_cache, alphas=split_list([alpha]),
+                              selects=split_list([select]) if select else (),
                               progress=stage, **options)
     _finish(report, out, plots=not no_plots, overwrite=overwrite, as_json=as_json)
 

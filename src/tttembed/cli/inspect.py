@@ -59,10 +59,19 @@ def state_show(
             ("objective", f"{summary['objective']} {summary['hyperparameters']}"),
             ("alpha", f"asked {summary['alpha_asked']}, used {summary['alpha_chosen']}"),
             ("guard", _guard(cv)),
+            ("method", _method(summary.get("selection"))),
             ("corpus", summary["corpus_fingerprint"] or "(no fingerprint: refused by search)"),
             ("made", f"{summary['created']} by tttembed {summary['tttembed_version']}")):
         console.print(f"{label:>9}: {value}")
     _groups_table(summary["groups"])
+
+
+def _method(sel: dict[str, Any] | None) -> str:
+    if not sel:
+        return "the --scope state (learn --method auto chooses one per task)"
+    choices = ", ".join(f"{t}: {c}" for t, c in sel.get("choice", {}).items())
+    return (f"auto, per task ({choices}); validation pairs "
+            f"{sel.get('validation_pairs_paid', 0):,} of a cap of {sel.get('validation_cap', 0):,}")
 
 
 def _guard(cv: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ def learn(
     scorer: ScorerOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="State file to write (.npz, with a .json sidecar); refused if it exists, unless --overwrite.")] = Path("vectors.npz"),
     scope: Annotated[str, typer.Option(help=SCOPE_HELP)] = "task",
+    method: Annotated[str, typer.Option("--method", help="scope: learn the --scope state (default). auto: per task, the deployable state the validation says helps (raw, global, task, query, reward-weighted Rocchio, Qdrant's naive formula), one state file; --scope is then ignored.")] = "scope",
     budget: BudgetOpt = 10.0,
     depth: DepthOpt = 10,
     objective: Annotated[str, typer.Option(help="kd (default), rkl or grpo.")] = "kd",
@@ -121,7 +122,7 @@ def learn(
     rpm: RpmOpt = None,
     alpha: AlphaOpt = "rule",
     folds: FoldsOpt = 5,
-    validate_budget: Annotated[Optional[float], typer.Option("--validate-budget", min=0, help="--alpha auto, global/task scope: validation pairs per query the guard may pay (re-searched held-out queries' never-judged top-10 documents); default a tenth of --budget. Past it, the judged-candidates estimate decides.", show_default=False)] = None,
+    validate_budget: Annotated[Optional[float], typer.Option("--validate-budget", min=0, help="--alpha auto and --method auto: validation pairs per query the guard may pay (the never-judged top-10 documents of re-searched queries); default a tenth of --budget. Past it, a random sample of them is paid and the others count its mean reward.", show_default=False)] = None,
     audit: Annotated[Optional[str], typer.Option("--audit", help="qrels:PATH, human judgments of a few of the queries: the scorer scores their judged documents first (through the ledger) and is refused when its agreement with people (ROC AUC) is below --audit-min-auc.", show_default=False)] = None,
     audit_min_auc: Annotated[float, typer.Option("--audit-min-auc", min=0, max=1, help="Lowest AUC against the --audit judgments a scorer may show.")] = 0.6,
     executor: ExecutorOpt = "local",
@@ -145,12 +146,12 @@ def learn(
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
                           folds=folds, validate_budget=validate_budget, audit=audit,
-                          audit_min_auc=audit_min_auc, progress=stage,
+                          audit_min_auc=audit_min_auc, method=method, progress=stage,
                           executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
         return
-    if not state.keys:
+    if not state.keys and state.method != "auto":
         console.print("no query received a usable reward: nothing learned, no state written")
         raise typer.Exit(1)
     _save(state, out, overwrite, as_json)
@@ -178,6 +179,7 @@ def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
                           f"queries ({a['path']}) at AUC {a['auc']:.3f} [{a['ci'][0]:.3f}, "
                           f"{a['ci'][1]:.3f}] over {a['pairs']} pairs (minimum {a['min_auc']:g})")
         _crossval(state)
+        _selection(state)
     if as_json:
         emit_json({"state": str(path), **state_summary(replace(state, source=str(path)))})
 
@@ -188,6 +190,11 @@ def _summary(state: Any, path: Path) -> None:
     p = state.pairs
     console.print(f"pairs requested {p['requested']:,}, served from the ledger {p['cached']:,}, "
                   f"paid {p['paid']:,}, missing {p['missing']:,}")
+    if not len(state.keys):
+        console.print(f"{state.scope}-wise state -> {path}: no vector (every task keeps its "
+                      "raw query vectors)")
+        console.print(f"next: tttembed search DATA --index INDEX --state {path}")
+        return
     table = Table(title=f"{state.scope}-wise state -> {path}")
     for name in ("group", "n_g", "alpha", "|v|", "final loss"):
         table.add_column(name, justify="left" if name == "group" else "right")
@@ -202,6 +209,34 @@ def _summary(state: Any, path: Path) -> None:
     console.print(table)
     console.print(LEGEND, style="dim")
     console.print(f"next: tttembed search DATA --index INDEX --state {path}")
+
+
+def _selection(state: Any) -> None:
+    """``--method auto``: each task's choice and every method's evidence."""
+    sel = state.selection
+    if not sel:
+        return
+    table = Table(title=f"method auto: per task, the best gain whose 95% CI is above 0; "
+                        f"validation pairs {sel['validation_pairs_paid']:,} (cap "
+                        f"{sel['validation_cap']:,})")
+    for name in ("task", "method", "estimated by", "gain vs raw", "95% CI", "queries", ""):
+        table.add_column(name, justify="left" if name in ("task", "method", "estimated by",
+                                                           "") else "right")
+    for task, evidence in sel["evidence"].items():
+        chosen = {sel["shared"].get(task), sel["query"].get(task)}
+        for m, e in evidence.items():
+            table.add_row(task, m, sel["estimators"].get(m, ""), f"{e['gain']:+.4f}",
+                          f"[{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]", f"{e['queries']:.0f}",
+                          "<- chosen" if m in chosen else "")
+    console.print(table)
+    for task, choice in sel["choice"].items():
+        console.print(f"task {task}: {choice}" + ("" if choice != "raw" else
+                      " (no method's gain is shown above 0: the state keeps raw vectors)"))
+    for note in sel.get("notes", []):
+        console.print(f"note: {note}")
+    if not state.audit:
+        console.print(f"note: the validation trusts the judge ({state.scorer}); --audit "
+                      "qrels:PATH checks it against a few human-judged queries")
 
 
 def _crossval(state: Any) -> None:
@@ -219,7 +254,9 @@ def _crossval(state: Any) -> None:
     title = (f"reward cross-validation: {cv['folds']} folds over {unit}, "
              f"{cv['queries']} queries scored, {cv['metric']} vs rewards (raw {cv['raw']:.4f})")
     if cv.get("method") == "judged-diff":
-        title = (f"guard: {cv['folds']} folds, {cv['queries']} held-out queries re-searched "
+        held = ("rewarded queries (a query-wise state serves them)" if cv["scope"] == "query"
+                else "held-out queries")
+        title = (f"guard: {cv['folds']} folds, {cv['queries']} {held} re-searched "
                  f"raw and adapted, {cv['metric']} under the judge (raw {cv['raw']:.4f}); "
                  f"validation pairs {cv['validation_pairs_paid']:,} (cap "
                  f"{cv['validation_cap']:,})")
@@ -232,6 +269,8 @@ def _crossval(state: Any) -> None:
         table.add_row(g["alpha"], f"{g['gain']:+.4f}",
                       f"[{g['ci'][0]:+.4f}, {g['ci'][1]:+.4f}]", mark)
     console.print(table)
+    if cv.get("note"):
+        console.print(f"note: {cv['note']}")
     if cv.get("fallback"):
         console.print(f"note: the guard did not run ({cv['fallback']}): alpha auto was "
                       "chosen by the judged-candidates estimate above, which cannot see "

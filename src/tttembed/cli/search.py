@@ -155,12 +155,12 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
 
 def _shadowed(result: Any) -> dict[Any, str]:
     """States that a more specific one shadows for some queries: the label of that one."""
-    from tttembed.adapt.scopes import PRECEDENCE
+    from tttembed.adapt.scopes import precedence
 
     states = list(result.applied)
     out = {}
     for st in states:
-        finer = [o for o in states if PRECEDENCE.index(o.scope) < PRECEDENCE.index(st.scope)]
+        finer = [o for o in states if precedence(o.scope) < precedence(st.scope)]
         if finer:
             out[st] = ", ".join(o.label for o in finer)
     return out

@@ -33,7 +33,8 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
              heldout_fraction: float = 0.8, data_root: PathLike | None = None,
              cache_dir: PathLike | None = None, n_resamples: int = 10000,
              use_cell_cache: bool = True, limits: HttpLimits = HttpLimits(),
-             alphas: Sequence[str] = ("rule",), progress: Progress | None = None,
+             alphas: Sequence[str] = ("rule",), selects: Sequence[str] = (),
+             progress: Progress | None = None,
              executor: ExecutorLike = "local") -> EvalReport:
     """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
     TTT-Embed scopes on the same rewarded pairs, over BEIR tasks (folder paths, or names
@@ -56,5 +57,6 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
                      data_root=None if data_root is None else str(data_root),
                      cache_dir=None if cache_dir is None else str(cache_dir),
                      n_resamples=n_resamples, limits=limits, alphas=tuple(alphas),
+                     selects=tuple(selects),
                      executor=executor)
     return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))

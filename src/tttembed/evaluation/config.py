@@ -24,6 +24,10 @@ CELL_METRICS = ("ndcg@10", "recall@100")
 ALPHA_CHOSEN = "alpha_chosen"
 #: Key of the guard's validation pairs (paid, cap) in an ``auto`` cell.
 VALIDATION = "validation_pairs"
+#: Key of method auto's choice per task (``{"task=choice": 1.0}``) in its cell.
+CHOICE = "method_chosen"
+#: ``--select``: method rows chosen per task by the validation (``auto``).
+SELECTS = ("auto",)
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class EvalConfig:
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     objective: str = "kd"
     alphas: tuple[str, ...] = ("rule",)  # add "auto": each scope also with alpha auto
+    selects: tuple[str, ...] = ()  # "auto": a method row chosen per task (method auto)
     split: str = "test"
     train_split: str | None = None
     heldout_fraction: float = 0.8
@@ -62,6 +67,9 @@ class EvalConfig:
             if a not in ALPHA_MODES:
                 raise ConfigError(f"unknown alpha method {a!r}; choose from "
                                   f"{', '.join(ALPHA_MODES)}")
+        for sel in self.selects:
+            if sel not in SELECTS:
+                raise ConfigError(f"unknown selection {sel!r}; choose from {', '.join(SELECTS)}")
         for p in self.protocols:
             if p not in PROTOCOLS:
                 raise ConfigError(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")

@@ -19,7 +19,7 @@ from tttembed.adapt.crossval import ALPHA_GRID, FOLDS
 from tttembed.core.errors import ConfigError
 from tttembed.evaluation.baselines import qdrant_rf as QRF
 from tttembed.evaluation.baselines.prf import average_prf, reward_rocchio, rocchio_prf
-from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS, VALIDATION
+from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS, CHOICE, VALIDATION
 from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
 from tttembed.metrics.ranking import per_query_metrics
 from tttembed.ttt import (
@@ -31,6 +31,8 @@ from tttembed.ttt import (
     run_from_arrays,
 )
 from tttembed.ttt.guard import GUARD_VERSION, Pay
+from tttembed.ttt.learn import learn_auto
+from tttembed.ttt.select import SELECT_VERSION
 from tttembed.types import ALPHA_MODES, Rewards
 
 Cells = Callable[[Mapping[str, Any], Callable[[], PerQuery]], PerQuery]
@@ -254,3 +256,32 @@ def alpha_tag(alpha: str) -> dict[str, Any]:
         raise ConfigError(f"unknown alpha method {alpha!r}; choose from {', '.join(ALPHA_MODES)}")
     return {"a": alpha, "folds": FOLDS, "cv": "ndcg", "grid": list(ALPHA_GRID),
             "guard": GUARD_VERSION}
+
+
+def auto_cell(work: Sequence[TaskData], rewards: Callable[[], Rewards], pay: Pay,
+              fits: Mapping[str, QRF.TaskFit], objective: str = "kd",
+              keep: set[str] | None = None, sources: Sequence[Source] | None = None
+              ) -> PerQuery:
+    """Method auto (``--select auto``), as ``tttembed learn --method auto``: per task the
+    deployable state the validation says helps (Qdrant's coefficients those of the
+    ``qdrant-rf`` row when it runs, else fitted on the rewards); its choice per task
+    (:data:`CHOICE`) and validation pairs (:data:`VALIDATION`) beside the metrics."""
+    coef_for = (lambda task, key: fits[task].coef_for(key)) if fits else None
+    state = learn_auto(sources if sources is not None else eval_sources(work), rewards(), pay,
+                       objective=objective, coef_for=coef_for)
+    per = state_metrics(work, state, keep)
+    sel = (state.selection or {}) if state is not None else {}
+    per[CHOICE] = {f"{t}={c}": 1.0 for t, c in sel.get("choice", {}).items()} or {"none": 1.0}
+    per[VALIDATION] = {"paid": float(sel.get("validation_pairs_paid", 0)),
+                       "cap": float(sel.get("validation_cap", 0)),
+                       "guard": float("judged-diff" in sel.get("estimators", {}).values())}
+    return per
+
+
+def auto_tag(fits: Mapping[str, QRF.TaskFit]) -> dict[str, Any]:
+    """What method auto adds to a cell's key."""
+    tag: dict[str, Any] = {"sel": SELECT_VERSION, "guard": GUARD_VERSION, "folds": FOLDS}
+    if fits:
+        tag["fit"] = {t: {h: list(f.coef) for h, f in fit.fits.items()} for t, fit in fits.items()}
+        tag["fv"] = QRF.FIT_VERSION
+    return tag

@@ -32,12 +32,14 @@ from tttembed.adapt.allocate import (
 )
 from tttembed.core.errors import ConfigError
 from tttembed.evaluation.baselines import qdrant_rf as QRF
-from tttembed.evaluation.config import DEFAULT_BASELINES
+from tttembed.evaluation.config import DEFAULT_BASELINES, VALIDATION
 from tttembed.evaluation.method_cells import (
     Cells,
     MethodResult,
     alpha_method,
     alpha_tag,
+    auto_cell,
+    auto_tag,
     candidates,
     direct_metrics,
     eval_sources,
@@ -105,7 +107,8 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
                      baselines: Sequence[str] = DEFAULT_BASELINES, objective: str = "kd",
                      cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
                      alphas: Sequence[str] = ("rule",), judge: QRF.Judge | None = None,
-                     info: dict[str, Any] | None = None) -> list[MethodResult]:
+                     info: dict[str, Any] | None = None, selects: Sequence[str] = ()
+                     ) -> list[MethodResult]:
     """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget;
     each scope once per alpha method (``alphas``: ``rule``, ``auto``). ``qdrant-rf`` fits
     its coefficients on synthetic document-queries scored by ``judge``, or cross-fits
@@ -135,6 +138,10 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
         for method, extra, compute in todo:
             per = cells({"p": "fixed", "m": method, "B": B, "o": objective, **extra}, compute)
             out.append(MethodResult("fixed", method, per, B / n, B, {"objective": objective}))
+        if "auto" in selects:
+            per = cells({"p": "fixed", "m": "auto", "B": B, "o": objective, **auto_tag(fits)},
+                        partial(auto_cell, work, rewards, rewards_for, fits, objective))
+            out.append(auto_result("fixed", per, B / n, B, {"objective": objective}))
         if info is not None:
             q = number_cell(cells, {"p": "fixed", "m": "reward-quality", "B": B, "v": 1},
                             partial(_quality, rewards, work))
@@ -142,6 +149,14 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
         if progress is not None:
             progress(1)
     return out
+
+
+def auto_result(protocol: str, per: PerQuery, b: float, B: int, setting: dict[str, Any]
+                ) -> MethodResult:
+    """Method auto's row: at its learning budget's b, its B counting the validation pairs
+    it paid."""
+    paid = int(per.get(VALIDATION, {}).get("paid", 0))
+    return MethodResult(protocol, "auto", per, b, B + paid, setting)
 
 
 def heldout_split(work: Sequence[TaskData], fraction: float = 0.8) -> tuple[set[str], set[str]]:
@@ -162,7 +177,8 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
             fraction: float = 0.8, depth: int = BREADTH_DEPTH,
             scopes: Sequence[str] = ("global", "task"), objective: str = "kd",
             use_train: bool = False, cells: Cells = no_cache,
-            alphas: Sequence[str] = ("rule",)) -> list[MethodResult]:
+            alphas: Sequence[str] = ("rule",), selects: Sequence[str] = (),
+            fits: Mapping[str, QRF.TaskFit] | None = None) -> list[MethodResult]:
     """Learn from ``S`` at ``depth``, evaluate only ``U = E \\ S`` (every judged query of a
     task when ``use_train`` and the task has learning-only train queries). Query-wise
     states, direct reranking and reward Rocchio leave unseen queries as they are (they
@@ -201,6 +217,11 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
                         partial(scope_cell, work, scope, rw, objective, u_keys, sources,
                                 alpha=a, pay=rewards_for))
             out.append(MethodResult("heldout", alpha_method(scope, a), per, B / n, B, setting))
+    if "auto" in selects:
+        per = cells({**tag, "m": "auto", "B": B, **auto_tag(fits or {})},
+                    partial(auto_cell, work, rw, rewards_for, fits or {}, objective, u_keys,
+                            sources))
+        out.append(auto_result("heldout", per, B / n, B, setting))
     return out
 
 

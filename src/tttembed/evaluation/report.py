@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.io import atomic_directory, write_json, write_text
-from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS, VALIDATION
+from tttembed.evaluation.config import ALPHA_CHOSEN, CELL_METRICS, CHOICE, VALIDATION
 from tttembed.evaluation.render import MAIN, make_plots, markdown
 from tttembed.metrics.stats import ComparisonCache, aubc, compare, p_value
 
@@ -61,7 +61,7 @@ def weighted_compare(a: Mapping[str, float], b: Mapping[str, float],
 
 def _setting_key(r: Any) -> tuple:
     s = {k: v for k, v in r.setting.items() if k != "objective"}
-    return (r.protocol, r.budget, json.dumps(s, sort_keys=True, default=str))
+    return (r.protocol, r.b, json.dumps(s, sort_keys=True, default=str))
 
 
 def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
@@ -100,6 +100,8 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
             row["alpha_chosen"] = next(iter(r.per_query[ALPHA_CHOSEN]))
         if VALIDATION in r.per_query:  # the guard's validation pairs (paid, cap, ran)
             row["validation"] = {k: v for k, v in r.per_query[VALIDATION].items()}
+        if CHOICE in r.per_query:  # method auto: the choice per task
+            row["chosen"] = dict(k.split("=", 1) for k in r.per_query[CHOICE] if "=" in k)
         row["per_query"] = {m: dict(r.per_query.get(m, {})) for m in CELL_METRICS}
         rows.append(row)
     return {"rows": rows, "aubc": _aubc(rows), "alpha_regret": alpha_regret(rows),

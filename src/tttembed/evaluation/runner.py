@@ -134,7 +134,7 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
             results += P.fixed_population(work.data, src, budgets=cfg.budgets,
                                           scopes=cfg.scopes, baselines=cfg.baselines,
                                           objective=cfg.objective, cells=cells, progress=bar,
-                                          alphas=cfg.alphas, info=info,
+                                          alphas=cfg.alphas, info=info, selects=cfg.selects,
                                           judge=None if src.caps.uses_labels else src.judge)
         elif proto == "heldout":
             source = (f"the {cfg.train_split} split" if cfg.train_split else
@@ -145,7 +145,8 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
             results += P.heldout(work.data, src, fraction=cfg.heldout_fraction,
                                  scopes=[s for s in cfg.scopes if s != "query"],
                                  objective=cfg.objective, cells=cells,
-                                 use_train=cfg.train_split is not None, alphas=cfg.alphas)
+                                 use_train=cfg.train_split is not None, alphas=cfg.alphas,
+                                 selects=cfg.selects)
         elif len(work.data) < 2:
             notes.append("leave-one-task-out skipped: it needs two tasks or more")
         else:

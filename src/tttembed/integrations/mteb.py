@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt.scopes import query_keys
 from tttembed.adapt.state import (
     AdaptState,
     StateLike,
     apply_states,
     load_states,
+    lookup_keys,
     state_owners,
 )
 from tttembed.core.errors import ConfigError, MissingDependency
@@ -130,8 +130,8 @@ class MTEBModel:
         n = len(x)
         if len(texts) != n:
             raise ConfigError(f"{len(texts)} query texts for {n} query vectors")
-        keys: dict[str, Sequence[str | None]] = {
-            st.scope: query_keys(st.scope, list(texts), [task] * n) for st in self.states}
+        keys: dict[str, Sequence[str | None]] = dict(
+            lookup_keys(self.states, texts, [task] * n))
         owner, _ = state_owners(keys, self.states, n)
         counts = np.bincount(owner[owner >= 0], minlength=len(self.states))
         if self.require_match and not counts.any():

@@ -32,7 +32,7 @@ from tttembed.index.base import Index
 from tttembed.score.base import Scorer
 from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
-from tttembed.ttt.guard import VALIDATE_SHARE, Guard, Pay, judged_diff, scorer_pay
+from tttembed.ttt.guard import VALIDATE_SHARE, Guard, Pay, judged_diff, reward_rows, scorer_pay
 from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
@@ -45,6 +45,7 @@ from tttembed.ttt.rewards import (
     reward_table,
     score_pairs,
 )
+from tttembed.ttt.select import CoefFor, mixed_state, rewards_coef, select_methods
 
 #: One source of rewarded queries: the queries, their base retrieval, the index they
 #: were retrieved from (each task of an evaluation has its own index).
@@ -114,11 +115,12 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     cross-validation (seeded ``seed``) for any alpha and records it in the state (``auto``
     always runs it); ``callback`` then also sees its optimizer steps.
 
-    With ``pay`` (it pays reward pairs through the ledger), ``auto`` of a global or task
-    state is chosen by the guard instead (:mod:`tttembed.ttt.guard`: held-out queries
-    re-searched and the difference judged), paying at most ``validate_cap`` pairs
-    (default a tenth of the rewarded pairs); past the cap the judged-candidates estimate
-    decides, and ``state.crossval`` says why."""
+    With ``pay`` (it pays reward pairs through the ledger), ``auto`` is chosen by the
+    guard instead (:mod:`tttembed.ttt.guard`: held-out queries, or for a query-wise state
+    its own queries, re-searched and the difference judged), paying at most
+    ``validate_cap`` pairs (default a tenth of the rewarded pairs; past it a random sample
+    of the never-judged documents); where the guard cannot run, the judged-candidates
+    estimate decides, and ``state.crossval`` says why."""
     asked = parse_alpha(alpha)
     table = _table(sources, rewards)
     if table is None:
@@ -130,11 +132,11 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                                     groups.index[perm], groups.weights[perm])
     res = learn_vectors(batch, len(groups.keys), objective, callback=callback)
     guard = None
-    if asked == "auto" and pay is not None and scope != "query":
+    if asked == "auto" and pay is not None:
         cap = validate_cap if validate_cap is not None else round(
             VALIDATE_SHARE * sum(len(r) for r in rs))
         guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
-                            folds=folds, seed=seed)
+                            folds=folds, seed=seed, sample=True)
     guarded = guard is not None and guard.evidence is not None
     cv = None  # the judged-candidates estimate: asked for, or what auto falls back to
     if crossval or (asked == "auto" and not guarded):
@@ -156,6 +158,34 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                       corpus_fingerprint=_fingerprint([s[2] for s in sources]),
                       final_loss=res.final_loss, alpha_asked=alpha_label(asked),
                       alpha_chosen=chosen, crossval=_evidence(cv, guard), **meta)
+
+
+def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
+               pay: Pay, *, objective: str = "kd", folds: int = FOLDS, seed: int = 0,
+               validate_cap: int | None = None, coef_for: CoefFor | None = None,
+               **meta: Any) -> AdaptState | None:
+    """``--method auto``: per task, the deployable state the validation says helps
+    (:mod:`tttembed.ttt.select`), as one ``mixed`` state (None when no query has a finite
+    reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
+    tenth of the rewarded pairs); ``coef_for`` gives Qdrant's coefficients (default:
+    fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`)."""
+    table = reward_rows(sources, rewards)
+    if not table.keys:
+        return None
+    cap = validate_cap if validate_cap is not None else round(
+        VALIDATE_SHARE * sum(len(r) for r in table.rs))
+    coefficients: dict[str, list[float]] = {}
+    if coef_for is None:
+        coef_for, coefficients = rewards_coef(sources, rewards)
+    scopes = ("global", "task", "query") if len(set(table.tasks)) > 1 else ("task", "query")
+    learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed)
+               for scope in scopes}
+    chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
+                            folds=folds, seed=seed, coef_for=coef_for)
+    chosen = replace(chosen, coefficients=coefficients)
+    template = learned["task"]
+    assert template is not None  # the table is not empty
+    return mixed_state(chosen, learned, table, coef_for, template, **meta)
 
 
 def _evidence(cv: CrossValidation | None, guard: Guard | None) -> dict[str, Any] | None:
@@ -198,19 +228,22 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                   depth: int = 10, objective: str = "kd", seed: int = 0,
                   dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
                   validate_budget: float | None = None, audit: str | None = None,
-                  audit_min_auc: float = MIN_AUC,
+                  audit_min_auc: float = MIN_AUC, method: str = "scope",
                   progress: Progress | None = None) -> LearnOutcome:
     """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
     0, a ``folds``-fold reward cross-validation is run and kept in the state
     (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds).
-    For a shared scope, ``auto`` is chosen by the guard (:mod:`tttembed.ttt.guard`), whose
-    validation pairs are capped at ``validate_budget`` per query (default a tenth of
-    ``budget``); when the cap binds, by the judged-candidates estimate, with a note."""
+    ``auto`` is chosen by the guard (:mod:`tttembed.ttt.guard`), whose validation pairs
+    are capped at ``validate_budget`` per query (default a tenth of ``budget``; past it a
+    random sample of the documents to judge is paid, with a note).
+    ``method="auto"`` learns the mixed state of :func:`learn_auto` instead of ``scope``'s."""
     asked = parse_alpha(alpha)
+    check_method(method)
     if folds == 1 or folds < 0:
         raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
-    if asked == "auto" and not folds:
-        raise ConfigError("alpha auto is chosen by cross-validation: give at least 2 folds")
+    if (asked == "auto" or method == "auto") and not folds:
+        raise ConfigError(f"{'method' if method == 'auto' else 'alpha'} auto is chosen by "
+                          "cross-validation: give at least 2 folds")
     k = candidate_depth(budget, depth, len(index))
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
@@ -227,16 +260,30 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
                  STEPS * (2 if folds else 1))
     cap = None if validate_budget is None else round(len(queries) * validate_budget)
-    state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
-                        alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
-                        callback=lambda _: step(1), pay=pay, validate_cap=cap,
-                        scorer=getattr(scorer, "identity", None) or scorer.spec,
-                        reward_mapping=scorer.mapping, budget=len(plan.pairs))
+    meta: dict[str, Any] = {"scorer": getattr(scorer, "identity", None) or scorer.spec,
+            "reward_mapping": scorer.mapping, "budget": len(plan.pairs)}
+    if method == "auto":
+        state = learn_auto([(queries, base, index)], rewards, pay, objective=objective,
+                           folds=folds, seed=seed, validate_cap=cap, **meta)
+    else:
+        state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
+                            alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
+                            callback=lambda _: step(1), pay=pay, validate_cap=cap, **meta)
     if state is not None:
-        paid = (state.crossval or {}).get("validation_pairs_paid")
+        paid = (state.selection or state.crossval or {}).get("validation_pairs_paid")
         state = replace(state, pairs=counts if paid is None else {**counts, "validation": paid},
                         audit=None if checked is None else checked.as_dict())
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
+
+
+#: ``learn``'s methods: ``scope`` (the ``--scope`` state) or ``auto`` (chosen per task).
+LEARN_METHODS = ("scope", "auto")
+
+
+def check_method(method: str) -> str:
+    if method not in LEARN_METHODS:
+        raise ConfigError(f"unknown method {method!r}; choose one of: {', '.join(LEARN_METHODS)}")
+    return method
 
 
 def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> None:
@@ -286,7 +333,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           seed: int = 0, embedder: Embedder | None = None, corpus: CorpusArg | None = None,
           alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
           executor: ExecutorLike = "local", validate_budget: float | None = None,
-          audit: str | None = None, audit_min_auc: float = MIN_AUC) -> AdaptState:
+          audit: str | None = None, audit_min_auc: float = MIN_AUC,
+          method: str = "scope") -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state.
 
@@ -298,18 +346,18 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     are scored in this process, with a logged note (:mod:`tttembed.execute.score`).
 
     ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default), a fixed number in [0, 1], or
-    ``"auto"``: chosen from {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule}, 0 unless the 95% interval
-    of an alpha's gain lies above 0. For a global or task state the gain is measured by
-    the guard (:mod:`tttembed.ttt.guard`): held-out queries re-searched over the whole
-    index, raw and adapted, their never-judged top-10 documents paid through the ledger
-    (at most ``validate_budget`` pairs per query, default ``budget / 10``; past that cap,
-    and for query-wise states, the judged-candidates cross-validation decides, and
-    ``state.crossval`` says so). Unless ``folds`` is 0 the evidence is reported in
-    ``state.crossval`` (gain of each alpha over the raw vectors, with a 95% CI).
+    ``"auto"``: of {0, 0.1, 0.2, 0.3, 0.5, 0.7, rule}, 0 unless an alpha's 95% interval of
+    gain lies above 0, measured by the guard (:mod:`tttembed.ttt.guard`: queries
+    re-searched, their never-judged top-10 documents paid, at most ``validate_budget``
+    per query, default ``budget / 10``); the evidence is in ``state.crossval``.
 
     ``audit="qrels:PATH"`` (human judgments of a few of the queries) checks the judge first:
     its rewards on those pairs must agree with people at ROC AUC >= ``audit_min_auc``,
     else nothing is learned (a DataError); the result is kept in ``state.audit``.
+
+    ``method="auto"``: per task the deployable state the same validation says helps
+    (:mod:`tttembed.ttt.select`; ``scope`` ignored), one ``mixed`` state whose choice and
+    evidence are in ``state.selection``; ``"scope"`` (default): ``scope``'s state.
 
     ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
     pairs. With ``dry_run`` nothing is scored: the state holds no vector, and
@@ -334,11 +382,12 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     outcome = learn_outcome(index, emb, qs, docs, sc, scope=scope, budget=budget,
                             depth=depth, objective=objective, seed=seed, dry_run=dry_run,
                             alpha=alpha, folds=folds, validate_budget=validate_budget,
-                            audit=audit, audit_min_auc=audit_min_auc, progress=progress)
+                            audit=audit, audit_min_auc=audit_min_auc, method=method,
+                            progress=progress)
     if outcome.state is not None:
         return outcome.state
     return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)
 
 
-__all__ = ["LearnOutcome", "Source", "learn", "learn_outcome", "learn_state", "pair_counts",
-           "planned_state"]
+__all__ = ["LEARN_METHODS", "LearnOutcome", "Source", "check_method", "learn", "learn_auto",
+           "learn_outcome", "learn_state", "pair_counts", "planned_state"]

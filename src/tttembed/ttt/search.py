@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tttembed.adapt import AdaptState, apply_states, query_keys, state_owners
+from tttembed.adapt import AdaptState, apply_states, state_owners
 from tttembed.adapt.rerank import direct_rerank
+from tttembed.adapt.state import lookup_keys
 from tttembed.core.errors import ConfigError, StateMismatch
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
@@ -25,8 +26,7 @@ from tttembed.types import PathLike
 
 
 def _keys(queries: QuerySet, states: Sequence[AdaptState]) -> dict[str, list[str]]:
-    return {s.scope: query_keys(s.scope, list(queries.texts), list(queries.tasks))
-            for s in states}
+    return lookup_keys(states, queries.texts, queries.tasks)
 
 
 def applied_counts(queries: QuerySet, states: Sequence[AdaptState]) -> list[int]:
@@ -111,6 +111,8 @@ def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
     """A state whose keys match none of the queries (on its own; a more specific state
     may still shadow it) is an error naming both sides' tasks."""
     for st in states:
+        if st.method == "auto" and not len(st.keys):
+            continue  # method auto kept raw everywhere: applying it changes nothing
         if applied_counts(queries, [st])[0] == 0:
             raise ConfigError(f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) "
                               f"applies to none of the {len(queries)} queries (tasks "
@@ -119,7 +121,7 @@ def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
 
 def _match_hint(state: AdaptState) -> str:
     hint = "name the queries' task with --task NAME (task= in Python) to match the state"
-    if state.scope != "query":
+    if state.scope not in ("query", "mixed"):
         return hint
     return ("a query-wise state applies to a query only when its text is one the state was "
             f"learned on (ids are not compared); search those queries, or {hint}")

@@ -16,24 +16,16 @@ comparison isolates *how* the vector is moved.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
+from tttembed.adapt.feedback import RW_BETA, RW_GAMMA, reward_rocchio, unit_rows
 from tttembed.core.errors import DataError
 
 PRF_DEPTH = 3
 ROCCHIO_A = 1.0
 ROCCHIO_B = 0.5
-RW_BETA = 0.75
-RW_GAMMA = 0.15
 
-__all__ = ["average_prf", "rocchio_prf", "reward_rocchio", "unit_rows"]
-
-
-def unit_rows(a: np.ndarray) -> np.ndarray:
-    a = np.asarray(a, dtype=np.float32)
-    return a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
+__all__ = ["RW_BETA", "RW_GAMMA", "average_prf", "reward_rocchio", "rocchio_prf", "unit_rows"]
 
 
 def _neighbours(x: np.ndarray, z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,28 +50,3 @@ def rocchio_prf(x: np.ndarray, neighbours: np.ndarray, k: int = PRF_DEPTH,
     """``unit(a x_q + b mean(z_1..z_k))`` per query."""
     x, z = _neighbours(x, neighbours, k)
     return unit_rows(a * x + b * z.mean(axis=1))
-
-
-def reward_rocchio(x: np.ndarray, z: Sequence[np.ndarray], r: Sequence[np.ndarray],
-                   beta: float = RW_BETA, gamma: float = RW_GAMMA) -> np.ndarray:
-    """Reward-weighted Rocchio for rewarded queries: row q of ``x`` with ``z[q]`` (K_q, d)
-    candidate vectors and ``r[q]`` (K_q,) rewards on [0, 1] (nan = missing, ignored)."""
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim != 2 or len(z) != len(x) or len(r) != len(x):
-        raise DataError("reward Rocchio needs one candidate and reward array per query row")
-    out = x.astype(np.float64)
-    for q in range(len(x)):
-        zq = np.asarray(z[q], dtype=np.float64)
-        rq = np.asarray(r[q], dtype=np.float64)
-        if zq.ndim != 2 or zq.shape != (len(rq), x.shape[1]):
-            raise DataError(f"row {q}: candidates {zq.shape} do not match rewards {rq.shape}")
-        ok = np.isfinite(rq)
-        zq, rq = zq[ok], np.clip(rq[ok], 0.0, 1.0)
-        if rq.size == 0:
-            continue
-        pos, neg = rq, 1.0 - rq
-        if pos.sum() > 0:
-            out[q] += beta * (pos @ zq) / pos.sum()
-        if neg.sum() > 0:
-            out[q] -= gamma * (neg @ zq) / neg.sum()
-    return unit_rows(out)

@@ -57,65 +57,44 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tttembed.adapt.feedback import (  # noqa: F401  (re-exported: the baseline's formula)
+    MAX_PAIRS,
+    Coef,
+    feedback_pairs,
+    feedback_vector,
+    pair_weight,
+)
+from tttembed.adapt.qdrant_fit import (  # noqa: F401  (re-exported: the package's fit)
+    CONTEXT_LIMIT,
+    EPOCHS,
+    INIT,
+    LR,
+    MARGIN,
+    MIN_DELTA,
+    PATIENCE,
+    Batch,
+    Fit,
+    Rows,
+    context_pair,
+    fit_coefficients,
+    query_rows,
+    ranking_loss,
+)
+
 if TYPE_CHECKING:
     from tttembed.evaluation.workload import TaskData
 
-MAX_PAIRS = 3
 LIMIT = 50
-CONTEXT_LIMIT = 5
 SYNTHETIC_QUERIES = 200
-MARGIN = 0.01
-LR = 0.005
-EPOCHS = 1000
-PATIENCE = 200
-MIN_DELTA = 1e-6
-INIT = (1.0, 1.0, 1.0)
 SEED = 0
 #: Bump when the fit changes for the same inputs (it keys the cached fits and cells).
 FIT_VERSION = 1
 
-Coef = tuple[float, float, float]
 #: ``judge(task, query_text, doc_ids)`` -> rewards of a free-text query (synthetic fit).
 Judge = Callable[[str, str, list[str]], np.ndarray]
 
 
 # --- the formula ----------------------------------------------------------------------
-
-def feedback_pairs(scores: Sequence[float] | np.ndarray, max_pairs: int = MAX_PAIRS
-                   ) -> list[tuple[int, int, float]]:
-    """Qdrant's pairs ``(positive, negative, confidence)`` as indices into ``scores``."""
-    n = len(scores)
-    if n < 2:
-        return []
-    order = sorted(range(n), key=lambda i: -float(scores[i]))  # stable, like sort_by_key
-    limit = min(max_pairs, n // 2)
-    out: list[tuple[int, int, float]] = []
-    front, back = 0, n - 1
-    while front < back and len(out) < limit:
-        p, q = order[front], order[back]
-        out.append((p, q, float(scores[p]) - float(scores[q])))
-        front += 1
-        back -= 1
-    return out
-
-
-def pair_weight(confidence: float, b: float, c: float) -> float:
-    """``confidence.powf(b) * c``; 0 where that is not finite."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        w = float(np.power(np.float64(confidence), np.float64(b)) * c)
-    return w if math.isfinite(w) else 0.0
-
-
-def feedback_vector(target: np.ndarray, items: np.ndarray, scores: Sequence[float] | np.ndarray,
-                    coef: Coef) -> np.ndarray:
-    """The query vector whose inner product with any ``d`` is Qdrant's naive score."""
-    a, b, c = coef
-    v = a * np.asarray(target, dtype=np.float64)
-    items = np.asarray(items, dtype=np.float64)
-    for p, q, conf in feedback_pairs(scores):
-        v = v + pair_weight(conf, b, c) * (items[p] - items[q])
-    return v
-
 
 def naive_score(target: np.ndarray, items: np.ndarray, scores: Sequence[float], coef: Coef,
                 doc: np.ndarray) -> float:
@@ -126,123 +105,6 @@ def naive_score(target: np.ndarray, items: np.ndarray, scores: Sequence[float], 
     for p, q, conf in feedback_pairs(scores):
         score += pair_weight(conf, b, c) * (sim(items[p]) - sim(items[q]))
     return score
-
-
-# --- training data (prepare_train_data_*) ----------------------------------------------
-
-def context_pair(feedback: Sequence[float] | np.ndarray, margin: float = 0.0) -> tuple[int, int, float] | None:
-    """``get_context_pairs(...)[0]``: (negative, positive, confidence) of the most
-    confident ordered pair, first in (negative, positive) order among ties."""
-    best: tuple[int, int, float] | None = None
-    for neg in range(len(feedback)):
-        for pos in range(len(feedback)):
-            conf = float(feedback[pos]) - float(feedback[neg])
-            if pos != neg and conf > margin and (best is None or conf > best[2]):
-                best = (neg, pos, conf)
-    return best
-
-
-@dataclass(frozen=True)
-class Rows:
-    """Training rows of one query: responses ``CONTEXT_LIMIT..LIMIT-1``."""
-
-    score: np.ndarray
-    confidence: float
-    delta: np.ndarray
-    target: np.ndarray
-
-
-def query_rows(base_scores: np.ndarray, feedback: np.ndarray, vectors: np.ndarray,
-               context_limit: int = CONTEXT_LIMIT) -> Rows | None:
-    """One query's rows (None: no context pair in the top ``context_limit``)."""
-    feedback = np.asarray(feedback, dtype=np.float64)
-    if not np.all(np.isfinite(feedback)):
-        return None
-    found = context_pair(feedback[:context_limit])
-    if found is None:
-        return None
-    neg, pos, conf = found
-    v = np.asarray(vectors, dtype=np.float64)
-    delta = v @ v[pos] - v @ v[neg]
-    target = feedback - feedback[:context_limit].max()
-    return Rows(np.asarray(base_scores, np.float64)[context_limit:], conf,
-                delta[context_limit:], target[context_limit:])
-
-
-# --- loss and Adam (naive_formula.py, train_formula) -----------------------------------
-
-@dataclass(frozen=True)
-class Batch:
-    score: np.ndarray  # (Q, m)
-    confidence: np.ndarray  # (Q, 1)
-    delta: np.ndarray  # (Q, m)
-    q: np.ndarray  # pair query index
-    lo: np.ndarray  # the row that must score lower
-    hi: np.ndarray  # the row that must score higher
-
-    @classmethod
-    def of(cls, rows: Sequence[Rows]) -> Batch:
-        target = np.stack([r.target for r in rows])
-        q, lo, hi = np.nonzero(target[:, None, :] - target[:, :, None] > 0)
-        return cls(np.stack([r.score for r in rows]),
-                   np.array([[r.confidence] for r in rows], dtype=np.float64),
-                   np.stack([r.delta for r in rows]), q, lo, hi)
-
-
-def ranking_loss(coef: np.ndarray, batch: Batch, margin: float = MARGIN
-                 ) -> tuple[float, np.ndarray]:
-    """The package's pairwise hinge loss (summed) and its gradient in (a, b, c)."""
-    a, b, c = (float(x) for x in coef)
-    power = batch.confidence ** b
-    s = a * batch.score + power * batch.delta * c
-    viol = s[batch.q, batch.lo] - s[batch.q, batch.hi] + margin
-    on = viol > 0
-    q, lo, hi = batch.q[on], batch.lo[on], batch.hi[on]
-    grads = (batch.score, c * batch.delta * power * np.log(batch.confidence),
-             power * batch.delta)
-    g = np.array([float((d[q, lo] - d[q, hi]).sum()) for d in grads])
-    return float(viol[on].sum()), g
-
-
-@dataclass(frozen=True)
-class Fit:
-    coef: Coef
-    fitted: bool
-    epochs: int = 0
-    train_queries: int = 0
-    val_queries: int = 0
-    loss_start: float = float("nan")  # validation loss at the initial coefficients
-    loss_best: float = float("nan")
-
-
-def fit_coefficients(rows: Sequence[Rows], *, lr: float = LR, epochs: int = EPOCHS,
-                     patience: int = PATIENCE, min_delta: float = MIN_DELTA,
-                     init: Coef = INIT) -> Fit:
-    """``split_train_val`` + ``train_formula``: the first half of the queries trains, the
-    rest validates; Adam with early stopping; the best validation coefficients."""
-    n_train = len(rows) // 2
-    if n_train < 1 or len(rows) - n_train < 1:
-        return Fit(init, False, train_queries=n_train, val_queries=len(rows) - n_train)
-    train, val = Batch.of(rows[:n_train]), Batch.of(rows[n_train:])
-    p = np.array(init, dtype=np.float64)
-    m, v = np.zeros(3), np.zeros(3)
-    b1, b2, eps = 0.9, 0.999, 1e-8
-    start, best = ranking_loss(p, val)[0], float("inf")
-    best_p, since, epoch = p.copy(), 0, 0
-    for epoch in range(1, epochs + 1):
-        _, g = ranking_loss(p, train)
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        p = p - lr * (m / (1 - b1 ** epoch)) / (np.sqrt(v / (1 - b2 ** epoch)) + eps)
-        val_loss = ranking_loss(p, val)[0]
-        if val_loss + min_delta < best:
-            best, best_p, since = val_loss, p.copy(), 0
-        else:
-            since += 1
-        if since >= patience:
-            break
-    coef = (float(best_p[0]), float(best_p[1]), float(best_p[2]))
-    return Fit(coef, True, epoch, n_train, len(rows) - n_train, start, best)
 
 
 # --- fitting a task ---------------------------------------------------------------------

@@ -1,0 +1,332 @@
+"""Method auto (METHOD.md Part 3): per task, the deployable state the evidence says helps.
+
+Two choices per task, each by the paired validation of :mod:`tttembed.adapt.validate`
+(the best mean gain whose 95% interval lies above 0, else none):
+
+- **shared** part, for every query of the task: ``raw``, ``global`` or ``task`` (the
+  learned vectors, alpha by the rule), validated by the guard's judged diff
+  (:func:`tttembed.ttt.guard.judged_diff`: held-out queries re-searched over the whole
+  index, the new documents of both top-10 lists paid through the ledger) within the
+  validation cap; past the cap by the judged-candidates estimate
+  (:func:`tttembed.adapt.crossval.cv_deltas`), with a note;
+- **query** part, for the rewarded query texts (it wins over the shared part there):
+  ``none``, ``query`` (learned query-wise vectors), ``rw-rocchio`` (reward-weighted
+  Rocchio) or ``qdrant-rf`` (Qdrant's naive formula), validated on each query's own
+  judged candidates (candidate folds: nothing to pay).
+
+The result is one ``mixed`` state (:class:`~tttembed.adapt.state.AdaptState`): task keys
+carry the shared part, query keys the query part; every part is an additive query vector
+(Rocchio's and Qdrant's vectors ``u`` are stored as ``unit(u) - x`` with alpha 1), so
+search, serving, MTEB and the vector databases apply it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tttembed.adapt import AdaptState
+from tttembed.adapt.crossval import ALPHA_GRID, FOLDS, N_BOOT, cv_deltas
+from tttembed.adapt.feedback import Coef, feedback_vector, reward_rocchio, unit_rows
+from tttembed.adapt.qdrant_fit import INIT, fit_on_rewards
+from tttembed.adapt.sampled import OpenParts, fill_samples, fill_value, open_parts, task_evidence
+from tttembed.adapt.scopes import MIXED, query_key
+from tttembed.adapt.validate import best_method, task_gains
+from tttembed.ttt.guard import Guard, K, Pay, Source, Table, judged_diff, reward_rows
+
+SHARED = ("global", "task")
+QUERY_LEVEL = ("query", "rw-rocchio", "qdrant-rf")
+#: The deployable states method auto chooses from, per task.
+METHODS = ("raw", *SHARED, *QUERY_LEVEL)
+#: Bump when the choice changes for the same inputs (eval cells are keyed by it).
+SELECT_VERSION = 4
+#: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
+CoefFor = Callable[[str, str], Coef]
+_RULE = ALPHA_GRID.index("rule")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Per task the shared and the query part chosen, every method's evidence (mean
+    Delta, interval, p, queries), how each was estimated, and the validation pairs."""
+
+    shared: dict[str, str]
+    query: dict[str, str]
+    evidence: dict[str, dict[str, dict[str, float]]]
+    estimators: dict[str, str]
+    needed: int
+    paid: int
+    cap: int
+    notes: tuple[str, ...] = ()
+    coefficients: dict[str, list[float]] = field(default_factory=dict)
+
+    def choice(self, task: str) -> str:
+        """``task``, ``task+qdrant-rf``, ``rw-rocchio``, ``raw``..."""
+        parts = [self.shared.get(task, "raw"), self.query.get(task, "none")]
+        return "+".join(p for p in parts if p not in ("raw", "none")) or "raw"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": SELECT_VERSION, "methods": list(METHODS),
+                "choice": {t: self.choice(t) for t in self.shared},
+                "shared": dict(self.shared), "query": dict(self.query),
+                "evidence": self.evidence, "estimators": dict(self.estimators),
+                "validation_pairs_needed": self.needed, "validation_pairs_paid": self.paid,
+                "validation_cap": self.cap, "notes": list(self.notes),
+                "qdrant_coefficients": self.coefficients}
+
+
+def rewards_coef(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
+                 ) -> tuple[CoefFor, dict[str, list[float]]]:
+    """Qdrant's coefficients per task, fitted (the package's procedure) on the judged
+    prefix of each rewarded query's base ranking: nothing more is paid."""
+    per_task: dict[str, tuple[list, list, list]] = {}
+    for queries, base, index in sources:
+        for i, key in enumerate(queries.keys):
+            got = rewards.get(key, {})
+            ids = [index.doc_ids[r] for r in base.rows[i] if r >= 0]
+            m = next((j for j, d in enumerate(ids) if not np.isfinite(got.get(d, np.nan))),
+                     len(ids))
+            if m:
+                s, f, v = per_task.setdefault(queries.tasks[i], ([], [], []))
+                s.append(base.scores[i, :m])
+                f.append(np.array([got[d] for d in ids[:m]]))
+                v.append(index.get_vectors(base.rows[i, :m]))
+    coefs = {t: fit_on_rewards(*parts).coef for t, parts in per_task.items()}
+    return (lambda task, key: coefs.get(task, INIT)), {t: list(c) for t, c in coefs.items()}
+
+
+def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
+                   pay: Pay, learned: Mapping[str, AdaptState | None], *, cap: int,
+                   objective: str = "kd", folds: int = FOLDS, seed: int = 0,
+                   coef_for: CoefFor, k: int = K) -> Selection:
+    """Choose each task's shared and query part (module docstring). ``learned`` holds the
+    global (several tasks only), task and query states learned on every reward."""
+    table = reward_rows(sources, rewards)
+    rng = np.random.default_rng(seed)
+    sh = _shared_part(sources, rewards, pay, table, cap=cap, objective=objective,
+                      folds=folds, seed=seed, rng=rng)
+    evidence: dict[str, dict[str, dict[str, float]]] = {t: {} for t in dict.fromkeys(table.tasks)}
+    for t, got in sh.evidence.items():
+        evidence.setdefault(t, {}).update(got)
+    shared = {t: best_method({m: e[m] for m in SHARED if m in e}, "raw")
+              for t, e in evidence.items()}
+    qp = _query_part(sources, table, sh.merged, pay, shared, learned,
+                     cap=max(cap - sh.spent, 0), coef_for=coef_for, k=k, rng=rng)
+    for t, got in qp.evidence.items():
+        evidence[t].update(got)
+    estimators = {**sh.estimators, **{m: qp.estimator for m in QUERY_LEVEL}}
+    return Selection(
+        shared=shared,
+        query={t: best_method({m: e[m] for m in QUERY_LEVEL}, "none")
+               for t, e in evidence.items()},
+        evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed,
+        paid=sh.spent + qp.paid, cap=cap, notes=tuple(sh.notes + qp.notes))
+
+
+Evidence = dict[str, dict[str, dict[str, float]]]
+
+
+@dataclass
+class _Shared:
+    """The shared methods' evidence per task (at the rule's alpha), how each was
+    estimated, the validation pairs, the rewards with those bought, notes."""
+
+    evidence: Evidence = field(default_factory=dict)
+    estimators: dict[str, str] = field(default_factory=dict)
+    spent: int = 0
+    needed: int = 0
+    notes: list[str] = field(default_factory=list)
+    merged: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, scope: str, got: Evidence) -> None:
+        for t, e in got.items():
+            self.evidence.setdefault(t, {}).update(e)
+
+
+def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
+                 pay: Pay, table: Table, *, cap: int, objective: str, folds: int, seed: int,
+                 rng: np.random.Generator) -> _Shared:
+    scopes = SHARED if len(set(table.tasks)) > 1 else ("task",)
+    out = _Shared(merged={k: dict(v) for k, v in rewards.items()})
+    if len(scopes) == 1:
+        out.notes.append("one task: the global state is the task-wise one")
+    share = cap // (2 * len(scopes))  # half the cap for the shared part, half for the query part
+    for scope in ("task", "global"):
+        if scope not in scopes:
+            continue
+        g: Guard = judged_diff(scope, sources, out.merged, pay, cap=share,
+                               objective=objective, folds=folds, seed=seed, sample=True)
+        out.needed += g.needed
+        if g.parts is not None:
+            got = task_evidence(g.parts.columns([_RULE]), ["rule"], "0", g.samples,
+                                n_boot=N_BOOT, rng=rng)
+            out.add(scope, {t: {scope: e["rule"]} for t, e in got.items()})
+            out.estimators[scope] = "judged-diff" + ("-sampled" if g.note else "")
+            out.spent += g.paid
+            for q, paid in g.bought.items():
+                out.merged.setdefault(q, {}).update(paid)
+            if g.note:
+                out.notes.append(f"{scope}: {g.note}")
+            continue
+        d, t = cv_deltas(table.x, table.zs, table.rs, table.qids, table.tasks, scope,
+                         objective=objective, folds=folds, seed=seed)
+        out.add(scope, task_gains({scope: d[:, _RULE]}, t.tolist(), n_boot=N_BOOT, rng=rng))
+        out.estimators[scope] = "judged-candidates"
+        out.notes.append(f"{scope}: {g.note}; the judged-candidates estimate decides")
+    return out
+
+
+@dataclass
+class _QueryPart:
+    evidence: Evidence
+    estimator: str
+    needed: int = 0
+    paid: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _query_part(sources: Sequence[Source], table: Table,
+                rewards: Mapping[str, Mapping[str, float]], pay: Pay, shared: Mapping[str, str],
+                learned: Mapping[str, AdaptState | None], *, cap: int, coef_for: CoefFor,
+                k: int, rng: np.random.Generator) -> _QueryPart:
+    """Each query-level method's Delta on every rewarded row: its top-k against the list
+    the row's shared part gives; the never-judged documents of those lists are sampled at
+    random within ``cap`` and paid, the others filled with the mean reward of the paid
+    ones of their kind, bootstrapped with the rows (:mod:`tttembed.adapt.sampled`)."""
+    vecs = {"": _shared_vectors(table, shared, learned)}
+    vecs.update({m: _method_vectors(m, table, learned.get("query"), coef_for)
+                 for m in QUERY_LEVEL})
+    lists = _top_lists(sources, table, vecs, k)  # per row: {"" or method: doc ids}
+    judged = [dict(rewards.get(key, {})) for key in table.keys]
+    new = sorted({(row, d) for row, per in enumerate(lists) for ds in per.values() for d in ds
+                  if d not in judged[row]})
+    picked = [new[i] for i in sorted(rng.choice(len(new), size=min(cap, len(new)),
+                                                replace=False).tolist())] if cap > 0 else []
+    where = {key: row for row, key in enumerate(table.keys)}
+    for q, got in (pay([(table.keys[r], d) for r, d in picked]) if picked else {}).items():
+        judged[where[q]].update(got)
+    samples = fill_samples(table.tasks, lists, judged, set(picked))
+    n = len(QUERY_LEVEL)
+    known, opened, ob = np.zeros((len(lists), n)), np.zeros((len(lists), n)), np.zeros(len(lists))
+    for row, per in enumerate(lists):
+        fb = fill_value(samples.get((table.tasks[row], ""), np.zeros(0)), True)
+        known[row], opened[row], ob[row] = open_parts(per[""], [per[m] for m in QUERY_LEVEL],
+                                                      judged[row], k, fb)
+    parts = OpenParts(known, opened, ob, np.asarray(table.tasks))
+    out = _QueryPart(task_evidence(parts, QUERY_LEVEL, "", samples, n_boot=N_BOOT, rng=rng),
+                     "judged-diff" + ("-sampled" if len(new) > len(picked) else ""),
+                     len(new), len(picked))
+    if len(new) > len(picked):
+        out.notes.append(f"query part: {len(picked):,} of the {len(new):,} never-judged "
+                         "documents its re-searches bring in were paid (a random sample, "
+                         "the cap); the others count the mean reward of the paid ones")
+    return out
+
+
+def _shared_vectors(table: Table, shared: Mapping[str, str],
+                    learned: Mapping[str, AdaptState | None]) -> np.ndarray:
+    """Each rewarded row's query vector under its task's shared choice."""
+    out = table.x.astype(np.float32).copy()
+    for i, task in enumerate(table.tasks):
+        st = learned.get(shared.get(task, "raw"))
+        g = None if st is None else st.index().get("*" if st.scope == "global" else task)
+        if st is not None and g is not None:
+            out[i] = unit_rows(table.x[i] + st.alpha[g] * st.vectors[g])
+    return out
+
+
+def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: CoefFor
+                    ) -> np.ndarray:
+    """Each rewarded row's unit query vector under a query-level method."""
+    out = np.zeros_like(table.x, dtype=np.float32)
+    for i in range(len(table.keys)):
+        v = _query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
+                          coef_for)
+        out[i] = table.x[i] if v is None else unit_rows(table.x[i] + v[1] * v[0])
+    return out
+
+
+def _top_lists(sources: Sequence[Source], table: Table, vecs: Mapping[str, np.ndarray], k: int
+               ) -> list[dict[str, list[str]]]:
+    """Per rewarded row and vector set: the top-k doc ids in the row's own index."""
+    out: list[dict[str, list[str]]] = [{} for _ in table.keys]
+    names = list(vecs)
+    for s, (_, _, index) in enumerate(sources):
+        mine = [i for i, src in enumerate(table.source) if src == s]
+        if not mine:
+            continue
+        stacked = np.concatenate([vecs[m][mine] for m in names]).astype(np.float32)
+        _, rows = index.search(stacked, min(k, len(index)))
+        for j, m in enumerate(names):
+            for n, i in enumerate(mine):
+                out[i][m] = [index.doc_ids[r] for r in rows[j * len(mine) + n] if r >= 0]
+    return out
+
+
+@dataclass
+class _Parts:
+    keys: list[str] = field(default_factory=list)
+    vectors: list[np.ndarray] = field(default_factory=list)
+    alpha: list[float] = field(default_factory=list)
+    n_g: list[int] = field(default_factory=list)
+
+    def add(self, key: str, vector: np.ndarray, alpha: float, n: int) -> None:
+        self.keys.append(key)
+        self.vectors.append(np.asarray(vector, np.float32))
+        self.alpha.append(float(alpha))
+        self.n_g.append(int(n))
+
+
+def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], table: Table,
+                coef_for: CoefFor, template: AdaptState, **meta: Any) -> AdaptState:
+    """The one state that applies ``selection``: per task its shared part (the chosen
+    state's vector and alpha under the task's key) and, for its rewarded texts, its
+    query part. ``learned`` holds the global, task and query states learned on every
+    reward; ``template`` gives the embedder, corpus and hyperparameter fields."""
+    parts = _Parts()
+    for task, method in selection.shared.items():
+        st = learned.get(method)
+        if method != "raw" and st is not None:
+            g = st.index().get("*" if method == "global" else task)
+            if g is not None:
+                parts.add(task, st.vectors[g], st.alpha[g], st.n_g[g])
+    seen: set[str] = set()
+    for q, (task, text) in enumerate(zip(table.tasks, table.texts)):
+        key = query_key(task, text)
+        method = selection.query.get(task, "none")
+        if method == "none" or key in seen:
+            continue
+        seen.add(key)
+        vec = _query_vector(method, q, key, table, learned.get("query"), coef_for)
+        if vec is not None:
+            parts.add(key, *vec)
+    n = len(parts.keys)
+    d = template.dim
+    return AdaptState(
+        MIXED, tuple(parts.keys),
+        np.stack(parts.vectors) if n else np.zeros((0, d), np.float32),
+        np.asarray(parts.alpha), np.asarray(parts.n_g, np.int64), identity=template.identity,
+        dim=d, objective=template.objective, hyperparameters=template.hyperparameters,
+        embedder=template.embedder, corpus_fingerprint=template.corpus_fingerprint,
+        alpha_asked="rule", alpha_chosen="rule", method="auto",
+        selection=selection.as_dict(), **{"rewarded": template.rewarded, **meta})
+
+
+def _query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | None,
+                  coef_for: CoefFor) -> tuple[np.ndarray, float, int] | None:
+    """(vector, alpha, n) of one rewarded text under a query-level method."""
+    x, z, r = table.x[q], table.zs[q], table.rs[q]
+    if method == "query":
+        g = kd.index().get(key) if kd is not None else None
+        return None if g is None or kd is None else (kd.vectors[g], float(kd.alpha[g]),
+                                                     int(kd.n_g[g]))
+    u = (reward_rocchio(x[None], [z], [r])[0] if method == "rw-rocchio"
+         else unit_rows(feedback_vector(x, z, r, coef_for(table.tasks[q], table.keys[q]))))
+    return np.asarray(u, np.float32) - x, 1.0, 1
+
+
+__all__ = ["METHODS", "QUERY_LEVEL", "SELECT_VERSION", "SHARED", "CoefFor", "Selection",
+           "mixed_state", "rewards_coef", "select_methods"]
