@@ -50,9 +50,10 @@ def test_readme_usage_commands_run_as_written(tmp_path, monkeypatch, small_demo,
     runner = CliRunner()
     for line in lines:
         r = runner.invoke(app, shlex.split(line)[1:])
-        assert r.exit_code == 0, (line, r.output)
+        audited = "--audit " in line and r.exit_code == 1 and "--audit-min-auc" in r.output
+        assert r.exit_code == 0 or audited, (line, r.output)  # a judge may fail its audit
     assert Path("runs/adapted.trec").is_file() and Path("runs/rerank.trec").is_file()
-    assert Path("task.npz").is_file() and Path("query.npz").is_file()
+    assert Path("auto.npz").is_file()
     for line in [ln for ln in _block("eval").splitlines() if ln.startswith("tttembed ")]:
         r = runner.invoke(app, shlex.split(line)[1:])
         assert r.exit_code == 0, (line, r.output)
@@ -167,7 +168,8 @@ def test_what_the_pages_write_is_ignored_by_git(tmp_path):
         pytest.skip("not a git checkout")
     written = ["data/stdlib-docs/corpus.jsonl", "idx/stdlib-docs/manifest.json",
                "runs/raw.trec", "reports/demo/report.md", "task.npz", "task.json",
-               "query.npz", "query.json", "task-milvus.npz", "py-demo-task.json",
+               "query.npz", "query.json", "auto.npz", "auto.json", "bm25.npz",
+               "task-milvus.npz", "py-demo-task.json",
                "ckpt/gold/adapter/adapter_config.json"]
     proc = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
                           capture_output=True, text=True)

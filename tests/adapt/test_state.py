@@ -207,3 +207,38 @@ def test_save_refuses_while_another_writer_holds_the_file(tmp_path):
     assert f"{path} is being written by another process" in res.stderr
     assert not path.exists()
     save_state(path, make_state())
+
+
+def test_a_mixed_state_applies_a_querys_own_key_before_its_tasks(tmp_path):
+    """``--method auto``'s file: task keys (the shared part) and query keys (the query
+    part) together; a rewarded text gets its own vector, another text of the task the
+    task's, another task nothing; it also outranks a plain task-wise state."""
+    from tttembed.adapt.state import lookup_keys
+
+    keys = ("fiqa", query_key("fiqa", "q one"), query_key("scifact", "q two"))
+    st = AdaptState("mixed", keys, np.eye(3, 8), np.array([0.5, 1.0, 1.0]),
+                    np.array([4, 1, 1]), identity=ID, dim=8, method="auto",
+                    selection={"choice": {"fiqa": "task+qdrant-rf", "scifact": "query"}})
+    back = load_state(save_state(tmp_path / "m.npz", st))
+    assert (back.scope, back.method, back.selection) == ("mixed", "auto", st.selection)
+    assert back.tasks == ["fiqa", "scifact"]
+    x = unit(np.random.default_rng(1).normal(size=(4, 8)))
+    texts, tasks = ["q one", "q other", "q two", "q one"], ["fiqa", "fiqa", "scifact", "cisi"]
+    other = make_state(keys=("fiqa",), seed=3)
+    out = apply_states(x, lookup_keys([back, other], texts, tasks), [other, back])
+    np.testing.assert_allclose(out[0], unit(x[0] + 1.0 * back.vectors[1]), atol=1e-6)
+    np.testing.assert_allclose(out[1], unit(x[1] + 0.5 * back.vectors[0]), atol=1e-6)
+    np.testing.assert_allclose(out[2], unit(x[2] + 1.0 * back.vectors[2]), atol=1e-6)
+    np.testing.assert_allclose(out[3], x[3], atol=1e-7)  # cisi: no key, unchanged
+    with pytest.raises(StateMismatch, match="does not name a query text"):
+        AdaptState("mixed", ("fiqa/q01",), np.zeros((1, 8)), np.ones(1), np.ones(1),
+                   identity=ID, dim=8)
+
+
+def test_only_method_auto_may_save_a_state_without_vectors(tmp_path):
+    empty = dict(keys=(), vectors=np.zeros((0, 8)), alpha=np.zeros(0), n_g=np.zeros(0),
+                 identity=ID, dim=8)
+    with pytest.raises(DataError, match="nothing to save"):
+        save_state(tmp_path / "a.npz", AdaptState("task", **empty))
+    path = save_state(tmp_path / "b.npz", AdaptState("mixed", method="auto", **empty))
+    assert load_state(path).keys == ()

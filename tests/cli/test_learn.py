@@ -148,3 +148,24 @@ def test_learn_alpha_auto_reports_the_crossvalidation(beir, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["alpha_chosen"] == "rule"
     r = runner.invoke(app, args + ["--alpha", "half", "--out", str(tmp_path / "h.npz")])
     assert r.exit_code == 2 and "unknown alpha 'half'" in r.output
+
+
+def test_learn_method_auto_writes_one_state_and_search_applies_it(beir, tmp_path):
+    data, idx = beir
+    out = tmp_path / "auto.npz"
+    r = runner.invoke(app, ["learn", "--index", str(idx), str(data), "--scorer",
+                            f"qrels:{data}", "--budget", "3", "--method", "auto", "--quiet",
+                            "--ledger", str(tmp_path / "l.sqlite"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "method auto: per task" in r.output and "estimated by" in r.output
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["scope"] == "mixed" and meta["method"] == "auto"
+    assert set(meta["selection"]["evidence"]) == set(meta["selection"]["choice"])
+    shown = runner.invoke(app, ["state", "show", str(out)])
+    assert shown.exit_code == 0 and "method: auto, per task" in shown.output
+    s = runner.invoke(app, ["search", "--index", str(idx), str(data), "--state", str(out),
+                            "-k", "5"])
+    assert s.exit_code == 0, s.output
+    bad = runner.invoke(app, ["learn", "--index", str(idx), str(data), "--scorer", "bm25",
+                              "--method", "best", "--out", str(tmp_path / "x.npz")])
+    assert bad.exit_code == 1 and "unknown method 'best'" in bad.stderr

@@ -190,3 +190,39 @@ def test_harm_counts():
     assert harm_counts(rows) == {"task": {"cells": 3, "losses": 1, "gains": 1},
                                  "task-auto": {"cells": 5, "losses": 0, "gains": 1,
                                                "states": 3, "shrunk": 2}}
+
+
+def test_select_auto_adds_the_method_row_auto_in_both_protocols(work):
+    """``eval --select auto``: one ``auto`` row per budget (and in the held-out protocol),
+    learned as ``learn --method auto``, its choice per task recorded with the cell and in
+    the report rows, its B the learning pairs plus the validation pairs it paid; the cell
+    key carries the selection's and the guard's versions."""
+    from tttembed.evaluation.config import CHOICE, VALIDATION
+    from tttembed.ttt.select import SELECT_VERSION
+
+    seen: list[dict] = []
+
+    def cells(parts, compute):
+        seen.append(dict(parts))
+        return compute()
+    rewards = QrelsRewards(work)
+    fixed = P.fixed_population(work, rewards, budgets=(1.0, 5.0), baselines=("direct",),
+                               scopes=("task",), selects=("auto",), cells=cells)
+    held = P.heldout(work, rewards, selects=("auto",), cells=cells)
+    autos = [r for r in fixed + held if r.method == "auto"]
+    assert [r.protocol for r in autos] == ["fixed", "fixed", "heldout"]
+    tasks = {td.name for td in work}
+    for r in autos:
+        chosen = dict(k.split("=", 1) for k in r.per_query[CHOICE])
+        assert set(chosen) == tasks
+        paid = int(r.per_query[VALIDATION]["paid"])
+        same_b = next(x for x in fixed + held if x.protocol == r.protocol and x.b == r.b
+                      and x.method != "auto" and x.budget)
+        assert r.budget == same_b.budget + paid and paid <= r.per_query[VALIDATION]["cap"]
+    keys = [p for p in seen if p.get("m") == "auto"]
+    assert len(keys) == 3 and all(p["sel"] == SELECT_VERSION and p["guard"] == GUARD_VERSION
+                                  for p in keys)
+    rows = summarise(fixed, P.raw_metrics(work), n_resamples=50)["rows"]
+    auto_rows = [row for row in rows if row["method"] == "auto"]
+    assert all(set(row["chosen"]) == tasks for row in auto_rows)
+    assert all("vs_direct" in row for row in auto_rows)  # paired with direct at its b

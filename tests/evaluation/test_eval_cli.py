@@ -55,3 +55,22 @@ def test_bad_input_messages(app, tmp_path):
     assert res.exit_code == 2 and "not a number" in res.output
     res = CliRunner().invoke(app, ["eval", "nope", "--data-root", str(data)])
     assert res.exit_code == 1 and "no dataset 'nope'" in res.output
+    res = CliRunner().invoke(app, base + ["--select", "best"])
+    assert res.exit_code == 1 and "unknown selection 'best'" in res.output
+
+
+def test_eval_select_auto_adds_the_auto_row(app, tmp_path, minilm):
+    data = write_tasks(tmp_path / "data")
+    out = tmp_path / "rep"
+    res = CliRunner().invoke(app, [
+        "eval", "alpha,beta", "--data-root", str(data), "--scorer", "bm25", "--budget", "1,10",
+        "--scope", "task", "--baselines", "direct", "--select", "auto", "--resamples", "50",
+        "--cache-dir", str(tmp_path / "c"), "--out", str(out), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    assert "│ auto " in res.output and "auto +" in res.output.split("AUBC", 1)[1].splitlines()[0] \
+        or "auto -" in res.output.split("AUBC", 1)[1].splitlines()[0]
+    rows = json.loads((out / "results.json").read_text())["sections"][0]["rows"]
+    auto = [r for r in rows if r["method"] == "auto"]
+    assert len(auto) == 2 and all(set(r["chosen"]) == {"alpha", "beta"} for r in auto)
+    assert all(r["B"] >= r["validation"]["paid"] for r in auto)
+    assert "auto" in json.loads((out / "results.json").read_text())["sections"][0]["harm"]

@@ -287,3 +287,39 @@ def test_shutdown_lets_in_flight_requests_finish(setup, minilm):
     assert out["r"].status_code == 200
     np.testing.assert_allclose(out["r"].json()["data"][0]["embedding"],
                                minilm.encode(["an in-flight text"], "document")[0], atol=1e-6)
+
+
+def test_a_method_auto_state_is_served_as_search_applies_it(setup, minilm, tmp_path):
+    """A mixed state (``learn --method auto``: the task part and the query part in one
+    file) through the server: embeddings and rankings equal ``tttembed.api.search``'s
+    with the same file, and a rewarded text gets its own vector, not the task's."""
+    import numpy as np
+
+    import tttembed.api as tt
+    from tttembed.adapt.state import AdaptState
+
+    task, query = tt.load_state(setup["task"]), tt.load_state(setup["query"])
+    mixed = AdaptState("mixed", task.keys + query.keys,
+                       np.concatenate([task.vectors, query.vectors]),
+                       np.concatenate([task.alpha, query.alpha]),
+                       np.concatenate([task.n_g, query.n_g]), identity=task.identity,
+                       dim=task.dim, corpus_fingerprint=task.corpus_fingerprint,
+                       method="auto", selection={"choice": {TASK: "task+query"}})
+    path = mixed.save(tmp_path / "auto.npz")
+    texts = [QUERIES["q1"], "a pet that can talk"]  # rewarded (query part), unseen (task)
+    with running(make_app(setup, minilm, states=(str(path),))) as url:
+        got = vectors(client(url, f"/t/{TASK}/v1").embeddings.create(input=texts, model="m"))
+        resp = httpx.post(url + "/v1/search", json={"queries": texts, "task": TASK,
+                                                    "k": 5}).json()
+        listed = httpx.get(url + "/v1/states").json()["data"]
+    want = expected_adapted(setup, minilm, texts, TASK, ["query", "task"])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    task_only = expected_adapted(setup, minilm, texts, TASK, ["task"])
+    assert np.abs(got[0] - task_only[0]).max() > 1e-4
+    np.testing.assert_allclose(got[1], task_only[1], atol=1e-6)
+    result = tt.search(setup["index"], {"a": texts[0], "b": texts[1]}, k=5, task=TASK,
+                       embedder=minilm, states=[path])
+    run = result.to_run()
+    for row, qid in zip(resp["data"], ("a", "b")):
+        assert row["ids"] == [d for d, _ in sorted(run[qid].items(), key=lambda kv: -kv[1])]
+    assert listed[0]["scope"] == "mixed"

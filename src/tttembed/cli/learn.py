@@ -179,7 +179,7 @@ def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
                           f"queries ({a['path']}) at AUC {a['auc']:.3f} [{a['ci'][0]:.3f}, "
                           f"{a['ci'][1]:.3f}] over {a['pairs']} pairs (minimum {a['min_auc']:g})")
         _crossval(state)
-        _selection(state)
+        print_selection(state)
     if as_json:
         emit_json({"state": str(path), **state_summary(replace(state, source=str(path)))})
 
@@ -211,7 +211,7 @@ def _summary(state: Any, path: Path) -> None:
     console.print(f"next: tttembed search DATA --index INDEX --state {path}")
 
 
-def _selection(state: Any) -> None:
+def print_selection(state: Any) -> None:
     """``--method auto``: each task's choice and every method's evidence."""
     sel = state.selection
     if not sel:

@@ -1,6 +1,7 @@
 """The demo pipeline, on text every machine has (the stdlib's docstrings): index, raw
-search, then a task-wise state learned from the labels of 80% of the shipped questions
-(the human-judge ``qrels`` scorer) and applied to the unseen 20%, raw vs adapted."""
+search, then a guarded state (``learn --method auto``) learned from the labels of 80% of
+the shipped questions (the human-judge ``qrels`` scorer), raw vs adapted on those
+questions asked again and on the unseen 20%."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def export_demo(out: PathLike, *, modules: Sequence[str] = (),
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What the demo did: sizes, the raw run, and raw vs adapted on the unseen questions."""
+    """What the demo did: sizes, the raw run, and raw vs adapted on the judged questions
+    asked again (``seen_*``) and on the unseen ones."""
 
     workdir: Path
     n_docs: int
@@ -68,6 +70,8 @@ class DemoResult:
     unseen_runs: dict[str, dict[str, dict[str, float]]] = field(repr=False)
     comparison: Any = None
     model_calls: int = 0
+    seen_runs: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, repr=False)
+    seen_comparison: Any = None
 
 
 def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: PathLike | None = None,
@@ -85,8 +89,6 @@ def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: PathLike | None = Non
     from tttembed.demo.corpus import demo_task
     from tttembed.embed.cache import load_embedder
     from tttembed.index.search import write_run
-    from tttembed.metrics.ranking import per_query_metrics
-    from tttembed.metrics.stats import compare
     from tttembed.score.qrels import QrelsScorer
     from tttembed.ttt.index import index_corpus
     from tttembed.ttt.learn import learn
@@ -105,18 +107,35 @@ def run_demo(*, embedder: str = DEFAULT_EMBEDDER, workdir: PathLike | None = Non
     learn_ids, test_ids = split_queries(list(task.queries), 0.8, seed)
     scorer = QrelsScorer("demo-labels", qrels={q: task.qrels[q] for q in learn_ids})
     state = learn(index, {q: task.queries[q] for q in learn_ids}, scorer=scorer,
-                      scope="task", budget=budget, task=TASK, embedder=emb,
-                      corpus=task.corpus, progress=progress)
+                  budget=budget, task=TASK, embedder=emb, corpus=task.corpus,
+                  method="auto", progress=progress)
     state.save(work / "vectors.npz", overwrite=True)
-    unseen = {q: task.queries[q] for q in test_ids}
-    runs = {"raw": search(index, unseen, k=k, task=TASK, embedder=emb).to_run(),
-            "adapted (task-wise)": search(index, unseen, k=k, task=TASK, embedder=emb,
-                                              states=[state]).to_run()}
+    seen = _raw_and_adapted(index, {q: task.queries[q] for q in learn_ids}, state, emb, k)
+    unseen = _raw_and_adapted(index, {q: task.queries[q] for q in test_ids}, state, emb, k)
     stage(progress, "done", 1)(1)
-    test_qrels = {q: task.qrels[q] for q in test_ids}
-    per_q = {n: per_query_metrics(test_qrels, r, ("ndcg@10",))["ndcg@10"]
-             for n, r in runs.items()}
     return DemoResult(work, len(task.corpus), task.dropped_labels, task.qrels, raw, state,
-                      learn_ids, test_ids, runs,
-                      compare(per_q["adapted (task-wise)"], per_q["raw"]),
-                      int(getattr(emb, "model_calls", 0)))
+                      learn_ids, test_ids, unseen,
+                      _compare(unseen, {q: task.qrels[q] for q in test_ids}),
+                      int(getattr(emb, "model_calls", 0)), seen,
+                      _compare(seen, {q: task.qrels[q] for q in learn_ids}))
+
+
+ADAPTED = "adapted (method auto)"
+
+
+def _raw_and_adapted(index: Any, queries: dict[str, str], state: AdaptState, emb: Any,
+                     k: int) -> dict[str, dict[str, dict[str, float]]]:
+    from tttembed.ttt.search import search
+
+    return {"raw": search(index, queries, k=k, task=TASK, embedder=emb).to_run(),
+            ADAPTED: search(index, queries, k=k, task=TASK, embedder=emb,
+                            states=[state]).to_run()}
+
+
+def _compare(runs: dict[str, dict[str, dict[str, float]]],
+             qrels: dict[str, dict[str, int]]) -> Any:
+    from tttembed.metrics.ranking import per_query_metrics
+    from tttembed.metrics.stats import compare
+
+    per_q = {n: per_query_metrics(qrels, r, ("ndcg@10",))["ndcg@10"] for n, r in runs.items()}
+    return compare(per_q[ADAPTED], per_q["raw"])

@@ -151,6 +151,7 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
                                     f"{c['shrunk']} of {c['states']}" if "states" in c else "",
                                     _guard_cells(c)[0], _guard_cells(c)[1]]
                                    for m, c in s["harm"].items()])]
+            lines += _choice_lines(s, proto)
             if proto == "heldout" or proto == "loto":
                 head, prow = per_task_rows(s, proto)
                 lines += ["Per task:", "", markdown_table(head, prow)]
@@ -167,6 +168,19 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     for img in images:
         lines += [f"![{img}]({img})", ""]
     return "\n".join(lines) + "\n"
+
+
+def _choice_lines(section: Mapping[str, Any], protocol: str) -> list[str]:
+    """Method auto's choice per task and budget (``eval --select auto``)."""
+    rows = [r for r in section["rows"] if r["protocol"] == protocol and r.get("chosen")]
+    if not rows:
+        return []
+    tasks = sorted({t for r in rows for t in r["chosen"]})
+    return ["Method `auto`: the state chosen per task (shared part + query part; "
+            "`raw`: neither showed a gain):", "", markdown_table(
+                ["b", "B (with validation)", *tasks],
+                [[f"{r['b']:g}", str(r["B"]), *[r["chosen"].get(t, "") for t in tasks]]
+                 for r in rows]), ""]
 
 
 def _guard_cells(c: Mapping[str, Any]) -> tuple[str, str]:
@@ -237,7 +251,8 @@ def scorer_comparison(result: Mapping[str, Any]) -> tuple[list[str], list[list[s
 
 #: Colour per method family (an ``-auto`` variant shares its scope's colour, dashed).
 _COLOURS = {"global": "tab:green", "task": "tab:purple", "query": "tab:pink",
-            "direct": "tab:blue", "rw-rocchio": "tab:orange", "qdrant-rf": "tab:brown"}
+            "direct": "tab:blue", "rw-rocchio": "tab:orange", "qdrant-rf": "tab:brown",
+            "auto": "black"}
 _MARKERS = "osD^vP*X<>hp"
 GAIN_YLABEL = "Δ nDCG@10 vs raw (points, ×100)"
 

@@ -2,16 +2,17 @@
 
 The guard trusts the judge: a judge that is systematically wrong (an anti-correlated
 reranker, a broken prompt) looks like a large gain to it. ``--audit qrels:PATH`` names a
-few human-judged queries of the query set; the judge scores their judged documents
-(through the ledger: pairs it already paid cost nothing) and the audit is the ROC AUC of
-the judge's rewards against the human relevance (grade >= 1), with a 95% bootstrap
-interval over queries. A judge whose AUC is below ``--audit-min-auc`` (default 0.6) is
+few human-judged queries of the query set; the judge scores their judged documents and
+their top-10 retrieved documents the file does not judge (non-relevant, as trec_eval
+counts them: BEIR qrels usually list relevant documents only), through the ledger (pairs
+it already paid cost nothing), and the audit is the ROC AUC of the judge's rewards
+against the human relevance (grade >= 1), with a 95% bootstrap interval over queries. A judge whose AUC is below ``--audit-min-auc`` (default 0.6) is
 refused before anything is learned from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,10 @@ def audit_spec(spec: str) -> Path:
 
 
 def audit_judge(spec: str, queries: QuerySet, pay: Pay, *, min_auc: float = MIN_AUC,
-                seed: int = 0) -> Audit:
-    """Score the audited queries' judged documents with the judge and refuse it when its
+                seed: int = 0, candidates: Mapping[str, Sequence[str]] | None = None,
+                depth: int = 10) -> Audit:
+    """Score the audited queries' judged documents (and their top-``depth``
+    ``candidates`` not judged there, as grade 0) with the judge and refuse it when its
     AUC against the human relevance is below ``min_auc`` (a DataError naming the file)."""
     from tttembed.data.beir import load_judgments
 
@@ -66,10 +69,17 @@ def audit_judge(spec: str, queries: QuerySet, pay: Pay, *, min_auc: float = MIN_
     if not keys:
         raise DataError("no query of the audit's judgments is among the queries learned from",
                         path=path, fix="judge a few of these queries' documents by hand")
-    rewards = pay([(keys[q], d) for q in keys for d in judged[q]])
-    auc, ci, n = _agreement({keys[q]: judged[q] for q in keys}, rewards, seed)
+    labels = {keys[q]: {**{d: 0 for d in (candidates or {}).get(keys[q], [])[:depth]},
+                        **judged[q]} for q in keys}
+    rewards = pay([(key, d) for key, docs in labels.items() for d in docs])
+    auc, ci, n = _agreement(labels, rewards, seed)
     result = Audit(str(path), len(keys), n, auc, ci, float(min_auc))
-    if not np.isfinite(auc) or auc < min_auc:
+    if not np.isfinite(auc):
+        raise DataError(f"the audit cannot measure the judge: its {n} pairs of {len(keys)} "
+                        "queries are all relevant or all non-relevant (or unscored)",
+                        path=path, fix="audit queries whose judged and retrieved documents "
+                        "include non-relevant ones")
+    if auc < min_auc:
         raise DataError(
             f"the judge agrees with these human judgments at AUC {auc:.3f} "
             f"[{ci[0]:.3f}, {ci[1]:.3f}] over {n} pairs of {len(keys)} queries, below "

@@ -251,8 +251,9 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     if dry_run:
         return LearnOutcome(state=None, plan=count_in_ledger(plan, queries, corpus, scorer))
     pay = scorer_pay(queries, corpus, scorer)
-    checked = None if audit is None else audit_judge(audit, queries, pay,
-                                                      min_auc=audit_min_auc, seed=seed)
+    checked = None if audit is None else audit_judge(
+        audit, queries, pay, min_auc=audit_min_auc, seed=seed,
+        candidates=base.candidates(index, queries.keys))
     rewards = score_pairs(plan.pairs, queries, corpus, scorer,
                           progress=stage(progress, "scoring pairs", len(plan.pairs)))
     counts = pair_counts(scorer, plan, rewards)

@@ -111,8 +111,8 @@ def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
     """A state whose keys match none of the queries (on its own; a more specific state
     may still shadow it) is an error naming both sides' tasks."""
     for st in states:
-        if st.method == "auto" and not len(st.keys):
-            continue  # method auto kept raw everywhere: applying it changes nothing
+        if st.method == "auto" and (not len(st.keys) or set(st.tasks) & set(queries.tasks)):
+            continue  # method auto: its tasks match (it may keep raw for these texts)
         if applied_counts(queries, [st])[0] == 0:
             raise ConfigError(f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) "
                               f"applies to none of the {len(queries)} queries (tasks "

@@ -141,7 +141,7 @@ class _Shared:
     notes: list[str] = field(default_factory=list)
     merged: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def add(self, scope: str, got: Evidence) -> None:
+    def add(self, got: Evidence) -> None:
         for t, e in got.items():
             self.evidence.setdefault(t, {}).update(e)
 
@@ -163,7 +163,7 @@ def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
         if g.parts is not None:
             got = task_evidence(g.parts.columns([_RULE]), ["rule"], "0", g.samples,
                                 n_boot=N_BOOT, rng=rng)
-            out.add(scope, {t: {scope: e["rule"]} for t, e in got.items()})
+            out.add({t: {scope: e["rule"]} for t, e in got.items()})
             out.estimators[scope] = "judged-diff" + ("-sampled" if g.note else "")
             out.spent += g.paid
             for q, paid in g.bought.items():
@@ -173,7 +173,7 @@ def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
             continue
         d, t = cv_deltas(table.x, table.zs, table.rs, table.qids, table.tasks, scope,
                          objective=objective, folds=folds, seed=seed)
-        out.add(scope, task_gains({scope: d[:, _RULE]}, t.tolist(), n_boot=N_BOOT, rng=rng))
+        out.add(task_gains({scope: d[:, _RULE]}, t.tolist(), n_boot=N_BOOT, rng=rng))
         out.estimators[scope] = "judged-candidates"
         out.notes.append(f"{scope}: {g.note}; the judged-candidates estimate decides")
     return out

@@ -86,6 +86,10 @@ def _describe(st: AdaptState, mtime: float) -> dict[str, Any]:
         "scorer": st.scorer, "created": st.created,
         "mtime": datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds"),
     }
+    if st.scope == "mixed":
+        out["applies_to"] = ("requests of its tasks; a text it was learned on (normalised) "
+                             "gets its own vector, any other text its task's, if any")
+        out["choice"] = dict((st.selection or {}).get("choice", {}))
     if st.scope == "query":
         out["applies_to"] = (f"requests whose text (normalised: NFC, whitespace collapsed) "
                              f"is one of its {len(st.keys)} queries, under their task")
