@@ -169,3 +169,7 @@ def test_learn_method_auto_writes_one_state_and_search_applies_it(beir, tmp_path
     bad = runner.invoke(app, ["learn", "--index", str(idx), str(data), "--scorer", "bm25",
                               "--method", "best", "--out", str(tmp_path / "x.npz")])
     assert bad.exit_code == 1 and "unknown method 'best'" in bad.stderr
+    both = runner.invoke(app, ["learn", "--index", str(idx), str(data), "--scorer", "bm25",
+                               "--method", "auto", "--alpha", "0.3",
+                               "--out", str(tmp_path / "y.npz")])
+    assert both.exit_code == 1 and "--alpha applies to --method scope" in both.stderr

@@ -35,3 +35,19 @@ def test_an_inverted_judge_is_refused_and_a_good_one_recorded(tmp_path):
     assert good.audit["pairs"] == 6 * 20 and good.audit["ci"] == [1.0, 1.0]
     with pytest.raises(ConfigError, match="qrels:PATH"):
         _learn(index, emb, docs, queries, qrels, budget=3, audit="bm25")
+
+
+def test_a_positives_only_audit_counts_the_retrieved_unjudged_documents_as_negatives(tmp_path):
+    """BEIR qrels usually list relevant documents only: the audit adds each audited query's
+    top-10 retrieved documents the file does not judge as non-relevant (trec_eval's
+    convention), so the AUC is defined; a file whose every pair is one class is a clear
+    error, not an AUC of nan."""
+    index, emb, docs, queries, qrels = _task(tmp_path, "harmful")
+    audit = _audit_file(tmp_path / "positives.tsv", qrels)  # one relevant document each
+    good = _learn(index, emb, docs, queries, qrels, budget=3, audit=f"qrels:{audit}")
+    assert good.audit["pairs"] > 6 and good.audit["auc"] == pytest.approx(1.0)
+    inverted = QrelsScorer("inverted", qrels={q: {d: 1 for d in docs if d not in g}
+                                              for q, g in qrels.items()})
+    with pytest.raises(DataError, match="below --audit-min-auc"):
+        _learn(index, emb, docs, queries, qrels, budget=3, scorer=inverted,
+               audit=f"qrels:{audit}")

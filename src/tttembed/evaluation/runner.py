@@ -149,6 +149,11 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
                                  selects=cfg.selects)
         elif len(work.data) < 2:
             notes.append("leave-one-task-out skipped: it needs two tasks or more")
+        elif cfg.selects and proto == "loto":
+            notes.append("--select auto: no auto row in leave-one-task-out (its state is "
+                         "the global one by design)")
+            results += P.leave_one_task_out(work.data, src, objective=cfg.objective,
+                                            cells=cells, alphas=cfg.alphas)
         else:
             results += P.leave_one_task_out(work.data, src, objective=cfg.objective,
                                             cells=cells, alphas=cfg.alphas)

@@ -241,6 +241,9 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     check_method(method)
     if folds == 1 or folds < 0:
         raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
+    if method == "auto" and asked != "rule":
+        raise ConfigError("--alpha applies to --method scope: method auto validates each "
+                          "state at its rule alpha (drop --alpha, or use --method scope)")
     if (asked == "auto" or method == "auto") and not folds:
         raise ConfigError(f"{'method' if method == 'auto' else 'alpha'} auto is chosen by "
                           "cross-validation: give at least 2 folds")
