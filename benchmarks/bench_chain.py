@@ -8,7 +8,7 @@
    gold + reached states) against one gold-only epoch, from the checkpoints' per-phase
    timings. The paper's ratio is 1.62x.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_chain.py [--data ../shared/data/2wikimultihopqa]
+    python benchmarks/bench_chain.py [--data ../shared/data/2wikimultihopqa]
         [--questions 100] [--train-questions 60] [--max-seq-length 128] [--repeats 3]
 
 The device follows tttembed.core.devices.pick_device (TTTEMBED_DEVICE, else cuda when present).

@@ -102,6 +102,9 @@ class LoraQueryEncoder:
     def forward(self, texts: Sequence[str]) -> Any:
         import torch
 
+        from tttembed.core.devices import use_threads
+
+        use_threads()
         features = self.model.tokenize(list(texts))
         features = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v
                     for k, v in features.items()}

@@ -8,7 +8,7 @@ in ``cli/_options.py``; old spellings are hidden aliases for one release (``ALIA
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -64,7 +64,22 @@ class AliasGroup(TyperGroup):
         args = list(sys.argv[1:] if args is None else args)
         if args[:2] == ["index", "show"]:  # `index` builds; `index show X` inspects
             args = ["index-show", *args[2:]]
-        return super().main(rewrite_aliases(args), *a, **kw)
+        return super().main(rewrite_aliases(hoist_threads(args)), *a, **kw)
+
+
+def hoist_threads(args: list[str]) -> list[str]:
+    """``--threads N`` anywhere on the line is the root option (every command runs models
+    under the same policy): moved in front of the command."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == "--threads" and i + 1 < len(out):
+            value = out[i + 1]
+            del out[i:i + 2]
+            return ["--threads", value, *out]
+        if arg.startswith("--threads="):
+            del out[i]
+            return [arg, *out]
+    return out
 
 
 app = typer.Typer(
@@ -97,8 +112,19 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Show the version and exit.")) -> None:
+                                       help="Show the version and exit."),
+          threads: Optional[int] = typer.Option(
+              None, "--threads", min=1, help="CPU threads of every torch model (embedders, "
+              "chain encoder, rerankers); may follow the command too. Default: "
+              "$TTTEMBED_THREADS, else the CPUs no other process keeps busy, re-measured as "
+              "the load changes.")) -> None:
     """Make a frozen embedding retriever better after deployment."""
+    if threads is not None:
+        import os
+
+        from tttembed.core.devices import THREADS_ENV
+
+        os.environ[THREADS_ENV] = str(threads)  # the policy reads it (and Ray workers inherit it)
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted (413 beyond).")] = 2_000_000,
     max_inputs: Annotated[int, typer.Option(min=1, help="Most texts in one request.")] = 2048,
     cache_size: Annotated[int, typer.Option(min=0, help="Vectors kept in the in-memory LRU cache (0: none).")] = 50_000,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most texts in one model call: concurrent requests are merged up to it.")] = 32,
+    max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0, max=1000, help="How long a request waits for others to join its model batch (0: never).")] = 2.0,
     log_level: Annotated[str, typer.Option(help="debug, info (one JSON access line per request), warning or error.")] = "info",
 ) -> None:
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
@@ -40,7 +42,8 @@ def serve(
         host=host, port=port, workers=workers, api_key_env=api_key_env,
         allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
         max_body_bytes=max_body_bytes,
-        max_inputs=max_inputs, cache_size=cache_size, log_level=log_level.lower())
+        max_inputs=max_inputs, cache_size=cache_size, max_batch=max_batch,
+        max_wait_ms=max_wait_ms, log_level=log_level.lower())
     typer.echo(f"serving {index} on http://{host}:{port} (queries of task T: "
                f"http://{host}:{port}/t/T/v1; Ctrl-C stops)", err=True)
     run_server(config)

@@ -1,17 +1,34 @@
-"""Which torch device a model runs on: one rule for every torch-backed role.
+"""Which torch device a model runs on, and how many CPU threads it uses: one rule for
+every torch-backed role (embedders, the chain encoder, the local rerankers, Ray actors).
 
 ``device=None`` (the default everywhere) means: the ``TTTEMBED_DEVICE`` environment
 variable when set (``cpu``, ``cuda``, ``cuda:1``, ``mps``), else ``cuda`` when torch sees a
 GPU, else ``cpu``. An explicit device string is used as given.
+
+**Threads** (:func:`use_threads`, called before every model call): the number given
+(``threads=`` in Python, ``--threads`` on the command line), else ``TTTEMBED_THREADS``,
+else the CPUs this process may use that nothing else keeps busy, measured from
+``/proc/stat`` over the time since the last call (at least one; re-measured at most
+every :data:`REMEASURE_S` seconds, so it follows a machine whose load changes). torch's
+intra-op threads spin while they wait: one more than the free cores costs an order of
+magnitude when another process holds a core, and fewer than the free cores wastes an idle
+machine. ``OMP_NUM_THREADS`` is not needed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from typing import Any
 
 ENV = "TTTEMBED_DEVICE"
+THREADS_ENV = "TTTEMBED_THREADS"
+#: Seconds between two measurements of the free CPUs.
+REMEASURE_S = 2.0
+#: The first measurement's sample (later ones use the time since the previous one).
+FIRST_SAMPLE_S = 0.05
 
 
 def pick_device(device: str | None = None) -> str:
@@ -46,4 +63,85 @@ def one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-__all__ = ["ENV", "cpu_threads", "one_blas_thread", "pick_device"]
+def _cpu_times(cpus: set[int]) -> tuple[float, float]:
+    """(idle, total) clock ticks of ``cpus`` from /proc/stat."""
+    idle = total = 0.0
+    with open("/proc/stat", encoding="ascii") as f:
+        for line in f:
+            name, _, rest = line.partition(" ")
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                v = [float(x) for x in rest.split()[:8]]
+                idle += v[3] + v[4]  # idle + iowait
+                total += sum(v)
+    return idle, total
+
+
+class _FreeCpus:
+    """The CPUs of this process's affinity that other processes leave idle, from the
+    change of /proc/stat (and of this process's own CPU time) between two readings."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last: tuple[float, float, float, float] | None = None  # wall, idle, total, own
+        self.value = 0
+
+    def _read(self, cpus: set[int]) -> tuple[float, float, float, float]:
+        t = os.times()
+        idle, total = _cpu_times(cpus)
+        return time.monotonic(), idle, total, t.user + t.system
+
+    def __call__(self) -> int:
+        try:
+            cpus = set(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not on Linux
+            return os.cpu_count() or 1
+        with self.lock:
+            try:
+                if self.last is None:
+                    self.last = self._read(cpus)
+                    time.sleep(FIRST_SAMPLE_S)
+                elif time.monotonic() - self.last[0] < REMEASURE_S and self.value:
+                    return self.value
+                now = self._read(cpus)
+            except (OSError, ValueError):  # no /proc: every CPU counts as free
+                return len(cpus)
+            wall, idle, total, own = (b - a for a, b in zip(self.last, now))
+            self.last = now
+            if total <= 0 or wall <= 0:
+                return self.value or len(cpus)
+            busy = len(cpus) * (1.0 - idle / total) - own / wall  # others' CPUs in use
+            self.value = max(1, min(len(cpus), len(cpus) - int(busy + 0.5)))
+            return self.value
+
+
+free_cpus = _FreeCpus()
+
+
+def thread_count(threads: int | None = None) -> int:
+    """The threads a torch model should use now (module docstring)."""
+    if threads:
+        return max(1, int(threads))
+    env = os.environ.get(THREADS_ENV, "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            from tttembed.core.errors import ConfigError
+
+            raise ConfigError(f"{THREADS_ENV}={env!r} is not a number of threads") from None
+    return free_cpus()
+
+
+def use_threads(threads: int | None = None) -> int:
+    """Set torch's intra-op threads to :func:`thread_count` (a no-op when unchanged) and
+    return it. Call it right before a model runs."""
+    import torch
+
+    n = thread_count(threads)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+__all__ = ["ENV", "THREADS_ENV", "cpu_threads", "free_cpus", "one_blas_thread", "pick_device",
+           "thread_count", "use_threads"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.core.devices import pick_device
+from tttembed.core.devices import pick_device, use_threads
 from tttembed.core.errors import BackendError, ConfigError, MissingDependency
 from tttembed.core.progress import Advance
 from tttembed.core.registry import identity
@@ -82,8 +82,10 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, rest: str, *, query_prompt: str = "", document_prompt: str = "",
                  batch_size: int = 64, device: str | None = None, max_seq_length: int | None = None,
-                 allow_download: bool = False, model: Any = None) -> None:
+                 allow_download: bool = False, model: Any = None,
+                 threads: int | None = None) -> None:
         self.spec = f"st:{rest}"
+        self.threads = threads  # None: the thread policy (tttembed.core.devices)
         self.query_prompt = query_prompt
         self.document_prompt = document_prompt
         self.batch_size = int(batch_size)
@@ -122,7 +124,9 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.calls += 1
         prompt = self.query_prompt if kind == "query" else self.document_prompt
-        vecs = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt or None,
+        model = self.model
+        use_threads(self.threads)
+        vecs = model.encode(texts, batch_size=self.batch_size, prompt=prompt or None,
                                  convert_to_numpy=True, normalize_embeddings=True,
                                  show_progress_bar=False)
         if progress is not None:

@@ -93,9 +93,12 @@ class CrossEncoderScorer:
         """The model's raw outputs (logits) for the pairs: (n,) or (n, 2)."""
         import torch
 
+        from tttembed.core.devices import use_threads
+
         pairs = [(query.text, d.text) for d in docs]
         if not pairs:
             return np.zeros((0,) if self.num_labels == 1 else (0, 2), dtype=np.float64)
+        use_threads()
         with torch.inference_mode():
             out = self.model.predict(pairs, batch_size=self.batch_size,
                                      activation_fn=torch.nn.Identity(),

@@ -219,6 +219,9 @@ class Qwen3Reranker:
     def _p_yes(self, batch: list[list[int]]) -> np.ndarray:
         import torch
 
+        from tttembed.core.devices import use_threads
+
+        use_threads()
         ids, mask = pad_left(batch, self.pad_id)
         input_ids = torch.from_numpy(ids).to(self.device)
         attention = torch.from_numpy(mask).to(self.device)

@@ -40,6 +40,9 @@ class ServeConfig:
     max_inputs: int = 2048
     max_k: int = 1000
     cache_size: int = 50_000
+    #: model batches: at most ``max_batch`` texts, a lone request waiting ``max_wait_ms``
+    max_batch: int = 32
+    max_wait_ms: float = 2.0
     graceful_timeout_s: float = 30.0
     log_level: str = "info"
 
@@ -58,6 +61,9 @@ class ServeConfig:
                               f"{self.unknown_task!r}")
         if self.workers < 1 or self.max_inputs < 1 or self.max_body_bytes < 1:
             raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
+        if self.max_batch < 1 or not 0 <= self.max_wait_ms <= 1000:
+            raise ConfigError("max_batch (--max-batch) must be >= 1 and max_wait_ms "
+                              "(--max-wait-ms) within 0..1000")
 
     def api_key(self) -> str | None:
         """The bearer key from ``api_key_env`` (an error if that variable is unset/empty)."""

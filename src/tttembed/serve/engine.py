@@ -3,8 +3,9 @@ through an in-memory LRU cache in front of the index's embedder, adapt with a sn
 search the index.
 
 One lock serialises model calls (a torch model is not re-entrant); requests that wait
-for it are merged into one call (:class:`Batcher`); cache hits and the adaptation itself
-do not touch the model. The cache holds the embedder's own float32 rows,
+for it are merged into model batches of at most ``max_batch`` texts, the first request
+waiting up to ``max_wait_ms`` for others to join, as embedding servers batch
+(:class:`Batcher`); cache hits and the adaptation itself do not touch the model. The cache holds the embedder's own float32 rows,
 so a cached vector is the vector.
 """
 
@@ -32,31 +33,65 @@ class _Slot:
         self.done = False
 
 
+#: Texts per model call, and how long a lone request waits for others to join it.
+MAX_BATCH = 32
+MAX_WAIT_MS = 2.0
+
+
 class Batcher:
     """Model calls from concurrent requests, merged: the thread that gets the model lock
-    encodes every text queued so far (one call per kind, duplicates once) and hands each
+    waits up to ``max_wait_ms`` until ``max_batch`` texts are queued, then encodes the
+    queued requests in arrival order, at most ``max_batch`` texts a call (one call per
+    kind, duplicates once; a larger request alone), until its own is done, and hands each
     request its rows; the others find theirs done when they get the lock."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, max_batch: int = MAX_BATCH,
+                 max_wait_ms: float = MAX_WAIT_MS) -> None:
         self.embedder = embedder
+        self.max_batch = max(1, int(max_batch))
+        self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
         self._queue: list[_Slot] = []
-        self._queue_lock = threading.Lock()
+        self._queued = threading.Condition(threading.Lock())
         self._model_lock = threading.Lock()
         self.calls = 0
 
     def encode(self, texts: list[str], kind: Kind) -> np.ndarray:
         slot = _Slot(texts, kind)
-        with self._queue_lock:
+        with self._queued:
             self._queue.append(slot)
+            self._queued.notify_all()
         with self._model_lock:
             if not slot.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._run(batch)
+                self._wait_for_company()
+            while not slot.done:
+                self._run(self._take())
         if slot.error is not None:
             raise slot.error
         assert slot.result is not None
         return slot.result
+
+    def _queued_texts(self) -> int:
+        return sum(len(s.texts) for s in self._queue)
+
+    def _wait_for_company(self) -> None:
+        if not self.max_wait_s:
+            return
+        with self._queued:
+            self._queued.wait_for(lambda: self._queued_texts() >= self.max_batch,
+                                  timeout=self.max_wait_s)
+
+    def _take(self) -> list[_Slot]:
+        """The queued requests in arrival order, up to ``max_batch`` texts (at least one
+        request)."""
+        with self._queued:
+            n, count = 0, 0
+            for s in self._queue:
+                if n and count + len(s.texts) > self.max_batch:
+                    break
+                n += 1
+                count += len(s.texts)
+            batch, self._queue = self._queue[:n], self._queue[n:]
+        return batch
 
     def _run(self, batch: list[_Slot]) -> None:
         for kind in {s.kind for s in batch}:
@@ -79,12 +114,13 @@ class LRUEncoder:
     """``encode(texts, kind)`` with a bounded ``(kind, text) -> vector`` cache in front of
     a :class:`Batcher`."""
 
-    def __init__(self, embedder: Embedder, size: int) -> None:
+    def __init__(self, embedder: Embedder, size: int, max_batch: int = MAX_BATCH,
+                 max_wait_ms: float = MAX_WAIT_MS) -> None:
         self.embedder = embedder
         self.size = max(0, int(size))
         self._cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self.batcher = Batcher(embedder)
+        self.batcher = Batcher(embedder, max_batch, max_wait_ms)
         self.hits = 0
         self.misses = 0
 
@@ -127,10 +163,11 @@ class Result:
 
 
 class Engine:
-    def __init__(self, index: Index, embedder: Embedder, cache_size: int) -> None:
+    def __init__(self, index: Index, embedder: Embedder, cache_size: int,
+                 max_batch: int = MAX_BATCH, max_wait_ms: float = MAX_WAIT_MS) -> None:
         self.index = index
         self.embedder = embedder
-        self.encoder = LRUEncoder(embedder, cache_size)
+        self.encoder = LRUEncoder(embedder, cache_size, max_batch, max_wait_ms)
 
     def embed(self, texts: Sequence[str], task: str | None, snap: Snapshot) -> Result:
         """Documents (``task`` None): base vectors. Queries: adapted with ``snap``."""

@@ -33,7 +33,8 @@ class Service:
             raise StateMismatch(f"embedder {embedder.identity!r} is not the index's "
                                 f"{self.index.identity!r}")
         self.model = str(self.index.manifest.get("embedder_spec", self.index.identity))
-        self.engine = Engine(self.index, embedder, config.cache_size)
+        self.engine = Engine(self.index, embedder, config.cache_size, config.max_batch,
+                             config.max_wait_ms)
         embedder.encode(["warm-up"], "query")  # load the model before the first request
         self.registry = StateRegistry(config, self.index)
         self.metrics = Metrics()

@@ -1,0 +1,61 @@
+"""The thread policy: the number given, else TTTEMBED_THREADS, else the CPUs nobody else
+keeps busy (measured from /proc/stat between calls, this process's own time left out)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tttembed.core import devices
+from tttembed.core.errors import ConfigError
+
+
+def test_explicit_then_environment_then_measured(monkeypatch):
+    monkeypatch.setenv(devices.THREADS_ENV, "3")
+    assert devices.thread_count(2) == 2 and devices.thread_count() == 3
+    monkeypatch.setenv(devices.THREADS_ENV, "many")
+    with pytest.raises(ConfigError, match="TTTEMBED_THREADS='many'"):
+        devices.thread_count()
+    monkeypatch.delenv(devices.THREADS_ENV)
+    n = devices.thread_count()
+    assert 1 <= n <= len(devices.os.sched_getaffinity(0))
+
+
+def _fake(monkeypatch, readings):
+    """``readings``: successive (wall s, idle ticks, total ticks, own cpu s)."""
+    it = iter(readings)
+    monkeypatch.setattr(devices._FreeCpus, "_read", lambda self, cpus: next(it))
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(devices.time, "sleep", lambda s: None)
+    return devices._FreeCpus()
+
+
+def test_free_cpus_leave_out_what_others_keep_busy(monkeypatch):
+    # 4 CPUs over 1 s: 400 ticks, 100 idle -> 3 CPUs busy, 1 of them ours -> 2 free
+    free = _fake(monkeypatch, [(0.0, 0, 0, 0.0), (1.0, 100, 400, 1.0)])
+    assert free() == 2
+    # idle machine, the process itself on two CPUs: every CPU is free
+    free = _fake(monkeypatch, [(0.0, 0, 0, 0.0), (1.0, 200, 400, 2.0)])
+    assert free() == 4
+    # everything taken by others: still one thread
+    free = _fake(monkeypatch, [(0.0, 0, 0, 0.0), (1.0, 0, 400, 0.0)])
+    assert free() == 1
+
+
+def test_the_measure_is_kept_between_remeasurements(monkeypatch):
+    readings = [(0.0, 0, 0, 0.0), (1.0, 400, 400, 0.0), (2.0, 400, 800, 0.0),
+                (9.0, 400, 3600, 0.0)]
+    free = _fake(monkeypatch, readings)
+    clock = iter([1.5, 9.0])
+    monkeypatch.setattr(devices.time, "monotonic", lambda: next(clock))
+    assert free() == 4            # idle over the first second
+    assert free() == 4            # 0.5 s later: not re-measured
+    assert free() == 1            # 7 s of every CPU busy: re-measured
+
+
+def test_use_threads_sets_torch(monkeypatch):
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    try:
+        assert devices.use_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
