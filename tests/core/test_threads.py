@@ -59,3 +59,21 @@ def test_use_threads_sets_torch(monkeypatch):
         assert devices.use_threads(1) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_threads_option_is_the_root_option_wherever_it_is_written(monkeypatch):
+    from typer.testing import CliRunner
+
+    from tttembed.cli import app, hoist_threads
+
+    assert hoist_threads(["learn", "D", "--threads", "2", "--quiet"]) == [
+        "--threads", "2", "learn", "D", "--quiet"]
+    assert hoist_threads(["search", "--threads=1"]) == ["--threads=1", "search"]
+    monkeypatch.delenv(devices.THREADS_ENV, raising=False)
+    try:
+        r = CliRunner().invoke(app, ["compare", "--help", "--threads", "3"])
+        assert r.exit_code == 0 and devices.os.environ.get(devices.THREADS_ENV) == "3"
+    finally:
+        devices.os.environ.pop(devices.THREADS_ENV, None)  # set by the command, not by us
+    bad = CliRunner().invoke(app, ["--threads", "0", "compare", "--help"])
+    assert bad.exit_code == 2 and devices.THREADS_ENV not in devices.os.environ
