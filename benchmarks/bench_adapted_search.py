@@ -76,7 +76,7 @@ def main() -> int:
     # the adaptation step alone (state lookup + unit(x + alpha v)), timed in isolation:
     # on a busy machine the end-to-end difference is dominated by search-time noise
     from tttembed.adapt import query_keys
-    from tttembed.adapt.state import apply_states
+    from tttembed.adapt.apply import apply_states
 
     apply_t = {}
     for scope, st in states.items():

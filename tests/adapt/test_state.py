@@ -8,8 +8,9 @@ import zipfile
 import numpy as np
 import pytest
 
+from tttembed.adapt.apply import apply_state, apply_states
 from tttembed.adapt.scopes import query_key, query_keys
-from tttembed.adapt.state import AdaptState, apply_state, apply_states, load_state, save_state
+from tttembed.adapt.state import AdaptState, load_state, save_state
 from tttembed.core.errors import DataError, StateMismatch
 
 ID = "st:bundled:all-MiniLM-L6-v2"
@@ -213,7 +214,7 @@ def test_a_mixed_state_applies_a_querys_own_key_before_its_tasks(tmp_path):
     """``--method auto``'s file: task keys (the shared part) and query keys (the query
     part) together; a rewarded text gets its own vector, another text of the task the
     task's, another task nothing; it also outranks a plain task-wise state."""
-    from tttembed.adapt.state import lookup_keys
+    from tttembed.adapt.apply import lookup_keys
 
     keys = ("fiqa", query_key("fiqa", "q one"), query_key("scifact", "q two"))
     st = AdaptState("mixed", keys, np.eye(3, 8), np.array([0.5, 1.0, 1.0]),

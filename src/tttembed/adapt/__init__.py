@@ -16,6 +16,7 @@ no network. Typical use for one scope::
 
 from __future__ import annotations
 
+from tttembed.adapt.apply import apply_state, apply_states, state_owners
 from tttembed.adapt.objectives import (
     LR,
     OBJECTIVES,
@@ -40,15 +41,7 @@ from tttembed.adapt.scopes import (
     query_key,
     query_keys,
 )
-from tttembed.adapt.state import (
-    AdaptState,
-    apply_state,
-    apply_states,
-    load_state,
-    save_state,
-    state_owners,
-    state_path,
-)
+from tttembed.adapt.state import AdaptState, load_state, save_state, state_path
 
 __all__ = [
     "GLOBAL_KEY", "LR", "OBJECTIVES", "PRECEDENCE", "RIDGE", "SCOPES", "STEPS", "TAU_S",

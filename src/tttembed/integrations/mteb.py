@@ -36,14 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt.state import (
-    AdaptState,
-    StateLike,
-    apply_states,
-    load_states,
-    lookup_keys,
-    state_owners,
-)
+from tttembed.adapt.apply import apply_states, lookup_keys, state_owners
+from tttembed.adapt.state import AdaptState, StateLike, load_states
 from tttembed.core.errors import ConfigError, MissingDependency
 from tttembed.embed.base import DEFAULT_EMBEDDER, Embedder
 from tttembed.index.base import Index

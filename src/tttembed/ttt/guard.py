@@ -119,14 +119,15 @@ def scorer_pay(queries: QuerySet, corpus: Corpus, scorer: Scorer) -> Pay:
 def judged_diff(scope: str, sources: Sequence[Source],
                 rewards: Mapping[str, Mapping[str, float]], pay: Pay, *, cap: int,
                 objective: str = "kd", folds: int = 5, seed: int = 0, k: int = K,
-                sample: bool = False) -> Guard:
+                sample: bool = False, table: Table | None = None) -> Guard:
     """Judged-diff validation of a state (module docstring; a query-wise state is checked
     on the queries it was learned from, which are the ones it applies to). Past
     the cap it does not run, unless ``sample``: then a random sample of ``cap`` of the new
     pairs is paid, and the unpaid documents count the mean reward of the paid ones of
-    their list (``--method auto``)."""
+    their list (``--method auto``). ``table``: the reward table of ``sources`` and
+    ``rewards`` when the caller has built it."""
     rng = np.random.default_rng(seed)
-    table = reward_rows(sources, rewards)
+    table = table if table is not None else reward_rows(sources, rewards)
     if len(table.keys) < 2 and scope != "query":
         return Guard(None, 0, cap, "fewer than 2 rewarded queries: nothing to hold out")
     held = _adapted_vectors(scope, table, objective, folds, rng)

@@ -32,7 +32,15 @@ from tttembed.index.base import Index
 from tttembed.score.base import Scorer
 from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
-from tttembed.ttt.guard import VALIDATE_SHARE, Guard, Pay, judged_diff, reward_rows, scorer_pay
+from tttembed.ttt.guard import (
+    VALIDATE_SHARE,
+    Guard,
+    Pay,
+    Table,
+    judged_diff,
+    reward_rows,
+    scorer_pay,
+)
 from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
@@ -42,7 +50,6 @@ from tttembed.ttt.rewards import (
     corpus_for_index,
     count_in_ledger,
     make_plan,
-    reward_table,
     score_pairs,
 )
 from tttembed.ttt.select import CoefFor, mixed_state, rewards_coef, select_methods
@@ -55,30 +62,6 @@ Source = tuple[QuerySet, BaseRetrieval, Index]
 def _fingerprint(indexes: Sequence[Index]) -> str:
     prints = {str(ix.manifest.get("corpus_fingerprint", "")) for ix in indexes}
     return prints.pop() if len(prints) == 1 else ""
-
-
-Table = tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[str], list[str], list[str]]
-
-
-def _table(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
-           ) -> Table | None:
-    """The reward table of every source: x, z_q, r_q, query ids, tasks and texts (None:
-    empty)."""
-    xs: list[np.ndarray] = []
-    zs: list[np.ndarray] = []
-    rs: list[np.ndarray] = []
-    qids: list[str] = []
-    tasks: list[str] = []
-    texts: list[str] = []
-    for queries, base, index in sources:
-        kept, x, z, r = reward_table(queries, base, index, rewards)
-        xs.append(x)
-        zs.extend(z)
-        rs.extend(r)
-        qids.extend(queries.qids[i] for i in kept)
-        tasks.extend(queries.tasks[i] for i in kept)
-        texts.extend(queries.texts[i] for i in kept)
-    return (np.concatenate(xs), zs, rs, qids, tasks, texts) if qids else None
 
 
 def _group_ids(groups: Groups, qids: Sequence[str], tasks: Sequence[str]) -> tuple[str, ...]:
@@ -104,7 +87,8 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                 *, objective: str = "kd", alpha: str | float = "rule", crossval: bool = False,
                 folds: int = FOLDS, seed: int = 0,
                 callback: Callable[[int], None] | None = None, pay: Pay | None = None,
-                validate_cap: int | None = None, **meta: Any) -> AdaptState | None:
+                validate_cap: int | None = None, table: Table | None = None,
+                **meta: Any) -> AdaptState | None:
     """One scope's state from rewards already paid, over one or more sources, learned as
     one batched problem (None when no query has a finite reward). ``meta`` fills the
     state's scorer, reward_mapping and budget fields.
@@ -120,12 +104,13 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     its own queries, re-searched and the difference judged), paying at most
     ``validate_cap`` pairs (default a tenth of the rewarded pairs; past it a random sample
     of the never-judged documents); where the guard cannot run, the judged-candidates
-    estimate decides, and ``state.crossval`` says why."""
+    estimate decides, and ``state.crossval`` says why. ``table``: the sources' reward
+    table, when the caller has built it (:func:`~tttembed.ttt.guard.reward_rows`)."""
     asked = parse_alpha(alpha)
-    table = _table(sources, rewards)
-    if table is None:
+    table = table if table is not None else reward_rows(sources, rewards)
+    if not table.keys:
         return None
-    x, zs, rs, qids, tasks, texts = table
+    x, zs, rs, qids, tasks, texts = table.x, table.zs, table.rs, table.qids, table.tasks, table.texts
     groups = make_groups(scope, qids, tasks, texts)
     perm = groups.order()  # rows in group order: the optimizer streams z without a copy
     batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
@@ -136,7 +121,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
         cap = validate_cap if validate_cap is not None else round(
             VALIDATE_SHARE * sum(len(r) for r in rs))
         guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
-                            folds=folds, seed=seed, sample=True)
+                            folds=folds, seed=seed, sample=True, table=table)
     guarded = guard is not None and guard.evidence is not None
     cv = None  # the judged-candidates estimate: asked for, or what auto falls back to
     if crossval or (asked == "auto" and not guarded):
@@ -178,10 +163,10 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
     if coef_for is None:
         coef_for, coefficients = rewards_coef(sources, rewards)
     scopes = ("global", "task", "query") if len(set(table.tasks)) > 1 else ("task", "query")
-    learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed)
-               for scope in scopes}
+    learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed,
+                                  table=table) for scope in scopes}
     chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
-                            folds=folds, seed=seed, coef_for=coef_for)
+                            folds=folds, seed=seed, coef_for=coef_for, table=table)
     chosen = replace(chosen, coefficients=coefficients)
     template = learned["task"]
     assert template is not None  # the table is not empty

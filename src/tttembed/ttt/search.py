@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from tttembed.adapt import AdaptState, apply_states, state_owners
+from tttembed.adapt.apply import lookup_keys
 from tttembed.adapt.rerank import direct_rerank
-from tttembed.adapt.state import lookup_keys
 from tttembed.core.errors import ConfigError, StateMismatch
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder

@@ -6,13 +6,15 @@ Two choices per task, each by the paired validation of :mod:`tttembed.adapt.vali
 - **shared** part, for every query of the task: ``raw``, ``global`` or ``task`` (the
   learned vectors, alpha by the rule), validated by the guard's judged diff
   (:func:`tttembed.ttt.guard.judged_diff`: held-out queries re-searched over the whole
-  index, the new documents of both top-10 lists paid through the ledger) within the
-  validation cap; past the cap by the judged-candidates estimate
+  index, the never-judged documents of both top-10 lists paid through the ledger; past
+  half the validation cap a random sample of them, :mod:`tttembed.adapt.sampled`);
+  where the guard cannot run, by the judged-candidates estimate
   (:func:`tttembed.adapt.crossval.cv_deltas`), with a note;
 - **query** part, for the rewarded query texts (it wins over the shared part there):
   ``none``, ``query`` (learned query-wise vectors), ``rw-rocchio`` (reward-weighted
-  Rocchio) or ``qdrant-rf`` (Qdrant's naive formula), validated on each query's own
-  judged candidates (candidate folds: nothing to pay).
+  Rocchio) or ``qdrant-rf`` (Qdrant's naive formula), validated the same way on the
+  queries it serves: each rewarded query's re-search against the list its shared part
+  gives, within the rest of the cap.
 
 The result is one ``mixed`` state (:class:`~tttembed.adapt.state.AdaptState`): task keys
 carry the shared part, query keys the query part; every part is an additive query vector
@@ -101,10 +103,11 @@ def rewards_coef(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
 def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                    pay: Pay, learned: Mapping[str, AdaptState | None], *, cap: int,
                    objective: str = "kd", folds: int = FOLDS, seed: int = 0,
-                   coef_for: CoefFor, k: int = K) -> Selection:
+                   coef_for: CoefFor, k: int = K, table: Table | None = None) -> Selection:
     """Choose each task's shared and query part (module docstring). ``learned`` holds the
-    global (several tasks only), task and query states learned on every reward."""
-    table = reward_rows(sources, rewards)
+    global (several tasks only), task and query states learned on every reward; ``table``
+    the reward table of ``sources`` and ``rewards`` when the caller has built it."""
+    table = table if table is not None else reward_rows(sources, rewards)
     rng = np.random.default_rng(seed)
     sh = _shared_part(sources, rewards, pay, table, cap=cap, objective=objective,
                       folds=folds, seed=seed, rng=rng)
@@ -158,7 +161,8 @@ def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
         if scope not in scopes:
             continue
         g: Guard = judged_diff(scope, sources, out.merged, pay, cap=share,
-                               objective=objective, folds=folds, seed=seed, sample=True)
+                               objective=objective, folds=folds, seed=seed, sample=True,
+                               table=None if out.spent else table)  # bought pairs: rebuilt
         out.needed += g.needed
         if g.parts is not None:
             got = task_evidence(g.parts.columns([_RULE]), ["rule"], "0", g.samples,
@@ -226,14 +230,26 @@ def _query_part(sources: Sequence[Source], table: Table,
     return out
 
 
+def _shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | None]
+                   ) -> dict[str, tuple[AdaptState, int]]:
+    """Per task whose shared choice is not raw: the chosen state and its group row."""
+    out = {}
+    for task, method in shared.items():
+        st = learned.get(method)
+        g = None if st is None else st.index().get("*" if st.scope == "global" else task)
+        if st is not None and g is not None:
+            out[task] = (st, g)
+    return out
+
+
 def _shared_vectors(table: Table, shared: Mapping[str, str],
                     learned: Mapping[str, AdaptState | None]) -> np.ndarray:
     """Each rewarded row's query vector under its task's shared choice."""
     out = table.x.astype(np.float32).copy()
+    groups = _shared_groups(shared, learned)
     for i, task in enumerate(table.tasks):
-        st = learned.get(shared.get(task, "raw"))
-        g = None if st is None else st.index().get("*" if st.scope == "global" else task)
-        if st is not None and g is not None:
+        if task in groups:
+            st, g = groups[task]
             out[i] = unit_rows(table.x[i] + st.alpha[g] * st.vectors[g])
     return out
 
@@ -242,9 +258,10 @@ def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: 
                     ) -> np.ndarray:
     """Each rewarded row's unit query vector under a query-level method."""
     out = np.zeros_like(table.x, dtype=np.float32)
+    rows = kd.index() if kd is not None else {}
     for i in range(len(table.keys)):
         v = _query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
-                          coef_for)
+                          rows, coef_for)
         out[i] = table.x[i] if v is None else unit_rows(table.x[i] + v[1] * v[0])
     return out
 
@@ -287,12 +304,10 @@ def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], 
     query part. ``learned`` holds the global, task and query states learned on every
     reward; ``template`` gives the embedder, corpus and hyperparameter fields."""
     parts = _Parts()
-    for task, method in selection.shared.items():
-        st = learned.get(method)
-        if method != "raw" and st is not None:
-            g = st.index().get("*" if method == "global" else task)
-            if g is not None:
-                parts.add(task, st.vectors[g], st.alpha[g], st.n_g[g])
+    for task, (st, g) in _shared_groups(selection.shared, learned).items():
+        parts.add(task, st.vectors[g], st.alpha[g], st.n_g[g])
+    kd = learned.get("query")
+    rows = kd.index() if kd is not None else {}
     seen: set[str] = set()
     for q, (task, text) in enumerate(zip(table.tasks, table.texts)):
         key = query_key(task, text)
@@ -300,7 +315,7 @@ def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], 
         if method == "none" or key in seen:
             continue
         seen.add(key)
-        vec = _query_vector(method, q, key, table, learned.get("query"), coef_for)
+        vec = _query_vector(method, q, key, table, kd, rows, coef_for)
         if vec is not None:
             parts.add(key, *vec)
     n = len(parts.keys)
@@ -316,11 +331,13 @@ def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], 
 
 
 def _query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | None,
-                  coef_for: CoefFor) -> tuple[np.ndarray, float, int] | None:
-    """(vector, alpha, n) of one rewarded text under a query-level method."""
+                  rows: Mapping[str, int], coef_for: CoefFor
+                  ) -> tuple[np.ndarray, float, int] | None:
+    """(vector, alpha, n) of one rewarded text under a query-level method (``rows``: the
+    query-wise state ``kd``'s key -> row)."""
     x, z, r = table.x[q], table.zs[q], table.rs[q]
     if method == "query":
-        g = kd.index().get(key) if kd is not None else None
+        g = rows.get(key)
         return None if g is None or kd is None else (kd.vectors[g], float(kd.alpha[g]),
                                                      int(kd.n_g[g]))
     u = (reward_rocchio(x[None], [z], [r])[0] if method == "rw-rocchio"
