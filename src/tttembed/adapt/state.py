@@ -29,6 +29,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Union
 
@@ -151,11 +152,15 @@ class AdaptState:
     @property
     def tasks(self) -> list[str]:
         """The tasks this state applies to (``["*"]``: every task)."""
+        return list(self._tasks)
+
+    @cached_property
+    def _tasks(self) -> tuple[str, ...]:
         if self.scope == "global":
-            return ["*"]
+            return ("*",)
         if self.scope == "task":
-            return list(self.keys)
-        return list(dict.fromkeys(k.split("/", 1)[0] for k in self.keys))
+            return self.keys
+        return tuple(dict.fromkeys(k.split("/", 1)[0] for k in self.keys))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -176,9 +181,14 @@ class AdaptState:
         """
         return save_state(path, self, overwrite=overwrite)
 
-    def index(self) -> dict[str, int]:
-        """Group key -> row."""
+    @cached_property
+    def _rows(self) -> dict[str, int]:
         return {k: i for i, k in enumerate(self.keys)}
+
+    def index(self) -> dict[str, int]:
+        """Group key -> row (built once per state: a server with 10,000 task keys looks a
+        request's key up without rebuilding it; treat it as read-only)."""
+        return self._rows
 
 
 #: A learned state, or the path of its file (what ``search``, serving and the framework

@@ -21,6 +21,7 @@ from tttembed.cli.eval import eval_command
 from tttembed.cli.index import index
 from tttembed.cli.inspect import index_show, state_app
 from tttembed.cli.learn import learn, rerank
+from tttembed.cli.loop import loop, states_app
 from tttembed.cli.search import search
 from tttembed.cli.serve import serve
 
@@ -101,6 +102,8 @@ app.command()(serve)
 app.command("compare")(compare_command)
 app.command("index-show", hidden=True)(index_show)
 app.add_typer(state_app, name="state")
+app.command()(loop)
+app.add_typer(states_app, name="states")
 app.add_typer(chain.app, name="chain")
 
 

@@ -10,6 +10,16 @@ import typer
 
 from tttembed.cli._common import handle_errors, quiet_libraries
 from tttembed.cli._options import IndexOpt, SplitOpt, TaskOpt
+from tttembed.cli.loop import (
+    AuditOpt,
+    JudgeBudgetOpt,
+    JudgeRpmOpt,
+    LearnEveryOpt,
+    LoopCorpusOpt,
+    LoopScopeOpt,
+    StoreOpt,
+    loop_config,
+)
 
 
 @handle_errors
@@ -31,10 +41,27 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most texts in one model call: concurrent requests are merged up to it.")] = 32,
     max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0, max=1000, help="How long a request waits for others to join its model batch (0: never).")] = 2.0,
     log_level: Annotated[str, typer.Option(help="debug, info (one JSON access line per request), warning or error.")] = "info",
+    registry: Annotated[Optional[Path], typer.Option("--registry", help="Serve the promoted version of this state registry (reloaded within a second of a promotion or rollback), log every query and take POST /v1/feedback into its store.")] = None,
+    learn: Annotated[bool, typer.Option("--learn", help="Also run the learner (a low-priority child process): judge served pairs, learn, validate, promote into --registry.")] = False,
+    judge: Annotated[Optional[str], typer.Option("--judge", help="With --learn: the background judge's scorer spec (rerank:MODEL@URL, llm:MODEL@URL, bm25, ...).")] = None,
+    judge_budget: JudgeBudgetOpt = 1000,
+    judge_rpm: JudgeRpmOpt = 600.0,
+    learn_every: LearnEveryOpt = 100,
+    scope: LoopScopeOpt = "query,task",
+    store: StoreOpt = None,
+    corpus: LoopCorpusOpt = None,
+    audit: AuditOpt = None,
 ) -> None:
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
+    from tttembed.core.errors import ConfigError
     from tttembed.serve import ServeConfig, run_server
+
+    if learn and (registry is None or not judge):
+        raise ConfigError("--learn needs --registry DIR and --judge SPEC")
+    learner = loop_config(registry, index, judge, store=store, corpus=corpus,
+                          judge_budget=judge_budget, judge_rpm=judge_rpm,
+                          learn_every=learn_every, scope=scope, audit=audit) if learn else None
 
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()),
@@ -43,7 +70,13 @@ def serve(
         allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
         max_body_bytes=max_body_bytes,
         max_inputs=max_inputs, cache_size=cache_size, max_batch=max_batch,
-        max_wait_ms=max_wait_ms, log_level=log_level.lower())
+        max_wait_ms=max_wait_ms, log_level=log_level.lower(),
+        registry=str(registry) if registry else None, store=store)
     typer.echo(f"serving {index} on http://{host}:{port} (queries of task T: "
                f"http://{host}:{port}/t/T/v1; Ctrl-C stops)", err=True)
-    run_server(config)
+    if learner is None:
+        run_server(config)
+        return
+    from tttembed.serve.run import with_learner
+
+    with_learner(config, learner)

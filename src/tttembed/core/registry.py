@@ -18,7 +18,7 @@ from typing import Any
 
 from tttembed.core.errors import ConfigError
 
-ROLES = ("embedder", "scorer", "index")
+ROLES = ("embedder", "scorer", "index", "store")
 
 _BUILTIN: dict[str, dict[str, str]] = {
     "embedder": {
@@ -38,10 +38,16 @@ _BUILTIN: dict[str, dict[str, str]] = {
         "milvus": "tttembed.index.milvus:from_spec",
         "qdrant": "tttembed.index.qdrant:from_spec",
     },
+    # the closed loop's feedback store (a plain path is SQLite and skips the registry)
+    "store": {
+        "sqlite": "tttembed.loop.store:sqlite_from_spec",
+        "postgresql": "tttembed.loop.postgres:from_spec",
+        "postgres": "tttembed.loop.postgres:from_spec",
+    },
 }
 _EXTRA: dict[str, dict[str, str | Callable[..., Any]]] = {role: {} for role in ROLES}
 _ENTRY_GROUPS = {"embedder": "tttembed.embedders", "scorer": "tttembed.scorers",
-                 "index": "tttembed.indexes"}
+                 "index": "tttembed.indexes", "store": "tttembed.stores"}
 
 
 def register(role: str, scheme: str, factory: str | Callable[..., Any]) -> None:

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tttembed.embed.base import Embedder
-from tttembed.serve import routes
+from tttembed.serve import loop_routes, routes
 from tttembed.serve.config import ServeConfig
 from tttembed.serve.logs import access_log, configure_logging, log
 from tttembed.serve.routes import json_response
@@ -83,6 +83,9 @@ ROUTES: tuple[tuple[str, str, Any, list[str], bool], ...] = (
     ("/v1/models", "models", routes.models, ["GET"], True),
     ("/t/{task}/v1/models", "models", routes.models, ["GET"], True),
     ("/admin/reload", "reload", routes.reload, ["POST"], True),
+    ("/v1/feedback", "feedback", loop_routes.feedback, ["POST"], True),
+    ("/v1/loop", "loop", loop_routes.loop_status, ["GET"], True),
+    ("/dashboard", "dashboard", loop_routes.dashboard, ["GET"], True),
 )
 
 
@@ -106,9 +109,11 @@ def _lifespan(svc: Service) -> Callable[[Starlette], Any]:
         log.info("serving %s (%d documents, %d state file(s), generation %d)%s",
                  svc.config.index, len(svc.index), len(svc.registry.current.states),
                  svc.registry.current.generation, "; SIGHUP reloads" if hup else "")
+        svc.watch_registry()
         try:
             yield
         finally:
+            svc.stop_watching()
             if hup:
                 loop.remove_signal_handler(signal.SIGHUP)
             log.info("stopped")

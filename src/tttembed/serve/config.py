@@ -45,6 +45,12 @@ class ServeConfig:
     max_wait_ms: float = 2.0
     graceful_timeout_s: float = 30.0
     log_level: str = "info"
+    #: a state registry (``--registry``): serve its promoted version, reloaded when it
+    #: changes; log traffic and take feedback into ``store`` (default: its loop.sqlite)
+    registry: str | None = None
+    store: str | None = None
+    #: seconds between looks at the registry's served version
+    registry_poll_s: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("states", "queries", "tasks"):
@@ -61,6 +67,11 @@ class ServeConfig:
                               f"{self.unknown_task!r}")
         if self.workers < 1 or self.max_inputs < 1 or self.max_body_bytes < 1:
             raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
+        if self.registry and self.states:
+            raise ConfigError("--registry serves the registry's promoted version: drop "
+                              "--state (or serve the files without --registry)")
+        if self.store and not self.registry:
+            raise ConfigError("--store needs --registry (the versions its traffic feeds)")
         if self.max_batch < 1 or not 0 <= self.max_wait_ms <= 1000:
             raise ConfigError("max_batch (--max-batch) must be >= 1 and max_wait_ms "
                               "(--max-wait-ms) within 0..1000")

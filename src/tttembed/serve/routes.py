@@ -4,6 +4,9 @@ request and an ``info`` dict (what the access log adds to its line)."""
 from __future__ import annotations
 
 import json
+import time
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,9 +74,10 @@ def served_task(svc: Service, snap: Snapshot, task: str | None) -> str | None:
     in an app's base_url) is a 404 listing the known tasks, unless the server was started
     with ``--unknown-task global|raw``; with no task-named state at all, every task gets
     the global states (nothing can be dropped)."""
-    known = snap.known_tasks
-    if task is None or task == GLOBAL_ONLY or not known or task in known:
+    if task is None or task == GLOBAL_ONLY or not snap.known_task_set \
+            or task in snap.known_task_set:
         return task
+    known = snap.known_tasks
     policy = svc.config.unknown_task
     if policy == "global":
         return GLOBAL_ONLY
@@ -97,6 +101,8 @@ async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Re
 
     def work() -> tuple[bytes, Any]:
         res = svc.engine.embed(req.texts, task, snap)
+        if svc.store is not None and req.task is not None:
+            log_traffic(svc, snap, req.task, req.texts, None, None)
         return _render(embeddings_body(res.vectors, req, svc.model)), res
 
     content, res = await run_in_threadpool(work)
@@ -119,13 +125,36 @@ async def search(svc: Service, request: Request, info: dict[str, Any]) -> Respon
 
     def work() -> tuple[bytes, Any]:
         res = svc.engine.search(req.texts, task, req.k, snap)
-        return _render(_search_body(svc, req, res)), res
+        body = _search_body(svc, req, res)
+        body["version"] = snap.version
+        if svc.store is not None:
+            log_traffic(svc, snap, req.task, req.texts, [d["ids"] for d in body["data"]],
+                        body["data"])
+        return _render(body), res
 
     content, res = await run_in_threadpool(work)
     info["states"] = res.hits
     svc.metrics.hit(res.hits, "search", len(req.texts))
     return Response(content, 200, headers=state_headers(res),
                     media_type="application/json")
+
+
+def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
+                lists: Sequence[Sequence[str]] | None, data: list[dict[str, Any]] | None
+                ) -> None:
+    """Log each served query in the store (the closed loop's traffic); a search's
+    results gain their ``search_id``. Embeddings traffic logs no list (the learner runs
+    the base retrieval itself)."""
+    from tttembed.loop.store import SearchLog
+
+    now = time.time()
+    rows = [SearchLog(uuid.uuid4().hex, task, text, now + 1e-6 * i, snap.version,
+                      tuple(lists[i]) if lists is not None else (),
+                      "search" if lists is not None else "embeddings", svc.replica)
+            for i, text in enumerate(texts)]
+    svc.store.log_searches(rows)
+    for row, item in zip(rows, data or ()):
+        item["search_id"] = row.search_id
 
 
 def _search_body(svc: Service, req: SearchRequest, res: Any) -> dict[str, Any]:

@@ -15,6 +15,8 @@ process, so a fresh worker starts again at 1).
 from __future__ import annotations
 
 import os
+import signal
+from typing import Any
 
 from tttembed.core.errors import MissingDependency
 from tttembed.serve.config import ENV, ServeConfig
@@ -40,6 +42,39 @@ def check_states(config: ServeConfig) -> None:
     check([load_state(p) for p in config.states], index,
           allow_foreign=config.allow_foreign_state)
     config.api_key()
+
+
+def _die_with_parent() -> None:
+    """In the learner child (Linux): SIGTERM when the server process ends, however it
+    ends (uvicorn re-raises SIGTERM after its shutdown, so no ``finally`` of the server
+    would run; a SIGKILL runs nothing)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def with_learner(config: ServeConfig, learner: Any) -> None:
+    """``serve --learn``: the learner (``python -m tttembed loop ...``, niced, one torch
+    thread) runs as a child process beside the server and stops with it."""
+    import subprocess
+    import sys
+
+    check_states(config)
+    child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()],
+                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    try:
+        run(config)
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 def run(config: ServeConfig) -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import hmac
 import os
 import signal
+import socket
+import threading
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -42,6 +45,44 @@ class Service:
         self._key = config.api_key()
         self._key_bytes = self._key.encode() if self._key else None
         self.background: set[Any] = set()
+        self.store = self._open_store()
+        self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        self._watching = threading.Event()
+        self._doc_ids: frozenset[str] | None = None
+
+    def _open_store(self) -> Any:
+        if not self.config.registry:
+            return None
+        from tttembed.loop.store import open_store
+
+        return open_store(self.config.store, self.config.registry)
+
+    @property
+    def doc_ids(self) -> frozenset[str]:
+        if self._doc_ids is None:
+            self._doc_ids = frozenset(self.index.doc_ids)
+        return self._doc_ids
+
+    def watch_registry(self) -> None:
+        """Poll the registry's served version (a daemon thread) and swap it in when it
+        changes: promotions and rollbacks reach this process within ``registry_poll_s``."""
+        if self.registry.versions is None or self._watching.is_set():
+            return
+        self._watching.set()
+
+        def watch() -> None:
+            mark = self.registry.served_mark()
+            while self._watching.is_set():
+                time.sleep(self.config.registry_poll_s)
+                now = self.registry.served_mark()
+                if now != mark:
+                    swapped, _, _ = self.reload(roll_workers=False)
+                    mark = now if swapped else mark
+
+        threading.Thread(target=watch, name="tttembed-registry", daemon=True).start()
+
+    def stop_watching(self) -> None:
+        self._watching.clear()
 
     def authorized(self, request: Request) -> bool:
         if self._key_bytes is None:
@@ -50,9 +91,9 @@ class Service:
         return scheme.lower() == "bearer" and hmac.compare_digest(
             token.strip().encode(), self._key_bytes)
 
-    def reload(self) -> tuple[bool, Any, str | None]:
+    def reload(self, roll_workers: bool = True) -> tuple[bool, Any, str | None]:
         swapped, snap, error = self.registry.reload()
         self.metrics.reload(swapped, snap.generation)
-        if swapped and self.config.workers > 1:
+        if swapped and roll_workers and self.config.workers > 1:
             os.kill(os.getppid(), signal.SIGHUP)  # uvicorn rolls every worker over
         return swapped, snap, error

@@ -41,8 +41,14 @@ class StateRegistry:
     """Holds the current :class:`Snapshot`; ``reload()`` swaps it atomically."""
 
     def __init__(self, config: ServeConfig, index: Index) -> None:
+        from tttembed.registry.versions import Registry
+
         self.config = config
         self.index = index
+        self.versions = None if not config.registry else Registry(
+            config.registry, create=True, index={
+                "identity": index.identity, "index": str(index.path),
+                "corpus_fingerprint": str(index.manifest.get("corpus_fingerprint", ""))})
         self._lock = threading.Lock()
         self._current = self._build(1)
         self.last_reload: dict[str, Any] = {"ok": True, "at": self._current.loaded_at,
@@ -52,14 +58,36 @@ class StateRegistry:
     def current(self) -> Snapshot:
         return self._current
 
+    def _paths(self) -> tuple[str | None, list[str]]:
+        """The registry's served version and its state file, or the ``--state`` files."""
+        if self.versions is None:
+            return None, list(self.config.states)
+        name = self.versions.served()
+        if name is None:
+            return None, []
+        v = self.versions.get(name)
+        return name, [str(v.state_path)] if v.state_path.exists() else []
+
     def _build(self, generation: int) -> Snapshot:
         states, mtimes = [], []
-        for path in self.config.states:
+        version, paths = self._paths()
+        for path in paths:
             mtime = os.stat(path).st_mtime if os.path.exists(path) else 0.0
             states.append(load_state(path))
             mtimes.append(mtime)
         check_states(states, self.index, allow_foreign=self.config.allow_foreign_state)
-        return Snapshot(generation, tuple(states), tuple(mtimes), _text_map(self.config))
+        return Snapshot(generation, tuple(states), tuple(mtimes), _text_map(self.config),
+                        version=version)
+
+    def served_mark(self) -> tuple[int, int] | None:
+        """What changes when the registry's served version does (None: no registry)."""
+        if self.versions is None:
+            return None
+        try:
+            st = os.stat(self.versions.root / "served.json")
+        except FileNotFoundError:
+            return (0, 0)
+        return (st.st_mtime_ns, st.st_size)
 
     def reload(self) -> tuple[bool, Snapshot, str | None]:
         """Re-read every state and query file; swap only if all of them load.

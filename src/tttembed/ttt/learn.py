@@ -52,7 +52,7 @@ from tttembed.ttt.rewards import (
     make_plan,
     score_pairs,
 )
-from tttembed.ttt.select import CoefFor, mixed_state, rewards_coef, select_methods
+from tttembed.ttt.select import CoefFor, mixed_state, restrict, rewards_coef, select_methods
 
 #: One source of rewarded queries: the queries, their base retrieval, the index they
 #: were retrieved from (each task of an evaluation has its own index).
@@ -148,12 +148,13 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
 def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                pay: Pay, *, objective: str = "kd", folds: int = FOLDS, seed: int = 0,
                validate_cap: int | None = None, coef_for: CoefFor | None = None,
-               **meta: Any) -> AdaptState | None:
+               scopes: Sequence[str] | None = None, **meta: Any) -> AdaptState | None:
     """``--method auto``: per task, the deployable state the validation says helps
     (:mod:`tttembed.ttt.select`), as one ``mixed`` state (None when no query has a finite
     reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
     tenth of the rewarded pairs); ``coef_for`` gives Qdrant's coefficients (default:
-    fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`)."""
+    fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`); ``scopes`` limits
+    the choice to those parts (:func:`~tttembed.ttt.select.restrict`; default: all)."""
     table = reward_rows(sources, rewards)
     if not table.keys:
         return None
@@ -168,6 +169,8 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
     chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
                             folds=folds, seed=seed, coef_for=coef_for, table=table)
     chosen = replace(chosen, coefficients=coefficients)
+    if scopes is not None:
+        chosen = restrict(chosen, scopes)
     template = learned["task"]
     assert template is not None  # the table is not empty
     return mixed_state(chosen, learned, table, coef_for, template, **meta)

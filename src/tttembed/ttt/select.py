@@ -25,7 +25,7 @@ search, serving, MTEB and the vector databases apply it unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -130,6 +130,17 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
 
 
 Evidence = dict[str, dict[str, dict[str, float]]]
+
+
+def restrict(selection: Selection, scopes: Sequence[str]) -> Selection:
+    """The same evidence, each task's choice made among the parts ``scopes`` allow
+    (``global``, ``task``: shared parts; ``query``: every query-level method). A query
+    part was measured against the shared part chosen without the restriction."""
+    shared = {t: best_method({m: e[m] for m in SHARED if m in e and m in scopes}, "raw")
+              for t, e in selection.evidence.items()}
+    query = {t: best_method({m: e[m] for m in QUERY_LEVEL if m in e}, "none")
+             if "query" in scopes else "none" for t, e in selection.evidence.items()}
+    return replace(selection, shared=shared, query=query)
 
 
 @dataclass
@@ -345,5 +356,5 @@ def _query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | 
     return np.asarray(u, np.float32) - x, 1.0, 1
 
 
-__all__ = ["METHODS", "QUERY_LEVEL", "SELECT_VERSION", "SHARED", "CoefFor", "Selection",
+__all__ = ["METHODS", "QUERY_LEVEL", "SELECT_VERSION", "SHARED", "CoefFor", "Selection", "restrict",
            "mixed_state", "rewards_coef", "select_methods"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,15 +39,23 @@ class Snapshot:
     mtimes: tuple[float, ...]
     qids: Mapping[str, Mapping[str, str]]
     loaded_at: str = field(default_factory=now_iso)
+    #: the registry version these states are (None: ``--state`` files, or raw)
+    version: str | None = None
 
     def qid(self, task: str, text: str) -> str | None:
         return self.qids.get(task, {}).get(text)
 
-    @property
+    @cached_property
     def known_tasks(self) -> list[str]:
-        """The tasks a state (task- or query-wise) or a query file names."""
-        named = {t for st in self.states if st.scope != "global" for t in st.tasks}
-        return sorted(named | set(self.qids))
+        """The tasks a state (task- or query-wise) or a query file names (once per
+        snapshot: it never changes)."""
+        return sorted(self.known_task_set)
+
+    @cached_property
+    def known_task_set(self) -> frozenset[str]:
+        """:attr:`known_tasks` for membership tests."""
+        named = {t for st in self.states if st.scope != "global" for t in st._tasks}
+        return frozenset(named | set(self.qids))
 
     def for_task(self, task: str) -> tuple[AdaptState, ...]:
         if task == RAW_ONLY:

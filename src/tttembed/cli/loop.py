@@ -1,0 +1,149 @@
+"""``tttembed loop`` (the learner alone, beside N serve replicas) and ``tttembed states``
+(the registry's versions: list / show / promote / rollback / diff)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from tttembed.cli._common import emit_json, handle_errors, quiet_libraries
+from tttembed.cli._options import JsonOpt
+
+RegistryOpt = Annotated[Path, typer.Option("--registry", help="The state registry folder (created when absent): versions, served.json, the learner's loop.json and, by default, the feedback store loop.sqlite.")]
+JudgeOpt = Annotated[str, typer.Option("--judge", help="Scorer spec of the background judge (rerank:MODEL@URL, llm:MODEL@URL, qwen3-reranker:PATH, cross-encoder:PATH, bm25). Judges that read judgments by query id (qrels:, noisy-qrels:) cannot score live traffic.")]
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Feedback store shared by the replicas: postgresql://USER@HOST/DB for several, or a SQLite path; default: loop.sqlite in the registry.")]
+JudgeBudgetOpt = Annotated[int, typer.Option("--judge-budget", min=0, help="Judge pairs to pay in total (served pairs, validation and drift re-scores; pairs the ledger already holds are free).")]
+JudgeRpmOpt = Annotated[float, typer.Option("--judge-rpm", min=0.001, help="Most judge pairs a minute.")]
+LearnEveryOpt = Annotated[int, typer.Option("--learn-every", min=1, help="New rewarded pairs between learning cycles (a cycle also runs when the judge has nothing left to do).")]
+LoopScopeOpt = Annotated[str, typer.Option("--scope", help="Comma-separated parts a version may use: query (query-wise, by the query's text), task, global.")]
+LoopCorpusOpt = Annotated[Optional[Path], typer.Option("--corpus", help="The documents' texts (BEIR folder or corpus.jsonl) for the judge; default: the index's source.")]
+AuditOpt = Annotated[Optional[str], typer.Option("--audit", help="qrels:PATH of people's judgments: each cycle the judge's AUC on them is measured and a low one freezes promotions.")]
+
+
+def loop_config(registry: Path | None, index: Path, judge: str | None, **kw: Any) -> Any:
+    """The LoopConfig of the CLI's options (``scope`` a comma-separated list)."""
+    from tttembed.loop.config import LoopConfig
+
+    scope = str(kw.pop("scope", "query,task"))
+    options: dict[str, Any] = {k: (str(v) if isinstance(v, Path) else v) for k, v in kw.items()}
+    return LoopConfig(registry=str(registry), index=str(index), judge=str(judge),
+                      scopes=tuple(s.strip() for s in scope.split(",") if s.strip()),
+                      **options)
+
+
+@handle_errors
+def loop(
+    registry: RegistryOpt,
+    index: Annotated[Path, typer.Option("--index", "-i", help="The index the replicas serve.")],
+    judge: JudgeOpt,
+    store: StoreOpt = None,
+    corpus: LoopCorpusOpt = None,
+    judge_budget: JudgeBudgetOpt = 1000,
+    judge_rpm: JudgeRpmOpt = 600.0,
+    learn_every: LearnEveryOpt = 100,
+    scope: LoopScopeOpt = "query,task",
+    judge_depth: Annotated[int, typer.Option("--judge-depth", min=1, help="Served ranks the judge considers per query.")] = 10,
+    depth: Annotated[int, typer.Option("--depth", min=1, help="Base-retrieval candidates per rewarded query when learning.")] = 100,
+    drift_sample: Annotated[int, typer.Option("--drift-sample", min=0, help="Past judge pairs re-scored each cycle by the drift audit.")] = 20,
+    drift_threshold: Annotated[float, typer.Option("--drift-threshold", min=0.0, max=1.0, help="Mean |old - new| reward above which promotions freeze.")] = 0.3,
+    audit: AuditOpt = None,
+    audit_min_auc: Annotated[float, typer.Option("--audit-min-auc", min=0.0, max=1.0, help="With --audit: the lowest AUC against people before promotions freeze.")] = 0.6,
+    seed: Annotated[int, typer.Option(help="Seed of the validation and the audit samples.")] = 0,
+    nice: Annotated[int, typer.Option("--nice", min=0, max=19, help="CPU priority offset of the learner (serving first).")] = 10,
+) -> None:
+    """Run the closed loop's learner: judge served pairs, learn, validate, promote."""
+    quiet_libraries()
+    from tttembed.loop.run import run_loop
+
+    config = loop_config(registry, index, judge, store=store, corpus=corpus,
+                         judge_budget=judge_budget, judge_rpm=judge_rpm,
+                         learn_every=learn_every, scope=scope, judge_depth=judge_depth,
+                         depth=depth, drift_sample=drift_sample,
+                         drift_threshold=drift_threshold, audit=audit,
+                         audit_min_auc=audit_min_auc, seed=seed, nice=nice)
+    typer.echo(f"learning into {registry} (Ctrl-C stops after the step in flight)", err=True)
+    run_loop(config)
+
+
+states_app = typer.Typer(help="The versions of a state registry.", no_args_is_help=True,
+                         add_completion=False, rich_markup_mode=None)
+DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The registry folder.", show_default=False)]
+VersionArg = Annotated[str, typer.Argument(metavar="VERSION", help="A version name (v1, v2, ...).", show_default=False)]
+
+
+def _registry(folder: Path) -> Any:
+    from tttembed.registry.versions import Registry
+
+    return Registry(folder)
+
+
+def _line(v: Any, served: str | None) -> str:
+    m = v.manifest
+    ev = m.get("evidence") or {}
+    gain = (f"{ev.get('gain', 0):+.4f} [{ev.get('ci_low', 0):+.4f}, {ev.get('ci_high', 0):+.4f}]"
+            if ev else "-")
+    mark = "*" if v.name == served else " "
+    state = "promoted" if m.get("promoted") else "refused"
+    return (f"{mark} {v.name:<5} {m.get('created', ''):<20} parent {m.get('parent') or 'raw':<5} "
+            f"{state:<8} delta {gain}  {m.get('reason', '')}")
+
+
+@states_app.command("list")
+@handle_errors
+def states_list(folder: DirArg, as_json: JsonOpt = False) -> None:
+    """Every version, oldest first; * marks the one served."""
+    reg = _registry(folder)
+    served = reg.served()
+    if as_json:
+        emit_json({"served": served, "versions": [dict(v.manifest) for v in reg.versions()]})
+        return
+    typer.echo(f"{folder}: serving {served or 'raw vectors'}")
+    for v in reg.versions():
+        typer.echo(_line(v, served))
+
+
+@states_app.command("show")
+@handle_errors
+def states_show(folder: DirArg, version: VersionArg, as_json: JsonOpt = False) -> None:
+    """One version's manifest: parent, pairs, evidence, why promoted or refused."""
+    import json
+
+    v = _registry(folder).get(version)
+    if as_json:
+        emit_json(dict(v.manifest))
+        return
+    typer.echo(json.dumps(dict(v.manifest), indent=2, sort_keys=True))
+
+
+@states_app.command("promote")
+@handle_errors
+def states_promote(folder: DirArg, version: VersionArg) -> None:
+    """Serve VERSION now (running servers pick it up within seconds; thaws frozen promotions)."""
+    reg = _registry(folder)
+    reg.promote(version, by="user", reason="promoted by hand")
+    typer.echo(f"{folder}: serving {version}")
+
+
+@states_app.command("rollback")
+@handle_errors
+def states_rollback(folder: DirArg, version: Annotated[Optional[str], typer.Argument(metavar="[VERSION]", help="The version to serve; default: the one the current version replaced (raw when none).", show_default=False)] = None) -> None:
+    """Serve an earlier version (running servers pick it up within seconds)."""
+    record = _registry(folder).rollback(version, by="user")
+    typer.echo(f"{folder}: serving {record['served'] or 'raw vectors'}")
+
+
+@states_app.command("diff")
+@handle_errors
+def states_diff(folder: DirArg, a: VersionArg, b: VersionArg, as_json: JsonOpt = False) -> None:
+    """What changes from version A to version B: keys added, removed, changed."""
+    d = _registry(folder).diff(a, b)
+    if as_json:
+        emit_json(d)
+        return
+    typer.echo(f"{a} -> {b}: {len(d['added'])} keys added, {len(d['removed'])} removed, "
+               f"{len(d['changed'])} changed, {d['unchanged']} unchanged")
+    for name in ("added", "removed", "changed"):
+        for key in d[name][:20]:
+            typer.echo(f"  {name[0] if name != 'changed' else '~'} {key}")

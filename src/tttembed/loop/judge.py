@@ -1,0 +1,114 @@
+"""The background judge: which served (query, document) pairs to pay for next, and paying
+them within the budget and the rate, every reward committed as it arrives.
+
+Priority (:func:`pending_pairs`): a query's weight is how often it was served, each time
+discounted by its age (half-life ``half_life_s``: recent and repeated queries first),
+and divided by ``1 + judged / depth`` (a query whose lists are already judged yields to
+one nobody has judged yet: the budget reaches new queries, not only the head's re-ranked
+lists); a pair's is its query's weight over ``log2(rank + 2)`` of its best served rank
+(top ranks first). Pairs already judged are skipped. Paying goes through the ledger (a pair the
+ledger already holds costs nothing and is not counted against the budget) and each
+query's rewards go to the store as soon as they come back (a kill loses nothing paid).
+Nothing here runs on a request's path: the learner's process calls it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tttembed.loop.store import Reward, SearchLog, Store
+from tttembed.score.base import Item, Scorer
+from tttembed.ttt.rewards import doc_items
+
+#: (task, query text, doc id)
+Triple = tuple[str, str, str]
+
+
+def pending_pairs(searches: Iterable[SearchLog], judged: set[Triple],
+                  lists: Callable[[SearchLog], Sequence[str]], *, depth: int, now: float,
+                  half_life_s: float = 600.0, per_query: int | None = None) -> list[Triple]:
+    """Unjudged pairs of the served lists, best first (module docstring); a query with
+    ``per_query`` (default ``depth``) pairs judged has none pending: the documents a new
+    version brings into its list are judged by the promotion check, which needs them."""
+    weight: dict[tuple[str, str], float] = {}
+    best_rank: dict[Triple, int] = {}
+    for s in searches:
+        key = (s.task, s.query)
+        weight[key] = weight.get(key, 0.0) + 0.5 ** (max(now - s.created, 0.0) / half_life_s)
+        for rank, doc in enumerate(list(lists(s))[:depth]):
+            t = (s.task, s.query, doc)
+            if t not in judged and rank < best_rank.get(t, depth):
+                best_rank[t] = rank
+    done: dict[tuple[str, str], int] = {}
+    for task, query, _ in judged:
+        done[(task, query)] = done.get((task, query), 0) + 1
+    cap = depth if per_query is None else per_query
+    scored = [(-weight[(t[0], t[1])] / (1 + done.get((t[0], t[1]), 0) / depth)
+               / math.log2(r + 2), t) for t, r in best_rank.items()
+              if done.get((t[0], t[1]), 0) < cap]
+    return [t for _, t in sorted(scored)]
+
+
+@dataclass
+class Bucket:
+    """A token bucket: ``rpm`` pairs a minute, bursts of at most a minute's worth."""
+
+    rpm: float
+    tokens: float = 0.0
+    at: float = field(default_factory=time.monotonic)
+
+    def take(self, want: int) -> int:
+        now = time.monotonic()
+        self.tokens = min(self.rpm, self.tokens + self.rpm * (now - self.at) / 60.0)
+        self.at = now
+        got = int(min(want, math.floor(self.tokens)))
+        self.tokens -= got
+        return max(got, 0)
+
+
+class Judge:
+    """Pays pairs through ``scorer`` (a LedgerScorer) and records them in ``store``."""
+
+    def __init__(self, scorer: Scorer, corpus: Mapping[str, Mapping[str, str]],
+                 store: Store) -> None:
+        self.scorer = scorer
+        self.corpus = corpus
+        self.store = store
+
+    def _new_to_ledger(self, query: str, items: Sequence[Item]) -> list[bool]:
+        """Which pairs the ledger does not hold yet (all of them without a ledger)."""
+        known = getattr(self.scorer, "known", None)
+        if known is None:
+            return [True] * len(items)
+        return [int(known(query, [it.text])) == 0 for it in items]
+
+    def pay(self, pairs: Sequence[Triple], *, source: str = "judge",
+            trusted: bool = True) -> tuple[dict[Triple, float], int]:
+        """Rewards of ``pairs`` and how many were new to the ledger (paid), each query's
+        rewards stored as soon as it is answered."""
+        by_query: dict[tuple[str, str], list[str]] = {}
+        for task, query, doc in pairs:
+            docs = by_query.setdefault((task, query), [])
+            if doc not in docs:
+                docs.append(doc)
+        out: dict[Triple, float] = {}
+        paid = 0
+        for (task, query), docs in by_query.items():
+            items = doc_items(docs, self.corpus)
+            new = self._new_to_ledger(query, items)
+            rewards = np.asarray(self.scorer.score(Item("", query), items), dtype=np.float64)
+            now = time.time()
+            self.store.add_rewards([Reward(task, query, d, float(r), now, source,
+                                           paid=n, trusted=trusted)
+                                    for d, r, n in zip(docs, rewards, new)])
+            paid += sum(new)
+            out.update({(task, query, d): float(r) for d, r in zip(docs, rewards)})
+        return out, paid
+
+
+__all__ = ["Bucket", "Judge", "Triple", "pending_pairs"]

@@ -1,0 +1,314 @@
+"""The closed loop's feedback store: the traffic log, explicit feedback and the judge's
+rewards, shared by every serve replica and the learner.
+
+Backends by spec string: a path or ``sqlite:PATH`` (the default, ``DIR/loop.sqlite`` in
+the registry; WAL mode, any number of readers, one writer at a time) and
+``postgresql://...`` (several replicas on several machines; :mod:`tttembed.loop.postgres`).
+Both run the same SQL (``?`` placeholders, rewritten for the driver that wants ``%s``).
+
+Tables:
+
+- ``searches``: one row per served query (``search_id``, task, text, time, the served
+  top-k ids as JSON, the version served, ``kind`` search or embeddings, the replica);
+- ``feedback``: explicit labels in [0, 1], unique per (search id or query, document):
+  a repeated POST stores nothing new;
+- ``rewards``: the judge's rewards for (task, query text, document), each committed as it
+  arrives (the ledger holds the paid-once record by text hashes; this is the loop's view,
+  with ``paid`` (new to the ledger) and ``trusted`` (cleared by the drift audit)).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tttembed.core.errors import ConfigError
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS searches (
+        search_id TEXT PRIMARY KEY, task TEXT NOT NULL, query TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, version TEXT, ids TEXT NOT NULL,
+        kind TEXT NOT NULL, replica TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS searches_created ON searches (created)",
+    """CREATE TABLE IF NOT EXISTS feedback (
+        fkey TEXT NOT NULL, doc_id TEXT NOT NULL, task TEXT NOT NULL, query TEXT NOT NULL,
+        search_id TEXT NOT NULL, label DOUBLE PRECISION NOT NULL,
+        created DOUBLE PRECISION NOT NULL, PRIMARY KEY (fkey, doc_id))""",
+    """CREATE TABLE IF NOT EXISTS rewards (
+        task TEXT NOT NULL, query TEXT NOT NULL, doc_id TEXT NOT NULL,
+        reward DOUBLE PRECISION, created DOUBLE PRECISION NOT NULL, source TEXT NOT NULL,
+        paid INTEGER NOT NULL, trusted INTEGER NOT NULL,
+        PRIMARY KEY (task, query, doc_id))""",
+)
+
+
+@dataclass(frozen=True)
+class SearchLog:
+    """One served query."""
+
+    search_id: str
+    task: str
+    query: str
+    created: float
+    version: str | None
+    ids: tuple[str, ...]
+    kind: str = "search"
+    replica: str = ""
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """One explicit label for a served document (``search_id`` "" when given by query)."""
+
+    task: str
+    query: str
+    doc_id: str
+    label: float
+    search_id: str = ""
+    created: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.search_id or f"q\x1f{self.task}\x1f{self.query}"
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One judged pair as the loop sees it."""
+
+    task: str
+    query: str
+    doc_id: str
+    reward: float
+    created: float
+    source: str = "judge"
+    paid: bool = True
+    trusted: bool = True
+
+
+class Store(Protocol):
+    """What serve replicas and the learner share (SQLite or PostgreSQL)."""
+
+    url: str
+
+    def log_searches(self, rows: Sequence[SearchLog]) -> None: ...
+    def get_search(self, search_id: str) -> SearchLog | None: ...
+    def searches(self, since: float = 0.0) -> list[SearchLog]: ...
+    def add_feedback(self, rows: Sequence[Feedback]) -> int: ...
+    def feedback(self) -> list[Feedback]: ...
+    def add_rewards(self, rows: Sequence[Reward]) -> None: ...
+    def rewards(self, trusted_only: bool = True) -> list[Reward]: ...
+    def distrust(self, since: float) -> int: ...
+    def counts(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+class SQLStore:
+    """The SQL both backends run; subclasses give ``_connect`` and the placeholder."""
+
+    url = ""
+    placeholder = "?"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: Any = None
+
+    # -- plumbing ---------------------------------------------------------------------
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        with self._lock:
+            if self._conn is None:
+                self._conn = self._connect()
+            conn = self._conn
+            try:
+                cur = conn.cursor()
+                yield cur
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+
+    def _init_schema(self) -> None:
+        with self._tx() as cur:
+            for sql in SCHEMA:
+                cur.execute(sql)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- traffic ----------------------------------------------------------------------
+    def log_searches(self, rows: Sequence[SearchLog]) -> None:
+        if not rows:
+            return
+        with self._tx() as cur:
+            cur.executemany(self._sql(
+                "INSERT INTO searches (search_id, task, query, created, version, ids, kind, "
+                "replica) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                [(r.search_id, r.task, r.query, r.created, r.version, json.dumps(list(r.ids)),
+                  r.kind, r.replica) for r in rows])
+
+    def get_search(self, search_id: str) -> SearchLog | None:
+        with self._tx() as cur:
+            cur.execute(self._sql(
+                "SELECT search_id, task, query, created, version, ids, kind, replica "
+                "FROM searches WHERE search_id = ?"), (search_id,))
+            row = cur.fetchone()
+        return None if row is None else _search(row)
+
+    def searches(self, since: float = 0.0) -> list[SearchLog]:
+        with self._tx() as cur:
+            cur.execute(self._sql(
+                "SELECT search_id, task, query, created, version, ids, kind, replica "
+                "FROM searches WHERE created >= ? ORDER BY created, search_id"), (since,))
+            rows = cur.fetchall()
+        return [_search(r) for r in rows]
+
+    # -- feedback ---------------------------------------------------------------------
+    def add_feedback(self, rows: Sequence[Feedback]) -> int:
+        """Store each label once (by search id or query, and document): the count new."""
+        new = 0
+        with self._tx() as cur:
+            for f in rows:
+                cur.execute(self._sql(
+                    "INSERT INTO feedback (fkey, doc_id, task, query, search_id, label, "
+                    "created) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                    (f.key, f.doc_id, f.task, f.query, f.search_id, float(f.label),
+                     f.created or time.time()))
+                new += max(int(cur.rowcount or 0), 0)
+        return new
+
+    def feedback(self) -> list[Feedback]:
+        with self._tx() as cur:
+            cur.execute("SELECT task, query, doc_id, label, search_id, created FROM feedback "
+                        "ORDER BY created")
+            rows = cur.fetchall()
+        return [Feedback(r[0], r[1], r[2], float(r[3]), r[4], float(r[5])) for r in rows]
+
+    # -- rewards ----------------------------------------------------------------------
+    def add_rewards(self, rows: Sequence[Reward]) -> None:
+        if not rows:
+            return
+        with self._tx() as cur:
+            cur.executemany(self._sql(
+                "INSERT INTO rewards (task, query, doc_id, reward, created, source, paid, "
+                "trusted) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                [(r.task, r.query, r.doc_id, _finite(r.reward), r.created, r.source,
+                  int(r.paid), int(r.trusted)) for r in rows])
+
+    def rewards(self, trusted_only: bool = True) -> list[Reward]:
+        where = " WHERE trusted = 1" if trusted_only else ""
+        with self._tx() as cur:
+            cur.execute("SELECT task, query, doc_id, reward, created, source, paid, trusted "
+                        f"FROM rewards{where} ORDER BY created")
+            rows = cur.fetchall()
+        return [Reward(r[0], r[1], r[2], float("nan") if r[3] is None else float(r[3]),
+                       float(r[4]), r[5], bool(r[6]), bool(r[7])) for r in rows]
+
+    def distrust(self, since: float) -> int:
+        """Clear ``trusted`` on every reward judged at or after ``since`` (drift)."""
+        with self._tx() as cur:
+            cur.execute(self._sql("UPDATE rewards SET trusted = 0 WHERE created >= ? AND "
+                                  "trusted = 1"), (since,))
+            return max(int(cur.rowcount or 0), 0)
+
+    def counts(self) -> dict[str, Any]:
+        with self._tx() as cur:
+            out: dict[str, Any] = {}
+            for name, sql in (("searches", "SELECT COUNT(*) FROM searches"),
+                              ("feedback", "SELECT COUNT(*) FROM feedback"),
+                              ("rewards", "SELECT COUNT(*) FROM rewards"),
+                              ("paid", "SELECT COALESCE(SUM(paid), 0) FROM rewards"),
+                              ("untrusted", "SELECT COUNT(*) FROM rewards WHERE trusted = 0")):
+                cur.execute(sql)
+                out[name] = int(cur.fetchone()[0])
+            cur.execute("SELECT COALESCE(version, ''), COUNT(*) FROM searches GROUP BY version")
+            out["by_version"] = {(v or "raw"): int(n) for v, n in cur.fetchall()}
+        return out
+
+
+def _finite(value: float) -> float | None:
+    return None if value != value else float(value)
+
+
+def _search(row: Sequence[Any]) -> SearchLog:
+    return SearchLog(row[0], row[1], row[2], float(row[3]), row[4],
+                     tuple(json.loads(row[5])), row[6], row[7])
+
+
+class SQLiteStore(SQLStore):
+    """The store in one SQLite file (WAL; one writer at a time, others wait)."""
+
+    def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.url = f"sqlite:{self.path}"
+        self.timeout = timeout
+        self._init_schema()
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, check_same_thread=False)
+            _wal(conn, self.timeout)
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"feedback store {self.path} is unreadable: {exc} (move it "
+                              "aside to start a new one)") from exc
+        return conn
+
+
+def _wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch to WAL. Two processes opening a new file at once make this fail at once
+    with "database is locked" (the busy timeout does not cover it): try again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def open_store(spec: str | None, registry: str | Path | None = None) -> Store:
+    """The store a spec names: ``postgresql://...``, ``sqlite:PATH`` or a path; None:
+    ``loop.sqlite`` in the registry folder."""
+    if spec is None:
+        if registry is None:
+            raise ConfigError("give --store (postgresql://... or a SQLite path) or --registry")
+        return SQLiteStore(Path(registry) / "loop.sqlite")
+    from tttembed.core.registry import create, split_spec
+
+    scheme, _ = split_spec(spec)
+    if "/" in scheme or "\\" in scheme or scheme == spec.strip() or len(scheme) == 1:
+        return SQLiteStore(spec)  # a plain path (or a Windows drive letter)
+    store: Store = create("store", spec)
+    return store
+
+
+def sqlite_from_spec(rest: str) -> SQLiteStore:
+    """``sqlite:PATH``."""
+    if not rest:
+        raise ConfigError("sqlite: needs a path, e.g. sqlite:/srv/tttembed/loop.sqlite")
+    return SQLiteStore(rest)
+
+
+__all__ = ["Feedback", "Reward", "SQLStore", "SQLiteStore", "SearchLog", "Store", "open_store",
+           "sqlite_from_spec"]

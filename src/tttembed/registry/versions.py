@@ -1,0 +1,213 @@
+"""A registry of state versions on disk: what the closed loop registers and promotes and
+what ``tttembed serve --registry DIR`` serves.
+
+Layout of ``DIR``::
+
+    registry.json          the registry's manifest (format, index identity, corpus)
+    versions/v1/           one folder per version, written whole or not at all:
+        vectors.npz        the state (its JSON sidecar beside it)
+        version.json       the version's manifest: parent, time, pairs, evidence,
+                           promoted or refused and why
+    served.json            the version served now and the history of promotions and
+                           rollbacks (replaced in one rename: a reader sees old or new)
+
+A version folder is immutable once written. Promoting or rolling back rewrites only
+``served.json`` (under the registry's writer lock); a server polls it and swaps the new
+state in whole. Nothing here learns or judges: :mod:`tttembed.loop` does.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tttembed.adapt.state import AdaptState, load_state, save_state
+from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.core.io import atomic_directory, now_utc, read_json, write_json
+from tttembed.core.locks import writer_lock
+
+FORMAT = "tttembed-registry"
+FORMAT_VERSION = 1
+STATE_FILE = "vectors.npz"
+_NAME = re.compile(r"v(\d+)")
+_FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made"
+
+
+@dataclass(frozen=True)
+class Version:
+    """One registered version: its name (``v1``, ``v2``, ...), its folder and manifest."""
+
+    name: str
+    path: Path
+    manifest: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / STATE_FILE
+
+    @property
+    def number(self) -> int:
+        return int(self.name[1:])
+
+    @property
+    def promoted(self) -> bool:
+        return bool(self.manifest.get("promoted"))
+
+    def load(self) -> AdaptState:
+        return load_state(self.state_path)
+
+
+def version_number(name: str) -> int:
+    m = _NAME.fullmatch(str(name).strip())
+    if not m:
+        raise ConfigError(f"not a version name: {name!r} (versions are v1, v2, ...; "
+                          "`tttembed states list DIR` lists them)")
+    return int(m.group(1))
+
+
+class Registry:
+    """Versions of one index's states under ``root`` (created with ``create=True``)."""
+
+    def __init__(self, root: str | Path, *, create: bool = False,
+                 index: Mapping[str, Any] | None = None) -> None:
+        self.root = Path(root)
+        manifest_path = self.root / "registry.json"
+        if not manifest_path.exists():
+            if not create:
+                raise DataError("not a state registry (no registry.json)", path=self.root,
+                                fix=_FIX)
+            self.root.mkdir(parents=True, exist_ok=True)
+            with writer_lock(manifest_path, wait=True):
+                if not manifest_path.exists():
+                    write_json(manifest_path, {"format": FORMAT, "format_version": FORMAT_VERSION,
+                                               "created": _now(), **dict(index or {})})
+        self.manifest = read_json(manifest_path, what="registry manifest", fix=_FIX)
+        if not isinstance(self.manifest, dict) or self.manifest.get("format") != FORMAT:
+            raise DataError(f"not a registry manifest (format is not {FORMAT!r})",
+                            path=manifest_path, fix=_FIX)
+        if index:
+            self.check_index(index)
+
+    # -- reading ----------------------------------------------------------------------
+    def check_index(self, index: Mapping[str, Any]) -> None:
+        """Refuse a registry made for another index (embedder identity or corpus)."""
+        for key in ("identity", "corpus_fingerprint"):
+            mine, theirs = self.manifest.get(key), index.get(key)
+            if mine and theirs and mine != theirs:
+                raise StateMismatch(f"registry {self.root} holds states for {key} {mine!r}, "
+                                    f"the index has {theirs!r}: give the index it was made "
+                                    "for, or a new registry folder")
+
+    def versions(self) -> list[Version]:
+        """Every complete version, oldest first (a half-written one is never listed)."""
+        folder = self.root / "versions"
+        if not folder.is_dir():
+            return []
+        out = []
+        for p in folder.iterdir():
+            if _NAME.fullmatch(p.name) and (p / "version.json").is_file():
+                out.append(Version(p.name, p, read_json(p / "version.json",
+                                                        what="version manifest")))
+        return sorted(out, key=lambda v: v.number)
+
+    def get(self, name: str) -> Version:
+        version_number(name)
+        path = self.root / "versions" / name
+        if not (path / "version.json").is_file():
+            known = ", ".join(v.name for v in self.versions()) or "none yet"
+            raise ConfigError(f"registry {self.root} has no version {name!r} (versions: "
+                              f"{known})")
+        return Version(name, path, read_json(path / "version.json", what="version manifest"))
+
+    def served_record(self) -> dict[str, Any]:
+        path = self.root / "served.json"
+        if not path.exists():
+            return {"served": None, "history": []}
+        record = read_json(path, what="served-version record", fix=_FIX)
+        if not isinstance(record, dict) or "served" not in record:
+            raise DataError("corrupt served-version record", path=path, fix=_FIX)
+        return record
+
+    def served(self) -> str | None:
+        """The version served now (None: raw vectors)."""
+        return self.served_record().get("served")
+
+    # -- writing ----------------------------------------------------------------------
+    def register(self, state: AdaptState | None, **manifest: Any) -> Version:
+        """Write a new version (the state and its manifest) whole, not promoted. ``state``
+        None: a version that applies nothing (raw), kept for its evidence."""
+        with writer_lock(self.root / "registry.json", wait=True):
+            versions = self.versions()
+            number = max((v.number for v in versions), default=0) + 1
+            name = f"v{number}"
+            record = {"version": name, "created": _now(), "promoted": False,
+                      "applies": state is not None, **manifest}
+            with atomic_directory(self.root / "versions" / name) as tmp:
+                if state is not None:
+                    save_state(tmp / STATE_FILE, state)
+                write_json(tmp / "version.json", record)
+        return self.get(name)
+
+    def _update(self, name: str, manifest: Mapping[str, Any]) -> None:
+        v = self.get(name)
+        write_json(v.path / "version.json", {**v.manifest, **manifest})
+
+    def promote(self, name: str, *, by: str = "user", reason: str = "") -> dict[str, Any]:
+        """Serve ``name`` from now on; returns the new served record."""
+        v = self.get(name)
+        return self._serve(v.name, "promote", by, reason)
+
+    def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]:
+        """Serve ``to``, or the version served before the current one (raw when none)."""
+        record = self.served_record()
+        if to is None:
+            current = record.get("served")
+            before = [h.get("from") for h in record["history"]
+                      if h.get("action") == "promote" and h.get("version") == current]
+            to = before[-1] if before else None  # what its promotion replaced
+            if current is None:
+                raise ConfigError(f"registry {self.root} serves raw vectors: nothing to roll "
+                                  "back (give a version: `tttembed states rollback DIR v1`)")
+        if to is not None:
+            self.get(to)
+        return self._serve(to, "rollback", by, "")
+
+    def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
+        path = self.root / "served.json"
+        with writer_lock(path, wait=True):
+            record = self.served_record()
+            entry = {"action": action, "version": name, "from": record.get("served"),
+                     "at": _now(), "time": time.time(), "by": by, "reason": reason}
+            record = {"served": name, "history": [*record.get("history", []), entry]}
+            write_json(path, record)
+            if name is not None and action == "promote":
+                self._update(name, {"promoted": True, "promoted_at": entry["at"]})
+        return record
+
+    def diff(self, a: str, b: str) -> dict[str, Any]:
+        """What changes from version ``a`` to ``b``: keys added, removed, changed."""
+        sa, sb = _keys(self.get(a)), _keys(self.get(b))
+        common = sorted(set(sa) & set(sb))
+        changed = [k for k in common if sa[k] != sb[k]]
+        return {"from": a, "to": b, "added": sorted(set(sb) - set(sa)),
+                "removed": sorted(set(sa) - set(sb)), "changed": changed,
+                "unchanged": len(common) - len(changed)}
+
+
+def _keys(v: Version) -> dict[str, tuple[float, ...]]:
+    if not v.state_path.exists():
+        return {}
+    st = v.load()
+    return {k: (round(float(st.alpha[i]), 6), *(round(float(x), 5) for x in st.vectors[i][:8]))
+            for i, k in enumerate(st.keys)}
+
+
+def _now() -> str:
+    return now_utc()
+
+
+__all__ = ["FORMAT", "Registry", "STATE_FILE", "Version", "version_number"]

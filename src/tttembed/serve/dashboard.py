@@ -1,0 +1,375 @@
+"""``GET /dashboard``: the closed loop's status (``GET /v1/loop``) as one self-contained
+HTML page. No build step, no script, nothing fetched: inline CSS and inline SVG, and a
+``<meta http-equiv="refresh">`` that reloads it every few seconds.
+
+:func:`render_dashboard` is pure: a status mapping in, a page out. Every field may be
+missing or null; every string is escaped.
+
+Machine-readable contract (what tests and scrapers read): each value shown carries
+``data-field="NAME"`` and ``data-value="EXACT"`` (strings as they are; numbers, booleans and
+null as JSON: ``0.05``, ``true``, ``null``); the element's text is for people. The
+loop-wide fields sit outside any row; a version's fields sit inside its
+``<tr data-version="NAME">``, a state's queries served inside ``<tr data-state="NAME">``
+(``raw`` included). Timeline markers are ``<g data-marker="NAME" data-kind="promoted|refused|
+unknown" data-served="true|false">``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: Seconds between reloads of the page.
+REFRESH_SECONDS = 5
+#: The loop-wide fields, in the order a status mapping lists them.
+TOP_FIELDS = ("version", "learning", "idle", "pairs_judged", "judge_budget", "judge_budget_left",
+              "feedback_received", "frozen", "reason", "searches", "cycles", "updated")
+#: A version's evidence fields (a difference against the version served before it).
+EVIDENCE_FIELDS = ("gain", "ci_low", "ci_high", "p", "queries", "validation_pairs")
+#: A version's pair counts, shown as ``pairs_<name>``.
+PAIR_FIELDS = ("judged", "feedback", "validation")
+
+_CSS = """
+:root{--fg:#1f2933;--muted:#6b7785;--line:#d9dee5;--bg:#f4f6f9;--card:#fff;--green:#1a7f37;
+--red:#c62828;--blue:#0b5cad;--amber:#b26a00}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,
+"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:1160px;margin:0 auto;padding:20px 24px 40px}
+header{display:flex;flex-wrap:wrap;align-items:baseline;gap:12px 20px;margin-bottom:14px}
+h1{font-size:22px;margin:0}
+h2{font-size:15px;margin:0 0 10px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}
+.meta{color:var(--muted)}
+.badge{display:inline-block;padding:2px 9px;border-radius:999px;font-weight:600;font-size:12px;
+border:1px solid var(--line);background:#eef1f5;color:var(--fg)}
+.badge.served{background:var(--blue);border-color:var(--blue);color:#fff;font-size:14px}
+.badge.on{background:#e3effc;border-color:#9cc3ee;color:var(--blue)}
+.badge.live{background:#e6f4ea;border-color:#a6d4b2;color:var(--green)}
+.badge.frozen{background:var(--red);border-color:var(--red);color:#fff}
+.badge.ok{background:#e6f4ea;border-color:#a6d4b2;color:var(--green)}
+.badge.no{background:#fdecea;border-color:#f1b0aa;color:var(--red)}
+.banner{background:#b71c1c;color:#fff;border-radius:8px;padding:14px 18px;margin:0 0 16px;
+font-size:16px}
+.banner strong{font-size:20px;letter-spacing:.08em;margin-right:10px}
+.note{color:var(--muted);margin:0 0 14px}
+.cards{display:grid;grid-template-columns:2fr 1fr 1fr 1fr;gap:14px;margin-bottom:16px}
+.card,section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 16px}
+section{margin-bottom:16px}
+.big{font-size:26px;font-weight:650}
+.bar{height:12px;background:#e6e9ee;border-radius:6px;overflow:hidden;margin:8px 0 6px}
+.fill{height:100%;background:var(--green)}
+.fill.warn{background:var(--amber)}.fill.full{background:var(--red)}
+table{border-collapse:collapse;width:100%}
+th,td{text-align:left;padding:7px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+th{font-size:12px;color:var(--muted);font-weight:600}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.served td{background:#eef5fd}
+tr.refused td{color:#4b5563}
+.pos{color:var(--green);font-weight:650}.neg{color:var(--red);font-weight:650}
+.muted{color:var(--muted)}
+.share{display:inline-block;height:8px;background:#9cc3ee;border-radius:4px;vertical-align:middle}
+.scroll{overflow-x:auto}
+.legend{color:var(--muted);font-size:12px;display:flex;gap:16px;margin-top:4px}
+.legend svg{vertical-align:middle;margin-right:4px}
+.nw{white-space:nowrap}
+td.reason{min-width:150px}
+td .badge.served{font-size:11px;margin-top:3px}
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _exact(value: Any) -> str:
+    """The value as a reader gets it back: strings unchanged, everything else as JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _real(value: Any) -> float | None:
+    """``value`` as a finite float, or None for anything else (bools included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _plain(value: Any) -> str:
+    """The escaped text a person reads for a value with no special format."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return _esc(value)
+
+
+def _field(name: str, value: Any, text: str | None = None, cls: str = "",
+           tag: str = "span") -> str:
+    """``<span data-field=name data-value=exact>text</span>``; ``text`` is trusted HTML."""
+    klass = f' class="{cls}"' if cls else ""
+    shown = _plain(value) if text is None else text
+    return (f'<{tag} data-field="{_esc(name)}" data-value="{_esc(_exact(value))}"{klass}>'
+            f"{shown}</{tag}>")
+
+
+def _signed(value: Any) -> str:
+    number = _real(value)
+    return "—" if number is None else f"{number:+.3f}"
+
+
+def _pvalue(value: Any) -> str:
+    number = _real(value)
+    if number is None:
+        return "—"
+    return f"{number:.3f}" if number >= 0.001 else f"{number:.1e}"
+
+
+def _as_map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _versions(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    rows = status.get("versions")
+    if not isinstance(rows, (list, tuple)):
+        return []
+    return [row for row in rows if isinstance(row, Mapping)]
+
+
+def _is_served(row: Mapping[str, Any], served: Any) -> bool:
+    flag = row.get("served")
+    if isinstance(flag, bool):
+        return flag
+    return served is not None and row.get("version") == served
+
+
+def _header(status: Mapping[str, Any]) -> str:
+    served = status.get("version")
+    learning, idle, frozen = status.get("learning"), status.get("idle"), status.get("frozen")
+    version = _field("version", served, _esc(served) if served else "raw", "badge served")
+    badges = [
+        _field("learning", learning, "learning" if learning is True else "not learning",
+               "badge on" if learning is True else "badge"),
+        _field("idle", idle, "idle" if idle is True else ("busy" if idle is False else "—"),
+               "badge"),
+        _field("frozen", frozen, "FROZEN" if frozen is True else "live",
+               "badge frozen" if frozen is True else "badge live"),
+    ]
+    meta = (f'cycles {_field("cycles", status.get("cycles"))} · '
+            f'searches {_field("searches", status.get("searches"))} · '
+            f'updated {_field("updated", status.get("updated"))}')
+    return (f"<header><h1>tttembed loop</h1><div>serving {version}</div>"
+            f'<div>{" ".join(badges)}</div><div class="meta">{meta}</div></header>')
+
+
+def _notice(status: Mapping[str, Any]) -> str:
+    """The FROZEN banner with its reason when frozen; otherwise the loop's note, if any."""
+    reason = status.get("reason")
+    if status.get("frozen") is True:
+        return ('<div class="banner" role="alert" data-banner="frozen"><strong>FROZEN</strong>'
+                f"no version is promoted until the loop is unfrozen: {_field('reason', reason)}"
+                "</div>")
+    return f'<p class="note">Loop note: {_field("reason", reason)}</p>'
+
+
+def _budget(status: Mapping[str, Any]) -> str:
+    judged, budget = status.get("pairs_judged"), status.get("judge_budget")
+    spent, total = _real(judged), _real(budget)
+    bar = '<div class="bar"></div>'
+    if spent is not None and total is not None and total > 0:
+        frac = min(max(spent / total, 0.0), 1.0)
+        cls = "fill full" if frac >= 1.0 else ("fill warn" if frac >= 0.8 else "fill")
+        bar = (f'<div class="bar" role="progressbar" aria-valuenow="{spent:g}" '
+               f'aria-valuemax="{total:g}"><div class="{cls}" '
+               f'style="width:{100 * frac:.1f}%"></div></div>')
+    return ('<div class="card"><h2>Judge budget (pairs)</h2>'
+            f'<div class="big">{_field("pairs_judged", judged)} '
+            f'<span class="muted">/ {_field("judge_budget", budget)}</span></div>{bar}'
+            f'<div>{_field("judge_budget_left", status.get("judge_budget_left"))} left</div>'
+            "</div>")
+
+
+def _cards(status: Mapping[str, Any]) -> str:
+    feedback = _field("feedback_received", status.get("feedback_received"))
+    served = sum(_real(n) or 0 for n in _as_map(status.get("queries_served")).values())
+    promoted = sum(1 for row in _versions(status) if row.get("promoted") is True)
+    return (f'<div class="cards">{_budget(status)}'
+            f'<div class="card"><h2>Feedback</h2><div class="big">{feedback}</div>'
+            '<div class="muted">pairs received from users</div></div>'
+            f'<div class="card"><h2>Versions</h2><div class="big">{len(_versions(status))}</div>'
+            f'<div class="muted">{promoted} promoted</div></div>'
+            f'<div class="card"><h2>Queries served</h2><div class="big">{served:.0f}</div>'
+            '<div class="muted">all states</div></div></div>')
+
+
+def _kind(row: Mapping[str, Any]) -> str:
+    promoted = row.get("promoted")
+    return "promoted" if promoted is True else ("refused" if promoted is False else "unknown")
+
+
+def _shape(kind: str, x: float, y: float) -> str:
+    """Promoted: a green circle; refused: a red diamond; unknown: a hollow grey circle."""
+    if kind == "promoted":
+        return f'<circle cx="{x}" cy="{y}" r="10" fill="#1a7f37"/>'
+    if kind == "refused":
+        pts = f"{x},{y - 11} {x + 11},{y} {x},{y + 11} {x - 11},{y}"
+        return f'<polygon points="{pts}" fill="#c62828"/>'
+    return f'<circle cx="{x}" cy="{y}" r="9" fill="#fff" stroke="#6b7785" stroke-width="2"/>'
+
+
+def _marker(name: str, kind: str, served: bool, x: float, tip: str) -> str:
+    y = 46
+    ring = (f'<circle cx="{x}" cy="{y}" r="17" fill="none" stroke="#0b5cad" stroke-width="3"/>'
+            f'<text x="{x}" y="{y - 24}" text-anchor="middle" font-size="11" font-weight="700"'
+            ' fill="#0b5cad">served</text>') if served else ""
+    label = name if len(name) <= 12 else name[:11] + "…"
+    weight = ' font-weight="700"' if served else ""
+    return (f'<g data-marker="{_esc(name)}" data-kind="{kind}" '
+            f'data-served="{"true" if served else "false"}"><title>{_esc(tip)}</title>{ring}'
+            f"{_shape(kind, x, y)}"
+            f'<text x="{x}" y="{y + 32}" text-anchor="middle" font-size="12"{weight} '
+            f'fill="#1f2933">{_esc(label)}</text></g>')
+
+
+def _timeline(status: Mapping[str, Any]) -> str:
+    rows, served = _versions(status), status.get("version")
+    step, pad = 96, 40
+    width = max(2 * pad + step * len(rows), 240)
+    last = pad + step * len(rows)
+    parts = [f'<line x1="{pad}" y1="46" x2="{last}" y2="46" stroke="#c3cad3" stroke-width="2"/>',
+             f'<g data-origin="raw"><title>raw vectors (no learned state)</title>'
+             f'<rect x="{pad - 8}" y="38" width="16" height="16" rx="3" fill="#6b7785"/>'
+             f'<text x="{pad}" y="78" text-anchor="middle" font-size="12" fill="#6b7785">raw'
+             "</text></g>"]
+    if served is None:
+        parts.append(f'<circle cx="{pad}" cy="46" r="17" fill="none" stroke="#0b5cad" '
+                     f'stroke-width="3"/><text x="{pad}" y="22" text-anchor="middle" '
+                     'font-size="11" font-weight="700" fill="#0b5cad">served</text>')
+    for i, row in enumerate(rows, 1):
+        name, kind = str(row.get("version") or "?"), _kind(row)
+        tip = f"{name}: {kind}" + (f" ({row.get('reason')})" if row.get("reason") else "")
+        parts.append(_marker(name, kind, _is_served(row, served), pad + step * i, tip))
+    empty = "" if rows else '<p class="muted">No versions yet: raw vectors are served.</p>'
+    return (f'<section><h2>Versions timeline</h2><div class="scroll"><svg role="img" '
+            f'aria-label="versions timeline" width="{width}" height="92" '
+            f'viewBox="0 0 {width} 92">{"".join(parts)}'
+            f"</svg></div>{empty}{_legend()}</section>")
+
+
+def _legend() -> str:
+    def icon(shape: str) -> str:
+        return (f'<svg width="22" height="22" viewBox="0 0 40 40">{shape}</svg>')
+
+    ring = '<circle cx="20" cy="20" r="15" fill="none" stroke="#0b5cad" stroke-width="4"/>'
+    return ('<div class="legend">'
+            f'<span>{icon(_shape("promoted", 20, 20))}promoted</span>'
+            f'<span>{icon(_shape("refused", 20, 20))}refused</span>'
+            f"<span>{icon(ring)}served</span>"
+            f'<span>{icon(_shape("unknown", 20, 20))}undecided</span></div>')
+
+
+def _evidence(row: Mapping[str, Any]) -> str:
+    """``Δ nDCG@10 vs parent v0 +0.050 [+0.010, +0.090], p 0.003, 40 queries``."""
+    ev = row.get("evidence")
+    if not isinstance(ev, Mapping):
+        return _field("evidence", None, '<span class="muted">no evidence</span>')
+    parent = row.get("parent")
+    base = f"parent {_esc(parent)}" if parent else "raw"
+    lo, hi = _real(ev.get("ci_low")), _real(ev.get("ci_high"))
+    tone = "pos" if lo is not None and lo > 0 else ("neg" if hi is not None and hi < 0 else "")
+    gain = _field("gain", ev.get("gain"), _signed(ev.get("gain")), tone)
+    ci = (f'[{_field("ci_low", ev.get("ci_low"), _signed(ev.get("ci_low")))}, '
+          f'{_field("ci_high", ev.get("ci_high"), _signed(ev.get("ci_high")))}]')
+    p = _field("p", ev.get("p"), _pvalue(ev.get("p")))
+    return (f'<span class="muted nw">Δ nDCG@10 vs {base}</span> <span class="nw">{gain} {ci},'
+            f'</span> <span class="nw">p {p},</span> <span class="nw">'
+            f'{_field("queries", ev.get("queries"))} queries,</span> <span class="nw">'
+            f'{_field("validation_pairs", ev.get("validation_pairs"))} validation pairs</span>')
+
+
+def _pairs(row: Mapping[str, Any]) -> str:
+    pairs = _as_map(row.get("pairs"))
+    return " · ".join(f'<span class="nw">{_field("pairs_" + name, pairs.get(name))} {name}</span>'
+                      for name in PAIR_FIELDS)
+
+
+def _version_row(row: Mapping[str, Any], served: bool) -> str:
+    name, kind = str(row.get("version") or "?"), _kind(row)
+    decision = {"promoted": ("promoted", "badge ok"), "refused": ("refused", "badge no")}.get(
+        kind, ("undecided", "badge"))
+    serving = _field("served", row.get("served"), "serving" if served else "",
+                     "badge served" if served else "")
+    classes = " ".join(c for c in ("served" if served else "", kind) if c)
+    parent = row.get("parent")
+    return (f'<tr data-version="{_esc(name)}" class="{classes}">'
+            f"<td><b>{_esc(name)}</b> {serving}</td>"
+            f'<td class="nw">{_field("created", row.get("created"))}</td>'
+            f'<td>{_field("parent", parent, _esc(parent) if parent else "raw")}</td>'
+            f'<td>{_field("promoted", row.get("promoted"), decision[0], decision[1])}</td>'
+            f"<td>{_evidence(row)}</td><td>{_pairs(row)}</td>"
+            f'<td class="num">{_field("queries_served", row.get("queries_served"))}</td>'
+            f'<td class="reason">{_field("reason", row.get("reason"))}</td></tr>')
+
+
+def _versions_table(status: Mapping[str, Any]) -> str:
+    rows, served = _versions(status), status.get("version")
+    if not rows:
+        return '<section><h2>Versions</h2><p class="muted">No versions registered.</p></section>'
+    head = ("<tr><th>Version</th><th>Created</th><th>Parent</th><th>Decision</th>"
+            "<th>Evidence (against the version served before)</th><th>Pairs</th>"
+            '<th class="num">Queries served</th><th>Reason</th></tr>')
+    body = "".join(_version_row(row, _is_served(row, served)) for row in rows)
+    return (f'<section><h2>Versions</h2><div class="scroll"><table><thead>{head}</thead>'
+            f"<tbody>{body}</tbody></table></div></section>")
+
+
+def _state_order(counts: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
+    """``raw`` first, then the versions in order, then any other state by name."""
+    known = ["raw"] + [str(row.get("version")) for row in _versions(status)]
+    first = [name for name in dict.fromkeys(known) if name in counts]
+    return first + sorted(str(k) for k in counts if k not in first)
+
+
+def _states_table(status: Mapping[str, Any]) -> str:
+    counts = _as_map(status.get("queries_served"))
+    if not counts:
+        return ('<section><h2>Queries served per state</h2>'
+                '<p class="muted">No queries served yet.</p></section>')
+    served = status.get("version")
+    total = sum(_real(n) or 0 for n in counts.values())
+    rows = []
+    for name in _state_order(counts, status):
+        share = (_real(counts[name]) or 0) / total if total > 0 else 0.0
+        now = (name == served) or (name == "raw" and served is None)
+        tag = ' <span class="badge served">serving</span>' if now else ""
+        klass = ' class="served"' if now else ""
+        rows.append(f'<tr data-state="{_esc(name)}"{klass}>'
+                    f"<td><b>{_esc(name)}</b>{tag}</td>"
+                    f'<td class="num">{_field("queries_served", counts[name])}</td>'
+                    f'<td class="num">{100 * share:.1f}%</td><td><span class="share" '
+                    f'style="width:{240 * share:.0f}px"></span></td></tr>')
+    return ('<section><h2>Queries served per state</h2><table><thead><tr><th>State</th>'
+            '<th class="num">Queries</th><th class="num">Share</th><th></th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def render_dashboard(status: Mapping[str, Any]) -> str:
+    """The loop's status (the ``GET /v1/loop`` mapping) as one complete HTML page."""
+    served = status.get("version")
+    title = f"tttembed loop: {served if served else 'raw'}"
+    body = "".join((_header(status), _notice(status), _cards(status), _timeline(status),
+                    _versions_table(status), _states_table(status)))
+    return ("<!DOCTYPE html>\n"
+            '<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_esc(title)}</title><style>{_CSS}</style></head>"
+            f"<body><main>{body}</main></body></html>\n")

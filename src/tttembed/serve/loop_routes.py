@@ -1,0 +1,114 @@
+"""The closed loop's routes: ``POST /v1/feedback`` (people's labels for served documents),
+``GET /v1/loop`` (status JSON) and ``GET /dashboard`` (the same status as a page).
+
+A feedback body is one object or a list of them, each ``{"search_id" | "query" (+
+"task"), "doc_id", "label"}`` with the label in [0, 1]. The whole body is validated
+before anything is stored (an unknown search id is a 404, a document the index does not
+hold a 422, a bad label a 400: nothing of that body is kept); each label is stored once
+per (search id or query, document), so a retried POST stores nothing twice; 202 says
+how many were new.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from tttembed.serve.routes import json_response, read_json
+from tttembed.serve.wire import ApiError
+
+if TYPE_CHECKING:
+    from tttembed.loop.store import Feedback
+    from tttembed.serve.service import Service
+
+
+def _need_loop(svc: Service) -> None:
+    if svc.store is None or svc.registry.versions is None:
+        raise ApiError(404, "this server keeps no feedback and runs no loop (start it with "
+                       "--registry DIR, and --learn to learn from it)", code="loop_disabled")
+
+
+def _label(item: dict[str, Any], i: int) -> float:
+    value = item.get("label")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not 0 <= value <= 1:
+        raise ApiError(400, f"feedback[{i}].label must be a number in [0, 1], got "
+                       f"{value!r}", param="label", code="invalid_label")
+    return float(value)
+
+
+def _one(svc: Service, item: Any, i: int) -> Feedback:
+    from tttembed.loop.store import Feedback
+
+    if not isinstance(item, dict):
+        raise ApiError(400, f"feedback[{i}] must be an object", code="invalid_feedback")
+    label = _label(item, i)
+    doc = item.get("doc_id")
+    if not isinstance(doc, str) or doc not in svc.doc_ids:
+        raise ApiError(422, f"feedback[{i}].doc_id {doc!r} is not a document of this index",
+                       param="doc_id", code="unknown_doc_id")
+    sid, task, query = item.get("search_id"), item.get("task"), item.get("query")
+    if sid is not None:
+        logged = svc.store.get_search(str(sid))
+        if logged is None:
+            raise ApiError(404, f"feedback[{i}].search_id {sid!r} is not a search this "
+                           "loop logged", param="search_id", code="unknown_search_id")
+        if task is not None and task != logged.task:
+            raise ApiError(422, f"feedback[{i}].task {task!r} is not the task of search "
+                           f"{sid!r} ({logged.task!r})", param="task", code="task_mismatch")
+        return Feedback(logged.task, logged.query, doc, label, logged.search_id, time.time())
+    if not isinstance(query, str) or not query.strip() or not isinstance(task, str) \
+            or not task:
+        raise ApiError(400, f"feedback[{i}] needs a search_id, or a query with its task",
+                       code="invalid_feedback")
+    return Feedback(task, query, doc, label, "", time.time())
+
+
+async def feedback(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    _need_loop(svc)
+    body = await read_json(request, svc.config.max_body_bytes)
+    items = body if isinstance(body, list) else [body]
+    if not items or len(items) > svc.config.max_inputs:
+        raise ApiError(400, f"send 1 to {svc.config.max_inputs} feedback objects",
+                       code="invalid_feedback")
+
+    def work() -> tuple[int, int]:
+        rows = [_one(svc, item, i) for i, item in enumerate(items)]
+        return len(rows), svc.store.add_feedback(rows)
+
+    received, stored = await run_in_threadpool(work)
+    info.update(inputs=received, stored=stored)
+    return json_response({"object": "feedback", "received": received, "stored": stored,
+                          "duplicates": received - stored}, 202)
+
+
+def _status(svc: Service) -> dict[str, Any]:
+    from tttembed.loop.status import loop_status
+
+    assert svc.registry.versions is not None
+    status = loop_status(svc.registry.versions, svc.store)
+    status["serving"] = {"version": svc.registry.current.version,
+                         "generation": svc.registry.current.generation,
+                         "replica": svc.replica}
+    return status
+
+
+async def loop_status(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    _need_loop(svc)
+    return json_response(await run_in_threadpool(_status, svc))
+
+
+async def dashboard(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    from tttembed.serve.dashboard import render_dashboard
+
+    _need_loop(svc)
+    status = await run_in_threadpool(_status, svc)
+    return HTMLResponse(render_dashboard(status))
+
+
+__all__ = ["dashboard", "feedback", "loop_status"]

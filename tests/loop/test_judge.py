@@ -1,0 +1,46 @@
+"""The background judge's priority: top ranks of recent and repeated queries first, and
+a query whose lists are judged yields to one nobody has judged; the token bucket."""
+
+from __future__ import annotations
+
+import time
+
+from tttembed.loop.judge import Bucket, pending_pairs
+from tttembed.loop.store import SearchLog
+
+
+def _s(q: str, at: float, ids: tuple[str, ...]) -> SearchLog:
+    return SearchLog(f"{q}{at}", "t", q, at, None, ids)
+
+
+def test_top_ranks_of_repeated_recent_queries_come_first():
+    now = 1000.0
+    logs = [_s("head", now, ("a", "b")), _s("head", now, ("a", "b")),
+            _s("old", now - 3600, ("c", "d")), _s("new", now, ("e", "f"))]
+    order = pending_pairs(logs, set(), lambda s: s.ids, depth=10, now=now)
+    assert order[0] == ("t", "head", "a")
+    assert order.index(("t", "new", "e")) < order.index(("t", "old", "c"))
+    assert order.index(("t", "head", "a")) < order.index(("t", "head", "b"))
+
+
+def test_a_judged_query_yields_to_an_unjudged_one():
+    now = 1000.0
+    logs = [_s("head", now, tuple("abcdefghij")), _s("head", now, tuple("abcdefghij")),
+            _s("tail", now, ("x", "y"))]
+    fresh = pending_pairs(logs, set(), lambda s: s.ids, depth=10, now=now)
+    assert fresh[0][1] == "head"  # served twice: first while nothing is judged
+    judged = {("t", "head", d) for d in "abcdefghi"}
+    later = pending_pairs(logs, judged, lambda s: s.ids, depth=10, now=now)
+    assert later[0] == ("t", "tail", "x") and ("t", "head", "j") in later
+    assert not any(p in judged for p in later)
+    full = judged | {("t", "head", "z")}  # ten judged: a new list's documents wait for
+    assert [p[1] for p in pending_pairs(logs, full, lambda s: s.ids, depth=10,
+                                        now=now)] == ["tail", "tail"]  # the guard
+
+
+def test_the_bucket_pays_at_most_its_rate():
+    b = Bucket(rpm=600.0)
+    assert b.take(100) == 0  # starts empty: no burst at start-up
+    time.sleep(0.25)
+    got = b.take(100)
+    assert 1 <= got <= 3  # 10 a second
