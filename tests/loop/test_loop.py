@@ -160,9 +160,17 @@ def test_a_judge_that_turns_freezes_promotions_and_distrusts_its_rewards(world, 
         # the turned rewards, and those judged since the last audit that passed
         assert counts["untrusted"] >= counts["rewards"] - trusted > 0
         judge.inverted = False
+        from dataclasses import replace
+
+        config = loop.config
+        loop.config = replace(config, judge_budget=loop.spent())  # nothing left to audit
         loop.run_cycle("test")
+        assert loop.state.frozen and "no judge budget left" in loop.state.reason
+        loop.config = config
+        loop.state.audited_at = 0.0  # a minute since the last audit: step() audits again
+        loop.step()  # with no new traffic
     assert not loop.state.frozen  # agreement returned
-    assert len(loop.state.audits) >= 3
+    assert [a["passed"] for a in loop.state.audits][-2:] == [None, True]
 
 
 def test_an_audit_set_of_peoples_judgments_freezes_a_judge_that_disagrees(world, tmp_path,

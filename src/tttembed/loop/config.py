@@ -41,6 +41,9 @@ class LoopConfig:
     audit_min_auc: float = 0.6
     validate_share: float = 0.1
     poll_s: float = 0.5
+    #: while frozen, seconds between audits when no cycle is due (promotions resume when
+    #: the judge agrees again, even without new traffic)
+    reaudit_s: float = 60.0
     seed: int = 0
     threads: int | None = 1
     nice: int = 10

@@ -48,6 +48,7 @@ class LoopState:
     reason: str = ""
     frozen_at: float = 0.0
     last_ok_audit: float = 0.0
+    audited_at: float = 0.0
     audits: list[dict[str, Any]] = field(default_factory=list)
     cycles: int = 0
     rewards_at_cycle: int = 0
@@ -170,7 +171,14 @@ class Loop:
 
     def _apply_audit(self, audit: Audit) -> None:
         s, now = self.state, time.time()
-        s.audits = [*s.audits[-9:], {**audit.as_dict(), "at": now_utc()}]
+        s.audited_at = now
+        blank = not audit.pairs and audit.auc is None  # nothing re-scored: no evidence
+        entry = {**audit.as_dict(), "at": now_utc()}
+        s.audits = [*s.audits[-9:], {**entry, "passed": None} if blank else entry]
+        if blank:
+            if s.frozen and "no judge budget left" not in s.reason:
+                s.reason += " (no judge budget left to audit again)"
+            return
         if not audit.passed:
             if not s.frozen:
                 distrusted = self.store.distrust(s.last_ok_audit)
@@ -226,8 +234,12 @@ class Loop:
         s.pending = max(len(pending) - paid, 0)
         budget_left = self.config.judge_budget - self.spent()
         drained = not s.pending or budget_left <= 0
-        if new >= self.config.learn_every or (new > 0 and drained and not paid):
-            self.run_cycle("learn-every" if new >= self.config.learn_every else "drained")
+        due = new >= self.config.learn_every or (new > 0 and drained and not paid)
+        reaudit = (s.frozen and budget_left > 0
+                   and time.time() - s.audited_at >= self.config.reaudit_s)
+        if due or reaudit:
+            self.run_cycle("learn-every" if new >= self.config.learn_every else
+                           "drained" if due else "re-audit")
             new = self._reward_count() - s.rewards_at_cycle
         s.idle = drained and new <= 0 and not s.learning
         self.save()
@@ -250,7 +262,7 @@ class Loop:
 
 def _known(record: dict[str, Any]) -> dict[str, Any]:
     names = set(LoopState.__dataclass_fields__)
-    keep = {"frozen", "reason", "frozen_at", "last_ok_audit", "audits", "cycles",
+    keep = {"frozen", "reason", "frozen_at", "last_ok_audit", "audited_at", "audits", "cycles",
             "rewards_at_cycle", "last_cycle", "drift_pairs"}
     return {k: v for k, v in record.items() if k in names and k in keep}
 

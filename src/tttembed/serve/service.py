@@ -75,9 +75,9 @@ class Service:
             while self._watching.is_set():
                 time.sleep(self.config.registry_poll_s)
                 now = self.registry.served_mark()
-                if now != mark:
-                    swapped, _, _ = self.reload(roll_workers=False)
-                    mark = now if swapped else mark
+                if now != mark:  # a refused version is logged once, the old one kept
+                    self.reload(roll_workers=False)
+                    mark = now
 
         threading.Thread(target=watch, name="tttembed-registry", daemon=True).start()
 
