@@ -273,8 +273,25 @@ def _index_record(index: Any) -> dict[str, Any]:
             "index": str(index.path)}
 
 
+#: Seconds the step in flight gets after SIGTERM/SIGINT before the process exits anyway
+#: (a judge that stopped answering keeps its client retrying; every reward it answered is
+#: already committed, so an exit loses only the request in flight).
+GRACE_S = 5.0
+
+
+def _stopper(loop: Loop) -> Any:
+    def stop(*_: Any) -> None:
+        loop.stop.set()
+        timer = threading.Timer(GRACE_S, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
+
+    return stop
+
+
 def run_loop(config: LoopConfig) -> None:
-    """``tttembed loop``: run until SIGTERM/SIGINT (the cycle in flight finishes)."""
+    """``tttembed loop``: run until SIGTERM/SIGINT (the step in flight gets
+    :data:`GRACE_S` seconds to finish)."""
     if config.nice:
         try:
             os.nice(config.nice)
@@ -282,7 +299,7 @@ def run_loop(config: LoopConfig) -> None:
             pass
     loop = Loop(config)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.stop.set())
+        signal.signal(sig, _stopper(loop))
     loop.run()
 
 
