@@ -13,24 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.serve.conftest import DOCS as SERVE_DOCS
 from tests.servers import LocalOpenAIServer
 
 pytest.importorskip("sentence_transformers")
 
-DOCS = {
-    "d1": "Cats sleep for most of the day and hunt small animals at night.",
-    "d2": "Dogs need daily walks and enjoy playing fetch in the park.",
-    "d3": "Goldfish live in water tanks and need a filter to stay healthy.",
-    "d4": "Parrots can learn to imitate human speech and live for decades.",
-    "d5": "Rabbits eat hay and fresh vegetables and like to dig burrows.",
-    "d6": "Hamsters store food in their cheek pouches and run on wheels.",
-    "d7": "Turtles carry their shells and can live longer than a century.",
-    "d8": "Horses are ridden, groomed and fed oats in stables.",
-    "d9": "Snakes shed their skin several times a year as they grow.",
-    "d10": "Canaries sing in the morning and are kept in cages.",
-    "d11": "Ferrets are playful, curious and sleep up to fourteen hours.",
-    "d12": "Guinea pigs squeak loudly and need vitamin C in their food.",
-}
+DOCS = {**SERVE_DOCS,
+        "d11": "Ferrets are playful, curious and sleep up to fourteen hours.",
+        "d12": "Guinea pigs squeak loudly and need vitamin C in their food."}
 QUERIES = ["which pet talks like a person", "animal that lives in an aquarium",
            "pet that sleeps all day", "what do bunnies eat", "long lived reptile with armor",
            "animal that needs walking", "pet that sings", "animal kept in a stable"]

@@ -27,7 +27,7 @@ from tttembed.loop.drift import Audit, audit_set, judge_audit, rescore, roc_auc,
 from tttembed.loop.judge import Bucket, Judge, Triple, pending_pairs
 from tttembed.loop.learner import Cycle, Learner
 from tttembed.loop.store import Reward, SearchLog, Store, open_store
-from tttembed.registry.versions import Registry
+from tttembed.registry.versions import Registry, index_record
 
 log = logging.getLogger("tttembed.loop")
 STATUS_FILE = "loop.json"
@@ -85,7 +85,7 @@ class Loop:
                               "reranker, an LLM judge, bm25 or a rerank: service")
         self.config = config
         self.index = open_index(config.index)
-        self.registry = Registry(config.registry, create=True, index=_index_record(self.index))
+        self.registry = Registry(config.registry, create=True, index=index_record(self.index))
         self.store = store or open_store(config.store, config.registry)
         self.corpus = corpus_for_index(self.index, config.corpus)
         self.scorer = load_scorer(config.judge, index=self.index, corpus=self.corpus)
@@ -260,17 +260,13 @@ class Loop:
             self.stop.wait(self.config.poll_s)
 
 
+#: What a restarted learner takes over from ``loop.json`` (the rest is measured anew).
+_KEPT = ("frozen", "reason", "frozen_at", "last_ok_audit", "audited_at", "audits", "cycles",
+         "rewards_at_cycle", "last_cycle", "drift_pairs")
+
+
 def _known(record: dict[str, Any]) -> dict[str, Any]:
-    names = set(LoopState.__dataclass_fields__)
-    keep = {"frozen", "reason", "frozen_at", "last_ok_audit", "audited_at", "audits", "cycles",
-            "rewards_at_cycle", "last_cycle", "drift_pairs"}
-    return {k: v for k, v in record.items() if k in names and k in keep}
-
-
-def _index_record(index: Any) -> dict[str, Any]:
-    return {"identity": index.identity,
-            "corpus_fingerprint": str(index.manifest.get("corpus_fingerprint", "")),
-            "index": str(index.path)}
+    return {k: v for k, v in record.items() if k in _KEPT}
 
 
 #: Seconds the step in flight gets after SIGTERM/SIGINT before the process exits anyway

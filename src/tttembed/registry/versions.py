@@ -61,6 +61,12 @@ class Version:
         return load_state(self.state_path)
 
 
+def index_record(index: Any) -> dict[str, Any]:
+    """What a registry records of the index it serves (and refuses another by)."""
+    return {"identity": index.identity, "index": str(index.path),
+            "corpus_fingerprint": str(index.manifest.get("corpus_fingerprint", ""))}
+
+
 def version_number(name: str) -> int:
     m = _NAME.fullmatch(str(name).strip())
     if not m:
@@ -210,4 +216,4 @@ def _now() -> str:
     return now_utc()
 
 
-__all__ = ["FORMAT", "Registry", "STATE_FILE", "Version", "version_number"]
+__all__ = ["FORMAT", "STATE_FILE", "Registry", "Version", "index_record", "version_number"]

@@ -41,14 +41,12 @@ class StateRegistry:
     """Holds the current :class:`Snapshot`; ``reload()`` swaps it atomically."""
 
     def __init__(self, config: ServeConfig, index: Index) -> None:
-        from tttembed.registry.versions import Registry
+        from tttembed.registry.versions import Registry, index_record
 
         self.config = config
         self.index = index
         self.versions = None if not config.registry else Registry(
-            config.registry, create=True, index={
-                "identity": index.identity, "index": str(index.path),
-                "corpus_fingerprint": str(index.manifest.get("corpus_fingerprint", ""))})
+            config.registry, create=True, index=index_record(index))
         self._lock = threading.Lock()
         self._current = self._build(1)
         self.last_reload: dict[str, Any] = {"ok": True, "at": self._current.loaded_at,
