@@ -45,15 +45,17 @@ def check_states(config: ServeConfig) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the learner child (Linux): SIGTERM when the server process ends, however it
+    """In the learner child (Linux): SIGKILL when the server process ends, however it
     ends (uvicorn re-raises SIGTERM after its shutdown, so no ``finally`` of the server
-    would run; a SIGKILL runs nothing)."""
+    would run; a SIGKILL of the server runs nothing). SIGKILL, not SIGTERM: a niced
+    learner on busy cores may not reach its Python handler for long, and every reward it
+    was answered is committed already (what the kill -9 fault test checks)."""
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
