@@ -191,10 +191,20 @@ async def reload_phase(url: str, task: str, texts: list[str], proc: subprocess.P
     return stats
 
 
-def bare_reference(texts: list[str], batch: int = 32, batches: int = 12
-                   ) -> tuple[float, float]:
-    """The bundled model itself (its own thread policy): texts/s on batches of ``batch``
-    new texts, and the p50 seconds of one new text."""
+def bare_reference(texts: list[str]) -> tuple[float, float]:
+    """:func:`bare_model` in a fresh process (this one has run torch from other threads
+    while preparing, which would slow its OpenMP runtime and flatter the server)."""
+    import json
+
+    out = subprocess.run([sys.executable, __file__, "--bare"], input=json.dumps(texts),
+                         capture_output=True, text=True, check=True)
+    rate, one = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(rate), float(one)
+
+
+def bare_model(texts: list[str], batch: int = 32, batches: int = 12) -> tuple[float, float]:
+    """The bundled model itself (its own thread policy), called from the main thread:
+    texts/s on batches of ``batch`` new texts, and the p50 seconds of one new text."""
     from tttembed.embed.cache import load_embedder
 
     emb = load_embedder("st:bundled:all-MiniLM-L6-v2", cache=False)
@@ -252,9 +262,16 @@ def main() -> int:
     ap.add_argument("--reload-requests", type=int, default=10_000)
     ap.add_argument("--reloads", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=900, help="seconds, whole run")
+    ap.add_argument("--bare", action="store_true",
+                    help="internal: measure the bare model on the texts read from stdin")
     ap.add_argument("--server-args", default="", help="extra `tttembed serve` options, e.g. "
                     "'--max-wait-ms 0' (quoted, space-separated)")
     args = ap.parse_args()
+    if args.bare:
+        import json
+
+        print(json.dumps(bare_model(json.loads(sys.stdin.read()))))
+        return 0
     deadline = time.monotonic() + args.time_limit
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     os.environ.setdefault("TTTEMBED_CACHE_DIR", str(work / "cache"))

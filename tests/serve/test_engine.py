@@ -65,19 +65,67 @@ def test_model_batches_hold_at_most_max_batch_texts_in_arrival_order():
     assert len(big) == 5 and emb.sizes[-1] == 5  # a larger request goes alone, whole
 
 
-def test_a_lone_request_waits_at_most_max_wait_ms_for_company():
+def _merge_two(batcher: Batcher) -> None:
+    """Two requests queued while the model is busy: one merged call."""
+    with batcher._model_lock:
+        threads = [threading.Thread(target=batcher.encode, args=([t], "query"))
+                   for t in ("m1", "m2")]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while len(batcher._queue) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    for t in threads:
+        t.join()
+
+
+def test_serial_traffic_never_waits_concurrent_traffic_waits_at_most_max_wait_ms():
     emb = CountingEmbedder()
-    batcher = Batcher(emb, max_batch=8, max_wait_ms=50)
+    batcher = Batcher(emb, max_batch=8, max_wait_ms=300)
     t = time.perf_counter()
-    batcher.encode(["alone"], "query")
+    for i in range(3):
+        batcher.encode([f"serial {i}"], "query")
+    assert time.perf_counter() - t < 0.6 and emb.sizes == [1, 1, 1]  # no 300 ms waits
+    _merge_two(batcher)
+    assert emb.sizes[-1] == 2
+    t = time.perf_counter()
+    batcher.encode(["alone"], "query")  # after a merged call: waits for company, bounded
     waited = time.perf_counter() - t
-    assert emb.sizes == [1] and waited >= 0.04
-    pair = Batcher(emb, max_batch=2, max_wait_ms=5000)  # waits until a second text comes
+    assert emb.sizes[-1] == 1 and 0.25 <= waited < 5
+    pair = Batcher(emb, max_batch=2, max_wait_ms=5000)
+    _merge_two(pair)
     second = threading.Thread(target=lambda: time.sleep(0.05) or pair.encode(["b"], "query"))
     second.start()
-    pair.encode(["a"], "query")
+    pair.encode(["a"], "query")  # waits until the second text comes, well before 5 s
     second.join()
-    assert emb.sizes[1:] == [2]  # the second request joined the first one's model call
+    assert emb.sizes[-1] == 2  # the second request joined the first one's model call
+
+
+def test_every_model_call_runs_on_one_thread_and_errors_reach_every_waiter():
+    seen: set[str] = set()
+
+    class Recording(CountingEmbedder):
+        def encode(self, texts, kind="document", progress=None):
+            seen.add(threading.current_thread().name)
+            if "boom" in texts:
+                raise RuntimeError("model failed")
+            return super().encode(texts, kind)
+
+    batcher = Batcher(Recording(), max_wait_ms=0)
+    threads = [threading.Thread(target=batcher.encode, args=([f"t{i}"], "query"))
+               for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"tttembed-model"}
+    try:
+        batcher.encode(["boom"], "query")
+    except RuntimeError as exc:
+        assert "model failed" in str(exc)
+    else:
+        raise AssertionError("the model's error did not reach the caller")
+    assert batcher.encode(["after"], "query").shape == (1, 4)  # the thread lives on
 
 
 def test_lru_cache_serves_repeats_and_stays_bounded(minilm):

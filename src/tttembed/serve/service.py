@@ -38,7 +38,8 @@ class Service:
         self.model = str(self.index.manifest.get("embedder_spec", self.index.identity))
         self.engine = Engine(self.index, embedder, config.cache_size, config.max_batch,
                              config.max_wait_ms)
-        embedder.encode(["warm-up"], "query")  # load the model before the first request
+        # load the model before the first request, on the thread that runs every call
+        self.engine.encoder.batcher.encode(["warm-up"], "query")
         self.registry = StateRegistry(config, self.index)
         self.metrics = Metrics()
         self.metrics.generation = self.registry.current.generation
