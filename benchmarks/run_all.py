@@ -49,6 +49,8 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
      [str(DATA / "cranfield"), "--windows", "3", "--head", "30", "--tail", "10"]),
     ("bench_loop.py", [str(DATA / "scifact"), "--many-states", "10000"],
      [str(DATA / "cranfield"), "--many-states", "2000"]),
+    ("bench_allocation.py", ["--data-root", str(DATA)],
+     ["--data-root", str(DATA), "--budgets", "1,10"]),
     ("bench_scale.py", [], ["--abstracts", "300"]),
     ("bench_scale_index.py", [], ["--n", "100000", "--backends", "flat,ivfpq,hnsw",
                                   "--learn-queries", "1000", "--train-queries", "100"]),

@@ -173,3 +173,20 @@ def test_learn_method_auto_writes_one_state_and_search_applies_it(beir, tmp_path
                                "--method", "auto", "--alpha", "0.3",
                                "--out", str(tmp_path / "y.npz")])
     assert both.exit_code == 1 and "--alpha applies to --method scope" in both.stderr
+
+
+def test_learn_with_active_allocation_pays_the_same_number_of_pairs(beir, tmp_path):
+    data, idx = beir
+    args = ["learn", "--index", str(idx), "--queries", str(data), "--scorer", "bm25",
+            "--budget", "3", "--scope", "query", "--ledger", str(tmp_path / "l.sqlite"),
+            "--allocation", "active"]
+    r = runner.invoke(app, args + ["--out", str(tmp_path / "a.npz")])
+    assert r.exit_code == 0, r.output
+    assert "pairs requested 15, served from the ledger 0, paid 15" in r.output
+    assert json.loads((tmp_path / "a.json").read_text())["budget"] == 15
+    again = runner.invoke(app, args + ["--out", str(tmp_path / "b.npz")])
+    assert "pairs requested 15, served from the ledger 15, paid 0" in again.output, again.output
+    with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
+        np.testing.assert_array_equal(a["vectors"], b["vectors"])  # the same pairs
+    bad = runner.invoke(app, args[:-1] + ["bandit", "--out", str(tmp_path / "c.npz")])
+    assert bad.exit_code != 0 and "unknown allocation 'bandit'" in bad.output

@@ -145,3 +145,26 @@ def test_heldout_with_train_queries_evaluates_every_test_query(work):
         {key for key in work[1].queries.keys if key not in u}
     evaluated = set(res[-1].per_query["ndcg@10"])
     assert evaluated == set(t0.queries.keys) | {key for key in work[1].queries.keys if key in u}
+
+
+def test_active_rows_repeat_every_ttt_method_at_the_same_budgets(work):
+    rewards = QrelsRewards(work)
+    budgets = (1.0, 10.0)
+    info: dict = {}
+    res = P.fixed_population(work, rewards, budgets=budgets, baselines=(), info=info,
+                             allocations=("waterfill", "active"))
+    n = sum(len(td.queries) for td in work)
+    grid = budget_grid(n, budgets)
+    for B in grid:
+        water = {r.method for r in res if r.budget == B and "@" not in r.method}
+        active = {r.method for r in res if r.budget == B and r.method.endswith("@active")}
+        assert active == {f"{m}@active" for m in water} == {
+            "global@active", "task@active", "query@active"}
+    spent = info["active_allocation"]["budgets"]
+    assert [s["B"] for s in spent] == grid
+    assert all(s["top"] + s["deeper"] + s["outside"] == s["B"] for s in spent)
+    assert len(rewards.calls) > 2  # water-filling asks once; the active rounds ask again
+    again = P.fixed_population(work, QrelsRewards(work), budgets=budgets, baselines=(),
+                               allocations=("waterfill", "active"))
+    for a, b in zip(res, again):  # deterministic
+        assert a.method == b.method and a.per_query == b.per_query

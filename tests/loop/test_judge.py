@@ -44,3 +44,19 @@ def test_the_bucket_pays_at_most_its_rate():
     time.sleep(0.25)
     got = b.take(100)
     assert 1 <= got <= 3  # 10 a second
+
+
+def test_with_rewards_the_active_priority_orders_queries():
+    now = 1000.0
+    ids = tuple("abcdefghij")
+    logs = [_s("right", now, ids), _s("wrong", now, ids), _s("started", now, ids),
+            _s("new", now, ids)]
+    judged = {("t", "right", d): float(d == "a") for d in "abcde"}  # its top is its best
+    judged |= {("t", "wrong", d): float(d == "e") for d in "abcde"}  # best at rank 4
+    judged[("t", "started", "a")] = 0.0
+    pairs = pending_pairs(logs, judged, lambda s: s.ids, depth=10, now=now)
+    first = list(dict.fromkeys(p[1] for p in pairs))
+    assert first.index("wrong") < first.index("right")  # its best is ranked low: deepen
+    assert pairs.index(("t", "started", "b")) < pairs.index(("t", "new", "b"))
+    as_set = pending_pairs(logs, set(judged), lambda s: s.ids, depth=10, now=now)
+    assert as_set[0][1] == "new"  # rewards unknown: fewer judged pairs first

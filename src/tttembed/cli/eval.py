@@ -116,6 +116,7 @@ def eval_command(
     no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
     alpha: Annotated[str, typer.Option("--alpha", help="Alpha methods of the TTT scopes, comma-separated: rule (n/(n+1), the published default) and/or auto (chosen by reward cross-validation; methods named <scope>-auto).")] = "rule",
     select: Annotated[str, typer.Option("--select", help="auto: add the method row 'auto', per task (and budget) the deployable state the validation says helps, as learn --method auto; its B counts its validation pairs. Empty (default): none.")] = "",
+    allocation: Annotated[str, typer.Option("--allocation", help="How each budget's pairs are chosen, comma-separated: waterfill (the protocol's task-balanced water-filling) and optionally active (rounds: judged answers so far steer the next pairs, deeper or to corpus neighbours outside the top 100; every TTT method again as <method>@active at the same B).")] = "waterfill",
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
     concurrency: ConcurrencyOpt = None,
@@ -131,7 +132,6 @@ def eval_command(
     """Evaluate TTT-Embed against raw retrieval, direct reranking and PRF baselines."""
     quiet_libraries()
     from tttembed import api
-
     task_list = split_list(tasks)
     if not task_list:
         raise typer.BadParameter("give at least one task", param_hint="TASKS")
@@ -139,7 +139,8 @@ def eval_command(
         raise api.ConfigError(f"report folder {out} already exists; pass --overwrite to "
                               "replace it, or choose another --out")
     options: dict[str, Any] = dict(limits=api.HttpLimits(timeout, max_retries, concurrency, rpm),
-                                   executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
+                                   executor=ray_executor(executor, ray_address, ray_actors, ray_gpus),
+                                   allocation=split_list([allocation]))
     if grid := _floats(budget, "--budget"):
         options["budgets"] = grid
     with json_mode(as_json), progress_group(not quiet) as stage:

@@ -102,6 +102,7 @@ def learn(
     out: Annotated[Path, typer.Option("--out", "-o", help="State file to write (.npz, with a .json sidecar); refused if it exists, unless --overwrite.")] = Path("vectors.npz"),
     scope: Annotated[str, typer.Option(help=SCOPE_HELP)] = "task",
     method: Annotated[str, typer.Option("--method", help="scope: learn the --scope state (default). auto: per task, the deployable state the validation says helps (raw, global, task, query, reward-weighted Rocchio, Qdrant's naive formula), one state file; --scope is then ignored.")] = "scope",
+    allocation: Annotated[str, typer.Option("--allocation", help="waterfill: the fixed plan (seeded query order, --depth candidates each; default). active: the same number of pairs chosen in rounds as the judge answers: the least certain queries first, then the misordered ones deeper and the corpus neighbours of their best-rewarded documents.")] = "waterfill",
     budget: BudgetOpt = 10.0,
     depth: DepthOpt = 10,
     objective: Annotated[str, typer.Option(help="kd (default), rkl or grpo.")] = "kd",
@@ -146,14 +147,12 @@ def learn(
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
                           seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
                           folds=folds, validate_budget=validate_budget, audit=audit,
-                          audit_min_auc=audit_min_auc, method=method, progress=stage,
-                          executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
+                          audit_min_auc=audit_min_auc, method=method, allocation=allocation,
+                          progress=stage, executor=ray_executor(executor, ray_address,
+                                                                ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
         return
-    if not state.keys and state.method != "auto":
-        console.print("no query received a usable reward: nothing learned, no state written")
-        raise typer.Exit(1)
     _save(state, out, overwrite, as_json)
 
 
@@ -167,9 +166,13 @@ def _plan(p: dict, budget: float, depth: int, spec: str, as_json: bool) -> None:
 
 
 def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
-    """Write the state, print what it holds (stderr with --json), the JSON document."""
+    """Write the state, print what it holds (stderr with --json), the JSON document; a
+    state that learned nothing is exit 1 with no file."""
     from tttembed.cli.inspect import state_summary
 
+    if not state.keys and state.method != "auto":
+        console.print("no query received a usable reward: nothing learned, no state written")
+        raise typer.Exit(1)
     with json_mode(as_json):
         path = state.save(out, overwrite=overwrite)
         _summary(state, path)

@@ -34,6 +34,7 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
              cache_dir: PathLike | None = None, n_resamples: int = 10000,
              use_cell_cache: bool = True, limits: HttpLimits = HttpLimits(),
              alphas: Sequence[str] = ("rule",), selects: Sequence[str] = (),
+             allocation: str | Sequence[str] = "waterfill",
              progress: Progress | None = None,
              executor: ExecutorLike = "local") -> EvalReport:
     """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
@@ -41,7 +42,9 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
     under ``data_root`` / ``$TTTEMBED_DATA``), with paired tests. Everything is cached: a
     rerun makes no embedding or scorer call. ``limits`` (:class:`HttpLimits`) apply to the
     HTTP embedder and scorers; ``executor`` (``"ray"`` or a :class:`Ray`) pays local-model
-    scorers' pairs on Ray, as in :func:`tttembed.ttt.learn.learn`.
+    scorers' pairs on Ray, as in :func:`tttembed.ttt.learn.learn`. ``allocation``
+    ``("waterfill", "active")`` adds every TTT method again on the active allocation's
+    pairs (same B), as ``<method>@active``.
 
         >>> report = tt.evaluate(["scifact"], scorers=["bm25"], data_root="data")
         >>> report.write("reports/run1")
@@ -58,5 +61,7 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
                      cache_dir=None if cache_dir is None else str(cache_dir),
                      n_resamples=n_resamples, limits=limits, alphas=tuple(alphas),
                      selects=tuple(selects),
+                     allocations=(allocation,) if isinstance(allocation, str)
+                     else tuple(allocation),
                      executor=executor)
     return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))

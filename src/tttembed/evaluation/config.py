@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tttembed.adapt.allocate import NORMALISED_BUDGETS
+from tttembed.adapt.allocate import ALLOCATIONS, NORMALISED_BUDGETS
 from tttembed.core.errors import ConfigError
 from tttembed.core.http import HttpLimits
 from tttembed.embed.base import DEFAULT_EMBEDDER
@@ -45,6 +45,8 @@ class EvalConfig:
     objective: str = "kd"
     alphas: tuple[str, ...] = ("rule",)  # add "auto": each scope also with alpha auto
     selects: tuple[str, ...] = ()  # "auto": a method row chosen per task (method auto)
+    #: "waterfill" (the protocol's) and/or "active": TTT methods again as <method>@active
+    allocations: tuple[str, ...] = ("waterfill",)
     split: str = "test"
     train_split: str | None = None
     heldout_fraction: float = 0.8
@@ -70,6 +72,13 @@ class EvalConfig:
         for sel in self.selects:
             if sel not in SELECTS:
                 raise ConfigError(f"unknown selection {sel!r}; choose from {', '.join(SELECTS)}")
+        for al in self.allocations:
+            if al not in ALLOCATIONS:
+                raise ConfigError(f"unknown allocation {al!r}; choose from "
+                                  f"{', '.join(ALLOCATIONS)}")
+        if "waterfill" not in self.allocations:
+            raise ConfigError("--allocation must include waterfill (the rows @active are "
+                              "compared with), e.g. --allocation waterfill,active")
         for p in self.protocols:
             if p not in PROTOCOLS:
                 raise ConfigError(f"unknown protocol {p!r}; choose from {', '.join(PROTOCOLS)}")

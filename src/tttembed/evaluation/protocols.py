@@ -25,12 +25,14 @@ from typing import Any
 import numpy as np
 
 from tttembed.adapt.allocate import (
+    ACTIVE_VERSION,
     BREADTH_DEPTH,
     TASK_SEED_OFFSET,
     budget_grid,
     nested_schedule,
 )
 from tttembed.core.errors import ConfigError
+from tttembed.evaluation import active as A
 from tttembed.evaluation.baselines import qdrant_rf as QRF
 from tttembed.evaluation.config import DEFAULT_BASELINES, VALIDATION
 from tttembed.evaluation.method_cells import (
@@ -107,13 +109,15 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
                      baselines: Sequence[str] = DEFAULT_BASELINES, objective: str = "kd",
                      cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
                      alphas: Sequence[str] = ("rule",), judge: QRF.Judge | None = None,
-                     info: dict[str, Any] | None = None, selects: Sequence[str] = ()
-                     ) -> list[MethodResult]:
+                     info: dict[str, Any] | None = None, selects: Sequence[str] = (),
+                     allocations: Sequence[str] = ("waterfill",)) -> list[MethodResult]:
     """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget;
     each scope once per alpha method (``alphas``: ``rule``, ``auto``). ``qdrant-rf`` fits
     its coefficients on synthetic document-queries scored by ``judge``, or cross-fits
     without one (:mod:`.qdrant_rf`). ``info``, when given, receives the fitted
-    coefficients (``qdrant_rf``) and the reward quality at each budget (``reward_quality``)."""
+    coefficients (``qdrant_rf``) and the reward quality at each budget (``reward_quality``).
+    ``allocations`` with ``active``: every TTT method again on the active allocation's
+    pairs at the same B, as ``<method>@active`` (:mod:`.active`)."""
     n = sum(len(td.queries) for td in work)
     cands = candidates(work)
     available = sum(len(c) for c in cands.values())
@@ -148,6 +152,37 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
             info.setdefault("reward_quality", []).append({"B": B, "b": B / n, **q})
         if progress is not None:
             progress(1)
+    if "active" in allocations:
+        out += active_rows(work, rewards_for, grid, cands, scopes=scopes, objective=objective,
+                           alphas=alphas, cells=cells, info=info)
+    return out
+
+
+def active_rows(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards],
+                grid: Sequence[int], cands: Mapping[str, Sequence[str]], *,
+                scopes: Sequence[str], objective: str, alphas: Sequence[str], cells: Cells,
+                info: dict[str, Any] | None) -> list[MethodResult]:
+    """The fixed protocol's ``<method>@active`` rows: each TTT method learned from the
+    active allocation's pairs at each budget B of ``grid``."""
+    import time
+
+    n = sum(len(td.queries) for td in work)
+    t0 = time.perf_counter()
+    schedules = A.active_schedules(task_orders(work), cands, grid, rewards_for, work)
+    spent = time.perf_counter() - t0
+    if info is not None:
+        info["active_allocation"] = {"version": ACTIVE_VERSION, "seconds": round(spent, 3),
+                                     "budgets": A.spending(schedules, grid, cands)}
+    out = []
+    for B, pairs in zip(grid, schedules):
+        got = lazy(rewards_for, pairs)
+        todo = _budget_methods(work, got, scopes=scopes, baselines=(), objective=objective,
+                               alphas=alphas, fits={}, pay=rewards_for)
+        for method, extra, compute in todo:
+            key = {"p": "fixed", "m": method, "B": B, "o": objective, "al": "active",
+                   "av": ACTIVE_VERSION, **extra}
+            out.append(MethodResult("fixed", method + A.SUFFIX, cells(key, compute), B / n, B,
+                                    {"objective": objective, "allocation": "active"}))
     return out
 
 

@@ -135,6 +135,7 @@ def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCa
                                           scopes=cfg.scopes, baselines=cfg.baselines,
                                           objective=cfg.objective, cells=cells, progress=bar,
                                           alphas=cfg.alphas, info=info, selects=cfg.selects,
+                                          allocations=cfg.allocations,
                                           judge=None if src.caps.uses_labels else src.judge)
         elif proto == "heldout":
             source = (f"the {cfg.train_split} split" if cfg.train_split else

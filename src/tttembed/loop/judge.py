@@ -3,10 +3,12 @@ them within the budget and the rate, every reward committed as it arrives.
 
 Priority (:func:`pending_pairs`): a query's weight is how often it was served, each time
 discounted by its age (half-life ``half_life_s``: recent and repeated queries first),
-and divided by ``1 + judged / depth`` (a query whose lists are already judged yields to
-one nobody has judged yet: the budget reaches new queries, not only the head's re-ranked
-lists); a pair's is its query's weight over ``log2(rank + 2)`` of its best served rank
-(top ranks first). Pairs already judged are skipped. Paying goes through the ledger (a pair the
+times the active allocation's priority of the query given its rewards so far
+(:func:`tttembed.adapt.allocate.query_priority`, halved: a query being judged finishes
+its first block, a new query comes next, then the queries whose best-rewarded document
+the served list ranks low; a query whose top document is its best yields), or, when only
+which pairs are judged is known, divided by ``1 + judged / depth``; a pair's is its
+query's weight over ``log2(rank + 2)`` of its best served rank (top ranks first). Pairs already judged are skipped. Paying goes through the ledger (a pair the
 ledger already holds costs nothing and is not counted against the budget) and each
 query's rewards go to the store as soon as they come back (a kill loses nothing paid).
 Nothing here runs on a request's path: the learner's process calls it.
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tttembed.adapt.allocate import query_priority
 from tttembed.loop.store import Reward, SearchLog, Store
 from tttembed.score.base import Item, Scorer
 from tttembed.ttt.rewards import doc_items
@@ -29,29 +32,52 @@ from tttembed.ttt.rewards import doc_items
 Triple = tuple[str, str, str]
 
 
-def pending_pairs(searches: Iterable[SearchLog], judged: set[Triple],
+def pending_pairs(searches: Iterable[SearchLog], judged: set[Triple] | Mapping[Triple, float],
                   lists: Callable[[SearchLog], Sequence[str]], *, depth: int, now: float,
                   half_life_s: float = 600.0, per_query: int | None = None) -> list[Triple]:
-    """Unjudged pairs of the served lists, best first (module docstring); a query with
-    ``per_query`` (default ``depth``) pairs judged has none pending: the documents a new
-    version brings into its list are judged by the promotion check, which needs them."""
+    """Unjudged pairs of the served lists, best first (module docstring); ``judged`` the
+    judged pairs, with their rewards when a mapping; a query with ``per_query`` (default
+    ``depth``) pairs judged has none pending: the documents a new version brings into its
+    list are judged by the promotion check, which needs them."""
     weight: dict[tuple[str, str], float] = {}
     best_rank: dict[Triple, int] = {}
+    served: dict[tuple[str, str], list[str]] = {}
     for s in searches:
         key = (s.task, s.query)
         weight[key] = weight.get(key, 0.0) + 0.5 ** (max(now - s.created, 0.0) / half_life_s)
-        for rank, doc in enumerate(list(lists(s))[:depth]):
+        docs = list(lists(s))[:depth]
+        served.setdefault(key, docs)
+        for rank, doc in enumerate(docs):
             t = (s.task, s.query, doc)
             if t not in judged and rank < best_rank.get(t, depth):
                 best_rank[t] = rank
-    done: dict[tuple[str, str], int] = {}
-    for task, query, _ in judged:
-        done[(task, query)] = done.get((task, query), 0) + 1
+    factor = _query_factors(judged, served, depth)
+    done = _judged_counts(judged)
     cap = depth if per_query is None else per_query
-    scored = [(-weight[(t[0], t[1])] / (1 + done.get((t[0], t[1]), 0) / depth)
+    scored = [(-weight[(t[0], t[1])] * factor.get((t[0], t[1]), 1.0)
                / math.log2(r + 2), t) for t, r in best_rank.items()
               if done.get((t[0], t[1]), 0) < cap]
     return [t for _, t in sorted(scored)]
+
+
+def _judged_counts(judged: Iterable[Triple]) -> dict[tuple[str, str], int]:
+    done: dict[tuple[str, str], int] = {}
+    for task, query, _ in judged:
+        done[(task, query)] = done.get((task, query), 0) + 1
+    return done
+
+
+def _query_factors(judged: set[Triple] | Mapping[Triple, float],
+                   served: Mapping[tuple[str, str], list[str]], depth: int
+                   ) -> dict[tuple[str, str], float]:
+    """Each judged query's factor (module docstring): the active priority from its
+    rewards, or ``1 / (1 + judged / depth)`` when only the judged pairs are known."""
+    if not isinstance(judged, Mapping):
+        return {k: 1.0 / (1 + n / depth) for k, n in _judged_counts(judged).items()}
+    rewards: dict[tuple[str, str], dict[str, float]] = {}
+    for (task, query, doc), r in judged.items():
+        rewards.setdefault((task, query), {})[doc] = r
+    return {k: query_priority(served.get(k, []), r) / 2 for k, r in rewards.items()}
 
 
 @dataclass

@@ -123,8 +123,9 @@ class Loop:
         return self._base[key]
 
     def pending(self) -> list[Triple]:
-        judged = {(r.task, r.query, r.doc_id) for r in self.store.rewards(trusted_only=False)}
-        judged |= {(f.task, f.query, f.doc_id) for f in self.store.feedback()}
+        judged = {(f.task, f.query, f.doc_id): float(f.label) for f in self.store.feedback()}
+        judged.update({(r.task, r.query, r.doc_id): float(r.reward)
+                       for r in self.store.rewards(trusted_only=False)})
         return pending_pairs(self.store.searches(), judged, self._served_list,
                              depth=self.config.judge_depth, now=time.time())
 

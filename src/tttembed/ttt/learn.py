@@ -14,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.adapt import STEPS, AdaptState, RewardBatch, learn_vectors, make_groups
+from tttembed.adapt import (
+    STEPS,
+    AdaptState,
+    RewardBatch,
+    check_objective,
+    check_scope,
+    learn_vectors,
+    make_groups,
+)
+from tttembed.adapt.allocate import ALLOCATIONS
 from tttembed.adapt.crossval import (
     FOLDS,
     CrossValidation,
@@ -30,6 +39,7 @@ from tttembed.embed.base import Embedder
 from tttembed.execute.config import ExecutorLike
 from tttembed.index.base import Index
 from tttembed.score.base import Scorer
+from tttembed.ttt.active import active_pairs
 from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
 from tttembed.ttt.guard import (
@@ -217,6 +227,7 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                   dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
                   validate_budget: float | None = None, audit: str | None = None,
                   audit_min_auc: float = MIN_AUC, method: str = "scope",
+                  allocation: str = "waterfill",
                   progress: Progress | None = None) -> LearnOutcome:
     """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
     0, a ``folds``-fold reward cross-validation is run and kept in the state
@@ -224,9 +235,11 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     ``auto`` is chosen by the guard (:mod:`tttembed.ttt.guard`), whose validation pairs
     are capped at ``validate_budget`` per query (default a tenth of ``budget``; past it a
     random sample of the documents to judge is paid, with a note).
-    ``method="auto"`` learns the mixed state of :func:`learn_auto` instead of ``scope``'s."""
+    ``method="auto"`` learns the mixed state of :func:`learn_auto` instead of ``scope``'s;
+    ``allocation="active"``, the plan's size in pairs chosen by :func:`active_pairs`."""
     asked = parse_alpha(alpha)
     check_method(method)
+    check_allocation(allocation)
     if folds == 1 or folds < 0:
         raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
     if method == "auto" and asked != "rule":
@@ -239,14 +252,15 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
     plan = make_plan(queries, base, index, budget, depth, seed)
-    if dry_run:
-        return LearnOutcome(state=None, plan=count_in_ledger(plan, queries, corpus, scorer))
+    if dry_run:  # an active plan's ledger share is unknown until the judge answers
+        return LearnOutcome(state=None, plan=plan if allocation == "active" else
+                            count_in_ledger(plan, queries, corpus, scorer))
     pay = scorer_pay(queries, corpus, scorer)
     checked = None if audit is None else audit_judge(
         audit, queries, pay, min_auc=audit_min_auc, seed=seed,
         candidates=base.candidates(index, queries.keys))
-    rewards = score_pairs(plan.pairs, queries, corpus, scorer,
-                          progress=stage(progress, "scoring pairs", len(plan.pairs)))
+    plan, rewards = _paid(plan, allocation, (queries, base, index), corpus, scorer, pay,
+                          seed, progress)
     counts = pair_counts(scorer, plan, rewards)
     check_usable(rewards, scorer)
     step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
@@ -319,6 +333,17 @@ def planned_state(index: Index, outcome: LearnOutcome, *, scope: str, objective:
                       budget=len(plan.pairs))
 
 
+def _paid(plan: RewardPlan, allocation: str, source: Source, corpus: Corpus, scorer: Scorer,
+          pay: Pay, seed: int, progress: Progress | None) -> tuple[RewardPlan, Rewards]:
+    """The plan's pairs and their rewards: the fixed plan scored, or the active one."""
+    queries, base, index = source
+    if allocation == "active":
+        pairs, rewards = active_pairs(queries, base, index, len(plan.pairs), pay, seed)
+        return replace(plan, pairs=pairs), rewards
+    return plan, score_pairs(plan.pairs, queries, corpus, scorer,
+                             progress=stage(progress, "scoring pairs", len(plan.pairs)))
+
+
 def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = "task",
           budget: float = 10, task: str | Sequence[str] | None = None,
           objective: str = "kd", dry_run: bool = False, split: str = "test", depth: int = 10,
@@ -326,9 +351,10 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
           executor: ExecutorLike = "local", validate_budget: float | None = None,
           audit: str | None = None, audit_min_auc: float = MIN_AUC,
-          method: str = "scope") -> AdaptState:
+          method: str = "scope", allocation: str = "waterfill") -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
-    ``queries``, paid once through the ledger, and learn one ``scope``'s state.
+    ``queries``, paid once through the ledger, and learn one ``scope``'s state;
+    ``allocation="active"``: the pairs chosen in rounds (:mod:`tttembed.adapt.allocate`).
 
     ``executor="ray"`` (or :class:`~tttembed.execute.config.Ray` ``(address, actors,
     gpus)``) runs the model work on Ray Data: the query vectors not yet cached (a local
@@ -359,7 +385,6 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
         >>> state.pairs
         {'requested': 3000, 'cached': 0, 'paid': 3000, 'missing': 0}
     """
-    from tttembed.adapt import check_objective, check_scope
     from tttembed.execute import prepare
     from tttembed.index.embedder import index_embedder
     from tttembed.ttt.scorer import scorer_for
@@ -375,11 +400,17 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
                             depth=depth, objective=objective, seed=seed, dry_run=dry_run,
                             alpha=alpha, folds=folds, validate_budget=validate_budget,
                             audit=audit, audit_min_auc=audit_min_auc, method=method,
-                            progress=progress)
+                            allocation=allocation, progress=progress)
     if outcome.state is not None:
         return outcome.state
     return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)
 
 
-__all__ = ["LEARN_METHODS", "LearnOutcome", "Source", "check_method", "learn", "learn_auto",
+def check_allocation(allocation: str) -> None:
+    if allocation not in ALLOCATIONS:
+        raise ConfigError(f"unknown allocation {allocation!r}; choose from "
+                          f"{', '.join(ALLOCATIONS)}")
+
+
+__all__ = ["LEARN_METHODS", "check_allocation", "LearnOutcome", "Source", "check_method", "learn", "learn_auto",
            "learn_outcome", "learn_state", "pair_counts", "planned_state"]
