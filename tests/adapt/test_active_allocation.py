@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from tttembed.adapt.allocate import (
+from tttembed.adapt.active import (
     ACTIVE_FIRST,
     active_sequence,
     query_priority,
     uncertainty_order,
-    water_fill_order,
     where_pairs_went,
 )
+from tttembed.adapt.allocate import water_fill_order
 
 
 def _pools(n_queries=30, depth=40, seed=0):

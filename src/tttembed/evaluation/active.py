@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from tttembed.adapt.allocate import Pair, active_sequence, uncertainty_order, where_pairs_went
+from tttembed.adapt.active import active_sequence, uncertainty_order, where_pairs_went
+from tttembed.adapt.allocate import Pair
 from tttembed.evaluation.workload import TaskData
 from tttembed.ttt.active import Graph, index_graph, judge_through, score_gaps
 from tttembed.types import Rewards

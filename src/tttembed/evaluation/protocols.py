@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.adapt.active import ACTIVE_VERSION
 from tttembed.adapt.allocate import (
-    ACTIVE_VERSION,
     BREADTH_DEPTH,
     TASK_SEED_OFFSET,
     budget_grid,

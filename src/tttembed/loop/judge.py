@@ -4,7 +4,7 @@ them within the budget and the rate, every reward committed as it arrives.
 Priority (:func:`pending_pairs`): a query's weight is how often it was served, each time
 discounted by its age (half-life ``half_life_s``: recent and repeated queries first),
 times the active allocation's priority of the query given its rewards so far
-(:func:`tttembed.adapt.allocate.query_priority`, halved: a query being judged finishes
+(:func:`tttembed.adapt.active.query_priority`, halved: a query being judged finishes
 its first block, a new query comes next, then the queries whose best-rewarded document
 the served list ranks low; a query whose top document is its best yields), or, when only
 which pairs are judged is known, divided by ``1 + judged / depth``; a pair's is its
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tttembed.adapt.allocate import query_priority
+from tttembed.adapt.active import query_priority
 from tttembed.loop.store import Reward, SearchLog, Store
 from tttembed.score.base import Item, Scorer
 from tttembed.ttt.rewards import doc_items

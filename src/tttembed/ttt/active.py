@@ -1,4 +1,4 @@
-"""``learn --allocation active``: the active allocation (:mod:`tttembed.adapt.allocate`)
+"""``learn --allocation active``: the active allocation (:mod:`tttembed.adapt.active`)
 over one index, judged through the scorer's ledger round by round, and the corpus
 neighbour graph it walks (shared with the evaluation's ``<method>@active`` rows).
 """
@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tttembed.adapt.allocate import (
+from tttembed.adapt.active import (
     ACTIVE_NEIGHBOURS,
     active_sequence,
     uncertainty_order,

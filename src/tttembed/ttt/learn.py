@@ -354,7 +354,7 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           method: str = "scope", allocation: str = "waterfill") -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state;
-    ``allocation="active"``: the pairs chosen in rounds (:mod:`tttembed.adapt.allocate`).
+    ``allocation="active"``: the pairs chosen in rounds (:mod:`tttembed.adapt.active`).
 
     ``executor="ray"`` (or :class:`~tttembed.execute.config.Ray` ``(address, actors,
     gpus)``) runs the model work on Ray Data: the query vectors not yet cached (a local
