@@ -3,12 +3,16 @@
 1. Latency and throughput of ``/t/{task}/v1/embeddings`` (adapted) against
    ``/v1/embeddings`` (raw) at 1, 8 and 32 concurrent clients with the bundled MiniLM.
    Every request carries a new text (no cache hit: the model runs each time) and every
-   client alternates the two routes, so both see the same machine load.
-   Goal: adapted/raw latency ratio <= 1.05 at p50 and at p99. The bare model in this
-   process is the reference, measured in the same run (the server idle): its throughput
-   on batches of 32 new texts and the p50 of one text. Goals: at 32 single-text clients
-   the server reaches >= 0.8x the bare batched throughput; one client's p50 <= 1.2x the
-   bare model's + 2 ms.
+   request's route is drawn at random, so both see the same machine load and the same
+   places in the model's batches.
+   Goal: adapted/raw latency ratio <= 1.05 at p50 and at p99. The bare model is the
+   reference, measured in the same run in a fresh process while the server idles, right
+   before each of ``--rounds`` slices of the 1- and 32-client levels (this machine's speed
+   drifts by 1.4x within minutes, so each slice is compared with its own reference): its
+   throughput on batches of 32 new texts and the p50 of one text. Goals: at 32
+   single-text clients the server reaches >= 0.8x the bare batched throughput (median of
+   the slices' ratios); one client's p50 <= 1.2x the bare model's + 2 ms. The load is a
+   minimal keep-alive HTTP/1.1 client (:class:`LoadConnection`) on the same cores.
 2. ``--reload-requests`` requests at 32 clients (two query texts each) while the state
    file is replaced and reloaded ``--reloads`` times (alternately ``POST /admin/reload``
    and SIGHUP). Every response must be wholly the old or wholly the new state's vectors,
@@ -24,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -49,6 +55,15 @@ GOALS = {
 MEASURED: dict[str, float] = {}
 MODULES = ("json", "csv", "re", "pathlib", "functools", "itertools", "collections", "shutil",
            "os", "argparse", "logging", "subprocess", "socket", "asyncio", "typing")
+
+
+SERIAL = itertools.count()
+
+
+def fresh(texts: list[str], i: int) -> str:
+    """A text the server has not seen (its cache would answer a repeat), of the same shape
+    for the server and the bare reference (the same tokens per text)."""
+    return f"{texts[i % len(texts)]} (request {next(SERIAL):06d})"
 
 
 def prepare(work: Path) -> tuple[Path, Path, Path, str, list[str]]:
@@ -98,31 +113,76 @@ def start_server(index: Path, live: Path, extra: list[str] = ()) -> tuple[subpro
     raise SystemExit("server did not start")
 
 
+class LoadConnection:
+    """One keep-alive HTTP/1.1 connection, the load generator of the latency phase.
+
+    A minimal client on purpose (as wrk or oha are): the load runs on the server's own
+    cores, and httpx spends about 1.9 ms of CPU a request there (0.26 of this machine's
+    2 cores at 140 req/s), which the server cannot then use. It sends a POST with a JSON
+    body and reads a ``Content-Length`` response (what uvicorn sends for these routes);
+    anything else is an error."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: dict) -> tuple[int, bytes]:
+        import json
+
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        data = json.dumps(body).encode()
+        self.writer.write(f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\n"
+                          "content-type: application/json\r\n"
+                          f"content-length: {len(data)}\r\n\r\n".encode() + data)
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(head[0].split(" ", 2)[1])
+        fields = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
+        if "content-length" not in fields:
+            raise SystemExit(f"{path}: a response without content-length: {head}")
+        return status, await self.reader.readexactly(int(fields["content-length"]))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def latency_phase(url: str, task: str, texts: list[str], clients: int, n: int,
                         deadline: float) -> dict[str, list[float]]:
-    import httpx
+    """``n`` single-text requests from ``clients`` connections, alternately raw and
+    adapted; every response is checked (200, one vector of the model's width)."""
+    import json
 
+    host, port = url.removeprefix("http://").rsplit(":", 1)
     lat: dict[str, list[float]] = {"raw": [], "adapted": []}
     counter = iter(range(n))
     routes = {"raw": "/v1/embeddings", "adapted": f"/t/{task}/v1/embeddings"}
+    # each request's route drawn at random: a fixed alternation ties the route to the
+    # request's place in a batch and in the client's own loop (8 clients, strictly
+    # alternating: adapted p50 0.84x raw, from the order alone)
+    kinds = random.Random(clients).choices(("raw", "adapted"), k=n)
 
-    async def client(c: int, http: httpx.AsyncClient) -> None:
+    async def client(conn: LoadConnection) -> None:
         for i in counter:
             if time.monotonic() > deadline:
                 return
-            kind = "raw" if i % 2 == 0 else "adapted"
-            body = {"input": f"{texts[i % len(texts)]} (request {i}, {time.time_ns()})",
-                    "model": "m", "encoding_format": "base64"}
+            kind = kinds[i]
+            body = {"input": fresh(texts, i), "model": "m", "encoding_format": "base64"}
             t0 = time.perf_counter()
-            r = await http.post(routes[kind], json=body)
+            status, data = await conn.post(routes[kind], body)
             dt = time.perf_counter() - t0
-            if r.status_code != 200:
-                raise SystemExit(f"request failed: {r.status_code} {r.text[:200]}")
+            if status != 200 or len(json.loads(data)["data"]) != 1:
+                raise SystemExit(f"request failed: {status} {data[:200]!r}")
             lat[kind].append(dt)
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
-        await asyncio.gather(*(client(c, http) for c in range(clients)))
+    conns = [LoadConnection(host, int(port)) for _ in range(clients)]
+    try:
+        await asyncio.gather(*(client(c) for c in conns))
+    finally:
+        for c in conns:
+            c.close()
     return lat
 
 
@@ -202,7 +262,7 @@ def bare_reference(texts: list[str]) -> tuple[float, float]:
     return float(rate), float(one)
 
 
-def bare_model(texts: list[str], batch: int = 32, batches: int = 12) -> tuple[float, float]:
+def bare_model(texts: list[str], batch: int = 32, batches: int = 24) -> tuple[float, float]:
     """The bundled model itself (its own thread policy), called from the main thread:
     texts/s on batches of ``batch`` new texts, and the p50 seconds of one new text."""
     from tttembed.embed.cache import load_embedder
@@ -212,14 +272,13 @@ def bare_model(texts: list[str], batch: int = 32, batches: int = 12) -> tuple[fl
     n = 0
     t0 = time.perf_counter()
     for b in range(batches):
-        emb.encode([f"{texts[(b * batch + i) % len(texts)]} (bare {b}.{i})"
-                    for i in range(batch)], "query")
+        emb.encode([fresh(texts, b * batch + i) for i in range(batch)], "query")
         n += batch
     rate = n / (time.perf_counter() - t0)
     one = []
     for i in range(40):
         t = time.perf_counter()
-        emb.encode([f"{texts[i % len(texts)]} (bare one {i})"], "query")
+        emb.encode([fresh(texts, i)], "query")
         one.append(time.perf_counter() - t)
     return rate, float(np.median(one))
 
@@ -229,7 +288,9 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def report_latency(clients: int, lat: dict[str, list[float]], wall: float,
-                   bare: tuple[float, float]) -> list[bool]:
+                   rounds: list[tuple[float, float, float]]) -> list[bool]:
+    """Print one level's line; ``rounds`` holds (req/s, bare texts/s, bare one-text s)
+    per slice (empty for a level without a goal against the bare model)."""
     p = {k: (pct(v, 50), pct(v, 99)) for k, v in lat.items()}
     r50, r99 = p["adapted"][0] / p["raw"][0], p["adapted"][1] / p["raw"][1]
     n = len(lat["raw"]) + len(lat["adapted"])
@@ -239,19 +300,46 @@ def report_latency(clients: int, lat: dict[str, list[float]], wall: float,
           f"ratio p50 {r50:.3f} p99 {r99:.3f}")
     ok = [r50 <= GOAL_RATIO, r99 <= GOAL_RATIO]
     MEASURED["ratio"] = max(MEASURED.get("ratio", 0.0), r50, r99)
-    if clients == 32:
-        share = n / wall / bare[0]
-        print(f"    32 clients: {n / wall:.1f} req/s = {share:.2f}x the bare model's "
-              f"{bare[0]:.1f} texts/s in batches of 32 (goal >= 0.8)")
+    if clients == 32 and rounds:
+        shares = [rate / bare for rate, bare, _ in rounds]
+        share = float(np.median(shares))
+        print("    32 clients, slice by slice: " + ", ".join(
+            f"{rate:.1f} req/s / bare {bare:.1f} texts/s = {rate / bare:.2f}x"
+            for rate, bare, _ in rounds) + f"; median {share:.2f}x (goal >= 0.8)")
         ok.append(share >= 0.8)
         MEASURED["batched"] = share
-    if clients == 1:
-        limit = 1.2 * bare[1] * 1000 + 2
+    if clients == 1 and rounds:
+        one = float(np.median([r[2] for r in rounds]))
+        limit = 1.2 * one * 1000 + 2
         print(f"    1 client: raw p50 {p['raw'][0]:.2f} ms vs the bare model's "
-              f"{bare[1] * 1000:.2f} ms (goal <= 1.2x + 2 ms = {limit:.2f} ms)")
+              f"{one * 1000:.2f} ms (median of {len(rounds)}; goal <= 1.2x + 2 ms = "
+              f"{limit:.2f} ms)")
         ok.append(p["raw"][0] <= limit)
         MEASURED["one"] = p["raw"][0] / limit
     return ok
+
+
+def run_level(url: str, task: str, texts: list[str], clients: int, n: int, rounds: int,
+              deadline: float) -> list[bool]:
+    """``n`` requests at ``clients`` in ``rounds`` slices, each after its own bare
+    reference (levels 1 and 32; the others in one slice without one)."""
+    lat: dict[str, list[float]] = {"raw": [], "adapted": []}
+    paired = clients in (1, 32)
+    slices = max(1, rounds) if paired else 1
+    stats: list[tuple[float, float, float]] = []
+    wall = 0.0
+    for k in range(slices):
+        bare = bare_reference(texts) if paired else (0.0, 0.0)
+        t0 = time.perf_counter()
+        got = asyncio.run(latency_phase(url, task, texts, clients,
+                                        n // slices + (k < n % slices), deadline))
+        dt = time.perf_counter() - t0
+        wall += dt
+        for kind in lat:
+            lat[kind] += got[kind]
+        if paired:
+            stats.append(((len(got["raw"]) + len(got["adapted"])) / dt, *bare))
+    return report_latency(clients, lat, wall, stats)
 
 
 def main() -> int:
@@ -259,6 +347,9 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=2000,
                     help="requests per concurrency level (half raw, half adapted)")
     ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="slices of the 1- and 32-client levels, each after its own bare "
+                    "reference")
     ap.add_argument("--reload-requests", type=int, default=10_000)
     ap.add_argument("--reloads", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=900, help="seconds, whole run")
@@ -282,13 +373,8 @@ def main() -> int:
     ok: list[bool] = []
     try:
         print(f"goal: adapted/raw latency <= {GOAL_RATIO} at p50 and p99; 0 failed, 0 mixed")
-        bare = bare_reference(texts)
-        print(f"bare model (this process, server idle): {bare[0]:.1f} texts/s in batches of "
-              f"32, one text p50 {bare[1] * 1000:.2f} ms")
         for c in (int(x) for x in args.clients.split(",")):
-            t0 = time.perf_counter()
-            lat = asyncio.run(latency_phase(url, task, texts, c, args.requests, deadline))
-            ok += report_latency(c, lat, time.perf_counter() - t0, bare)
+            ok += run_level(url, task, texts, c, args.requests, args.rounds, deadline)
         t0 = time.perf_counter()
         stats = asyncio.run(reload_phase(url, task, texts, proc, (a, b, live),
                                          args.reload_requests, args.reloads, deadline))

@@ -26,7 +26,7 @@ def _fake(monkeypatch, readings):
     monkeypatch.setattr(devices._FreeCpus, "_read", lambda self, cpus: next(it))
     monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     monkeypatch.setattr(devices.time, "sleep", lambda s: None)
-    return devices._FreeCpus()
+    return devices._FreeCpus(background=False)
 
 
 def test_free_cpus_leave_out_what_others_keep_busy(monkeypatch):
@@ -45,11 +45,45 @@ def test_the_measure_is_kept_between_remeasurements(monkeypatch):
     readings = [(0.0, 0, 0, 0.0), (1.0, 400, 400, 0.0), (2.0, 400, 800, 0.0),
                 (9.0, 400, 3600, 0.0)]
     free = _fake(monkeypatch, readings)
-    clock = iter([1.5, 9.0])
+    clock = iter([1.2, 9.0])
     monkeypatch.setattr(devices.time, "monotonic", lambda: next(clock))
     assert free() == 4            # idle over the first second
-    assert free() == 4            # 0.5 s later: not re-measured
+    assert free() == 4            # 0.2 s later: not re-measured
     assert free() == 1            # 7 s of every CPU busy: re-measured
+
+
+def test_a_daemon_thread_keeps_the_measure_current(monkeypatch):
+    """After the first call the free CPUs are re-measured in the background: a process
+    that idled while another one ran is not judged by that window (the call does not
+    measure), and a core taken meanwhile is seen without any call."""
+    import threading
+    import time
+
+    # every CPU idle at first, then all four busy with other processes' work
+    readings = [(0.0, 0, 0, 0.0), (1.0, 400, 400, 0.0)]
+    lock = threading.Lock()
+
+    def read(self, cpus):
+        with lock:
+            if len(readings) > 2:
+                return readings.pop(0)
+            w = readings[-1][0] + 1.0
+            readings.append((w, readings[-1][1], readings[-1][2] + 400, 0.0))
+            return readings.pop(0)
+
+    monkeypatch.setattr(devices._FreeCpus, "_read", read)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(devices, "REMEASURE_S", 0.01)
+    monkeypatch.setattr(devices, "FIRST_SAMPLE_S", 0.0)
+    free = devices._FreeCpus()
+    try:
+        assert free() == 4
+        deadline = time.monotonic() + 10
+        while free.value != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert free() == 1
+    finally:
+        free.forget()  # the sampler sees it is forgotten and stops
 
 
 def test_use_threads_sets_torch(monkeypatch):

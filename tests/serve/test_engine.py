@@ -128,6 +128,48 @@ def test_every_model_call_runs_on_one_thread_and_errors_reach_every_waiter():
     assert batcher.encode(["after"], "query").shape == (1, 4)  # the thread lives on
 
 
+def test_awaited_requests_merge_and_never_block_the_event_loop():
+    import asyncio
+
+    release = threading.Event()
+
+    class Slow(CountingEmbedder):
+        def encode(self, texts, kind="document", progress=None):
+            release.wait(30)
+            if "boom" in texts:
+                raise RuntimeError("model failed")
+            return super().encode(texts, kind)
+
+    emb = Slow()
+    batcher = Batcher(emb, max_batch=8, max_wait_ms=0)
+    enc = LRUEncoder(emb, size=8, max_wait_ms=0)
+
+    async def main() -> None:
+        with batcher._model_lock:  # the model is busy: every request queues
+            tasks = [asyncio.ensure_future(batcher.encode_async([f"a{i}"], "query"))
+                     for i in range(3)]
+            ticks = 0
+            while len(batcher._queue) < 3:
+                await asyncio.sleep(0.005)  # the loop runs on while they wait
+                ticks += 1
+            assert ticks >= 1
+        release.set()
+        rows = await asyncio.gather(*tasks)
+        assert [r[0, 0] for r in rows] == [2.0, 2.0, 2.0] and emb.sizes == [3]
+        try:
+            await batcher.encode_async(["boom"], "query")
+        except RuntimeError as exc:
+            assert "model failed" in str(exc)
+        else:
+            raise AssertionError("the model's error did not reach the awaiting request")
+        first = await enc.encode_async(["x", "yy"], "document")
+        again = await enc.encode_async(["yy"], "document")  # from the cache
+        assert enc.hits == 1 and emb.sizes[-1] == 2
+        np.testing.assert_array_equal(again[0], first[1])
+
+    asyncio.run(main())
+
+
 def test_lru_cache_serves_repeats_and_stays_bounded(minilm):
     enc = LRUEncoder(minilm, size=2)
     first = enc.encode(["one", "two", "one"], "document")

@@ -69,6 +69,19 @@ def test_task_queries_are_adapted_as_api_search_adapts(server, setup, minilm):
     np.testing.assert_allclose(vectors(ext), want, atol=1e-6)
 
 
+def test_large_requests_take_the_worker_thread_path_with_the_same_vectors(server, setup,
+                                                                          minilm):
+    from tttembed.serve.routes import INLINE_TEXTS
+
+    texts = [f"question {i} about a pet that can talk" for i in range(INLINE_TEXTS + 3)]
+    want = expected_adapted(setup, minilm, texts, TASK, ["task", "query"])
+    big = vectors(client(server, f"/t/{TASK}/v1").embeddings.create(input=texts, model="m"))
+    np.testing.assert_allclose(big, want, atol=1e-6)
+    few = vectors(client(server, f"/t/{TASK}/v1").embeddings.create(input=texts[:2],
+                                                                    model="m"))
+    np.testing.assert_allclose(few, want[:2], atol=1e-6)
+
+
 def test_query_wise_state_applies_by_exact_text(server, setup, minilm):
     from tttembed.api import load_state
 

@@ -8,8 +8,9 @@ GPU, else ``cpu``. An explicit device string is used as given.
 **Threads** (:func:`use_threads`, called before every model call): the number given
 (``threads=`` in Python, ``--threads`` on the command line), else ``TTTEMBED_THREADS``,
 else the CPUs this process may use that nothing else keeps busy, measured from
-``/proc/stat`` over the time since the last call (at least one; re-measured at most
-every :data:`REMEASURE_S` seconds, so it follows a machine whose load changes). torch's
+``/proc/stat`` (at least one): once when a model first runs, then every
+:data:`REMEASURE_S` seconds by a daemon thread, so it follows a machine whose load
+changes and a process that was idle meanwhile is not judged by what ran then. torch's
 intra-op threads spin while they wait: one more than the free cores costs an order of
 magnitude when another process holds a core, and fewer than the free cores wastes an idle
 machine. ``OMP_NUM_THREADS`` is not needed.
@@ -25,8 +26,8 @@ from typing import Any
 
 ENV = "TTTEMBED_DEVICE"
 THREADS_ENV = "TTTEMBED_THREADS"
-#: Seconds between two measurements of the free CPUs.
-REMEASURE_S = 2.0
+#: Seconds between two measurements of the free CPUs (each over the seconds before it).
+REMEASURE_S = 0.5
 #: The first measurement's sample (later ones use the time since the previous one).
 FIRST_SAMPLE_S = 0.05
 
@@ -78,12 +79,18 @@ def _cpu_times(cpus: set[int]) -> tuple[float, float]:
 
 class _FreeCpus:
     """The CPUs of this process's affinity that other processes leave idle, from the
-    change of /proc/stat (and of this process's own CPU time) between two readings."""
+    change of /proc/stat (and of this process's own CPU time) between two readings.
 
-    def __init__(self) -> None:
+    The first call measures over :data:`FIRST_SAMPLE_S`; after it a daemon thread
+    re-measures every :data:`REMEASURE_S` (``background=False``: the calls themselves
+    re-measure, at most that often, over the time since the previous reading)."""
+
+    def __init__(self, background: bool = True) -> None:
         self.lock = threading.Lock()
         self.last: tuple[float, float, float, float] | None = None  # wall, idle, total, own
         self.value = 0
+        self.background = background
+        self._sampler: threading.Thread | None = None
 
     def _read(self, cpus: set[int]) -> tuple[float, float, float, float]:
         t = os.times()
@@ -96,25 +103,53 @@ class _FreeCpus:
         except AttributeError:  # pragma: no cover - not on Linux
             return os.cpu_count() or 1
         with self.lock:
+            fresh = self.last is not None and time.monotonic() - self.last[0] < REMEASURE_S
+            if self.value and (self._sampler is not None or fresh):
+                return self.value
             try:
                 if self.last is None:
                     self.last = self._read(cpus)
                     time.sleep(FIRST_SAMPLE_S)
-                elif time.monotonic() - self.last[0] < REMEASURE_S and self.value:
-                    return self.value
-                now = self._read(cpus)
+                self._measure(cpus)
             except (OSError, ValueError):  # no /proc: every CPU counts as free
                 return len(cpus)
-            wall, idle, total, own = (b - a for a, b in zip(self.last, now))
-            self.last = now
-            if total <= 0 or wall <= 0:
-                return self.value or len(cpus)
-            busy = len(cpus) * (1.0 - idle / total) - own / wall  # others' CPUs in use
-            self.value = max(1, min(len(cpus), len(cpus) - int(busy + 0.5)))
+            if self.background and self._sampler is None:
+                self._sampler = threading.Thread(target=self._sample, daemon=True,
+                                                 name="tttembed-free-cpus")
+                self._sampler.start()
             return self.value
+
+    def _measure(self, cpus: set[int]) -> None:
+        now = self._read(cpus)
+        assert self.last is not None
+        wall, idle, total, own = (b - a for a, b in zip(self.last, now))
+        self.last = now
+        if total <= 0 or wall <= 0:
+            self.value = self.value or len(cpus)
+            return
+        busy = len(cpus) * (1.0 - idle / total) - own / wall  # others' CPUs in use
+        self.value = max(1, min(len(cpus), len(cpus) - int(busy + 0.5)))
+
+    def _sample(self) -> None:
+        while True:
+            time.sleep(REMEASURE_S)
+            with self.lock:
+                if self._sampler is not threading.current_thread():
+                    return  # forgotten (a forked child starts its own)
+                try:
+                    self._measure(set(os.sched_getaffinity(0)))
+                except (OSError, ValueError):
+                    self.value = len(os.sched_getaffinity(0))
+
+    def forget(self) -> None:
+        """Start over (a forked child: the parent's sampler thread is not in it)."""
+        self.lock = threading.Lock()
+        self.last, self.value, self._sampler = None, 0, None
 
 
 free_cpus = _FreeCpus()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=free_cpus.forget)
 
 
 def thread_count(threads: int | None = None) -> int:

@@ -4,8 +4,11 @@
 Every route handler runs inside :func:`_endpoint`, which checks the bearer key (all routes
 but ``/healthz``), turns :class:`~tttembed.serve.wire.ApiError` into OpenAI-shaped 4xx
 bodies (anything unexpected into a 500 without a traceback), counts the request and writes
-one JSON access-log line (never a header, so never the key). Model work, adaptation and
-JSON rendering run in a worker thread; the event loop only moves bytes.
+one JSON access-log line (never a header, so never the key). The model runs on its own
+thread (:class:`~tttembed.serve.engine.Batcher`): an embeddings request of a few texts
+awaits its rows on the event loop and is adapted and rendered there (tens of
+microseconds); larger ones, searches and anything that writes the traffic log run in a
+worker thread. The event loop never waits for the model.
 """
 
 from __future__ import annotations

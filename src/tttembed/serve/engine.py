@@ -1,6 +1,6 @@
-"""The work behind the routes, synchronous (the app runs it in a worker thread): encode
-through an in-memory LRU cache in front of the index's embedder, adapt with a snapshot,
-search the index.
+"""The work behind the routes: encode through an in-memory LRU cache in front of the
+index's embedder, adapt with a snapshot, search the index; synchronous (from a worker
+thread) or awaited on the event loop (:meth:`Engine.embed_async`).
 
 Every model call runs on one persistent thread (a torch model is not re-entrant, and
 torch's OpenMP runtime slows down when several threads call it); concurrent requests are
@@ -12,9 +12,10 @@ cache holds the embedder's own float32 rows, so a cached vector is the vector.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,13 +26,21 @@ from tttembed.ttt.snapshot import Snapshot
 
 
 class _Slot:
-    __slots__ = ("texts", "kind", "result", "error", "done")
+    """One request's texts in the queue; ``finish`` runs on the model thread once its
+    rows (or the error) are set."""
 
-    def __init__(self, texts: list[str], kind: Kind) -> None:
-        self.texts, self.kind = texts, kind
+    __slots__ = ("texts", "kind", "result", "error", "finish")
+
+    def __init__(self, texts: list[str], kind: Kind, finish: Callable[[], object]) -> None:
+        self.texts, self.kind, self.finish = texts, kind, finish
         self.result: np.ndarray | None = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+
+    def rows(self) -> np.ndarray:
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
 
 
 #: Texts per model call, and how long a request waits for others to join it.
@@ -67,7 +76,29 @@ class Batcher:
         self.calls = 0
 
     def encode(self, texts: list[str], kind: Kind) -> np.ndarray:
-        slot = _Slot(list(texts), kind)
+        """The rows of ``texts``, waiting in this thread."""
+        done = threading.Event()
+        slot = _Slot(list(texts), kind, done.set)
+        self._submit(slot)
+        done.wait()
+        return slot.rows()
+
+    async def encode_async(self, texts: list[str], kind: Kind) -> np.ndarray:
+        """The rows of ``texts``, awaited on the running event loop: no worker thread
+        waits, and the model thread wakes the loop once per batch, not per request."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def resolve() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        slot = _Slot(list(texts), kind, lambda: loop.call_soon_threadsafe(resolve))
+        self._submit(slot)
+        await future
+        return slot.rows()
+
+    def _submit(self, slot: _Slot) -> None:
         with self._queued:
             self._queue.append(slot)
             self._queued.notify_all()
@@ -75,11 +106,6 @@ class Batcher:
                 self._thread = threading.Thread(target=self._serve, name="tttembed-model",
                                                 daemon=True)
                 self._thread.start()
-        slot.done.wait()
-        if slot.error is not None:
-            raise slot.error
-        assert slot.result is not None
-        return slot.result
 
     def _queued_texts(self) -> int:
         return sum(len(s.texts) for s in self._queue)
@@ -123,7 +149,7 @@ class Batcher:
                 for s in slots:
                     s.error = exc
             for s in slots:
-                s.done.set()
+                s.finish()
 
 
 class LRUEncoder:
@@ -141,8 +167,21 @@ class LRUEncoder:
         self.misses = 0
 
     def encode(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
-        dim = int(self.embedder.dim)
-        out = np.zeros((len(texts), dim), dtype=np.float32)
+        out, todo = self._lookup(texts, kind)
+        if todo:
+            self._keep(out, todo, kind, self.batcher.encode(list(todo), kind))
+        return out
+
+    async def encode_async(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        out, todo = self._lookup(texts, kind)
+        if todo:
+            self._keep(out, todo, kind, await self.batcher.encode_async(list(todo), kind))
+        return out
+
+    def _lookup(self, texts: Sequence[str], kind: Kind
+                ) -> tuple[np.ndarray, dict[str, list[int]]]:
+        """Rows filled from the cache, and the positions of each text still to encode."""
+        out = np.zeros((len(texts), int(self.embedder.dim)), dtype=np.float32)
         todo: dict[str, list[int]] = {}
         with self._cache_lock:
             for i, t in enumerate(texts):
@@ -154,17 +193,17 @@ class LRUEncoder:
                     out[i] = v
             self.hits += len(texts) - sum(len(v) for v in todo.values())
             self.misses += len(todo)
-        if todo:
-            new = list(todo)
-            vecs = self.batcher.encode(new, kind)
-            with self._cache_lock:
-                for t, v in zip(new, vecs):
-                    out[todo[t]] = v
-                    if self.size:
-                        self._cache[(kind, t)] = v
-                while len(self._cache) > self.size:
-                    self._cache.popitem(last=False)
-        return out
+        return out, todo
+
+    def _keep(self, out: np.ndarray, todo: dict[str, list[int]], kind: Kind,
+              vecs: np.ndarray) -> None:
+        with self._cache_lock:
+            for t, v in zip(todo, vecs):
+                out[todo[t]] = v
+                if self.size:
+                    self._cache[(kind, t)] = v
+            while len(self._cache) > self.size:
+                self._cache.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -190,6 +229,17 @@ class Engine:
         if task is None:
             return Result(self.encoder.encode(texts, "document"), {}, snap.generation)
         x = self.encoder.encode(texts, "query")
+        vectors, hits = snap.adapt(x, texts, task)
+        return Result(vectors, hits, snap.generation)
+
+    async def embed_async(self, texts: Sequence[str], task: str | None, snap: Snapshot
+                          ) -> Result:
+        """:meth:`embed` awaited on the event loop (the adaptation runs there too: a few
+        vector operations per text)."""
+        if task is None:
+            return Result(await self.encoder.encode_async(texts, "document"), {},
+                          snap.generation)
+        x = await self.encoder.encode_async(texts, "query")
         vectors, hits = snap.adapt(x, texts, task)
         return Result(vectors, hits, snap.generation)
 

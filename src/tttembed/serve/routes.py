@@ -90,6 +90,11 @@ def served_task(svc: Service, snap: Snapshot, task: str | None) -> str | None:
                    param="task", code="unknown_task")
 
 
+#: Requests of at most this many texts (and no traffic log to write) are adapted and
+#: rendered on the event loop, their model rows awaited there; larger ones in a thread.
+INLINE_TEXTS = 32
+
+
 async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     route_task = request.path_params.get("task")
     body = await read_json(request, svc.config.max_body_bytes)
@@ -105,7 +110,11 @@ async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Re
             log_traffic(svc, snap, req.task, req.texts, None, None)
         return _render(embeddings_body(res.vectors, req, svc.model)), res
 
-    content, res = await run_in_threadpool(work)
+    if svc.store is None and len(req.texts) <= INLINE_TEXTS:
+        res = await svc.engine.embed_async(req.texts, task, snap)
+        content = _render(embeddings_body(res.vectors, req, svc.model))
+    else:
+        content, res = await run_in_threadpool(work)
     info["states"] = res.hits
     svc.metrics.hit(res.hits, "embeddings", len(req.texts))
     return Response(content, 200, headers=state_headers(res),
