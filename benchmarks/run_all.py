@@ -42,7 +42,7 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
     ("bench_embed_index_search.py", [], ["--docs", "300", "--repeats", "2"]),
     ("bench_ledger.py", [], ["--n", "2000", "--b1", "100", "--b2", "300"]),
     ("bench_chain.py", [], ["--questions", "20", "--skip-train", "--repeats", "1"]),
-    ("bench_serve.py", [], ["--requests", "400", "--clients", "1,8,32", "--reload-requests",
+    ("bench_serve.py", [], ["--requests", "1500", "--clients", "1,8,32", "--reload-requests",
                             "1000", "--reloads", "5"]),
     ("bench_threads.py", [], []),
     ("bench_loop.py", [str(DATA / "scifact")],
