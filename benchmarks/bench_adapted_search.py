@@ -59,7 +59,7 @@ def main() -> int:
     d = index.dim
     states = {}
     for scope in ("global", "task", "query"):
-        g = make_groups(scope, list(qs.qids), list(qs.tasks))
+        g = make_groups(scope, list(qs.qids), list(qs.tasks), list(qs.texts))
         v = rng.standard_normal((len(g.keys), d)).astype(np.float32) * 0.05
         n = g.counts
         states[scope] = AdaptState(scope, tuple(g.keys), v, n / (n + 1.0), n,
@@ -83,7 +83,7 @@ def main() -> int:
         ts = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            keys = {scope: query_keys(scope, list(qs.qids), list(qs.tasks))}
+            keys = {scope: query_keys(scope, list(qs.texts), list(qs.tasks))}
             apply_states(x, keys, [st])
             ts.append(time.perf_counter() - t0)
         apply_t[scope] = statistics.median(ts)

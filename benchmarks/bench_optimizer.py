@@ -173,10 +173,11 @@ def main() -> None:
     after = ""
     peak = 0
     trace_memory = args.peak_memory or k >= 100
-    warm = make_groups("query", qids[:4], tasks[:4])  # warm up numba / first calls
+    # synthetic queries: each one's id is its text (the query scope groups by text)
+    warm = make_groups("query", qids[:4], tasks[:4], qids[:4])  # warm up numba / first calls
     learn_vectors(RewardBatch(x[:4], z[:4], r[:4], warm.index, warm.weights), 4, steps=2)
     for scope in args.scopes.split(","):
-        groups = make_groups(scope, qids, tasks)
+        groups = make_groups(scope, qids, tasks, qids)
         order = groups.order()
         same = bool(np.array_equal(order, np.arange(n)))  # no copy of z when already in order
         batch = RewardBatch(x if same else x[order], z if same else z[order],

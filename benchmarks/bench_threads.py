@@ -26,11 +26,11 @@ from pathlib import Path
 from claims import Goal, emit
 
 GOALS = {
-    "idle": Goal("default throughput / best pinned, idle machine", ">=", 0.8),
-    "busy": Goal("default throughput / best pinned, one core busy", ">=", 0.8),
-    "latency": Goal("one short query, p50 busy / p50 idle (default)", "<=", 2.0),
-    "idle_one": Goal("one thread / all threads throughput, idle (info)", "info", None),
-    "busy_all": Goal("all threads / one thread throughput, one core busy (info)", "info", None),
+    "idle": Goal("threads: default throughput / best pinned, idle machine", ">=", 0.8),
+    "busy": Goal("threads: default throughput / best pinned, one core busy", ">=", 0.8),
+    "latency": Goal("threads: one short query, p50 busy / p50 idle (default)", "<=", 2.0),
+    "idle_one": Goal("threads: one thread / all threads throughput, idle", "info", None),
+    "busy_all": Goal("threads: all threads / one thread throughput, one core busy", "info", None),
 }
 SETTINGS = ("default", "one", "all")
 TEXTS = [f"how do I parse the {i}th line of a csv file into a dictionary of fields"

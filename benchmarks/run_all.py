@@ -57,7 +57,8 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
 ]
 STUDY_QUICK = ["--tasks", "medline", "--skip-analyses"]
 CLI_GOAL = Goal("CLI: `tttembed{cmd} --help` wall time (import cost)", "info", None, " s")
-SKIP = {"run_all.py", "claims.py", "chain_tables.py", "study.py", "reward_sweep.py"}
+SKIP = {"run_all.py", "claims.py", "chain_tables.py", "study.py", "reward_sweep.py",
+        "guard_study.py"}  # studies (hours cold): run on their own
 
 
 def run_script(script: str, extra: list[str], claims_file: Path, timeout: float
