@@ -168,6 +168,22 @@ def test_awaited_requests_merge_and_never_block_the_event_loop():
         np.testing.assert_array_equal(again[0], first[1])
 
     asyncio.run(main())
+    # a request whose event loop closed before its rows came: the model thread lives on
+    release.clear()
+    with batcher._model_lock:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(batcher.encode_async(["orphan"], "query"))
+        loop.run_until_complete(asyncio.sleep(0.05))  # queued, then the loop goes away
+        task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    release.set()
+    later: list[np.ndarray] = []
+    t = threading.Thread(target=lambda: later.append(batcher.encode(["later"], "query")),
+                         daemon=True)
+    t.start()
+    t.join(30)
+    assert later and later[0].shape == (1, 4)
 
 
 def test_lru_cache_serves_repeats_and_stays_bounded(minilm):

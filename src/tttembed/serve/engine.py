@@ -93,7 +93,13 @@ class Batcher:
             if not future.done():
                 future.set_result(None)
 
-        slot = _Slot(list(texts), kind, lambda: loop.call_soon_threadsafe(resolve))
+        def finish() -> None:  # on the model thread
+            try:
+                loop.call_soon_threadsafe(resolve)
+            except RuntimeError:  # the loop has closed (the server stopped): nobody waits
+                pass
+
+        slot = _Slot(list(texts), kind, finish)
         self._submit(slot)
         await future
         return slot.rows()
