@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import random
 import shutil
@@ -79,8 +80,6 @@ def prepare(work: Path) -> tuple[Path, Path, Path, str, list[str]]:
                       seed=seed)
         states.append(st.save(work / f"{name}.npz"))
     qs = [line for line in (folder / "queries.jsonl").read_text().splitlines() if line]
-    import json
-
     texts = [json.loads(q)["text"] for q in qs]
     return work / "index", states[0], states[1], folder.name, texts
 
@@ -128,8 +127,6 @@ class LoadConnection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        import json
-
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
@@ -151,10 +148,8 @@ class LoadConnection:
 
 async def latency_phase(url: str, task: str, texts: list[str], clients: int, n: int,
                         deadline: float) -> dict[str, list[float]]:
-    """``n`` single-text requests from ``clients`` connections, alternately raw and
-    adapted; every response is checked (200, one vector of the model's width)."""
-    import json
-
+    """``n`` single-text requests from ``clients`` connections, each raw or adapted at
+    random; every response is checked (200, one vector)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     lat: dict[str, list[float]] = {"raw": [], "adapted": []}
     counter = iter(range(n))
@@ -254,8 +249,6 @@ async def reload_phase(url: str, task: str, texts: list[str], proc: subprocess.P
 def bare_reference(texts: list[str]) -> tuple[float, float]:
     """:func:`bare_model` in a fresh process (this one has run torch from other threads
     while preparing, which would slow its OpenMP runtime and flatter the server)."""
-    import json
-
     out = subprocess.run([sys.executable, __file__, "--bare"], input=json.dumps(texts),
                          capture_output=True, text=True, check=True)
     rate, one = json.loads(out.stdout.strip().splitlines()[-1])
@@ -345,7 +338,7 @@ def run_level(url: str, task: str, texts: list[str], clients: int, n: int, round
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000,
-                    help="requests per concurrency level (half raw, half adapted)")
+                    help="requests per concurrency level (each raw or adapted at random)")
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--rounds", type=int, default=3,
                     help="slices of the 1- and 32-client levels, each after its own bare "
@@ -359,8 +352,6 @@ def main() -> int:
                     "'--max-wait-ms 0' (quoted, space-separated)")
     args = ap.parse_args()
     if args.bare:
-        import json
-
         print(json.dumps(bare_model(json.loads(sys.stdin.read()))))
         return 0
     deadline = time.monotonic() + args.time_limit

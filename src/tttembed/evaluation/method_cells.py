@@ -30,8 +30,8 @@ from tttembed.ttt import (
     reward_table,
     run_from_arrays,
 )
+from tttembed.ttt.distil import learn_auto
 from tttembed.ttt.guard import GUARD_VERSION, Pay
-from tttembed.ttt.learn import learn_auto
 from tttembed.ttt.select import SELECT_VERSION
 from tttembed.types import ALPHA_MODES, Rewards
 

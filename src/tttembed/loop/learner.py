@@ -101,7 +101,7 @@ class Learner:
         at most ``validate_share`` of the ``new_pairs`` rewarded since the last cycle
         (default: of every rewarded pair) for the guard, and as much again for the
         promotion check: what earlier cycles paid stays judged."""
-        from tttembed.ttt.learn import learn_auto
+        from tttembed.ttt.distil import learn_auto
 
         judged, n_judge, n_feedback = collect(self.store)
         if not judged:

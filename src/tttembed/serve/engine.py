@@ -232,25 +232,30 @@ class Engine:
 
     def embed(self, texts: Sequence[str], task: str | None, snap: Snapshot) -> Result:
         """Documents (``task`` None): base vectors. Queries: adapted with ``snap``."""
-        if task is None:
-            return Result(self.encoder.encode(texts, "document"), {}, snap.generation)
-        x = self.encoder.encode(texts, "query")
-        vectors, hits = snap.adapt(x, texts, task)
-        return Result(vectors, hits, snap.generation)
+        return _adapted(self.encoder.encode(texts, _kind(task)), texts, task, snap)
 
     async def embed_async(self, texts: Sequence[str], task: str | None, snap: Snapshot
                           ) -> Result:
         """:meth:`embed` awaited on the event loop (the adaptation runs there too: a few
         vector operations per text)."""
-        if task is None:
-            return Result(await self.encoder.encode_async(texts, "document"), {},
-                          snap.generation)
-        x = await self.encoder.encode_async(texts, "query")
-        vectors, hits = snap.adapt(x, texts, task)
-        return Result(vectors, hits, snap.generation)
+        x = await self.encoder.encode_async(texts, _kind(task))
+        return _adapted(x, texts, task, snap)
 
     def search(self, texts: Sequence[str], task: str, k: int, snap: Snapshot) -> Result:
         """Adapted queries against the unchanged index (as ``tttembed.api.search``)."""
         res = self.embed(texts, task, snap)
         scores, rows = self.index.search(res.vectors, min(int(k), len(self.index)))
         return Result(res.vectors, res.hits, res.generation, scores, rows)
+
+
+def _kind(task: str | None) -> Kind:
+    return "document" if task is None else "query"
+
+
+def _adapted(x: np.ndarray, texts: Sequence[str], task: str | None, snap: Snapshot
+             ) -> Result:
+    """Documents (``task`` None) as encoded; queries adapted with ``snap``."""
+    if task is None:
+        return Result(x, {}, snap.generation)
+    vectors, hits = snap.adapt(x, texts, task)
+    return Result(vectors, hits, snap.generation)

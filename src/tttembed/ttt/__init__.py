@@ -5,7 +5,8 @@ direct reranking (:mod:`.search`). ``tttembed.api`` and ``tttembed.evaluation`` 
 
 from __future__ import annotations
 
-from tttembed.ttt.learn import LearnOutcome, Source, learn_outcome, learn_state, pair_counts
+from tttembed.ttt.distil import Source, learn_state
+from tttembed.ttt.learn import LearnOutcome, learn_outcome, pair_counts
 from tttembed.ttt.queries import (
     BaseRetrieval,
     QuerySet,

@@ -3,12 +3,12 @@ the evaluation harness.
 
 Data flow: queries -> base vectors and top-K candidates (the unchanged index) -> the
 reward plan -> rewards through the ledger (pairs paid once, ever) -> the reward table ->
-``adapt.learn_vectors`` for one scope -> AdaptState.
+``adapt.learn_vectors`` for one scope -> AdaptState (:mod:`tttembed.ttt.distil`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,22 +17,14 @@ import numpy as np
 from tttembed.adapt import (
     STEPS,
     AdaptState,
-    RewardBatch,
     check_objective,
     check_scope,
-    learn_vectors,
-    make_groups,
 )
 from tttembed.adapt.allocate import ALLOCATIONS
 from tttembed.adapt.crossval import (
     FOLDS,
-    CrossValidation,
-    alpha_label,
-    alpha_values,
-    cross_validate,
     parse_alpha,
 )
-from tttembed.adapt.scopes import Groups
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
@@ -42,16 +34,12 @@ from tttembed.score.base import Scorer
 from tttembed.ttt.active import active_pairs
 from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
+from tttembed.ttt.distil import Source, learn_auto, learn_state
 from tttembed.ttt.guard import (
-    VALIDATE_SHARE,
-    Guard,
     Pay,
-    Table,
-    judged_diff,
-    reward_rows,
     scorer_pay,
 )
-from tttembed.ttt.queries import BaseRetrieval, Queries, QuerySet, as_query_set, base_retrieval
+from tttembed.ttt.queries import Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
     RewardPlan,
@@ -62,141 +50,6 @@ from tttembed.ttt.rewards import (
     make_plan,
     score_pairs,
 )
-from tttembed.ttt.select import CoefFor, mixed_state, restrict, rewards_coef, select_methods
-
-#: One source of rewarded queries: the queries, their base retrieval, the index they
-#: were retrieved from (each task of an evaluation has its own index).
-Source = tuple[QuerySet, BaseRetrieval, Index]
-
-
-def _fingerprint(indexes: Sequence[Index]) -> str:
-    prints = {str(ix.manifest.get("corpus_fingerprint", "")) for ix in indexes}
-    return prints.pop() if len(prints) == 1 else ""
-
-
-def _group_ids(groups: Groups, qids: Sequence[str], tasks: Sequence[str]) -> tuple[str, ...]:
-    """The ``task/qid`` of each group's first query: how reports name query-wise groups
-    (the keys are text digests)."""
-    first: dict[int, str] = {}
-    for g, q, t in zip(groups.index.tolist(), qids, tasks):
-        first.setdefault(g, f"{t}/{q}")
-    return tuple(first[g] for g in range(len(groups.keys)))
-
-
-def _rewarded(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
-              ) -> tuple[str, ...]:
-    """Text digests of the queries with at least one finite reward, sorted."""
-    from tttembed.adapt.scopes import query_digest
-
-    return tuple(sorted({query_digest(text) for qs, _, _ in sources
-                         for key, text in zip(qs.keys, qs.texts)
-                         if any(np.isfinite(v) for v in rewards.get(key, {}).values())}))
-
-
-def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
-                *, objective: str = "kd", alpha: str | float = "rule", crossval: bool = False,
-                folds: int = FOLDS, seed: int = 0,
-                callback: Callable[[int], None] | None = None, pay: Pay | None = None,
-                validate_cap: int | None = None, table: Table | None = None,
-                **meta: Any) -> AdaptState | None:
-    """One scope's state from rewards already paid, over one or more sources, learned as
-    one batched problem (None when no query has a finite reward). ``meta`` fills the
-    state's scorer, reward_mapping and budget fields.
-
-    ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default: vectors and alphas exactly as
-    without cross-validation), a fixed number in [0, 1], or ``"auto"`` (chosen by reward
-    cross-validation, :mod:`tttembed.adapt.crossval`). ``crossval`` runs the ``folds``-fold
-    cross-validation (seeded ``seed``) for any alpha and records it in the state (``auto``
-    always runs it); ``callback`` then also sees its optimizer steps.
-
-    With ``pay`` (it pays reward pairs through the ledger), ``auto`` is chosen by the
-    guard instead (:mod:`tttembed.ttt.guard`: held-out queries, or for a query-wise state
-    its own queries, re-searched and the difference judged), paying at most
-    ``validate_cap`` pairs (default a tenth of the rewarded pairs; past it a random sample
-    of the never-judged documents); where the guard cannot run, the judged-candidates
-    estimate decides, and ``state.crossval`` says why. ``table``: the sources' reward
-    table, when the caller has built it (:func:`~tttembed.ttt.guard.reward_rows`)."""
-    asked = parse_alpha(alpha)
-    table = table if table is not None else reward_rows(sources, rewards)
-    if not table.keys:
-        return None
-    x, zs, rs, qids, tasks, texts = table.x, table.zs, table.rs, table.qids, table.tasks, table.texts
-    groups = make_groups(scope, qids, tasks, texts)
-    perm = groups.order()  # rows in group order: the optimizer streams z without a copy
-    batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
-                                    groups.index[perm], groups.weights[perm])
-    res = learn_vectors(batch, len(groups.keys), objective, callback=callback)
-    guard = None
-    if asked == "auto" and pay is not None:
-        cap = validate_cap if validate_cap is not None else round(
-            VALIDATE_SHARE * sum(len(r) for r in rs))
-        guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
-                            folds=folds, seed=seed, sample=True, table=table)
-    guarded = guard is not None and guard.evidence is not None
-    cv = None  # the judged-candidates estimate: asked for, or what auto falls back to
-    if crossval or (asked == "auto" and not guarded):
-        cv = cross_validate(x, zs, rs, qids, tasks, scope, objective=objective, folds=folds,
-                            seed=seed, callback=callback)
-    if guard is not None and guard.evidence is not None:
-        chosen = guard.evidence.auto()
-    else:
-        chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
-    alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
-    index = sources[-1][2]
-    meta.setdefault("rewarded", _rewarded(sources, rewards))
-    if scope == "query":
-        meta.setdefault("query_ids", _group_ids(groups, qids, tasks))
-    return AdaptState(scope, tuple(groups.keys), res.vectors, alphas, res.n_g,
-                      identity=index.identity, dim=index.dim, objective=objective,
-                      hyperparameters=res.hyperparameters,
-                      embedder=str(index.manifest.get("embedder_spec", "")),
-                      corpus_fingerprint=_fingerprint([s[2] for s in sources]),
-                      final_loss=res.final_loss, alpha_asked=alpha_label(asked),
-                      alpha_chosen=chosen, crossval=_evidence(cv, guard), **meta)
-
-
-def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
-               pay: Pay, *, objective: str = "kd", folds: int = FOLDS, seed: int = 0,
-               validate_cap: int | None = None, coef_for: CoefFor | None = None,
-               scopes: Sequence[str] | None = None, **meta: Any) -> AdaptState | None:
-    """``--method auto``: per task, the deployable state the validation says helps
-    (:mod:`tttembed.ttt.select`), as one ``mixed`` state (None when no query has a finite
-    reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
-    tenth of the rewarded pairs); ``coef_for`` gives Qdrant's coefficients (default:
-    fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`); ``scopes`` limits
-    the choice to those parts (:func:`~tttembed.ttt.select.restrict`; default: all)."""
-    table = reward_rows(sources, rewards)
-    if not table.keys:
-        return None
-    cap = validate_cap if validate_cap is not None else round(
-        VALIDATE_SHARE * sum(len(r) for r in table.rs))
-    coefficients: dict[str, list[float]] = {}
-    if coef_for is None:
-        coef_for, coefficients = rewards_coef(sources, rewards)
-    scopes = ("global", "task", "query") if len(set(table.tasks)) > 1 else ("task", "query")
-    learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed,
-                                  table=table) for scope in scopes}
-    chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
-                            folds=folds, seed=seed, coef_for=coef_for, table=table)
-    chosen = replace(chosen, coefficients=coefficients)
-    if scopes is not None:
-        chosen = restrict(chosen, scopes)
-    template = learned["task"]
-    assert template is not None  # the table is not empty
-    return mixed_state(chosen, learned, table, coef_for, template, **meta)
-
-
-def _evidence(cv: CrossValidation | None, guard: Guard | None) -> dict[str, Any] | None:
-    """The state's ``crossval`` record: the guard's when it ran, else the judged-candidates
-    estimate's (with why the guard did not run)."""
-    if guard is not None and guard.evidence is not None:
-        return guard.as_dict()
-    record = None if cv is None else cv.as_dict()
-    if guard is not None and record is not None:
-        record.update(method="judged-candidates", fallback=guard.note,
-                      validation_pairs_needed=guard.needed, validation_pairs_paid=0,
-                      validation_cap=guard.cap)
-    return record
 
 
 @dataclass(frozen=True)
@@ -412,5 +265,5 @@ def check_allocation(allocation: str) -> None:
                           f"{', '.join(ALLOCATIONS)}")
 
 
-__all__ = ["LEARN_METHODS", "check_allocation", "LearnOutcome", "Source", "check_method", "learn", "learn_auto",
-           "learn_outcome", "learn_state", "pair_counts", "planned_state"]
+__all__ = ["LEARN_METHODS", "LearnOutcome", "check_allocation", "check_method", "learn",
+           "learn_outcome", "pair_counts", "planned_state"]
