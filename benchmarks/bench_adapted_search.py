@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _support import DATA
 from claims import Goal, emit
 
-ROOT = Path(__file__).resolve().parents[1]
 GOALS = {
     "apply": Goal("adapted search: adaptation step / raw search, worst scope", "<=", 0.05),
     "e2e": Goal("adapted search: end-to-end time / raw search, worst scope", "info", None),
@@ -27,7 +27,7 @@ GOALS = {
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
+    ap.add_argument("--data", type=Path, default=DATA / "scifact")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--copies", type=int, default=10,

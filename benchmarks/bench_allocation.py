@@ -11,7 +11,8 @@ water-filling pays too) is printed apart and not counted as allocation. Goal: al
     python benchmarks/bench_allocation.py --data-root ../shared/data --cache-dir /tmp/study/cache
 
 Needs the shared tasks (skips with a reason when absent); a cold cache embeds the corpora
-first (about 36 minutes on 2 cores), which is not timed.
+first (about 36 minutes on 2 cores), which is not timed. ``--tasks`` runs a subset (or any
+BEIR folders given as paths).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from _support import DATA
 from claims import Goal, emit
 
 TASKS = ("scifact", "cranfield", "cisi", "medline", "cacm", "cosqa_coir")
@@ -31,11 +33,14 @@ GOALS = {"ratio": Goal("allocation: active pairs time / query-scope learn time, 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-root", type=Path, default=Path("../shared/data"))
+    ap.add_argument("--data-root", type=Path, default=DATA)
+    ap.add_argument("--tasks", default=",".join(TASKS),
+                    help="comma-separated task folders under --data-root (or paths)")
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--budgets", default="1,10,100")
     args = ap.parse_args()
-    if not all((args.data_root / t).exists() for t in TASKS):
+    tasks = tuple(t for t in args.tasks.split(",") if t)
+    if not all((args.data_root / t).exists() for t in tasks):
         print(f"skipped: the shared tasks are not under {args.data_root}")
         return 0
     from tttembed.adapt.allocate import budget_grid
@@ -43,13 +48,13 @@ def main() -> int:
     from tttembed.evaluation.config import EvalConfig
     from tttembed.evaluation.method_cells import candidates, task_orders
     from tttembed.evaluation.reward_source import RewardSource
-    from tttembed.evaluation.runner import prepare
+    from tttembed.evaluation.runner import prepare_workload
     from tttembed.ttt import learn_state
 
-    cfg = EvalConfig(tasks=TASKS, data_root=str(args.data_root),
+    cfg = EvalConfig(tasks=tasks, data_root=str(args.data_root),
                      cache_dir=None if args.cache_dir is None else str(args.cache_dir),
                      scorers=("noisy-qrels:?sigma=0.5&seed=0",))
-    work = prepare(cfg)
+    work = prepare_workload(cfg)
     src = RewardSource(cfg.scorers[0], work, cfg)
     data = work.data
     n = sum(len(td.queries) for td in data)

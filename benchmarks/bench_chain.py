@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _support import DATA
 from claims import Goal, emit
 
-ROOT = Path(__file__).resolve().parents[1]
 GOALS = {
     "chain": Goal("chain search: greedy T-step chain / T single searches", "<=", 1.3, "x"),
     "epoch": Goal("chain training: on-policy / gold epoch time (paper 1.62)", "info", None, "x"),
@@ -35,8 +35,7 @@ GOALS = {
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", type=Path,
-                    default=ROOT.parent / "shared" / "data" / "2wikimultihopqa")
+    ap.add_argument("--data", type=Path, default=DATA / "2wikimultihopqa")
     ap.add_argument("--index", type=Path, default=None)
     ap.add_argument("--questions", type=int, default=100)
     ap.add_argument("--train-questions", type=int, default=60)

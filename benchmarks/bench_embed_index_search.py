@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from _support import DATA
 from claims import Goal, emit
 
-ROOT = Path(__file__).resolve().parents[1]
 GOALS = {
     "throughput": Goal("embedding: pipeline / bare encode throughput", ">=", 0.9, "x"),
     "warm_calls": Goal("embedding: model calls when re-indexing with a warm cache", "==", 0),
 }
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+SCIFACT = DATA / "scifact"
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _support import DATA
 from claims import Goal, emit
 
 from tttembed.score.base import Item
@@ -39,7 +40,7 @@ GOALS = {
     "lost": Goal("ledger: committed pairs lost to a SIGKILL", "==", 0),
     "lookup": Goal("ledger: lookup time per pair served from the ledger", "info", None, " us"),
 }
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+DEFAULT_DATA = DATA / "scifact"
 DEPTH = 10  # candidates per query in the pair order
 
 
@@ -81,7 +82,10 @@ def load_texts(data: Path, n_queries: int) -> tuple[list[Item], list[Item], str]
     words = ["tide", "moon", "ocean", "gravity", "plant", "light", "cell", "gene", "protein",
              "energy", "water"]
     queries = [Item(f"q{i}", " ".join(rng.choices(words, k=8))) for i in range(n_queries)]
-    docs = [Item(f"d{i}", " ".join(rng.choices(words, k=120))) for i in range(5000)]
+    # the documents do not depend on how many queries were drawn: the child process of
+    # (b) draws fewer queries than the parent and must see the same pairs
+    drng = random.Random(1)
+    docs = [Item(f"d{i}", " ".join(drng.choices(words, k=120))) for i in range(5000)]
     return queries, docs, "generated texts"
 
 

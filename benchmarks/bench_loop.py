@@ -1,1094 +1,252 @@
-"""The closed loop against a real ``tttembed serve --registry DIR --learn`` on 127.0.0.1.
+"""The closed loop at a year of traffic: one learner step and the learner's memory with N
+logged searches in the store.
 
-    python benchmarks/bench_loop.py DATA --index I [--windows 5 --head 60 --tail 20]
-    python benchmarks/bench_loop.py DATA --index I --many-states 10000
+    python benchmarks/bench_loop.py --history 10000,100000,1000000 [--stores sqlite,postgresql]
+        [--data ../shared/data/scifact] [--docs 1000] [--steps 20] [--work DIR] [--src SRC]
 
-A BEIR task's judged test queries are replayed as traffic, in windows: each window sends
-the same ``--head`` queries (head queries recur) and ``--tail`` fresh ones, as
-single-query ``POST /v1/search`` calls (k = 10) from ``--clients`` threads. The judge is
-a loopback rerank server speaking Cohere's wire shape (``POST /v1/rerank``): a (query,
-document) pair scores 1 when the task's qrels grade it > 0, else 0, plus Gaussian noise of
-``--sigma`` drawn anew at each scoring (the drift audit's re-scores see fresh noise),
-clipped to [0, 1]. The judge budget is ``--budget-per-query`` pairs times the
-distinct queries of the whole replay. After each window the benchmark waits until
-``GET /v1/loop`` says the learner is idle and prints a row: served version, served
-nDCG@10 of the window's queries (from the ids the server returned and the qrels), judge
-pairs so far, p50/p99 latency, failed requests, and for each promotion the time from its
-registration to the first response carrying it. A prober thread sends one head query
-every ``1 / --probe-rps`` s from the end of window 1's burst on, each labelled by the
-learner's state when it was sent (``/v1/loop`` polled every 0.2 s); probes sent during a
-window's burst are left out. Its p99 while a cycle runs is compared with its p99 while
-the loop is idle (``--idle-s`` of idle probing follow each window). Every probe does the
-same work: the head texts' vectors are in the server's cache by then (state lookup,
-index search, traffic log); with ``--cache-size 0`` every request runs the model too.
-Then one pass of the head queries alone records what is served when the judge turns
-(the reference of goal 2), ``--adversarial`` windows run with the judge inverted
-(1 - r), one window with it restored, and ``tttembed states rollback DIR`` (the CLI) is
-run: the server must pick it up.
+The store is filled with N searches of realistic shape: query texts drawn Zipf(1) from a
+real query set (SciFact's 1,109 claims by default; a query's served list is its raw top
+10 on an index of the first ``--docs`` documents), spread over the year before now.
+Then a learner (``tttembed.loop.run.Loop``, the bm25 judge, the default 600 pairs a
+minute, no learning cycle) takes ``--steps`` steps, 0.5 s apart as in production, with a
+few new searches logged before each. Each (store, N) runs in a fresh process, so its RSS
+is its own. Reported: the first step (it reads the whole history once), the step p50 and
+p95 after it, the RSS after the steps, and the store's bytes per logged search.
+``--src`` runs the learner from another checkout's ``src`` (e.g. a worktree of an older
+commit, for before/after on the same machine in the same run).
 
-Goals (the closed-loop issue), measured in this run:
-
-1. served nDCG@10 of the head queries in the last normal window above the first: paired
-   sign-flip test over the head queries, p < 0.05 (sigma 0.2, <= 10 judge pairs per
-   distinct query);
-2. the inverted judge never lowers the served nDCG@10 of the head queries by more than
-   0.01 (against the reference pass; frozen or refused);
-3. p99 of /v1/search while a cycle runs <= 1.5x the idle p99; 0 failed requests; every
-   promotion (and the rollback) visible within 10 s of its registration.
-
-Goal 2 needs judge budget left when the judge turns: when no pair was scored inverted
-the run says so and exits 1. With the defaults, SciFact and Cranfield have budget left
-then (the judge pays at most 10 pairs of a query's lists and new queries first; the
-validation pays a tenth of the pairs new since the last cycle); CISI's 76 judged queries
-make too small a replay (budget spent by window 5): ``--budget-per-query 20`` exercises
-it there, goal 1's budget condition then not holding.
-
-``--many-states N`` is a separate measurement: a registry version holding N task-wise
-states (random unit vectors, keys ``task-i``) is served, and the server's RSS and the p50
-of /v1/search for one task (cached query vectors, so the lookup is not hidden behind the
-model) are compared with a server holding one task state and one holding none, in
-interleaved rounds. Goal (this benchmark's threshold): p50 with N states <= 1.1x the p50
-with one state (the lookup must not grow with the number of states); the ratio to no
-state at all (the adaptation's own cost included) and the RSS are reported.
+Goals (the loop-promises issue): with 1,000,000 logged searches one learner step p50
+<= 50 ms, and RSS within +100 MB of the 10,000-search run, on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import math
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from claims import Goal, emit, fmt
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _support import DATA, proc_status  # noqa: E402
+from claims import Goal, emit  # noqa: E402
+
 GOALS = {
-    "gain_p": Goal("loop: head nDCG@10, last normal window > first, paired sign-flip p",
-                   "<=", 0.05),
-    "gain": Goal("loop: head nDCG@10 gain, last normal window - first", "info", None),
-    "adv_drop": Goal("loop: largest head nDCG@10 drop under the inverted judge", "<=", 0.01),
-    "p99_ratio": Goal("loop: /v1/search p99 while a cycle runs / idle p99", "<=", 1.5),
-    "failed": Goal("loop: failed /v1/search requests", "==", 0.0),
-    "visible": Goal("loop: slowest promotion or rollback, registration -> first response",
-                    "<=", 10.0, " s"),
-    "pairs_per_query": Goal("loop: judge budget per distinct query (goal 1's condition)",
-                            "<=", 10.0),
-    "paid_per_query": Goal("loop: judge pairs paid per distinct query", "info", None),
-    "states_p50": Goal("loop: /v1/search p50 with N task states / with one", "<=", 1.1),
-    "states_p50_none": Goal("loop: /v1/search p50 with N task states / with none", "info",
-                            None),
-    "states_rss": Goal("loop: server RSS with N task states - with none", "info", None,
-                       " MiB"),
+    "step": Goal("loop history: learner step p50 at 1,000,000 searches ({store})", "<=",
+                 0.050, " s"),
+    "rss": Goal("loop history: RSS 1,000,000 - 10,000 searches ({store})", "<=", 100.0,
+                " MB"),
 }
-ADV_DROP = 0.01
-K = 10
+YEAR_S = 365 * 24 * 3600.0
+NEW_PER_STEP = 5
 
 
-# -- processes ----------------------------------------------------------------------------
-class Children:
-    """Every subprocess this benchmark starts, each in its own process group, stopped on
-    exit (normal, exception, Ctrl-C or SIGTERM)."""
+def _rss_mb() -> float:
+    return proc_status("VmRSS") / 1024
 
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-        atexit.register(self.stop_all)
 
-    def start(self, cmd: Sequence[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
-        fh = open(log, "ab")
-        proc = subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        fh.close()
-        self.procs.append(proc)
-        return proc
+def _world(data: Path, docs: int, work: Path) -> dict[str, Any]:
+    """The index over the first ``docs`` documents, and each query's raw top 10 (cached
+    in ``work``)."""
+    cache = work / f"world-{data.name}-{docs}.json"
+    index_dir = work / f"index-{data.name}-{docs}"
+    if cache.exists() and index_dir.is_dir():
+        return json.loads(cache.read_text())
+    import numpy as np
 
-    def stop(self, proc: subprocess.Popen, timeout: float = 40.0) -> None:
-        if proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
+    import tttembed.api as tt
+    from tttembed.index.embedder import index_embedder
+
+    corpus: dict[str, dict[str, str]] = {}
+    with open(data / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            corpus[row["_id"]] = {"title": row.get("title", ""), "text": row.get("text", "")}
+            if len(corpus) >= docs:
+                break
+    texts = [json.loads(line)["text"] for line in open(data / "queries.jsonl", encoding="utf-8")]
+    texts = sorted(set(t for t in texts if t.strip()))
+    index = tt.index_corpus(corpus, index_dir, overwrite=True)
+    x = index_embedder(index, None).encode(texts, "query")
+    _, rows = index.search(np.asarray(x, np.float32), 10)
+    ids = index.doc_ids
+    corpus_file = work / f"corpus-{data.name}-{docs}.jsonl"
+    corpus_file.write_text("".join(json.dumps({"_id": d, **v}) + "\n" for d, v in corpus.items()))
+    world = {"index": str(index_dir), "corpus": str(corpus_file), "texts": texts,
+             "lists": [[ids[r] for r in row if r >= 0] for row in rows]}
+    cache.write_text(json.dumps(world))
+    return world
+
+
+def _zipf(n_queries: int, n: int, seed: int) -> Any:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, n_queries + 1)
+    order = rng.permutation(n_queries)
+    return order[rng.choice(n_queries, size=n, p=p / p.sum())]
+
+
+def _fill(store: Any, world: dict[str, Any], n: int, now: float) -> None:
+    import numpy as np
+
+    from tttembed.loop.store import SearchLog
+
+    picks = _zipf(len(world["texts"]), n, 0)
+    times = np.sort(np.random.default_rng(1).uniform(now - YEAR_S, now - 120.0, n))
+    chunk = 20_000
+    for lo in range(0, n, chunk):
+        store.log_searches([SearchLog(uuid.uuid4().hex, "bench", world["texts"][q], float(t),
+                                      None, tuple(world["lists"][q]), "search", "bench")
+                            for q, t in zip(picks[lo:lo + chunk], times[lo:lo + chunk])])
+
+
+def _store_bytes(store: Any, spec: str, reg: Path) -> int:
+    if spec.startswith("postgresql"):
+        with store._tx() as cur:  # noqa: SLF001  (a benchmark reads the table's size)
+            cur.execute("SELECT pg_total_relation_size('searches')")
+            return int(cur.fetchone()[0])
+    path = reg / "loop.sqlite"
+    return sum(p.stat().st_size for p in reg.glob("loop.sqlite*")) if path.exists() else 0
+
+
+def one(args: argparse.Namespace) -> dict[str, Any]:
+    """One (store, N) in this process."""
+    from tttembed.core.devices import use_threads
+
+    use_threads(1)
+    from tttembed.loop.config import LoopConfig
+    from tttembed.loop.run import Loop
+    from tttembed.loop.store import SearchLog, open_store
+
+    work = Path(args.work)
+    world = json.loads((work / "world.json").read_text())
+    reg = Path(tempfile.mkdtemp(prefix="reg-", dir=work))
+    spec = args.store_url if args.store == "postgresql" else None
+    store = open_store(spec, reg)
+    now = time.time()
+    t0 = time.perf_counter()
+    _fill(store, world, args.one, now)
+    fill_s = time.perf_counter() - t0
+    size = _store_bytes(store, spec or "", reg)
+    os.environ["TTTEMBED_CACHE_DIR"] = str(reg / "cache")
+    config = LoopConfig(registry=str(reg), index=world["index"], judge="bm25",
+                        store=spec, corpus=world["corpus"], judge_budget=10**9,
+                        learn_every=10**9, drift_sample=0)
+    rss0 = _rss_mb()
+    loop = Loop(config, store=store)
+    t0 = time.perf_counter()
+    loop.step()
+    first = time.perf_counter() - t0
+    picks = _zipf(len(world["texts"]), NEW_PER_STEP * args.steps, 2)
+    times = []
+    for i in range(args.steps):
+        time.sleep(0.5)
+        stamp = time.time()
+        store.log_searches([SearchLog(uuid.uuid4().hex, "bench", world["texts"][q], stamp,
+                                      None, tuple(world["lists"][q]), "search", "bench")
+                            for q in picks[i * NEW_PER_STEP:(i + 1) * NEW_PER_STEP]])
+        t0 = time.perf_counter()
+        loop.step()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    out = {"store": args.store, "n": args.one, "fill_s": fill_s, "first_step_s": first,
+           "p50_s": times[len(times) // 2], "p95_s": times[int(0.95 * (len(times) - 1))],
+           "rss_mb": _rss_mb(), "rss_before_loop_mb": rss0,
+           "bytes_per_search": size / max(args.one, 1), "judged": loop.spent()}
+    if spec:  # leave the database empty for the next size
+        for table in ("searches", "feedback", "rewards", "spend"):
             try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(10)
-        _signal_group(proc, signal.SIGKILL)  # a learner child left behind, if any
-        if proc in self.procs:
-            self.procs.remove(proc)
-
-    def stop_all(self) -> None:
-        for proc in list(self.procs):
-            self.stop(proc)
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-CHILDREN = Children()
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-# -- the task -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TaskData:
-    name: str
-    queries: dict[str, str]                  # judged qid -> text
-    qrels: dict[str, dict[str, int]]
-    relevant_texts: dict[str, frozenset[str]]  # query text -> texts of relevant docs
-
-
-def load_data(path: Path, split: str) -> TaskData:
-    from tttembed.data.beir import doc_text, load_task
-    from tttembed.metrics.ranking import evaluated_queries
-
-    task = load_task(path, split=split)
-    judged = set(evaluated_queries(task.qrels))
-    queries = {q: t for q, t in task.queries.items() if q in judged}
-    rel: dict[str, set[str]] = {}
-    for qid, text in queries.items():
-        docs = {doc_text(task.corpus[d]) for d, g in task.qrels[qid].items()
-                if g > 0 and d in task.corpus}
-        rel.setdefault(text, set()).update(docs)
-    return TaskData(task.name, queries, {q: dict(task.qrels[q]) for q in queries},
-                    {t: frozenset(d) for t, d in rel.items()})
-
-
-@dataclass(frozen=True)
-class Plan:
-    head: list[str]
-    tails: list[list[str]]          # one list per window (normal, adversarial, restored)
-    phases: list[str]
-
-    @property
-    def distinct(self) -> int:
-        return len(self.head) + sum(len(t) for t in self.tails)
-
-
-def make_plan(qids: Sequence[str], windows: int, head: int, tail: int, adversarial: int,
-              seed: int) -> Plan:
-    """Head and per-window tail queries, shrunk to the judged queries there are."""
-    n_windows = windows + adversarial + 1
-    order = [qids[i] for i in np.random.default_rng(seed).permutation(len(qids))]
-    if head + tail * n_windows > len(order):
-        scale = len(order) / (head + tail * n_windows)
-        tail = max(1, int(tail * scale))
-        head = min(head, len(order) - tail * n_windows)
-        print(f"note: {len(order)} judged queries: head {head}, tail {tail} a window "
-              f"({n_windows} windows)")
-    if head < 2:
-        raise SystemExit("too few judged queries for this many windows")
-    tails = [order[head + i * tail: head + (i + 1) * tail] for i in range(n_windows)]
-    phases = ["normal"] * windows + ["adversarial"] * adversarial + ["restored"]
-    return Plan(order[:head], tails, phases)
-
-
-# -- the judge ------------------------------------------------------------------------------
-class Judge:
-    """Scores (query text, document text) from the qrels, noisy, optionally inverted."""
-
-    def __init__(self, data: TaskData, sigma: float, seed: int) -> None:
-        self.data = data
-        self.sigma = sigma
-        self.inverted = False
-        self.pairs = 0
-        self.inverted_pairs = 0
-        self.unknown_queries = 0
-        self._rng = np.random.default_rng(seed + 7)
-        self._lock = threading.Lock()
-
-    def __call__(self, query: str, documents: Sequence[str]) -> list[float]:
-        rel = self.data.relevant_texts.get(query)
-        base = np.array([1.0 if rel and d in rel else 0.0 for d in documents])
-        with self._lock:
-            noise = self._rng.normal(0.0, self.sigma, len(documents)) if self.sigma else 0.0
-            inverted = self.inverted
-            self.pairs += len(documents)
-            self.inverted_pairs += len(documents) if inverted else 0
-            self.unknown_queries += rel is None
-        r = np.clip(base + noise, 0.0, 1.0)
-        return (1.0 - r if inverted else r).tolist()
-
-
-class RerankServer:
-    """A loopback rerank server, Cohere's shape: ``POST /v1/rerank {model, query,
-    documents, top_n}`` -> ``{results: [{index, relevance_score}]}``, best first."""
-
-    def __init__(self, judge: Judge) -> None:
-        self.judge = judge
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
-                                       kwargs={"poll_interval": 0.1})
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        judge = self.judge
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
+                with store._tx() as cur:  # noqa: SLF001
+                    cur.execute(f"DELETE FROM {table}")
+            except Exception:  # noqa: BLE001  (an older store has no spend table)
                 pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                if self.path.rstrip("/") not in ("/v1/rerank", "/rerank") or \
-                        not isinstance(body.get("documents"), list):
-                    self._send(422 if self.path.endswith("rerank") else 404,
-                               {"error": "need {query, documents} at /v1/rerank"})
-                    return
-                scores = judge(str(body["query"]), [str(d) for d in body["documents"]])
-                order = sorted(range(len(scores)), key=lambda i: -scores[i])
-                top = int(body.get("top_n") or len(order))
-                self._send(200, {"results": [{"index": i, "relevance_score": scores[i]}
-                                             for i in order[:top]]})
-
-            def _send(self, status: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-    def __enter__(self) -> RerankServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-# -- HTTP clients -----------------------------------------------------------------------------
-@dataclass
-class Sample:
-    """One /v1/search request."""
-
-    qid: str
-    kind: str            # "window" or "probe"
-    window: int
-    sent: float          # wall clock
-    done: float
-    ok: bool
-    version: str | None = None
-    ids: list[str] = field(default_factory=list)
-    state: str = "?"     # the learner's state when sent: learning, judging or idle
-    burst: bool = False  # sent while a window's burst was on
-    error: str = ""
-
-    @property
-    def latency(self) -> float:
-        return self.done - self.sent
-
-
-class Api:
-    """One httpx client per thread against the server under test."""
-
-    def __init__(self, url: str, task: str) -> None:
-        self.url = url
-        self.task = task
-        self._local = threading.local()
-
-    def client(self) -> Any:
-        import httpx
-
-        c = getattr(self._local, "client", None)
-        if c is None:
-            c = self._local.client = httpx.Client(base_url=self.url, timeout=60.0)
-        return c
-
-    def search(self, qid: str, text: str, kind: str, window: int, state: str,
-               burst: bool) -> Sample:
-        sent = time.time()
-        try:
-            r = self.client().post("/v1/search", json={"queries": [text], "task": self.task,
-                                                       "k": K})
-            done = time.time()
-            if r.status_code != 200:
-                return Sample(qid, kind, window, sent, done, False, state=state, burst=burst,
-                              error=f"{r.status_code} {r.text[:200]}")
-            body = r.json()
-            return Sample(qid, kind, window, sent, done, True, body.get("version"),
-                          list(body["data"][0]["ids"]), state, burst)
-        except Exception as exc:  # noqa: BLE001  (a failed request is a measured outcome)
-            return Sample(qid, kind, window, sent, time.time(), False, state=state,
-                          burst=burst, error=f"{type(exc).__name__}: {exc}")
-
-    def loop_status(self) -> dict[str, Any]:
-        r = self.client().get("/v1/loop")
-        r.raise_for_status()
-        return dict(r.json())
-
-
-class Poller(threading.Thread):
-    """Polls ``GET /v1/loop`` every ``period`` s; ``state`` is the learner's latest."""
-
-    def __init__(self, api: Api, period: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.api, self.period = api, period
-        self.latest: dict[str, Any] = {}
-        self.at = 0.0
-        self.learning_s = 0.0
-        self.stop = threading.Event()
-
-    @property
-    def state(self) -> str:
-        s = self.latest
-        return "learning" if s.get("learning") else "idle" if s.get("idle") else "judging"
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                got = self.api.loop_status()
-                now = time.time()
-                if self.latest.get("learning") and self.at:
-                    self.learning_s += now - self.at
-                self.latest, self.at = got, now
-            except Exception:  # noqa: BLE001  (the server may be restarting)
-                pass
-            self.stop.wait(self.period)
-
-
-class Prober(threading.Thread):
-    """One head query every ``1 / rps`` s for the whole run, labelled by the loop state."""
-
-    def __init__(self, api: Api, poller: Poller, queries: list[tuple[str, str]],
-                 rps: float, burst: threading.Event) -> None:
-        super().__init__(daemon=True)
-        self.api, self.poller, self.queries = api, poller, queries
-        self.period = 1.0 / rps if rps > 0 else 0.0
-        self.burst = burst
-        self.samples: list[Sample] = []
-        self.window = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        if not self.period:
-            return
-        i, tick = 0, time.monotonic()
-        while not self.stop.is_set():
-            qid, text = self.queries[i % len(self.queries)]
-            self.samples.append(self.api.search(qid, text, "probe", self.window,
-                                                self.poller.state, self.burst.is_set()))
-            i += 1
-            tick += self.period
-            self.stop.wait(max(tick - time.monotonic(), 0.0))
-
-
-# -- the server under test ------------------------------------------------------------------
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    registry: Path
-    env: dict[str, str]
-
-
-def server_env(cache: Path) -> dict[str, str]:
-    env = {**os.environ, "TTTEMBED_CACHE_DIR": str(cache)}
-    src = str(HERE.parent / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "") if env.get(
-        "PYTHONPATH") else src
-    return env
-
-
-def start_serve(index: Path, registry: Path, work: Path, extra: Sequence[str],
-                name: str, port: int = 0) -> Server:
-    """``tttembed serve --registry DIR [extra]`` on ``port`` (0: a free one); returns
-    once /healthz answers."""
-    import httpx
-
-    port = port or free_port()
-    env = server_env(work / "cache")
-    cmd = [sys.executable, "-m", "tttembed", "serve", "--index", str(index), "--registry",
-           str(registry), "--port", str(port), "--log-level", "warning", *extra]
-    proc = CHILDREN.start(cmd, work / f"{name}.log", env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{name} server exited ({proc.returncode}); see "
-                             f"{work / (name + '.log')}:\n{_tail(work / (name + '.log'))}")
-        try:
-            if httpx.get(url + "/healthz", timeout=5).status_code == 200:
-                return Server(proc, url, registry, env)
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"{name} server did not start within 300 s")
-
-
-def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
-def wait_learner(api: Api, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if api.loop_status()["learner"]["running"]:
-            return
-        time.sleep(0.3)
-    raise SystemExit("the learner wrote no loop.json within the timeout")
-
-
-def _epoch(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    return float(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone)
-
-
-def wait_idle(poller: Poller, since: float, timeout: float, settle: float = 2.0) -> bool:
-    """True once the learner says idle (not learning) in statuses written after
-    ``since`` + 1 s, for ``settle`` s in a row (a status written by a step that began
-    before the last request is not taken for the new traffic's)."""
-    deadline = time.monotonic() + timeout
-    idle_from: float | None = None
-    while time.monotonic() < deadline:
-        s = poller.latest
-        fresh = _epoch(s.get("updated")) >= since + 1.0
-        if fresh and s.get("idle") and not s.get("learning"):
-            idle_from = idle_from or time.monotonic()
-            if time.monotonic() - idle_from >= settle:
-                return True
-        else:
-            idle_from = None
-        if s.get("learner", {}).get("error"):
-            print(f"   learner error: {s['learner']['error']}")
-        time.sleep(0.1)
-    return False
-
-
-# -- metrics ----------------------------------------------------------------------------------
-def ndcg(data: TaskData, lists: dict[str, list[str]]) -> dict[str, float]:
-    """Per-query nDCG@10 (trec_eval's, graded) of the served lists."""
-    from tttembed.metrics.ranking import per_query_metric
-
-    run = {q: {d: float(K - r) for r, d in enumerate(ids)} for q, ids in lists.items()}
-    qrels = {q: data.qrels[q] for q in lists}
-    return per_query_metric(qrels, run, f"ndcg@{K}") if lists else {}
-
-
-def pct(xs: Sequence[float] | np.ndarray, q: float) -> float:
-    return float(np.percentile(np.asarray(xs), q)) * 1000 if len(xs) else float("nan")
-
-
-def mean(xs: Sequence[float] | Any) -> float:
-    vals = list(xs)
-    return float(np.mean(vals)) if vals else float("nan")
-
-
-def sign_flip(a: Sequence[float], b: Sequence[float], seed: int) -> float:
-    """Two-sided paired sign-flip p of mean(a - b) = 0 (the library's test)."""
-    from tttembed.metrics.stats import paired_randomization_test
-
-    return float(paired_randomization_test(np.asarray(a), np.asarray(b), 20000, seed))
-
-
-# -- the replay -------------------------------------------------------------------------------
-@dataclass
-class Window:
-    n: int
-    phase: str
-    samples: list[Sample]
-    start: float
-    end: float            # the last response of the burst
-    settled: float = 0.0  # the learner idle again (or the wait's timeout)
-    idle: bool = True
-    status: dict[str, Any] = field(default_factory=dict)
-
-
-def send_window(api: Api, poller: Poller, pool: ThreadPoolExecutor, data: TaskData,
-                qids: list[str], n: int, burst: threading.Event) -> list[Sample]:
-    burst.set()
-    try:
-        futures = [pool.submit(api.search, q, data.queries[q], "window", n, poller.state,
-                               True) for q in qids]
-        return [f.result() for f in futures]
-    finally:
-        burst.clear()
-
-
-def run_window(ctx: Replay, n: int, phase: str, qids: list[str]) -> Window:
-    ctx.judge.inverted = phase == "adversarial"
-    ctx.prober.window = n
-    start = time.time()
-    samples = send_window(ctx.api, ctx.poller, ctx.pool, ctx.data, qids, n, ctx.burst)
-    if not ctx.prober.is_alive():  # every head text embedded once: probes are cache hits
-        ctx.prober.start()
-    end = max(s.done for s in samples)
-    w = Window(n, phase, samples, start, end)
-    w.idle = wait_idle(ctx.poller, end, ctx.args.idle_timeout)
-    w.settled = time.time()
-    time.sleep(ctx.args.idle_s)  # idle probes (the reference for the cycle's latency)
-    w.status = dict(ctx.poller.latest)
-    return w
-
-
-@dataclass
-class Replay:
-    args: argparse.Namespace
-    data: TaskData
-    plan: Plan
-    judge: Judge
-    api: Api
-    poller: Poller
-    prober: Prober
-    pool: ThreadPoolExecutor
-    burst: threading.Event
-    server: Server
-    windows: list[Window] = field(default_factory=list)
-    extra: list[Sample] = field(default_factory=list)  # the rollback's own searches
-
-
-def window_row(ctx: Replay, w: Window, promos: list[dict[str, Any]]) -> dict[str, Any]:
-    head = set(ctx.plan.head)
-    ok = [s for s in w.samples if s.ok]
-    per_q = ndcg(ctx.data, {s.qid: s.ids for s in ok})
-    lat = [s.latency for s in w.samples]
-    mine = [p for p in promos if w.start <= p["time"] < (w.settled + ctx.args.idle_s)]
-    st = w.status
-    return {
-        "window": w.n, "phase": w.phase, "served": st.get("version") or "raw",
-        "versions_in_window": sorted({s.version or "raw" for s in ok}),
-        "ndcg": mean(per_q.values()),
-        "ndcg_head": mean(v for q, v in per_q.items() if q in head),
-        "ndcg_tail": mean(v for q, v in per_q.items() if q not in head),
-        "per_query": per_q, "pairs_judged": st.get("pairs_judged"),
-        "budget_left": st.get("judge_budget_left"), "p50_ms": pct(lat, 50),
-        "p99_ms": pct(lat, 99), "failed": sum(not s.ok for s in w.samples),
-        "errors": sorted({s.error for s in w.samples if s.error})[:3],
-        "idle": w.idle, "frozen": st.get("frozen"), "reason": st.get("reason", ""),
-        "cycles": st.get("cycles"), "promotions": mine,
-        "wall_s": round(w.settled - w.start, 1),
-    }
-
-
-def print_header() -> None:
-    print(f"{'win':>3} {'phase':<11} {'served':<6} {'nDCG@10':>7} {'head':>6} {'tail':>6} "
-          f"{'pairs':>6} {'left':>6} {'p50 ms':>7} {'p99 ms':>7} {'fail':>4} {'cyc':>3} "
-          f"{'wall s':>6}  promotions (visible s)")
-
-
-def print_row(r: dict[str, Any]) -> None:
-    promos = ", ".join(f"{p['version'] or 'raw'} {_vis(p)}" for p in r["promotions"]) or "-"
-    seen = "+".join(r["versions_in_window"])
-    print(f"{r['window']:>3} {r['phase']:<11} {r['served']:<6} {r['ndcg']:7.4f} "
-          f"{r['ndcg_head']:6.4f} {r['ndcg_tail']:6.4f} {r['pairs_judged']:>6} "
-          f"{r['budget_left']:>6} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['failed']:>4} "
-          f"{r['cycles']:>3} {r['wall_s']:>6}  {promos}  [served in window: {seen}]"
-          + ("" if r["idle"] else "  (learner not idle at the timeout)")
-          + (f"  frozen: {r['reason']}" if r["frozen"] else ""))
-    for e in r["errors"]:
-        print(f"      error: {e}")
-
-
-def _vis(p: dict[str, Any]) -> str:
-    return "never seen" if p["visible_s"] is None else f"{p['visible_s']:.2f}"
-
-
-def all_samples(ctx: Replay) -> list[Sample]:
-    return ([s for w in ctx.windows for s in w.samples] + list(ctx.prober.samples)
-            + ctx.extra)
-
-
-def promotions(registry: Path, samples: Sequence[Sample]) -> list[dict[str, Any]]:
-    """Each promotion or rollback of served.json with its registration time and the time
-    to the first response carrying its version."""
-    path = registry / "served.json"
-    if not path.exists():
-        return []
-    history = json.loads(path.read_text())["history"]
-    done = sorted((s.done, s.version) for s in samples if s.ok)
-    out = []
-    for i, h in enumerate(history):
-        t = float(h["time"])
-        npz = registry / "versions" / str(h["version"]) / "vectors.npz"
-        registered = min(t, npz.stat().st_mtime) if h["action"] == "promote" and \
-            npz.exists() else t
-        nxt = float(history[i + 1]["time"]) if i + 1 < len(history) else math.inf
-        seen = next((d for d, v in done if d >= t and v == h["version"]), None)
-        superseded = seen is None and nxt < math.inf
-        out.append({"action": h["action"], "version": h["version"], "from": h["from"],
-                    "by": h["by"], "time": t, "registered": registered,
-                    "visible_s": None if seen is None else seen - registered,
-                    "superseded": superseded})
     return out
 
 
-def replay(ctx: Replay) -> list[dict[str, Any]]:
-    """Every window; before the judge turns, one pass of the head queries alone (the
-    reference: what is served at the moment of the inversion, after the last normal
-    window's own cycles)."""
-    print_header()
-    rows: list[dict[str, Any]] = []
-    for n, (phase, tail) in enumerate(zip(ctx.plan.phases, ctx.plan.tails), start=1):
-        if phase != "normal" and not any(r["phase"] == "reference" for r in rows):
-            rows.append(one_window(ctx, n - 1, "reference", list(ctx.plan.head)))
-        rows.append(one_window(ctx, n, phase, list(ctx.plan.head) + list(tail)))
-    return rows
+def _child(args: argparse.Namespace, store: str, n: int, url: str | None) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(n), "--store", store,
+           "--work", args.work, "--steps", str(args.steps)]
+    if url:
+        cmd += ["--store-url", url]
+    env = dict(os.environ)
+    if args.src:
+        env["PYTHONPATH"] = os.pathsep.join([args.src, env.get("PYTHONPATH", "")])
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    if r.returncode != 0:
+        raise SystemExit(f"{store} at {n}: exit {r.returncode}\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def one_window(ctx: Replay, n: int, phase: str, qids: list[str]) -> dict[str, Any]:
-    order = np.random.default_rng(ctx.args.seed + n).permutation(len(qids))
-    w = run_window(ctx, n, phase, [qids[i] for i in order])
-    ctx.windows.append(w)
-    row = window_row(ctx, w, promotions(ctx.server.registry, all_samples(ctx)))
-    print_row(row)
-    sys.stdout.flush()
-    return row
+def _postgres(work: Path) -> Any:
+    sys.path.insert(0, str(HERE.parent))
+    from tests.pg import postgres_server
+
+    (work / "pg").mkdir(exist_ok=True)
+    return postgres_server(work / "pg")
 
 
-# -- the rollback -----------------------------------------------------------------------------
-def rollback(ctx: Replay, timeout: float = 30.0) -> dict[str, Any]:
-    """``tttembed states rollback DIR`` (the CLI); seconds until a response carries the
-    version it serves now."""
-    before = ctx.api.loop_status()["version"]
-    t0 = time.time()
-    out = subprocess.run([sys.executable, "-m", "tttembed", "states", "rollback",
-                          str(ctx.server.registry)], capture_output=True, text=True,
-                         env=ctx.server.env, timeout=120)
-    served = json.loads((ctx.server.registry / "served.json").read_text())
-    target = served["served"]
-    entry_t = float(served["history"][-1]["time"])
-    seen, text = None, ctx.data.queries[ctx.plan.head[0]]
-    while time.time() - t0 < timeout:
-        s = ctx.api.search(ctx.plan.head[0], text, "rollback", 0, "?", False)
-        ctx.extra.append(s)
-        if s.ok and s.version == target and target != before:
-            seen = s.done
-            break
-        time.sleep(0.05)
-    return {"before": before, "after": target, "cli": (out.stdout + out.stderr).strip(),
-            "rc": out.returncode, "visible_s": None if seen is None else seen - entry_t}
-
-
-def states_list(server: Server) -> str:
-    out = subprocess.run([sys.executable, "-m", "tttembed", "states", "list",
-                          str(server.registry)], capture_output=True, text=True,
-                         env=server.env, timeout=120)
-    return (out.stdout + out.stderr).rstrip()
-
-
-# -- summaries --------------------------------------------------------------------------------
-def gain_test(ctx: Replay, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    normal = [r for r in rows if r["phase"] == "normal"]
-    first, last = normal[0]["per_query"], normal[-1]["per_query"]
-    qs = [q for q in ctx.plan.head if q in first and q in last]
-    a, b = [last[q] for q in qs], [first[q] for q in qs]
-    gain = mean(a) - mean(b)
-    p = sign_flip(a, b, ctx.args.seed) if qs else 1.0
-    return {"queries": len(qs), "first": mean(b), "last": mean(a), "gain": gain,
-            "p_two_sided": p, "p_goal": p if gain > 0 else 1.0,
-            "better": sum(x > y for x, y in zip(a, b)), "worse": sum(x < y for x, y in zip(a, b))}
-
-
-def adversarial_drop(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Head nDCG@10 of the windows with the judge inverted (and restored) against the
-    reference pass just before the inversion."""
-    refs = [r for r in rows if r["phase"] == "reference"] or \
-        [r for r in rows if r["phase"] == "normal"][-1:]
-    ref = refs[0]["ndcg_head"]
-    later = [r for r in rows if r["phase"] in ("adversarial", "restored")]
-    drops = [ref - r["ndcg_head"] for r in later]
-    return {"reference": ref, "heads": [r["ndcg_head"] for r in later],
-            "max_drop": max(drops) if drops else 0.0}
-
-
-def probe_latencies(samples: Sequence[Sample], state: str) -> np.ndarray:
-    """Seconds of the probes sent outside the windows' bursts in one learner state."""
-    return np.array([s.latency for s in samples if s.kind == "probe" and not s.burst
-                     and s.state == state and s.ok])
-
-
-def latency_by_state(samples: Sequence[Sample], seed: int) -> dict[str, Any]:
-    """Probe latency by the learner's state when sent, and the p99 ratio learning / idle
-    with a bootstrap 95% interval (a p99 of a few hundred probes rests on a few)."""
-    lat = {st: probe_latencies(samples, st) for st in ("idle", "judging", "learning")}
-    out: dict[str, Any] = {st: {"n": len(v), "p50_ms": pct(v, 50), "p99_ms": pct(v, 99)}
-                           for st, v in lat.items()}
-    busy, idle = lat["learning"], lat["idle"]
-    if len(busy) and len(idle):
-        rng = np.random.default_rng(seed)
-        ratios = [np.percentile(rng.choice(busy, len(busy)), 99)
-                  / np.percentile(rng.choice(idle, len(idle)), 99) for _ in range(2000)]
-        out["ratio"] = pct(busy, 99) / pct(idle, 99)
-        out["ratio_ci"] = [float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))]
-    return out
-
-
-def print_latency(lat: dict[str, Any]) -> None:
-    print("probe latency outside the bursts, by the learner's state when sent:")
-    for state in ("idle", "judging", "learning"):
-        v = lat[state]
-        print(f"  {state:<9} n {v['n']:>5}  p50 {v['p50_ms']:7.1f} ms  p99 "
-              f"{v['p99_ms']:7.1f} ms")
-    if "ratio" in lat:
-        lo, hi = lat["ratio_ci"]
-        print(f"  p99 learning / idle = {lat['ratio']:.2f} (bootstrap 95% interval "
-              f"[{lo:.2f}, {hi:.2f}]; goal <= 1.5)")
-    if lat["learning"]["n"] < 100 or lat["idle"]["n"] < 100:
-        print("  note: fewer than 100 probes in a state: its p99 is close to its maximum")
-
-
-def print_goals(measured: dict[str, float | None]) -> list[bool]:
-    print(f"\n{'goal':<76} {'target':>9} {'measured':>9}  verdict")
-    ok = []
-    for key, value in measured.items():
-        g = GOALS[key]
-        _, verdict = g.verdict(value)
-        print(f"{g.claim:<76} {g.text:>9} {fmt(value):>9}  {verdict}")
-        ok.append(verdict != "MISS")
-    return ok
-
-
-# -- the loop mode ----------------------------------------------------------------------------
-def serve_args(args: argparse.Namespace, judge_url: str, budget: int) -> list[str]:
-    return ["--learn", "--judge", f"rerank:judge@{judge_url}", "--judge-budget",
-            str(budget), "--judge-rpm", str(args.judge_rpm), "--learn-every",
-            str(args.learn_every), "--corpus", str(args.data),
-            *(["--cache-size", str(args.cache_size)] if args.cache_size is not None else [])]
-
-
-def loop_mode(args: argparse.Namespace, work: Path) -> int:
-    data = load_data(args.data, args.split)
-    plan = make_plan(sorted(data.queries), args.windows, args.head, args.tail,
-                     args.adversarial, args.seed)
-    budget = args.budget_per_query * plan.distinct
-    print(f"{data.name}: {len(plan.head)} head + {len(plan.tails[0])} tail queries a window, "
-          f"{len(plan.phases)} windows ({args.windows} normal, {args.adversarial} adversarial, "
-          f"1 restored), {plan.distinct} distinct queries; judge sigma {args.sigma}, budget "
-          f"{budget} pairs ({args.budget_per_query} a distinct query), learn every "
-          f"{args.learn_every}, {args.clients} clients, probes {args.probe_rps}/s")
-    judge = Judge(data, args.sigma, args.seed)
-    with RerankServer(judge) as rerank, ThreadPoolExecutor(args.clients) as pool:
-        server = start_serve(args.index, work / "registry", work,
-                             serve_args(args, rerank.url, budget), "serve", args.port)
-        api = Api(server.url, data.name)
-        wait_learner(api)
-        poller = Poller(api)
-        poller.start()
-        burst = threading.Event()
-        prober = Prober(api, poller, [(q, data.queries[q]) for q in plan.head],
-                        args.probe_rps, burst)
-        ctx = Replay(args, data, plan, judge, api, poller, prober, pool, burst, server)
-        time.sleep(1.0)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--history", default="10000,100000,1000000",
+                    help="Comma-separated numbers of logged searches, smallest first.")
+    ap.add_argument("--stores", default="sqlite,postgresql",
+                    help="sqlite, postgresql (a server started for the run) or both.")
+    ap.add_argument("--data", default=str(DATA / "scifact"),
+                    help="A BEIR folder: its queries are the traffic, its corpus the index.")
+    ap.add_argument("--docs", type=int, default=1000, help="Documents indexed.")
+    ap.add_argument("--steps", type=int, default=20, help="Learner steps timed per size.")
+    ap.add_argument("--work", default=None, help="Work folder (index cache); default: temp.")
+    ap.add_argument("--src", default=None, help="Run the learner from this src folder.")
+    ap.add_argument("--timeout", type=float, default=3600, help="Seconds per size at most.")
+    ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--store", default="sqlite", help=argparse.SUPPRESS)
+    ap.add_argument("--store-url", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args)))
+        return 0
+    data = Path(args.data)
+    if not (data / "queries.jsonl").exists():
+        print(f"skipped: no BEIR folder at {data}")
+        return 0
+    args.work = args.work or tempfile.mkdtemp(prefix="bench-loop-history-")
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "world.json").write_text(json.dumps(_world(data, args.docs, work)))
+    sizes = [int(s) for s in args.history.split(",") if s.strip()]
+    rows = []
+    for store in [s.strip() for s in args.stores.split(",") if s.strip()]:
+        server = _postgres(work) if store == "postgresql" else None
+        url = server.__enter__() if server is not None else None
         try:
-            return finish(ctx, replay(ctx), budget)
+            for n in sizes:
+                row = _child(args, store, n, url)
+                rows.append(row)
+                print(f"{store:<10} {n:>9,} searches: first step {row['first_step_s']:.3f} s, "
+                      f"step p50 {1000 * row['p50_s']:.1f} ms p95 {1000 * row['p95_s']:.1f} ms, "
+                      f"RSS {row['rss_mb']:.0f} MB, {row['bytes_per_search']:.0f} B/search "
+                      f"(fill {row['fill_s']:.1f} s)", flush=True)
         finally:
-            prober.stop.set()
-            poller.stop.set()
-            if prober.is_alive():
-                prober.join(30)
-            CHILDREN.stop(server.proc)
-
-
-def report_registry(ctx: Replay) -> tuple[dict[str, Any], str, dict[str, Any]]:
-    """The loop's status after the last window, ``states list``, then the rollback."""
-    status = ctx.api.loop_status()
-    print(f"\nafter the restored window: serving {status['version'] or 'raw'}, frozen "
-          f"{status['frozen']}, reason {status['reason']!r}, cycles {status['cycles']}, "
-          f"last cycle: {status['last_cycle'].get('reason', '')}")
-    for a in status.get("audits", [])[-4:]:
-        print(f"  audit {a.get('at')}: pairs {a.get('pairs')} disagreement "
-              f"{a.get('disagreement')} passed {a.get('passed')} {a.get('reason', '')}")
-    listing = states_list(ctx.server)
-    print(f"\n$ tttembed states list DIR\n{listing}")
-    rb = rollback(ctx)
-    seen = "never (30 s)" if rb["visible_s"] is None else f"{rb['visible_s']:.2f} s"
-    print(f"\n$ tttembed states rollback DIR\n{rb['cli']}\n  {rb['before'] or 'raw'} -> "
-          f"{rb['after'] or 'raw'}: first response carrying it {seen} after the CLI wrote "
-          "served.json")
-    return status, listing, rb
-
-
-def report_quality(ctx: Replay, rows: list[dict[str, Any]]
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
-    gain, adv = gain_test(ctx, rows), adversarial_drop(rows)
-    print(f"\nhead queries ({gain['queries']}): nDCG@10 {gain['first']:.4f} (window 1) -> "
-          f"{gain['last']:.4f} (window {ctx.args.windows}), {gain['gain']:+.4f}, "
-          f"{gain['better']} better / {gain['worse']} worse, paired sign-flip p = "
-          f"{gain['p_two_sided']:.4g} (two-sided)")
-    adv["inverted_pairs"] = ctx.judge.inverted_pairs
-    adv["frozen_seen"] = any(r["frozen"] for r in rows if r["phase"] != "normal")
-    print(f"inverted judge: head nDCG@10 {adv['reference']:.4f} in the reference pass, "
-          f"{', '.join(f'{h:.4f}' for h in adv['heads'])} after; largest drop "
-          f"{adv['max_drop']:+.4f} (goal <= {ADV_DROP}); {adv['inverted_pairs']} pairs "
-          f"scored inverted, frozen after a window: {adv['frozen_seen']}")
-    if not adv["inverted_pairs"]:
-        print("  not exercised: the judge scored no pair while inverted (budget spent)")
-    return gain, adv
-
-
-def report_serving(ctx: Replay, rb: dict[str, Any], paid: int, budget: int
-                   ) -> dict[str, Any]:
-    """Failed requests and every promotion's (and the rollback's) visible time."""
-    samples = all_samples(ctx)
-    promos = promotions(ctx.server.registry, samples)
-    shown = [p for p in promos if not p["superseded"]]
-    unseen = [p["version"] for p in shown if p["visible_s"] is None]
-    failed = sum(not s.ok for s in samples)
-    print(f"promotions/rollbacks: {len(promos)} (superseded before any response: "
-          f"{len(promos) - len(shown)}), visible after "
-          f"{', '.join(_vis(p) for p in shown) or '-'} s; requests {len(samples)}, failed "
-          f"{failed}; judge pairs {paid} of {budget} (the rerank server scored "
-          f"{ctx.judge.pairs}, unknown query texts {ctx.judge.unknown_queries})")
-    if unseen:
-        print(f"never seen in a response: {unseen}")
-    times = [p["visible_s"] for p in shown]
-    slowest = None if unseen or rb["visible_s"] is None or not times else \
-        max([*times, rb["visible_s"]])
-    return {"promotions": promos, "failed": failed, "slowest": slowest}
-
-
-def finish(ctx: Replay, rows: list[dict[str, Any]], budget: int) -> int:
-    status, listing, rb = report_registry(ctx)
-    lat = latency_by_state(all_samples(ctx), ctx.args.seed)
-    print()
-    print_latency(lat)
-    gain, adv = report_quality(ctx, rows)
-    paid = int(status["pairs_judged"])
-    serving = report_serving(ctx, rb, paid, budget)
-    measured: dict[str, float | None] = {
-        "gain_p": gain["p_goal"], "gain": gain["gain"],
-        "adv_drop": adv["max_drop"] if adv["inverted_pairs"] else None,
-        "p99_ratio": lat.get("ratio"),
-        "failed": float(serving["failed"]), "visible": serving["slowest"],
-        "pairs_per_query": budget / ctx.plan.distinct,
-        "paid_per_query": paid / ctx.plan.distinct,
-    }
-    ok = print_goals(measured)
-    if not adv["inverted_pairs"]:
-        ok.append(False)
-        print("goal 2 was not exercised (no pair judged while inverted): this run does not "
-              "show it")
-    emit({k: GOALS[k] for k in measured}, measured, note=ctx.data.name)
-    write_json(ctx.args.json, {"task": ctx.data.name, "args": _jsonable(vars(ctx.args)),
-                               "budget": budget, "rows": rows, "rollback": rb, "latency": lat,
-                               "gain": gain, "adversarial": adv, "status": status,
-                               "states_list": listing, "measured": measured,
-                               "promotions": serving["promotions"],
-                               "probes": probe_rows(ctx)})
-    return 0 if all(ok) else 1
-
-
-def probe_rows(ctx: Replay) -> list[list[Any]]:
-    """Every probe: [seconds since the first, latency ms, state, burst, window, version]."""
-    probes = ctx.prober.samples
-    t0 = probes[0].sent if probes else 0.0
-    return [[round(s.sent - t0, 3), round(s.latency * 1000, 2), s.state, s.burst, s.window,
-             s.version] for s in probes]
-
-
-def write_json(path: Path | None, obj: dict[str, Any]) -> None:
-    if path is None:
-        return
-    path.write_text(json.dumps(obj, indent=1, default=str, allow_nan=True))
-    print(f"wrote {path}")
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
-
-
-# -- the many-states mode ---------------------------------------------------------------------
-def state_registry(index_path: Path, root: Path, keys: Sequence[str], seed: int) -> Path:
-    """A registry whose served version holds one task-wise state per key (none without
-    keys): random unit vectors, alpha 0.5."""
-    from tttembed.adapt.state import AdaptState
-    from tttembed.index.store import open_index
-    from tttembed.registry.versions import Registry
-
-    index = open_index(index_path)
-    fp = str(index.manifest.get("corpus_fingerprint", ""))
-    reg = Registry(root, create=True, index={"identity": index.identity,
-                                             "corpus_fingerprint": fp, "index": str(index_path)})
-    n = len(keys)
-    if n:
-        v = np.random.default_rng(seed).normal(size=(n, index.dim)).astype(np.float32)
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        state = AdaptState("task", tuple(keys), v, np.full(n, 0.5), np.ones(n, np.int64),
-                           index.identity, index.dim, corpus_fingerprint=fp)
-        reg.promote(reg.register(state, parent=None, reason=f"{n} task states").name)
-    return root
-
-
-def timed_rounds(servers: dict[str, Server], texts: list[str], task: str, rounds: int,
-                 per_round: int) -> dict[str, list[float]]:
-    """Sequential single-query searches, the servers interleaved round by round."""
-    apis = {name: Api(s.url, task) for name, s in servers.items()}
-    for api in apis.values():  # warm: every text's vector into the server's cache
-        for i, t in enumerate(texts):
-            s = api.search(str(i), t, "warm", 0, "?", False)
-            if not s.ok:
-                raise SystemExit(f"search failed: {s.error}")
-    lat: dict[str, list[float]] = {name: [] for name in servers}
-    for r in range(rounds):
-        for name, api in apis.items():
-            for i in range(per_round):
-                t = texts[(r * per_round + i) % len(texts)]
-                s = api.search(str(i), t, "timed", 0, "?", False)
-                lat[name].append(s.latency if s.ok else float("nan"))
-    return lat
-
-
-def states_mode(args: argparse.Namespace, work: Path) -> int:
-    data = load_data(args.data, args.split)
-    n = args.many_states
-    task = "task-7" if n > 7 else "task-0"
-    sizes = {"none": [], "one": [task], f"{n}": [f"task-{i}" for i in range(n)]}
-    servers: dict[str, Server] = {}
-    try:
-        for i, (name, keys) in enumerate(sizes.items()):
-            reg = state_registry(args.index, work / f"reg-{name}", keys, args.seed)
-            servers[name] = start_serve(args.index, reg, work, [], f"serve-{name}",
-                                        args.port + i if args.port else 0)
-        texts = sorted(data.queries.values())[:200]
-        lat = timed_rounds(servers, texts, task, args.rounds, 50)
-        rss = {name: rss_mib(s.proc.pid) for name, s in servers.items()}
-    finally:
-        for s in servers.values():
-            CHILDREN.stop(s.proc)
-    p50 = {name: float(np.nanmedian(v)) * 1000 for name, v in lat.items()}
-    print(f"/v1/search for task {task!r}, cached query vectors, {args.rounds} interleaved "
-          f"rounds of 50 sequential requests per server:")
-    for name in servers:
-        print(f"  {name:>6} task states: p50 {p50[name]:6.2f} ms  p99 "
-              f"{pct([x for x in lat[name] if x == x], 99):6.2f} ms  RSS {rss[name]:7.1f} MiB")
-    measured: dict[str, float | None] = {"states_p50": p50[f"{n}"] / p50["one"],
-                                         "states_p50_none": p50[f"{n}"] / p50["none"],
-                                         "states_rss": rss[f"{n}"] - rss["none"]}
-    print(f"  p50 {n} states / none = {measured['states_p50_none']:.3f}, / one = "
-          f"{measured['states_p50']:.3f}; RSS +{measured['states_rss']:.1f} MiB")
-    GOALS["states_p50"] = Goal(f"loop: /v1/search p50 with {n} task states / with one",
-                               "<=", 1.1)
-    GOALS["states_p50_none"] = Goal(f"loop: /v1/search p50 with {n} task states / with "
-                                    "none", "info", None)
-    ok = print_goals(measured)
-    emit({k: GOALS[k] for k in measured}, measured, note=data.name)
-    write_json(args.json, {"task": data.name, "states": n, "p50_ms": p50, "rss_mib": rss,
-                           "measured": measured})
-    return 0 if all(ok) else 1
-
-
-# -- main -------------------------------------------------------------------------------------
-def ensure_index(args: argparse.Namespace, work: Path) -> None:
-    if args.index is None:
-        args.index = Path(tempfile.gettempdir()) / f"bench-loop-index-{args.data.name}"
-    if (args.index / "CURRENT").exists() or (args.index / "manifest.json").exists():
-        return
-    print(f"indexing {args.data} into {args.index} (once; reused with --index)")
-    env = server_env(work / "index-cache")
-    subprocess.run([sys.executable, "-m", "tttembed", "index", str(args.data), "-o",
-                    str(args.index), "--quiet"], check=True, env=env)
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", type=Path, metavar="DATA", help="BEIR task folder")
-    ap.add_argument("--index", type=Path, help="its index (built into the temp folder "
-                    "once when absent)")
-    ap.add_argument("--split", default="test")
-    ap.add_argument("--windows", type=int, default=5, help="normal windows")
-    ap.add_argument("--head", type=int, default=60, help="head queries (every window)")
-    ap.add_argument("--tail", type=int, default=20, help="fresh tail queries a window")
-    ap.add_argument("--adversarial", type=int, default=2, help="windows with the judge "
-                    "inverted (then one with it restored)")
-    ap.add_argument("--sigma", type=float, default=0.2, help="judge noise")
-    ap.add_argument("--budget-per-query", type=int, default=10)
-    ap.add_argument("--learn-every", type=int, default=200)
-    ap.add_argument("--judge-rpm", type=float, default=6000.0)
-    ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--probe-rps", type=float, default=10.0, help="prober requests a second")
-    ap.add_argument("--idle-s", type=float, default=4.0, help="seconds of idle probing "
-                    "after each window")
-    ap.add_argument("--idle-timeout", type=float, default=300.0, help="most seconds to "
-                    "wait for the learner after a window")
-    ap.add_argument("--cache-size", type=int, help="the server's --cache-size (default: "
-                    "its own; 0: every request runs the model, probes included)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--port", type=int, default=0, help="port of the server under test "
-                    "(--many-states: PORT, PORT+1, PORT+2); default: free ones")
-    ap.add_argument("--many-states", type=int, default=0, metavar="N", help="instead of "
-                    "the replay: serve N task states and compare RSS and p50")
-    ap.add_argument("--rounds", type=int, default=10, help="--many-states rounds")
-    ap.add_argument("--json", type=Path, help="write rows and goals as JSON")
-    ap.add_argument("--keep", type=Path, help="work folder to keep (registry, logs)")
-    return ap.parse_args(argv)
-
-
-@contextmanager
-def work_dir(keep: Path | None) -> Iterator[Path]:
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        if any(keep.iterdir()):
-            raise SystemExit(f"--keep {keep} is not empty (each run needs a fresh registry)")
-        yield keep
-        print(f"kept {keep}")
-        return
-    work = Path(tempfile.mkdtemp(prefix="bench-loop-"))
-    try:
-        yield work
-    finally:
-        CHILDREN.stop_all()
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        with work_dir(args.keep) as work:
-            try:
-                ensure_index(args, work)
-                if args.many_states:
-                    return states_mode(args, work)
-                return loop_mode(args, work)
-            finally:
-                CHILDREN.stop_all()
-    except KeyboardInterrupt:
-        print("interrupted: servers stopped", file=sys.stderr)
-        return 130
+            if server is not None:
+                server.__exit__(None, None, None)
+        mine = [r for r in rows if r["store"] == store]
+        top = max(mine, key=lambda r: r["n"])
+        low = min(mine, key=lambda r: r["n"])
+        goals = {k: Goal(g.claim.format(store=store), g.op, g.target, g.unit)
+                 for k, g in GOALS.items()}
+        note = "" if (low["n"], top["n"]) == (10_000, 1_000_000) else \
+            f"measured at {low['n']:,} -> {top['n']:,} searches"
+        emit(goals, {"step": top["p50_s"], "rss": top["rss_mb"] - low["rss_mb"]}, note)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

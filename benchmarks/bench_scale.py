@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _support import DATA, loopback_servers
 from claims import Goal, emit
 
-ROOT = Path(__file__).resolve().parents[1]
 GOALS = {
     "eff4": Goal("rerank scoring: speed-up at 4 in flight / ideal", ">=", 0.8),
     "eff16": Goal("rerank scoring: speed-up at 16 in flight / ideal", ">=", 0.8),
@@ -61,9 +61,7 @@ def run(server_url: str, n_requests: int, docs: int, concurrency: int) -> float:
 
 
 def part_a(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT))
-    from tests.servers import LocalOpenAIServer
-
+    LocalOpenAIServer = loopback_servers().LocalOpenAIServer
     levels = [int(x) for x in args.levels.split(",")]
     times: dict[int, float] = {}
     with LocalOpenAIServer(latency=args.latency) as srv:
@@ -153,7 +151,7 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=10, help="documents per request")
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added per answer")
     ap.add_argument("--levels", default="1,4,16,64")
-    data = Path(os.environ.get("TTTEMBED_DATA", "/work/shared/data")) / "scifact"
+    data = Path(os.environ.get("TTTEMBED_DATA", DATA)) / "scifact"
     ap.add_argument("--scifact", type=Path, default=data)
     ap.add_argument("--abstracts", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=64)

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _support import DATA, proc_status
 from claims import Goal, emit
 
-ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
 GOALS = {
     "ratio": Goal("million-vector index: adapted / raw search latency, worst FAISS backend",
@@ -210,14 +210,14 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
     from tttembed import api
     from tttembed.data.beir import load_task
     from tttembed.index.search import encode_queries
-    from tttembed.index.store import open_index
+    from tttembed.index.store import load_index
     from tttembed.ttt import learn_outcome as run_learn
     from tttembed.ttt.queries import QuerySet
 
     _, _, corpus, task = worker_data(args, n)
     emb = embedder(args)
     t0 = time.perf_counter()
-    index = open_index(target(args, backend), expected_identity=emb.identity)
+    index = load_index(target(args, backend), expected_identity=emb.identity)
     out: dict[str, Any] = {"open_s": time.perf_counter() - t0, "hwm_open_gib": hwm_gib()}
     train = load_task(args.data, split="train")
     scorer = api.load_scorer(f"qrels:{args.data}", split="train", use_ledger=False)
@@ -250,9 +250,7 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
 def hwm_gib() -> float:
     """This process's peak RSS so far, VmHWM (``ru_maxrss`` would carry over the parent's
     peak at fork)."""
-    hwm = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text()
-               .splitlines() if line.startswith("VmHWM:"))
-    return hwm / (1 << 20)
+    return proc_status("VmHWM") / (1 << 20)
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -360,7 +358,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--train-queries", type=int, default=0,
                     help="learn the SciFact state from the first N train queries (0: all 809)")
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
+    ap.add_argument("--data", type=Path, default=DATA / "scifact")
     study = Path("/tmp/study/cache")
     ap.add_argument("--cache-dir", type=Path, default=study if study.exists() else None)
     ap.add_argument("--work", type=Path, default=Path("/tmp/tttembed-scale-index"))

@@ -34,14 +34,15 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from _support import cli, free_port, pct, wait_healthy
 from claims import Goal, emit
 
 GOAL_RATIO = 1.05
@@ -67,12 +68,13 @@ def fresh(texts: list[str], i: int) -> str:
     return f"{texts[i % len(texts)]} (request {next(SERIAL):06d})"
 
 
-def prepare(work: Path) -> tuple[Path, Path, Path, str, list[str]]:
+def prepare(work: Path, modules: tuple[str, ...] = MODULES
+            ) -> tuple[Path, Path, Path, str, list[str]]:
     """Demo index and two different task-wise states; returns (index, A, B, task, texts)."""
     import tttembed.api as tt
     from tttembed.demo import export_demo
 
-    folder = export_demo(work / "demo", modules=MODULES)
+    folder = export_demo(work / "demo", modules=modules)
     index = tt.index_corpus(folder, work / "index")
     states = []
     for name, budget, seed in (("a", 10, 0), ("b", 2, 1)):
@@ -90,26 +92,19 @@ def swap(src: Path, live: Path) -> None:
     os.replace(tmp, live)
 
 
-def start_server(index: Path, live: Path, extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-c", "from tttembed.cli import main; main()", "serve",
-           "--index", str(index), "--state", str(live), "--port", str(port),
-           "--log-level", "warning", *extra]
+def start_server(index: Path, live: Path, extra: Sequence[str] = ()
+                 ) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = cli("serve", "--index", str(index), "--state", str(live), "--port", str(port),
+              "--log-level", "warning", *extra)
     proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz").status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not start")
+    try:
+        wait_healthy(url, proc, 180)
+    except SystemExit:
+        proc.kill()
+        raise
+    return proc, url
 
 
 class LoadConnection:
@@ -276,10 +271,6 @@ def bare_model(texts: list[str], batch: int = 32, batches: int = 24) -> tuple[fl
     return rate, float(np.median(one))
 
 
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs), q)) * 1000
-
-
 def report_latency(clients: int, lat: dict[str, list[float]], wall: float,
                    rounds: list[tuple[float, float, float]]) -> list[bool]:
     """Print one level's line; ``rounds`` holds (req/s, bare texts/s, bare one-text s)
@@ -348,6 +339,8 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=900, help="seconds, whole run")
     ap.add_argument("--bare", action="store_true",
                     help="internal: measure the bare model on the texts read from stdin")
+    ap.add_argument("--modules", default=",".join(MODULES), help="the demo corpus: these "
+                    "stdlib modules' docstrings (comma-separated)")
     ap.add_argument("--server-args", default="", help="extra `tttembed serve` options, e.g. "
                     "'--max-wait-ms 0' (quoted, space-separated)")
     args = ap.parse_args()
@@ -357,7 +350,7 @@ def main() -> int:
     deadline = time.monotonic() + args.time_limit
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     os.environ.setdefault("TTTEMBED_CACHE_DIR", str(work / "cache"))
-    index, a, b, task, texts = prepare(work)
+    index, a, b, task, texts = prepare(work, tuple(m for m in args.modules.split(",") if m))
     live = work / "live.npz"
     swap(a, live)
     proc, url = start_server(index, live, args.server_args.split())

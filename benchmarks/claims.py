@@ -2,7 +2,9 @@
 
 Each benchmark script declares its goals once, as a ``GOALS`` dict of :class:`Goal`, and
 ends with ``claims.emit(GOALS, measured)``: the claims are printed, and appended as JSON
-lines to the file named by ``$TTTEMBED_CLAIMS`` when ``run_all.py`` runs the script.
+lines to the file named by ``$TTTEMBED_CLAIMS`` when ``run_all.py`` runs the script;
+``claims.check`` prints them as a goal table and says which missed (for a script whose
+exit status is its verdict).
 ``ratio`` is measured / target: <= 1 passes a "<=" goal, >= 1 a ">=" goal.
 """
 
@@ -39,25 +41,43 @@ class Goal:
         return ratio, "PASS" if ok else "MISS"
 
 
-def emit(goals: Mapping[str, Goal], measured: Mapping[str, float | None],
+def rows(goals: Mapping[str, Goal], measured: Mapping[str, float | None],
          note: str = "") -> list[dict]:
-    """Print the claims of ``measured`` (keys of ``goals``) and append them to $TTTEMBED_CLAIMS."""
-    rows = []
+    """One claim row per measured value (keys of ``goals``): claim, goal, measured, unit,
+    ratio, verdict."""
+    out = []
     for key, value in measured.items():
         goal = goals[key]
         ratio, verdict = goal.verdict(value)
-        rows.append({"claim": goal.claim + (f" ({note})" if note else ""), "goal": goal.text,
-                     "measured": None if value is None else float(value), "unit": goal.unit,
-                     "ratio": ratio, "verdict": verdict})
-    for r in rows:
+        out.append({"claim": goal.claim + (f" ({note})" if note else ""), "goal": goal.text,
+                    "measured": None if value is None else float(value), "unit": goal.unit,
+                    "ratio": ratio, "verdict": verdict})
+    return out
+
+
+def emit(goals: Mapping[str, Goal], measured: Mapping[str, float | None],
+         note: str = "") -> list[dict]:
+    """Print the claims of ``measured`` (keys of ``goals``) and append them to $TTTEMBED_CLAIMS."""
+    claims = rows(goals, measured, note)
+    for r in claims:
         print(f"claim: {r['claim']}: {fmt(r['measured'])}{r['unit']} "
               f"(goal {r['goal']}) {r['verdict']}")
     path = os.environ.get(ENV)
     if path:
         with open(path, "a", encoding="utf-8") as fh:
-            for r in rows:
+            for r in claims:
                 fh.write(json.dumps(r) + "\n")
-    return rows
+    return claims
+
+
+def check(goals: Mapping[str, Goal], measured: Mapping[str, float | None]) -> list[bool]:
+    """Print a goal / target / measured / verdict table of ``measured``; one bool per row,
+    False for a MISS (an ``info`` or unmeasured row passes)."""
+    print(f"\n{'goal':<76} {'target':>9} {'measured':>9}  verdict")
+    claims = rows(goals, measured)
+    for r in claims:
+        print(f"{r['claim']:<76} {r['goal']:>9} {fmt(r['measured']):>9}  {r['verdict']}")
+    return [r["verdict"] != "MISS" for r in claims]
 
 
 def fmt(x: float | None) -> str:

@@ -21,13 +21,13 @@ judges themselves (a controlled simulation of a reranker of known quality).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from _support import study_parser, write_json
 from claims import Goal, emit
 
 TASKS = ("scifact", "cranfield", "cisi", "medline", "cacm", "cosqa_coir")
@@ -114,14 +114,9 @@ def overall(goals: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--out", default="docs/results/guard")
-    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap = study_parser(__doc__, "docs/results/guard", TASKS)
     ap.add_argument("--judges", default=";".join(JUDGES), help="';'-separated scorer specs")
     ap.add_argument("--budgets", default=",".join(f"{b:g}" for b in BUDGETS))
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--resamples", type=int, default=10000)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
 
@@ -142,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         result = run_eval(cfg, stage)
     write_report(result, Path(args.out), per_query=False)
     goals = {s["scorer"]: judge_goals(s) for s in result["sections"]}
-    (Path(args.out) / "goals.json").write_text(json.dumps(goals, indent=1) + "\n")
+    write_json(Path(args.out) / "goals.json", goals)
     print_table(goals)
     print("counts", json.dumps(result["counts"]))
     emit(GOALS, overall(goals), note=f"{time.perf_counter() - t0:.0f} s")

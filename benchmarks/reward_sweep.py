@@ -18,10 +18,11 @@ Everything goes through the eval caches: a rerun recomputes nothing.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 from typing import Any
+
+from _support import study_parser
 
 TASKS = ("scifact", "cosqa_coir", "cranfield", "cisi", "medline", "cacm")
 SIGMAS = (0.0, 0.1, 0.2, 0.35, 0.5, 1.0)
@@ -124,16 +125,11 @@ def plot(entries: list[dict[str, Any]], path: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--out", default="docs/results")
-    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap = study_parser(__doc__, "docs/results", TASKS)
     ap.add_argument("--sigmas", default=",".join(f"{s:g}" for s in SIGMAS))
     ap.add_argument("--flips", default="", help="extra settings: flip rates at sigma 0")
     ap.add_argument("--budgets", default=",".join(f"{b:g}" for b in BUDGETS))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--resamples", type=int, default=10000)
     args = ap.parse_args()
     t0 = time.perf_counter()
 

@@ -1,20 +1,24 @@
-"""Run every benchmark and print one table: claim, goal, measured, ratio, PASS/MISS.
+"""Run the listed benchmarks and print one table: claim, goal, measured, ratio, PASS/MISS.
 
     python benchmarks/run_all.py [--quick] [--check] [--only NAME,...] [--markdown FILE]
 
 Each benchmark script states its goals once (its ``GOALS``) and reports its measured
-values through ``claims.emit``; this script runs them one after another (so they do not
-compete for the cores), collects the claims through ``$TTTEMBED_CLAIMS`` and adds the
-import time of ``tttembed --help`` and of each command's ``--help``. ``--quick`` runs
+values through ``claims.emit``; this script runs the ones listed in :data:`RUNS` (a script
+not listed there is not run) one after another (so they do not compete for the cores),
+collects the claims through ``$TTTEMBED_CLAIMS`` and adds the import time of
+``tttembed --help`` and of each command's ``--help``. ``--quick`` runs
 every benchmark at a reduced size (its claims say at which size; the optimizer's time is
 scaled to the goal's size). ``--check`` exits 1 when a claim MISSes its goal or a
 benchmark fails. ``--markdown FILE`` also writes the table as Markdown (docs/performance.md
 is pasted from it). Timings on a shared machine are noisy: the
-ratios inside one benchmark are measured in one run. Not run in CI.
+ratios inside one benchmark are measured in one run. Not run in CI (there
+``tests/test_benchmarks.py`` runs every script once at a tiny size).
 
 The study's warm rerun runs ``study.py`` twice on one cache (``--study-cache``, default
 ``<tttembed cache>/bench-study``): the first run fills it (cold the first time, hours
-for all six tasks on 2 cores), the second is the timed warm rerun.
+for all six tasks on 2 cores), the second is the timed warm rerun. The other studies
+(``guard_study.py``, ``reward_sweep.py``, ``chain_tables.py``: hours cold, or tables of
+their reports) run on their own.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _support import DATA
 from claims import Goal, fmt
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parents[1] / "shared" / "data"
 #: script, full-size arguments, --quick arguments
 RUNS: list[tuple[str, list[str], list[str]]] = [
     ("bench_optimizer.py", ["--vs-reference"],
@@ -45,10 +49,12 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
     ("bench_serve.py", [], ["--requests", "1500", "--clients", "1,8,32", "--reload-requests",
                             "1000", "--reloads", "5"]),
     ("bench_threads.py", [], []),
-    ("bench_loop.py", [str(DATA / "scifact")],
+    ("bench_loop_gain.py", [str(DATA / "scifact")],
      [str(DATA / "cranfield"), "--windows", "3", "--head", "30", "--tail", "10"]),
-    ("bench_loop.py", [str(DATA / "scifact"), "--many-states", "10000"],
+    ("bench_loop_states.py", [str(DATA / "scifact"), "--many-states", "10000"],
      [str(DATA / "cranfield"), "--many-states", "2000"]),
+    ("bench_loop.py", ["--history", "10000,100000,1000000"],
+     ["--history", "10000,100000", "--steps", "10"]),
     ("bench_allocation.py", ["--data-root", str(DATA)],
      ["--data-root", str(DATA), "--budgets", "1,10"]),
     ("bench_scale.py", [], ["--abstracts", "300"]),
@@ -57,8 +63,6 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
 ]
 STUDY_QUICK = ["--tasks", "medline", "--skip-analyses"]
 CLI_GOAL = Goal("CLI: `tttembed{cmd} --help` wall time (import cost)", "info", None, " s")
-SKIP = {"run_all.py", "claims.py", "chain_tables.py", "study.py", "reward_sweep.py",
-        "guard_study.py"}  # studies (hours cold): run on their own
 
 
 def run_script(script: str, extra: list[str], claims_file: Path, timeout: float
@@ -127,12 +131,9 @@ def table(rows: list[dict], markdown: bool = False) -> str:
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    """(script, arguments) in run order: the known benchmarks, any other ``bench_*.py``
-    (default arguments), then the study twice (fill the cache, then the warm rerun)."""
-    known = {s for s, _, _ in RUNS}
+    """(script, arguments) in run order: :data:`RUNS`, then the study twice (fill the
+    cache, then the warm rerun)."""
     runs = [(s, quick if args.quick else full) for s, full, quick in RUNS]
-    runs += [(p.name, []) for p in sorted(HERE.glob("*.py"))
-             if p.name not in known | SKIP and not p.name.startswith("_")]
     study = ["--data-root", str(args.data_root), "--cache-dir", str(args.study_cache),
              *(STUDY_QUICK if args.quick and not args.study_tasks else [])]
     if args.study_tasks:

@@ -16,11 +16,11 @@ each part and its claim: a warm rerun (nothing computed) within :data:`GOALS`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+from _support import study_parser, write_json
 from claims import Goal, emit
 
 #: Every scope with the seed's rule n/(n+1) and with alpha chosen by reward cross-validation.
@@ -33,12 +33,7 @@ GOALS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--out", default="docs/results")
-    ap.add_argument("--tasks", default=",".join(TASKS))
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--resamples", type=int, default=10000)
+    ap = study_parser(__doc__, "docs/results", TASKS)
     ap.add_argument("--skip-analyses", action="store_true")
     ap.add_argument("--per-query", action="store_true",
                     help="also write per_query.json (about 10 MB for all tasks)")
@@ -75,8 +70,7 @@ def main() -> None:
         summary[name] = {"seconds": round(time.perf_counter() - t, 1),
                          "counts": result["counts"], "timings_s": result["timings_s"]}
         print(name, json.dumps(summary[name]), flush=True)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "study-run.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(Path(args.out) / "study-run.json", summary)
     computed = sum(s["counts"].get(k, 0) for s in summary.values()
                    for k in ("cells_computed", "comparisons_computed", "scorer_paid",
                              "embedding_model_calls"))

@@ -1,23 +1,351 @@
-"""The benchmarks still run against the library they measure (a tiny size: this checks
-that they run and report their claims, not what they measure)."""
+"""Every script of benchmarks/ and tools/ runs at a tiny size, so that none can rot: each
+is started as a user would start it, at a size that takes seconds, and must exit 0 and
+report its claims (``$TTTEMBED_CLAIMS``, what ``run_all.py`` collects) or, for a study or
+a tool, what it exists to print or write. This checks that they run and report, not
+what they measure. The data is the demo corpus (its texts cut short: the model's time
+grows with the tokens) unless a script needs a task of the shared data, which skips with
+the reason where ../shared/data is absent."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+TOOLS = ROOT / "tools"
+DATA = ROOT.parent / "shared" / "data"
+#: benchmarks/ modules that are not scripts of their own (run_all.py has its own test)
+HELPERS = {"_support.py", "_loop_support.py", "claims.py", "run_all.py"}
+MODULES = ("json", "csv", "re", "pathlib", "shutil", "functools")  # 141 docs, 14 queries
+SLOW_S = 240  # most seconds one script may take here before the test fails
 
 
-def test_the_optimizer_benchmark_runs_every_scope_and_reports_its_claims(tmp_path):
+# -- the data ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("bench")
+
+
+@pytest.fixture(scope="module")
+def env(work) -> dict[str, str]:
+    """One tttembed cache for the whole module (the tiny corpus is embedded once), offline,
+    this checkout's src first."""
+    src = str(ROOT / "src")
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "TTTEMBED_CACHE_DIR": str(work / "cache"), "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": src + os.pathsep + path if path else src}
+
+
+@pytest.fixture(scope="module")
+def tiny(work) -> Path:
+    """The demo task on six stdlib modules as a BEIR folder, each text cut to its first
+    200 characters, with its test judgments also as a train split."""
+    from tttembed.demo import export_demo
+
+    folder = export_demo(work / "tiny-demo", modules=MODULES)
+    corpus = folder / "corpus.jsonl"
+    docs = [json.loads(line) for line in corpus.read_text().splitlines() if line]
+    corpus.write_text("".join(json.dumps({**d, "text": d["text"][:200]}) + "\n" for d in docs))
+    (folder / "qrels" / "train.tsv").write_text((folder / "qrels" / "test.tsv").read_text())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_index(tiny, work, env) -> Path:
+    out = work / "tiny-index"
+    r = subprocess.run([sys.executable, "-m", "tttembed", "index", str(tiny), "-o", str(out),
+                        "--quiet"], capture_output=True, text=True, env=env, timeout=SLOW_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def chain_tiny(work) -> Path:
+    """Three test questions and one train question of 2WikiMultihopQA with their own
+    passages."""
+    src = DATA / "2wikimultihopqa"
+    if not (src / "chains_test.jsonl").exists() or not (src / "chains_train.jsonl").exists():
+        pytest.skip(f"needs the shared multi-hop data ({src} is absent)")
+    out = work / "chain-tiny"
+    out.mkdir()
+    keep: set[str] = set()
+    for split, n in (("test", 3), ("train", 1)):
+        lines = (src / f"chains_{split}.jsonl").read_text().splitlines()[:n]
+        (out / f"chains_{split}.jsonl").write_text("\n".join(lines) + "\n")
+        for chain in map(json.loads, lines):
+            keep |= set(chain["context_doc_ids"]) | set(chain["chain"])
+    with open(src / "corpus.jsonl", encoding="utf-8") as fh:
+        docs = [line for line in fh if json.loads(line)["_id"] in keep]
+    (out / "corpus.jsonl").write_text("".join(docs))
+    return out
+
+
+# -- running a script ------------------------------------------------------------------------
+def run(script: Path, args: list[str], env: dict[str, str], claims: Path | None = None,
+        timeout: float = SLOW_S) -> subprocess.CompletedProcess:
+    if claims is not None:
+        env = {**env, "TTTEMBED_CLAIMS": str(claims)}
+        claims.unlink(missing_ok=True)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def reported(r: subprocess.CompletedProcess, claims: Path, *, least: int,
+             miss_exits_1: bool = False) -> list[dict]:
+    """The claim rows the run appended to ``claims`` (at least ``least``, each printed
+    too). A script whose exit status is its goals' verdict (``miss_exits_1``) may exit 1,
+    but only with a claim it did not meet (a MISS, or a goal this size cannot show)."""
+    out = r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [json.loads(line) for line in claims.read_text().splitlines()] \
+        if claims.exists() else []
+    assert len(rows) >= least, out
+    for row in rows:
+        assert f"claim: {row['claim']}:" in r.stdout, (row, out)
+        assert set(row) == {"claim", "goal", "measured", "unit", "ratio", "verdict"}, row
+    missed = any(row["verdict"] in ("MISS", "n/a") for row in rows)
+    assert r.returncode == 0 or (miss_exits_1 and r.returncode == 1 and missed), out
+    return rows
+
+
+# -- one test per script ------------------------------------------------------------------------
+def test_the_optimizer_benchmark_runs_every_scope_and_reports_its_claims(tmp_path, env):
     claims = tmp_path / "claims.jsonl"
-    r = subprocess.run([sys.executable, str(BENCH / "bench_optimizer.py"), "--n", "60",
-                        "--steps", "3", "--loop-sample", "2", "--tasks", "3"],
-                       capture_output=True, text=True, timeout=300, cwd=BENCH.parent,
-                       env={**os.environ, "TTTEMBED_CLAIMS": str(claims)})
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    r = run(BENCH / "bench_optimizer.py", ["--n", "60", "--steps", "3", "--loop-sample", "2",
+                                           "--tasks", "3"], env, claims)
     for scope in ("global", "task", "query"):
         assert any(line.startswith(scope) for line in r.stdout.splitlines()), r.stdout
-    assert len(claims.read_text().splitlines()) >= 3
+    reported(r, claims, least=3)
+
+
+def test_the_adapted_search_benchmark(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_adapted_search.py", ["--data", str(tiny), "--repeats", "1",
+                                                "--copies", "1", "--k", "10"], env, claims)
+    rows = reported(r, claims, least=2)
+    assert all(row["measured"] is not None for row in rows), rows
+
+
+def test_the_embedding_benchmark(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_embed_index_search.py", ["--data", str(tiny), "--docs", "8",
+                                                    "--repeats", "1"], env, claims)
+    rows = reported(r, claims, least=2)
+    assert rows[-1]["measured"] == 0, rows  # a warm re-index calls no model
+    assert "nDCG@10" in r.stdout
+
+
+def test_the_ledger_benchmark_on_generated_texts(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_ledger.py", ["--data", str(tmp_path / "none"), "--n", "500",
+                                        "--b1", "100", "--b2", "300"], env, claims)
+    rows = reported(r, claims, least=3)
+    assert [row["measured"] for row in rows[:2]] == [0, 0], rows  # none paid twice, none lost
+
+
+@pytest.mark.data
+def test_the_chain_benchmark_searches_and_trains(tmp_path, env, chain_tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_chain.py", ["--data", str(chain_tiny), "--questions", "3",
+                                       "--train-questions", "1", "--repeats", "1"], env,
+            claims)
+    assert {row["claim"].split(":")[0] for row in reported(r, claims, least=2)} == \
+        {"chain search", "chain training"}
+
+
+def test_the_serve_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_serve.py", ["--modules", "json,csv", "--requests", "24",
+                                       "--clients", "2", "--rounds", "1", "--reload-requests",
+                                       "60", "--reloads", "2"], env, claims)
+    rows = reported(r, claims, least=2, miss_exits_1=True)
+    assert "reloads: 2 swaps" in r.stdout, r.stdout
+    assert rows[-1]["claim"].startswith("serve: failed or mixed") and \
+        rows[-1]["measured"] == 0, rows
+
+
+def test_the_thread_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_threads.py", ["--conditions", "idle", "--settings", "default",
+                                         "--texts", "16", "--out",
+                                         str(tmp_path / "threads.json")], env, claims)
+    reported(r, claims, least=5)
+    got = json.loads((tmp_path / "threads.json").read_text())
+    assert list(got) == ["idle"] and got["idle"]["default"]["texts_per_s"] > 0, got
+
+
+def test_the_loop_gain_benchmark(tmp_path, env, tiny, tiny_index):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_loop_gain.py",
+            [str(tiny), "--index", str(tiny_index), "--windows", "2", "--head", "4", "--tail",
+             "2", "--adversarial", "1", "--learn-every", "8", "--idle-s", "0.3", "--settle",
+             "0.5", "--probe-rps", "5", "--idle-timeout", "60", "--json",
+             str(tmp_path / "loop.json")], env, claims)
+    rows = reported(r, claims, least=8, miss_exits_1=True)
+    assert {row["claim"] for row in rows if row["verdict"] == "PASS"} >= {
+        "loop: failed /v1/search requests (tiny-demo)"}, rows
+    assert "$ tttembed states rollback DIR" in r.stdout, r.stdout
+    assert len(json.loads((tmp_path / "loop.json").read_text())["rows"]) == 5
+
+
+def test_the_loop_states_benchmark(tmp_path, env, tiny, tiny_index):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_loop_states.py", [str(tiny), "--index", str(tiny_index),
+                                             "--many-states", "50", "--rounds", "1"], env,
+            claims)
+    rows = reported(r, claims, least=3, miss_exits_1=True)
+    assert rows[0]["claim"].startswith("loop: /v1/search p50 with 50 task states"), rows
+
+
+def test_the_loop_history_benchmark(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_loop.py", ["--history", "100,300", "--stores", "sqlite",
+                                              "--data", str(tiny), "--docs", "50", "--steps",
+                                              "2", "--work", str(tmp_path / "w")], env, claims)
+    rows = reported(r, claims, least=2, miss_exits_1=True)
+    assert all("(sqlite)" in row["claim"] for row in rows), rows
+
+
+def test_the_allocation_benchmark(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_allocation.py", ["--data-root", str(tiny.parent), "--tasks",
+                                            tiny.name, "--budgets", "1"], env, claims)
+    assert "skipped" not in r.stdout, r.stdout
+    reported(r, claims, least=1, miss_exits_1=True)
+
+
+def test_the_rerank_scaling_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_scale.py", ["--part", "a", "--requests", "8", "--docs", "2",
+                                       "--latency", "0.02", "--levels", "1,4"], env, claims)
+    rows = reported(r, claims, least=4)
+    assert rows[0]["measured"] is not None, rows  # the speed-up at 4 in flight
+
+
+@pytest.mark.ray
+def test_the_ray_scaling_benchmark(tmp_path, env, tiny):
+    pytest.importorskip("ray", reason="the Ray executor is an optional extra")
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_scale.py", ["--part", "b", "--scifact", str(tiny), "--abstracts",
+                                       "12", "--batch", "4", "--ray-cpus", "1",
+                                       "--ray-configs", "1x1"], env, claims)
+    rows = reported(r, claims, least=3)
+    assert rows[-1]["verdict"] == "PASS", rows  # ray's vectors are the local ones
+
+
+def test_the_million_vector_benchmark_at_a_few_hundred(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_scale_index.py",
+            ["--data", str(tiny), "--n", "200", "--backends", "flat", "--learn-queries", "8",
+             "--train-queries", "6", "--repeats", "1", "--work", str(tmp_path / "w"),
+             "--cache-dir", env["TTTEMBED_CACHE_DIR"]], env, claims)
+    reported(r, claims, least=5)
+    assert "| flat" in r.stdout and not (tmp_path / "w").exists(), r.stdout
+
+
+def test_the_chain_tables_of_the_published_reports(tmp_path, env):
+    runs = sorted((ROOT / "docs" / "results-chain").glob("2wiki_s*"))
+    assert len(runs) >= 2, runs
+    r = run(BENCH / "chain_tables.py", [f"systems={runs[0]}", f"analyses={runs[0]}",
+                                        f"seeds=gold,on-policy:{','.join(map(str, runs))}"], env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("| encoder |") >= 4 and "| system |" in r.stdout, r.stdout
+
+
+def test_the_study_on_one_tiny_task(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "study.py", ["--data-root", str(tiny.parent), "--tasks", tiny.name,
+                                 "--skip-analyses", "--resamples", "200", "--out",
+                                 str(tmp_path / "out")], env, claims)
+    reported(r, claims, least=1)
+    assert (tmp_path / "out" / "all-tasks" / "results.json").is_file()
+    assert json.loads((tmp_path / "out" / "study-run.json").read_text())["all-tasks"]
+
+
+def test_the_guard_study_on_one_tiny_task(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "guard_study.py", ["--data-root", str(tiny.parent), "--tasks", tiny.name,
+                                       "--judges", "noisy-qrels:?sigma=0.2", "--budgets", "1",
+                                       "--resamples", "200", "--out", str(tmp_path / "out")],
+            env, claims)
+    reported(r, claims, least=4)
+    goals = json.loads((tmp_path / "out" / "goals.json").read_text())
+    assert list(goals) == ["noisy-qrels:?sigma=0.2"], goals
+
+
+def test_the_reward_sweep_on_one_tiny_task(tmp_path, env, tiny):
+    r = run(BENCH / "reward_sweep.py", ["--data-root", str(tiny.parent), "--tasks", tiny.name,
+                                        "--sigmas", "0,0.5", "--budgets", "1", "--resamples",
+                                        "200", "--out", str(tmp_path / "out")], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    sweep = json.loads((tmp_path / "out" / "reward_sweep.json").read_text())
+    assert len(sweep["entries"]) == 2, sweep["entries"]
+    assert (tmp_path / "out" / "reward_sweep.png").stat().st_size > 0
+
+
+def test_the_fault_matrix_on_two_cases(tmp_path, env):
+    # two plain cases: pytest's third-party plugins are not loaded (a faster collection)
+    r = run(TOOLS / "fault_matrix.py", ["-k", "redaction_happens_before_truncation or "
+                                        "malformed_json_is_one_clear_error"],
+            {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "2 cases: 2 OK, 0 FAIL", r.stdout
+    assert "expected: " in r.stdout
+
+
+def test_the_durability_check_with_one_kill(tmp_path, env):
+    r = run(TOOLS / "durability.py", [str(tmp_path / "dur"), "1", "--kills", "1"], env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("kill 1: pairs asked so far") and len(lines) == 2, r.stdout
+    assert re.match(r"final run rc 0; distinct pairs (\d+), ledger rows \1,", lines[-1]), lines
+
+
+# -- the suite as a whole -----------------------------------------------------------------------
+def scripts() -> set[str]:
+    return {p.name for p in [*BENCH.glob("*.py"), *TOOLS.glob("*.py")]} - HELPERS
+
+
+def smoke_tested() -> set[str]:
+    """The scripts this module runs (named after ``BENCH /`` or ``TOOLS /`` above)."""
+    return set(re.findall(r'(?:BENCH|TOOLS) / "([\w.]+\.py)"', Path(__file__).read_text()))
+
+
+def test_every_script_has_a_smoke_test_here():
+    """A script added to benchmarks/ or tools/ gets its test in this module."""
+    assert not sorted(scripts() - smoke_tested())
+    assert not sorted(smoke_tested() - scripts())  # no test of a script that is gone
+
+
+def test_run_all_runs_what_it_lists_and_nothing_else(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import run_all
+    finally:
+        sys.path.remove(str(BENCH))
+    listed = [s for s, _, _ in run_all.RUNS]
+    for quick in (False, True):
+        args = argparse.Namespace(quick=quick, only="", data_root=DATA, study_tasks="",
+                                  study_cache=tmp_path / "study", tmp=tmp_path)
+        planned = [s for s, _ in run_all.plan(args)]
+        assert planned == [*listed, "study.py", "study.py"], planned
+    assert all((BENCH / s).is_file() for s in listed), listed
+    assert set(listed) <= smoke_tested()
+
+
+DOCS = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "guides").glob(
+    "*.md"), ROOT / "tests" / "faults" / "conftest.py"]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_scripts_a_page_names_exist(page):
+    named = set(re.findall(r"\b((?:benchmarks|tools)/[\w.]+\.py)\b", page.read_text()))
+    assert not [n for n in sorted(named) if not (ROOT / n).is_file()], named

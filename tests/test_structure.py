@@ -230,6 +230,85 @@ def test_vocabulary_defined_once():
     assert not redefined, redefined
 
 
+#: The only public names several modules may define, each a convention with one meaning
+#: (name -> the reason). Nothing else is exempt: a new entry needs as good a reason.
+SHARED_NAMES = {
+    # core/registry.py maps a spec scheme to "<backend module>:from_spec": every backend
+    # module (embedder, scorer, index engine, loop store) builds itself from its spec there.
+    "from_spec": "a backend module's factory, the spec registry's entry point",
+    # each vector-database engine module's (message, fix) for its engine's exceptions,
+    # handed to index/collection.engine_errors on that module's store class: one role (the
+    # ``Explain`` callable), one per engine; allowed only where it is used that way.
+    "explain": "an index engine's error explainer, passed to engine_errors(explain)",
+}
+
+
+def _shared(name: str, source: str) -> bool:
+    """Whether ``name``, defined in a module with this source, is one of SHARED_NAMES."""
+    return name == "from_spec" or (name == "explain" and "engine_errors(explain)" in source)
+
+
+def _cli_commands(sources: dict[str, ast.Module]) -> set[tuple[str, str]]:
+    """(module, function) of the typer command callbacks under cli/: decorated with
+    ``@<app>.command(...)`` or registered as ``<app>.command(...)(function)``. A CLI
+    command's function is named after its command (``search``, ``learn``), a convention
+    the vocabulary check leaves alone."""
+    cli = {rel: tree for rel, tree in sources.items() if rel.startswith("cli/")}
+
+    def is_command(call: ast.expr) -> bool:
+        return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "command")
+
+    registered: set[str] = set()
+    for tree in cli.values():
+        aliases = {a.asname: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   for a in node.names if a.asname}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and is_command(node.func) and node.args and \
+                    isinstance(node.args[0], ast.Name):
+                registered.add(aliases.get(node.args[0].id, node.args[0].id))
+    return {(rel, node.name) for rel, tree in cli.items() for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (node.name in registered or any(is_command(d) for d in node.decorator_list))}
+
+
+def _duplicated_names(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Public top-level class and function names defined in two or more modules
+    ({relative path: source}), less the conventions above: {name: [modules]}."""
+    trees = {rel: ast.parse(text) for rel, text in sources.items()}
+    commands = _cli_commands(trees)
+    defined: dict[str, list[str]] = {}
+    for rel, tree in sorted(trees.items()):
+        for node in tree.body:
+            if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    or node.name.startswith("_") or (rel, node.name) in commands:
+                continue
+            if _shared(node.name, sources[rel]):
+                continue
+            defined.setdefault(node.name, []).append(rel)
+    return {name: where for name, where in sorted(defined.items()) if len(where) > 1}
+
+
+def test_every_public_name_has_one_meaning():
+    """STYLE.md, "one meaning per name": a public top-level class or function name is
+    defined in one module of src/tttembed, except the conventions of ``SHARED_NAMES`` and
+    the CLI's command callbacks."""
+    # the check itself: it sees a repeat, and lets a typer command share an API name
+    probe = {"a.py": "def load(): ...\nclass Store: ...\ndef explain(e, s): ...",
+             "b/c.py": "class Store: ...\ndef _load(): ...\ndef explain(e, s): ...\n"
+                       "@engine_errors(explain)\nclass S: ...",
+             "cli/x.py": "@app.command()\ndef load(): ...\ndef run(): ...",
+             "cli/__init__.py": "from cli.x import run as go\napp.command('go')(go)",
+             "d.py": "def run(): ...\ndef from_spec(s): ...",
+             "e.py": "def explain(e, s): ..."}
+    assert _duplicated_names(probe) == {"Store": ["a.py", "b/c.py"],
+                                        "explain": ["a.py", "e.py"]}
+    sources = {str(p.relative_to(SRC)): p.read_text() for p in SRC.rglob("*.py")}
+    duplicated = _duplicated_names(sources)
+    assert not duplicated, "\n".join(f"{name}: {', '.join(where)}"
+                                     for name, where in duplicated.items())
+
+
 def test_type_ignores_are_few_and_coded():
     ignores = []
     for path in SRC.rglob("*.py"):

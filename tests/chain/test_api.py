@@ -149,8 +149,8 @@ def eval_results(tiny_data, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("evalres")
     loaded = load(tiny_data, "test", tmp / "idx")
-    results = api.run_eval(loaded, [("untrained", None)], beam=1, reference="untrained",
-                           max_seq_length=48)
+    results = api.run_chain_eval(loaded, [("untrained", None)], beam=1, reference="untrained",
+                                 max_seq_length=48)
     return {"data": str(tiny_data), "split": "test", "steps": 3, "n_questions": 4}, results
 
 
@@ -159,7 +159,7 @@ def test_a_failing_report_writer_leaves_the_old_folder(eval_results, tmp_path, m
 
     config, results = eval_results
     out = tmp_path / "report"
-    written = report.write_report(out, config, results)
+    written = report.write_chain_report(out, config, results)
     assert [p.name for p in written] == list(report.REPORT_FILES)
     old = {p.name: p.read_bytes() for p in out.iterdir()}
 
@@ -168,11 +168,11 @@ def test_a_failing_report_writer_leaves_the_old_folder(eval_results, tmp_path, m
 
     monkeypatch.setattr(report, "line_plot", broken)
     with pytest.raises(RuntimeError, match="plotting failed"):
-        report.write_report(out, {**config, "n_questions": 99}, results)
+        report.write_chain_report(out, {**config, "n_questions": 99}, results)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == old
     assert [p.name for p in tmp_path.iterdir()] == ["report"]      # no temporary left
     with pytest.raises(RuntimeError):
-        report.write_report(tmp_path / "fresh", config, results)
+        report.write_chain_report(tmp_path / "fresh", config, results)
     assert not (tmp_path / "fresh").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["report"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from tttembed.evaluation.protocols import EVAL_DEPTH, TaskData
-from tttembed.index.store import open_index, write_index
+from tttembed.index.store import load_index, write_index
 from tttembed.ttt.queries import QuerySet
 
 
@@ -33,7 +33,7 @@ def make_task(root: Path, name: str, seed: int, n_docs: int = 60, n_queries: int
     doc_ids = [f"{name}-d{j}" for j in range(n_docs)]
     path = write_index(root / name, doc_ids, docs, embedder_identity="synthetic",
                        embedder_spec="synthetic", corpus_fingerprint="0" * 64, overwrite=True)
-    index = open_index(path)
+    index = load_index(path)
     queries = QuerySet.from_tasks({name: {f"q{q}": f"query {q}" for q in range(n_queries)}})
     scores, rows = index.search(x, EVAL_DEPTH)
     from tttembed.ttt.queries import BaseRetrieval

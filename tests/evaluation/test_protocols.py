@@ -98,7 +98,7 @@ def test_learn_state_across_indexes(work):
 
 
 def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
-    from tttembed.index.store import open_index, write_index
+    from tttembed.index.store import load_index, write_index
 
     from .synth import make_task
 
@@ -111,7 +111,7 @@ def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):
     path = write_index(tmp_path / "dup2", ids + twins, np.concatenate([vecs, vecs]),
                        embedder_identity="synthetic", embedder_spec="synthetic",
                        corpus_fingerprint="0" * 64)
-    index = open_index(path)
+    index = load_index(path)
     scores, rows = index.search(td.base.x, EVAL_DEPTH)
     from tttembed.ttt.queries import BaseRetrieval
 

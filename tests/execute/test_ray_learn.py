@@ -20,7 +20,7 @@ from tttembed.execute import Ray, ray_stage
 from tttembed.execute.score import RayScoring, ray_fallback, use_executor
 from tttembed.score.ledger import Ledger, LedgerScorer
 from tttembed.ttt.queries import QuerySet
-from tttembed.ttt.rewards import build_scorer, score_pairs
+from tttembed.ttt.rewards import build_scorer, score_plan_pairs
 
 pytest.importorskip("sentence_transformers")
 CORPUS = {f"d{i}": {"title": "", "text": f"{w} cells and {w} genes in trial {i}"}
@@ -80,10 +80,10 @@ def test_ray_scoring_in_learn_matches_local_and_a_rerun_pays_nothing(
     spec = f"cross-encoder:{tiny_cross_encoder}"
     qs, pairs = _pairs()
     local = _scorer(spec, tmp_path / "local.sqlite")
-    expected = score_pairs(pairs, qs, CORPUS, local)
+    expected = score_plan_pairs(pairs, qs, CORPUS, local)
     on_ray = _scorer(spec, tmp_path / "ray.sqlite")
     assert use_executor(on_ray, Ray(actors=2), batch_size=8) is None
-    got = score_pairs(pairs, qs, CORPUS, on_ray)
+    got = score_plan_pairs(pairs, qs, CORPUS, on_ray)
     assert got.keys() == expected.keys()
     for key in expected:
         np.testing.assert_allclose(list(got[key].values()), list(expected[key].values()),
@@ -93,7 +93,7 @@ def test_ray_scoring_in_learn_matches_local_and_a_rerun_pays_nothing(
     assert on_ray.counts().paid == unique == Ledger(tmp_path / "ray.sqlite").count()
     again = _scorer(spec, tmp_path / "ray.sqlite")
     use_executor(again, "ray")
-    assert score_pairs(pairs, qs, CORPUS, again) == got
+    assert score_plan_pairs(pairs, qs, CORPUS, again) == got
     assert again.counts().paid == 0 and again.executor.stats == {"committed": 0}
 
 
@@ -160,7 +160,7 @@ def test_ray_scoring_object_is_set_and_cleared(in_process_stage, tmp_path):
     use_executor(sc, Ray(actors=3, gpus=0.5))
     assert sc.executor == RayScoring(Ray(None, 3, 0.5), 64)
     qs, pairs = _pairs()
-    score_pairs(pairs, qs, CORPUS, sc)
+    score_plan_pairs(pairs, qs, CORPUS, sc)
     assert in_process_stage == [sc.counts().paid]
     use_executor(sc, "local")
     assert sc.executor is None
@@ -197,15 +197,15 @@ def test_ray_scoring_resumes_from_a_partial_ledger(in_process_stage, tiny_cross_
     pays only the missing pairs, and the rewards equal a single uninterrupted run's."""
     spec = f"cross-encoder:{tiny_cross_encoder}"
     qs, pairs = _pairs()
-    expected = score_pairs(pairs, qs, CORPUS, _scorer(spec, tmp_path / "whole.sqlite"))
+    expected = score_plan_pairs(pairs, qs, CORPUS, _scorer(spec, tmp_path / "whole.sqlite"))
     first = _scorer(spec, tmp_path / "l.sqlite")
     use_executor(first, "ray", batch_size=4)
-    score_pairs(pairs[:7], qs, CORPUS, first)  # the part a killed run had committed
+    score_plan_pairs(pairs[:7], qs, CORPUS, first)  # the part a killed run had committed
     committed = Ledger(tmp_path / "l.sqlite").count()
     assert 0 < committed == first.counts().paid
     again = _scorer(spec, tmp_path / "l.sqlite")
     use_executor(again, "ray", batch_size=4)
-    got = score_pairs(pairs, qs, CORPUS, again)
+    got = score_plan_pairs(pairs, qs, CORPUS, again)
     total = len({(QUERIES[k.split("/")[1]], d) for k, d in pairs})
     assert again.counts().paid == total - committed
     assert in_process_stage == [committed, total - committed]

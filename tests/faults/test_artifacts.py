@@ -16,7 +16,7 @@ import pytest
 from tests.faults.conftest import ROOT, env, killed, one_line_error, run_cli, run_py
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import POINTER, atomic_directory, resolve_version, write_text
-from tttembed.index.store import open_index
+from tttembed.index.store import load_index
 
 # --- helpers ------------------------------------------------------------------------------
 
@@ -45,7 +45,7 @@ def write_gen(out: Path, g: int, overwrite: bool = True) -> None:
 
 def check_gen(out: Path) -> int:
     """Open the index at ``out``; assert manifest, ids, vectors and FAISS are one version."""
-    h = open_index(out)
+    h = load_index(out)
     g = h.manifest["generation"]
     assert h.manifest["n_docs"] == len(h.doc_ids) == len(h.vectors) == h.faiss_index.ntotal
     assert len(h.doc_ids) == 20 + g and all(d.startswith(f"g{g}-") for d in h.doc_ids)
@@ -125,7 +125,7 @@ def test_two_concurrent_index_writers_one_wins(tmp_path):
     assert first.returncode == 0 and "built" in stdout, stderr
     assert second.returncode == 1
     assert f"ConfigError: {out} is being written by another process" in second.stderr
-    assert open_index(out).manifest["n_docs"] == 30
+    assert load_index(out).manifest["n_docs"] == 30
     third = run_py(WRITE_GEN + f"write_gen({str(out)!r}, 2, overwrite=False)")
     assert third.returncode == 1 and "already exists; pass --overwrite" in third.stderr
 
@@ -154,7 +154,7 @@ def test_kill_during_a_first_build_leaves_no_index_and_no_obstacle(tmp_path):
                   fault="version:written")
     assert killed(proc)
     with pytest.raises(DataError, match="not a tttembed index"):
-        open_index(out)
+        load_index(out)
     write_gen(out, 3, overwrite=False)
     assert check_gen(out) == 3 and entries(out) == [POINTER, resolve_version(out).name]
 
@@ -396,5 +396,5 @@ def test_a_truncated_index_file_is_a_data_error_naming_it(tmp_path, name, cut):
     target = out / POINTER if name == POINTER else resolve_version(out) / name
     target.write_bytes(target.read_bytes()[:cut])
     with pytest.raises(DataError) as info:
-        open_index(out)
+        load_index(out)
     assert str(target) in str(info.value) or (name == "manifest.json" and "manifest" in str(info.value))

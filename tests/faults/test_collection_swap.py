@@ -32,9 +32,9 @@ READ = """
 import json, sys
 from tttembed.core.registry import create
 from tttembed.index.collection import STAGE
-from tttembed.index.store import open_index
+from tttembed.index.store import load_index
 spec = sys.argv[1]
-ix = open_index(spec)
+ix = load_index(spec)
 store = create("index", spec)
 builds = [c for c in store.collections() if c.startswith(store.collection + STAGE)]
 print(json.dumps({"fp": ix.manifest["corpus_fingerprint"], "n": len(ix.doc_ids),

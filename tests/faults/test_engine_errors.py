@@ -52,8 +52,8 @@ def test_a_store_held_by_another_process_is_one_line(built):
     gets one line naming the path, the one-process rule and what to do."""
     engine, spec, where, queries = built
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from tttembed.index.store import open_index;"
-         f"open_index({spec!r}); print('open', flush=True); time.sleep(120)"],
+        [sys.executable, "-c", "import sys, time; from tttembed.index.store import load_index;"
+         f"load_index({spec!r}); print('open', flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env())
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "open"

@@ -7,7 +7,7 @@ from tests.fakes import HashEmbedder, tiny_corpus
 from tttembed import api
 from tttembed.core.errors import ConfigError, StateMismatch
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.index.search import encode_queries, read_run, search, write_run
+from tttembed.index.search import encode_and_search, encode_queries, read_run, write_run
 
 
 @pytest.fixture()
@@ -30,7 +30,7 @@ def test_queries_are_encoded_in_batches(fake_index):
 def test_search_returns_brute_force_top_k_as_beir_run(fake_index):
     index, emb = fake_index
     queries = {"a": "topic 1", "b": "topic 2"}
-    result = search(index, queries, emb, k=7)
+    result = encode_and_search(index, queries, emb, k=7)
     assert result.scores.shape == (2, 7) and result.rows.shape == (2, 7)
     run = result.to_run()
     qv = emb.encode(list(queries.values()), "query")
@@ -44,10 +44,10 @@ def test_search_returns_brute_force_top_k_as_beir_run(fake_index):
 
 def test_top_k_larger_than_corpus_and_bad_k(fake_index):
     index, emb = fake_index
-    result = search(index, {"q": "x"}, emb, k=1000)
+    result = encode_and_search(index, {"q": "x"}, emb, k=1000)
     assert len(result.to_run()["q"]) == 60
     with pytest.raises(ConfigError):
-        search(index, {"q": "x"}, emb, k=0)
+        encode_and_search(index, {"q": "x"}, emb, k=0)
 
 
 def test_api_refuses_another_embedder(fake_index):

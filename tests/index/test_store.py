@@ -10,8 +10,8 @@ from tttembed import api
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import resolve_version
 from tttembed.embed.cache import CachedEmbedder
-from tttembed.index.manifest import read_manifest
-from tttembed.index.store import build_index, open_index
+from tttembed.index.manifest import read_index_manifest
+from tttembed.index.store import build_index, load_index
 
 
 def _build(tmp_path, index_type="flat", **kw):
@@ -24,7 +24,7 @@ def _build(tmp_path, index_type="flat", **kw):
 def test_manifest_records_what_made_the_index(tmp_path):
     emb, corpus, out = _build(tmp_path)
     m = json.loads((resolve_version(out) / "manifest.json").read_text())
-    assert m == read_manifest(out)
+    assert m == read_index_manifest(out)
     assert m["embedder"] == "fake:hash" and m["dim"] == 16
     assert m["metric"] == "inner_product" and m["normalized"] is True
     assert m["n_docs"] == 200 and m["index_type"] == "flat"
@@ -35,7 +35,7 @@ def test_manifest_records_what_made_the_index(tmp_path):
 
 def test_flat_search_is_exact(tmp_path):
     emb, corpus, out = _build(tmp_path)
-    handle = open_index(out)
+    handle = load_index(out)
     q = HashEmbedder(dim=16).encode(["a query"], "query")
     scores, rows = handle.search(q, 5)
     brute = np.asarray(handle.vectors) @ q[0]
@@ -47,7 +47,7 @@ def test_flat_search_is_exact(tmp_path):
                                                ("ivfpq", {"nlist": 4, "nprobe": 4, "pq_m": 8})])
 def test_approximate_types_find_the_exact_top1_on_small_data(tmp_path, index_type, params):
     emb, corpus, out = _build(tmp_path, index_type=index_type, index_params=params)
-    handle = open_index(out)
+    handle = load_index(out)
     assert handle.manifest["index_type"] == index_type
     q = np.asarray(handle.vectors[:20])
     _, rows = handle.search(q, 1)
@@ -58,7 +58,7 @@ def test_ivfpq_keeps_codes_not_vectors_and_checks_pq_m(tmp_path):
     from tttembed.core.io import resolve_version
 
     _, _, out = _build(tmp_path, index_type="ivfpq", index_params={"nlist": 4, "pq_m": 4})
-    handle = open_index(out)
+    handle = load_index(out)
     assert handle.manifest["index_params"] == {"nlist": 4, "nprobe": 16, "pq_m": 4,
                                                "nbits": 7}  # 200 docs: 2**7 centroids
     assert handle.faiss_index.code_size == 4  # 4 codes of 7 bits: 4 bytes, not 64
@@ -71,9 +71,9 @@ def test_ivfpq_keeps_codes_not_vectors_and_checks_pq_m(tmp_path):
 def test_opening_with_another_embedder_is_a_clear_error(tmp_path):
     _, _, out = _build(tmp_path)
     with pytest.raises(StateMismatch, match="built with embedder 'fake:hash'"):
-        open_index(out, expected_identity="st:other")
+        load_index(out, expected_identity="st:other")
     with pytest.raises(StateMismatch, match="dimension 16"):
-        open_index(out, expected_dim=384)
+        load_index(out, expected_dim=384)
     other = HashEmbedder(dim=8, spec="fake:other")
     with pytest.raises(StateMismatch):
         api.open_index(out, embedder=other)
@@ -96,19 +96,19 @@ def test_existing_output_needs_overwrite_and_crash_leaves_no_half_index(tmp_path
     # the old index survives a failed overwrite
     with pytest.raises(OSError):
         build_index(tiny_corpus(10), emb, out, overwrite=True)
-    assert open_index(out).manifest["n_docs"] == 200
+    assert load_index(out).manifest["n_docs"] == 200
 
 
 def test_missing_and_incomplete_index(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
-        open_index(tmp_path / "nope")
+        load_index(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="not a tttembed index"):
-        open_index(tmp_path / "empty")
+        load_index(tmp_path / "empty")
     _, _, out = _build(tmp_path)
     (resolve_version(out) / "vectors.npy").unlink()
     with pytest.raises(DataError, match="vectors.npy is missing"):
-        open_index(out)
+        load_index(out)
 
 
 def test_unknown_index_type_and_param(tmp_path):
@@ -139,7 +139,7 @@ def test_versions_and_one_pointer(tmp_path):
     build_index(tiny_corpus(50), emb, out, overwrite=True)
     second = resolve_version(out)
     assert second != first and sorted(p.name for p in out.iterdir()) == ["CURRENT", second.name]
-    assert open_index(out).manifest["n_docs"] == 50
+    assert load_index(out).manifest["n_docs"] == 50
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")] == []  # no lock left
 
 
@@ -149,9 +149,9 @@ def test_old_flat_layout_opens_and_is_converted_on_overwrite(tmp_path):
     flat = tmp_path / "flat"
     import shutil
     shutil.copytree(resolve_version(out), flat)
-    assert open_index(flat).manifest["n_docs"] == 200
+    assert load_index(flat).manifest["n_docs"] == 200
     build_index(tiny_corpus(30), emb, flat, overwrite=True)
-    assert open_index(flat).manifest["n_docs"] == 30
+    assert load_index(flat).manifest["n_docs"] == 30
     assert sorted(p.name for p in flat.iterdir()) == ["CURRENT", resolve_version(flat).name]
 
 
@@ -186,11 +186,11 @@ def test_corrupt_index_files_are_data_errors_naming_the_file(tmp_path):
     faiss_file = version / "index.faiss"
     faiss_file.write_bytes(faiss_file.read_bytes()[:100])
     with pytest.raises(DataError, match="index.faiss: corrupt FAISS index"):
-        open_index(out)
+        load_index(out)
     _, _, out = _build(tmp_path / "b")
     (resolve_version(out) / "vectors.npy").write_bytes(b"\x93NUMPY garbage")
     with pytest.raises(DataError, match="vectors.npy: corrupt index vectors"):
-        open_index(out)
+        load_index(out)
     (out / "CURRENT").write_text("../../etc\n")
     with pytest.raises(DataError, match="CURRENT: corrupt version pointer"):
-        open_index(out)
+        load_index(out)

@@ -151,16 +151,16 @@ class _Renamed:
 @pytest.mark.parametrize("kind", ["milvus", "qdrant"])
 def test_missing_or_incomplete_collection_is_refused(kind, tmp_path):
     from tttembed.core.registry import create
-    from tttembed.index.store import open_index
+    from tttembed.index.store import load_index
 
     spec = spec_for(kind, tmp_path)
     with pytest.raises(DataError, match="does not exist"):
-        open_index(spec)
+        load_index(spec)
     store = create("index", spec)
     store.create(4)  # a build killed before its manifest was written
     store.insert(np.arange(2), ["a", "b"], np.eye(2, 4, dtype=np.float32))
     with pytest.raises(DataError, match="no tttembed manifest"):
-        open_index(spec)
+        load_index(spec)
 
 
 @pytest.mark.parametrize("kind", ["milvus", "qdrant"])
@@ -225,11 +225,11 @@ def test_open_or_build_takes_a_collection_spec(kind, tmp_path, minilm):
 def test_text_payload_is_stored_with_the_vectors(kind, tmp_path, minilm):
     from tttembed.core.registry import create
     from tttembed.data.beir import doc_text
-    from tttembed.index.store import build_index, open_index
+    from tttembed.index.store import build_index, load_index
 
     spec = spec_for(kind, tmp_path)
     build_index(CORPUS, minilm, spec, store_text=True)
-    index = open_index(spec, expected_identity=minilm.identity)
+    index = load_index(spec, expected_identity=minilm.identity)
     assert index.manifest["text_payload"] is True
     store = create("index", spec)
     rows = [0, 7]
@@ -254,7 +254,7 @@ def test_milvus_text_is_cut_at_a_character_boundary():
 def test_cli_index_store_text_keeps_the_text(tmp_path, minilm):
     from tttembed.core.registry import create
     from tttembed.data.beir import doc_text
-    from tttembed.index.store import open_index
+    from tttembed.index.store import load_index
 
     spec = spec_for("qdrant", tmp_path)
     data = tmp_path / "data"
@@ -265,7 +265,7 @@ def test_cli_index_store_text_keeps_the_text(tmp_path, minilm):
             "--store-text", "--quiet"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    index = open_index(spec, expected_identity=minilm.identity)
+    index = load_index(spec, expected_identity=minilm.identity)
     assert index.manifest["text_payload"] is True
     store = create("index", spec)
     (point,) = store.client.retrieve(store.collection, ids=[3], with_payload=["text"])

@@ -59,6 +59,18 @@ def world(tmp_path_factory, minilm) -> dict[str, Any]:
             "relevant": {q: raw[q][3] for q in QUERIES}}
 
 
+def audit_folder(world: dict[str, Any], folder: Path) -> str:
+    """People's judgments of the queries as a BEIR folder (each query's relevant
+    document): the ``--audit`` spec."""
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": f"a{i}", "text": q}) + "\n" for i, q in enumerate(QUERIES)))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"a{i}\t{world['relevant'][q]}\t1\n" for i, q in enumerate(QUERIES)))
+    (folder / "corpus.jsonl").write_text(world["corpus"].read_text())
+    return f"qrels:{folder}"
+
+
 def _log_traffic(store: Any, world: dict[str, Any], version: str | None = None) -> None:
     from tttembed.loop.store import SearchLog
 
@@ -168,18 +180,12 @@ def test_an_audit_set_of_peoples_judgments_freezes_a_judge_that_disagrees(world,
     """``--audit qrels:FOLDER``: the judge scores the audited pairs afresh each cycle; a
     judge whose AUC against people is low freezes promotions before anything is learned."""
     monkeypatch.setenv("TTTEMBED_CACHE_DIR", str(tmp_path / "cache"))
-    folder = tmp_path / "audit"
-    (folder / "qrels").mkdir(parents=True)
-    (folder / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": f"a{i}", "text": q}) + "\n" for i, q in enumerate(QUERIES)))
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"a{i}\t{world['relevant'][q]}\t1\n" for i, q in enumerate(QUERIES)))
-    (folder / "corpus.jsonl").write_text(world["corpus"].read_text())
+    spec = audit_folder(world, tmp_path / "audit")
     judge = Judgments(world["relevant"])
     judge.inverted = True  # wrong from the start: it agrees with itself, not with people
     with LocalOpenAIServer(rerank=judge) as server:
         loop = _loop(world, tmp_path, server, learn_every=200, judge_budget=1000,
-                     audit=f"qrels:{folder}")
+                     audit=spec)
         _log_traffic(loop.store, world)
         _until_idle(loop)
         assert loop.state.frozen and "agrees with people at AUC" in loop.state.reason

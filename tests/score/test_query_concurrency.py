@@ -1,4 +1,4 @@
-"""Several queries in flight at once for an HTTP scorer (``ttt.rewards.score_pairs``),
+"""Several queries in flight at once for an HTTP scorer (``ttt.rewards.score_plan_pairs``),
 against the loopback rerank server with latency: overlap is seen by the server, the bound
 is kept, every pair is paid and committed exactly once, and the rewards are those of
 scoring one query after another."""
@@ -13,7 +13,7 @@ from tests.servers import LocalOpenAIServer, Reply, overlap_scores
 from tttembed.core.errors import BackendError
 from tttembed.score.ledger import Ledger, LedgerScorer
 from tttembed.ttt.queries import QuerySet
-from tttembed.ttt.rewards import build_scorer, query_lanes, score_pairs
+from tttembed.ttt.rewards import build_scorer, query_lanes, score_plan_pairs
 
 WORDS = ["tide", "moon", "gene", "cell", "star", "rust", "bread", "salt"]
 CORPUS = {f"d{i}": {"title": "", "text": f"{WORDS[i % 8]} and {WORDS[(i * 3) % 8]} {i}"}
@@ -49,7 +49,7 @@ def test_queries_overlap_within_the_bound_and_each_pair_is_paid_once(tmp_path):
             with lock:
                 seen.append(n)
 
-        got = score_pairs(pairs, qs, CORPUS, sc, progress=progress)
+        got = score_plan_pairs(pairs, qs, CORPUS, sc, progress=progress)
         assert 1 < srv.max_in_flight <= 4
         assert srv.count("/rerank") == 11  # q11 repeats q0: served from the ledger
         c = sc.counts()
@@ -61,10 +61,10 @@ def test_queries_overlap_within_the_bound_and_each_pair_is_paid_once(tmp_path):
             assert list(rewards.values()) == pytest.approx(
                 overlap_scores(text, [CORPUS[d]["text"] for d in rewards]))
         again = _scorer(srv, tmp_path / "l.sqlite", 4)
-        assert score_pairs(pairs, qs, CORPUS, again) == got
+        assert score_plan_pairs(pairs, qs, CORPUS, again) == got
         assert srv.count("/rerank") == 11 and again.counts().paid == 0
         with LocalOpenAIServer(latency=0.05) as one:
-            serial = score_pairs(pairs, qs, CORPUS, _scorer(one, tmp_path / "s.sqlite", 1))
+            serial = score_plan_pairs(pairs, qs, CORPUS, _scorer(one, tmp_path / "s.sqlite", 1))
             assert one.max_in_flight == 1 and serial == got
 
 
@@ -74,11 +74,11 @@ def test_a_failed_query_keeps_the_others_answers(tmp_path):
         srv.script(Reply(), Reply(status=400))  # the second request fails (not retried)
         sc = _scorer(srv, tmp_path / "l.sqlite", 4)
         with pytest.raises(BackendError, match="HTTP 400"):
-            score_pairs(pairs, qs, CORPUS, sc)
+            score_plan_pairs(pairs, qs, CORPUS, sc)
         kept = Ledger(tmp_path / "l.sqlite").count()
         assert kept == sc.counts().paid and kept >= 4
         before = srv.count("/rerank")
-        score_pairs(pairs, qs, CORPUS, _scorer(srv, tmp_path / "l.sqlite", 4))
+        score_plan_pairs(pairs, qs, CORPUS, _scorer(srv, tmp_path / "l.sqlite", 4))
         assert srv.count("/rerank") - before == 11 - kept // 4  # only the unpaid queries
 
 

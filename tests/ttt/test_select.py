@@ -15,7 +15,7 @@ import pytest
 import tttembed.api as tt
 from tests.ttt.test_guard import _learn, _ndcg, _task
 from tttembed.adapt.state import load_state
-from tttembed.ttt.select import METHODS
+from tttembed.ttt.select import METHODS, QUERY_LEVEL
 
 
 def test_a_helpful_task_gets_a_method_that_gains_and_the_file_replays_it(tmp_path):
@@ -84,3 +84,88 @@ def test_a_state_that_keeps_raw_everywhere_is_saved_and_changes_nothing(tmp_path
     assert back.method == "auto" and not len(back.keys)
     assert _ndcg(index, emb, queries, qrels, [path]) == pytest.approx(
         _ndcg(index, emb, queries, qrels))
+
+
+# --- scopes: the parts a caller allows are the only ones learned, validated and paid ---
+
+def _auto_sources(index, emb, queries, tasks):
+    """One source whose questions are split over ``tasks`` (in turn), and their keys."""
+    from tttembed.ttt.queries import QuerySet, base_retrieval
+
+    qids = tuple(queries)
+    qs = QuerySet(tuple(tasks[i % len(tasks)] for i in range(len(qids))), qids,
+                  tuple(queries[q] for q in qids))
+    return [(qs, base_retrieval(index, emb, qs, 10), index)]
+
+
+def _labels_pay(qrels, calls):
+    """Pays (query key, doc) pairs with the question's labels; records every call."""
+    def pay(pairs):
+        calls.append(list(pairs))
+        out: dict[str, dict[str, float]] = {}
+        for key, d in pairs:
+            out.setdefault(key, {})[d] = float(qrels[key.split("/", 1)[1]].get(d, 0))
+        return out
+    return pay
+
+
+def _auto(tmp_path, kind, tasks, budget, **kw):
+    from tttembed.ttt.distil import learn_auto
+
+    folder = tmp_path / f"{kind}-{'-'.join(tasks)}-{'-'.join(kw.get('scopes') or ['all'])}"
+    folder.mkdir()
+    index, emb, docs, queries, qrels = _task(folder, kind)
+    sources = _auto_sources(index, emb, queries, tasks)
+    qs, base, _ = sources[0]
+    calls: list = []
+    pay = _labels_pay(qrels, calls)
+    rewards = pay([(key, index.doc_ids[r]) for key, row in zip(qs.keys, base.rows)
+                   for r in row[:budget]])
+    calls.clear()
+    state = learn_auto(sources, rewards, pay, validate_cap=len(qs) * budget, **kw)
+    return state, calls
+
+
+def test_method_auto_learns_validates_and_pays_only_the_scopes_allowed(tmp_path):
+    """The harmful task, where the default keeps each rewarded query's own vector (the
+    query part): with scopes ``task`` no query-level method is measured, paid for or
+    kept, and the shared part gets the whole validation cap."""
+    default, _ = _auto(tmp_path, "harmful", ["t"], 10)
+    assert default.selection["query"]["t"] != "none" and len(default.keys)
+    state, calls = _auto(tmp_path, "harmful", ["t"], 10, scopes=("task",))
+    sel = state.selection
+    assert set(sel["evidence"]["t"]) == {"task"}
+    assert not set(sel["estimators"]) & set(QUERY_LEVEL)
+    assert sel["query"] == {"t": "none"} and sel["shared"] == {"t": "raw"}
+    assert not len(state.keys)  # nothing helps among the parts allowed: raw
+    assert len(calls) == 1  # the task part's guard, and nothing for the query part
+    assert sel["validation_pairs_paid"] == len(calls[0])
+    assert any("query: excluded" in n for n in sel["notes"])
+
+
+def test_with_several_tasks_global_is_left_out_when_the_scopes_exclude_it(tmp_path):
+    """Two tasks: by default the global state is validated beside the task-wise one;
+    with scopes ``query,task`` (the loop's default) it is neither learned nor validated,
+    and the state holds no global key."""
+    default, _ = _auto(tmp_path, "helpful", ["a", "b"], 3)
+    assert all("global" in e for e in default.selection["evidence"].values())
+    state, _ = _auto(tmp_path, "helpful", ["a", "b"], 3, scopes=("query", "task"))
+    sel = state.selection
+    assert all("global" not in e for e in sel["evidence"].values())
+    assert "global" not in sel["estimators"] and "*" not in state.keys
+    assert set(sel["shared"].values()) <= {"raw", "task"}
+    assert any("global: excluded" in n for n in sel["notes"])
+
+
+def test_scopes_none_and_every_scope_give_the_same_state(tmp_path):
+    a, _ = _auto(tmp_path, "helpful", ["a", "b"], 3)
+    b, _ = _auto(tmp_path, "helpful", ["a", "b"], 3, scopes=("global", "task", "query"))
+    assert a.keys == b.keys and a.selection == b.selection
+    np.testing.assert_array_equal(a.vectors, b.vectors)
+
+
+def test_an_unknown_scope_is_refused(tmp_path):
+    from tttembed.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown scope 'tasks'"):
+        _auto(tmp_path, "helpful", ["t"], 3, scopes=("tasks",))

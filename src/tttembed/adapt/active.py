@@ -14,12 +14,12 @@ from tttembed.adapt.allocate import (
     BREADTH_DEPTH,
     Candidates,
     Pair,
-    _check_candidates,
-    _positive_int,
-    _query_ids,
+    check_candidates,
+    order_query_ids,
+    positive_int,
 )
 
-__all__ = ["ACTIVE_FIRST", "ACTIVE_NEIGHBOURS", "ACTIVE_VERSION", "Judge", "Neighbours",
+__all__ = ["ACTIVE_FIRST", "ACTIVE_NEIGHBOURS", "ACTIVE_VERSION", "PairRewards", "Neighbours",
            "active_sequence", "query_priority", "uncertainty_order", "where_pairs_went"]
 
 # One adaptive sequence of pairs built in rounds; budget B is its first B pairs (nested).
@@ -48,7 +48,7 @@ ACTIVE_GROWTH = 0.25
 ACTIVE_VERSION = 6
 
 #: ``judge(pairs) -> {pair: reward}`` (a missing or NaN reward counts as not judged).
-Judge = Callable[[list[Pair]], Mapping[Pair, float]]
+PairRewards = Callable[[list[Pair]], Mapping[Pair, float]]
 #: ``neighbours([(query_id, doc_id), ...]) -> {(query_id, doc_id): nearest other documents
 #: of that query's corpus, best first}`` (one call a round).
 Neighbours = Callable[[Sequence[Pair]], Mapping[Pair, Sequence[str]]]
@@ -160,18 +160,18 @@ def _round(states: dict[str, _QueryState], position: Mapping[str, int], size: in
 
 
 def active_sequence(order: Sequence[tuple[int, str]] | Sequence[str], candidates: Candidates,
-                    budgets: Sequence[int], judge: Judge, *,
+                    budgets: Sequence[int], judge: PairRewards, *,
                     neighbours: Neighbours | None = None,
                     depth: int | None = None) -> list[list[Pair]]:
     """One pair list per budget in ``budgets`` (ascending), each a prefix of one adaptive
     sequence (so nested), every pair judged through ``judge`` as the sequence grows. A
     budget larger than what the pools hold gets every pair they hold. Deterministic: the
     same judge answers give the same pairs."""
-    qids = _query_ids(order)
-    _check_candidates(qids, candidates, depth)
+    qids = order_query_ids(order)
+    check_candidates(qids, candidates, depth)
     if not budgets:
         return []
-    want = max(_positive_int("budget", B) for B in budgets)
+    want = max(positive_int("budget", B) for B in budgets)
     states = {q: _QueryState(list(candidates[q][:depth])) for q in qids}
     position = {q: i for i, q in enumerate(qids)}
     seq: list[Pair] = []

@@ -56,8 +56,11 @@ __all__ = [
     "Pair",
     "budget_grid",
     "budget_pairs",
+    "check_candidates",
     "nested_schedule",
+    "order_query_ids",
     "plan_rewards",
+    "positive_int",
     "water_fill_order",
 ]
 
@@ -70,7 +73,8 @@ def _round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-def _positive_int(name: str, value: int) -> int:
+def positive_int(name: str, value: int) -> int:
+    """``value`` as an int, or a ConfigError naming ``name`` unless it is a positive integer."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
@@ -104,12 +108,14 @@ def water_fill_order(task_query_ids: Sequence[Sequence[str]]) -> list[tuple[int,
     return order
 
 
-def _query_ids(order: Sequence[tuple[int, str]] | Sequence[str]) -> list[str]:
+def order_query_ids(order: Sequence[tuple[int, str]] | Sequence[str]) -> list[str]:
     """Accept either ``water_fill_order``'s ``(task, qid)`` tuples or bare query ids."""
     return [item if isinstance(item, str) else item[1] for item in order]
 
 
-def _check_candidates(qids: Sequence[str], candidates: Candidates, depth: int | None) -> None:
+def check_candidates(qids: Sequence[str], candidates: Candidates, depth: int | None) -> None:
+    """Refuse an order that lists a query twice, a query with no candidate list, or a
+    list (its first ``depth``, all when None) that repeats a document."""
     if len(set(qids)) != len(qids):
         raise DataError("the query order lists a query id twice; give each query once")
     for qid in qids:
@@ -125,10 +131,10 @@ def _check_candidates(qids: Sequence[str], candidates: Candidates, depth: int | 
 
 
 def _depth_phases(depth: int, full_depths: Sequence[int]) -> list[int]:
-    depth = _positive_int("depth", depth)
+    depth = positive_int("depth", depth)
     phases = [depth]
     for d in full_depths:
-        d = _positive_int("full-coverage depth", d)
+        d = positive_int("full-coverage depth", d)
         if d > phases[-1]:
             phases.append(d)
     return phases
@@ -175,9 +181,9 @@ def nested_schedule(
     query extended to each deeper ``full_depths`` entry in turn, again in water-fill order.
     ``full_depths=()`` gives pure breadth at ``depth`` (for breadth-vs-depth comparisons).
     """
-    qids = _query_ids(order)
+    qids = order_query_ids(order)
     phases = _depth_phases(depth, full_depths)
-    _check_candidates(qids, candidates, phases[-1])
+    check_candidates(qids, candidates, phases[-1])
     available = _available(qids, candidates, phases[-1])
     checked = [_check_budget(b, available, f"available up to depth {phases[-1]}") for b in budgets]
     if not checked:
@@ -199,7 +205,7 @@ def budget_pairs(
 
 def budget_grid(n_queries: int, normalised: Sequence[float] = NORMALISED_BUDGETS) -> list[int]:
     """Pair budgets ``B = max(1, round(b * N))`` for the normalised grid, deduplicated, sorted."""
-    n = _positive_int("n_queries", n_queries)
+    n = positive_int("n_queries", n_queries)
     grid: set[int] = set()
     for b in normalised:
         if not (math.isfinite(b) and b > 0):
@@ -234,14 +240,14 @@ def plan_rewards(
     every query gets one more candidate per round. Deterministic; nested in ``budget``.
     """
     qids = list(query_ids)
-    depth = _positive_int("depth", depth)
+    depth = positive_int("depth", depth)
     if not (
         isinstance(budget, (int, float, np.floating, np.integer))
         and math.isfinite(budget)
         and budget >= 0
     ):
         raise ConfigError(f"average budget must be a number >= 0, got {budget!r}")
-    _check_candidates(qids, candidates, None)
+    check_candidates(qids, candidates, None)
     total = _round_half_up(float(budget) * len(qids))
     _check_budget(total, _available(qids, candidates, None), "of all candidate lists")
     perm = np.random.default_rng(seed).permutation(len(qids)).tolist()

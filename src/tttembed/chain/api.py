@@ -25,9 +25,9 @@ from types import MappingProxyType
 from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
-from tttembed.chain.checkpoint import read_manifest
+from tttembed.chain.checkpoint import read_checkpoint_manifest
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
-from tttembed.chain.report import write_report
+from tttembed.chain.report import write_chain_report
 from tttembed.chain.search import ChainRun, Encode, beam_chain, chain_metrics, greedy_chain
 from tttembed.chain.setup import (
     DEFAULT_MAX_SEQ_LENGTH,
@@ -106,10 +106,10 @@ def _check_names(names: Sequence[str], wanted: Sequence[str]) -> None:
             raise ConfigError(f"unknown encoder name {name!r}; known: {', '.join(names)}")
 
 
-def run_eval(loaded: Loaded, encoders: Sequence[tuple[str, PathLike | None]], *,
-             steps: int | None = None, beam: int = 4, beam_encoders: Sequence[str] = (),
-             reference: str | None = None, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
-             progress: Progress | None = None) -> dict[str, Any]:
+def run_chain_eval(loaded: Loaded, encoders: Sequence[tuple[str, PathLike | None]], *,
+                   steps: int | None = None, beam: int = 4, beam_encoders: Sequence[str] = (),
+                   reference: str | None = None, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
+                   progress: Progress | None = None) -> dict[str, Any]:
     """Evaluate named encoders ((name, checkpoint folder or None for the untrained model))."""
     names = [n for n, _ in encoders]
     _check_names(names, [*beam_encoders, *([reference] if reference else [])])
@@ -188,7 +188,7 @@ def chain_train(data: PathLike, out: PathLike, *, regime: str = "gold",
         raise ConfigError(f"regime {regime!r} needs --states-from (states_from): a "
                           "gold-trained checkpoint (train one with --regime gold first)")
     if states_from is not None:
-        read_manifest(states_from)
+        read_checkpoint_manifest(states_from)
     _check_common(steps, max_questions, max_seq_length)
     cfg = TrainConfig(regime=regime, epochs=epochs, batch_size=batch_size, lr=lr,
                       n_neg=n_neg, steps=steps, max_seq_length=max_seq_length, seed=seed,
@@ -207,7 +207,7 @@ def _named_encoders(encoders: Mapping[str, PathLike]) -> list[tuple[str, PathLik
     for name, path in encoders.items():
         if not name:
             raise ConfigError("encoder names must not be empty")
-        read_manifest(path)
+        read_checkpoint_manifest(path)
     return [(UNTRAINED, None), *encoders.items()]
 
 
@@ -245,14 +245,14 @@ def chain_eval(data: PathLike, out: PathLike, *,
     loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
                   progress=progress)
     total = steps or loaded.task.max_hops
-    results = run_eval(loaded, named, steps=total, beam=beam, beam_encoders=beams,
-                       reference=ref, max_seq_length=max_seq_length, progress=progress)
+    results = run_chain_eval(loaded, named, steps=total, beam=beam, beam_encoders=beams,
+                             reference=ref, max_seq_length=max_seq_length, progress=progress)
     config = {"data": str(data), "split": split, "embedder": embedder, "steps": total,
               "beam": beam, "encoders": {n: None if p is None else str(p) for n, p in named},
               "reference": ref, "n_questions": len(loaded.task.golds),
               "max_seq_length": max_seq_length,
               "device": str(loaded.embedder.model.device)}   # the latencies depend on it
-    write_report(out, config, results)
+    write_chain_report(out, config, results)
     return results
 
 

@@ -22,7 +22,7 @@ FORMAT = "tttembed-chain-encoder"
 TRAIN_FIX = "train one with 'tttembed chain train DATA --out FOLDER'"
 
 
-def read_manifest(path: PathLike) -> dict[str, Any]:
+def read_checkpoint_manifest(path: PathLike) -> dict[str, Any]:
     """The manifest of the chain encoder checkpoint at ``path`` (a DataError otherwise)."""
     return _read_manifest(path, fmt=FORMAT, what="chain encoder checkpoint", fix=TRAIN_FIX)
 
@@ -35,7 +35,7 @@ def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
     checkpoint must have been trained against the same passage index."""
     if path is None:
         return LoraQueryEncoder(load_base_model(base, max_seq_length=max_seq_length))
-    manifest = read_manifest(path)
+    manifest = read_checkpoint_manifest(path)
     if index is not None and manifest["index_embedder"] != index.identity:
         raise StateMismatch(f"checkpoint {path} was trained for passages of "
                             f"{manifest['index_embedder']!r}, the index holds "
@@ -92,7 +92,7 @@ def _resume_point(out: Path, expected: dict[str, Any],
     if not (out / MANIFEST).is_file():
         raise ConfigError(f"{out} exists and is not a chain encoder checkpoint; pass "
                           "--overwrite (overwrite=True) to replace it, or another --out folder")
-    manifest = read_manifest(out)
+    manifest = read_checkpoint_manifest(out)
     differ = [k for k, v in expected.items()
               if k in manifest and manifest[k] != v or k not in manifest and k == "config"]
     if differ:

@@ -180,8 +180,8 @@ def write_plots(folder: Path, results: Mapping[str, Any]) -> list[Path]:
     ]
 
 
-def write_report(out: PathLike, config: Mapping[str, Any],
-                 results: Mapping[str, Any]) -> list[Path]:
+def write_chain_report(out: PathLike, config: Mapping[str, Any],
+                       results: Mapping[str, Any]) -> list[Path]:
     """Write the report folder ``out`` whole (replacing an older one) or not at all; the
     paths of its files."""
     out = Path(out)
@@ -193,4 +193,4 @@ def write_report(out: PathLike, config: Mapping[str, Any],
 
 
 __all__ = ["REPORT_FILES", "bar_figure", "line_figure", "report_markdown",
-           "write_plots", "write_report"]
+           "write_chain_report", "write_plots"]

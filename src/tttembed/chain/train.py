@@ -40,7 +40,7 @@ from tttembed.chain.checkpoint import (
     _resume_point,
     _save_optimizer,
     load_encoder,
-    read_manifest,
+    read_checkpoint_manifest,
 )
 from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
 from tttembed.chain.regimes import (
@@ -306,5 +306,5 @@ def train_chain(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
     return TrainResult(out, cfg.epochs, history)
 
 
-__all__ = ["FORMAT", "TrainConfig", "TrainResult", "load_encoder", "read_manifest",
+__all__ = ["FORMAT", "TrainConfig", "TrainResult", "load_encoder", "read_checkpoint_manifest",
            "train_chain"]

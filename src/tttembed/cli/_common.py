@@ -174,7 +174,7 @@ def handle_errors(func: F) -> F:
     return cast(F, wrapper)
 
 
-def index_embedder(handle: Any, cache_dir: Any, timeout: float | None = None,
+def http_embedder_for_index(handle: Any, cache_dir: Any, timeout: float | None = None,
                    max_retries: int | None = None) -> Any:
     """The embedder an index was built with (``embedder_for_index``), given the index's
     dimension before the first call (every vector is checked against it before it is

@@ -105,9 +105,9 @@ def index_show(
     as_json: JsonOpt = False,
 ) -> None:
     """What an index holds: documents, dimension, embedder, corpus, build, versions."""
-    from tttembed.index.store import open_index
+    from tttembed.index.store import load_index
 
-    handle = open_index(index)
+    handle = load_index(index)
     manifest = dict(handle.manifest)
     summary = {"index": str(handle.path), "documents": len(handle.doc_ids),
                "first_doc_ids": handle.doc_ids[:5], **manifest}

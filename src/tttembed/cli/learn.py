@@ -15,7 +15,7 @@ from tttembed.cli._common import (
     console,
     emit_json,
     handle_errors,
-    index_embedder,
+    http_embedder_for_index,
     json_mode,
     progress_group,
     quiet_libraries,
@@ -85,7 +85,7 @@ def _open(api: Any, index: Path, spec: str, corpus: Optional[Path], ledger: Opti
     (--timeout, --max-retries) for HTTP backends, ``limits`` (--concurrency, --rpm) for
     an HTTP scorer."""
     handle = api.open_index(index)
-    emb = index_embedder(handle, cache_dir, *http)
+    emb = http_embedder_for_index(handle, cache_dir, *http)
     spec = folder_qrels(spec, queries, split)
     options = {"instruction": instruction} if instruction else {}
     sc = api.load_scorer(spec, index=handle, corpus=corpus, ledger=ledger,
@@ -216,79 +216,87 @@ def _summary(state: Any, path: Path) -> None:
 
 def print_selection(state: Any) -> None:
     """``--method auto``: each task's choice and every method's evidence."""
-    sel = state.selection
-    if not sel:
+    from tttembed.ttt.select import Selection
+
+    if not state.selection:
         return
+    sel = Selection.from_dict(state.selection)
     table = Table(title=f"method auto: per task, the best gain whose 95% CI is above 0; "
-                        f"validation pairs {sel['validation_pairs_paid']:,} (cap "
-                        f"{sel['validation_cap']:,})")
+                        f"validation pairs {sel.paid:,} (cap {sel.cap:,})")
     for name in ("task", "method", "estimated by", "gain vs raw", "95% CI", "queries", ""):
         table.add_column(name, justify="left" if name in ("task", "method", "estimated by",
                                                            "") else "right")
-    for task, evidence in sel["evidence"].items():
-        chosen = {sel["shared"].get(task), sel["query"].get(task)}
-        for m, e in evidence.items():
-            table.add_row(task, m, sel["estimators"].get(m, ""), f"{e['gain']:+.4f}",
-                          f"[{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]", f"{e['queries']:.0f}",
+    for task in sel.evidence:
+        chosen = {sel.shared.get(task), sel.query.get(task)}
+        for m, e in sel.gains(task).items():
+            table.add_row(task, m, sel.estimators.get(m, ""), f"{e.gain:+.4f}",
+                          f"[{e.ci_low:+.4f}, {e.ci_high:+.4f}]", f"{e.queries:.0f}",
                           "<- chosen" if m in chosen else "")
     console.print(table)
-    for task, choice in sel["choice"].items():
+    for task in sel.shared:
+        choice = sel.choice(task)
         console.print(f"task {task}: {choice}" + ("" if choice != "raw" else
                       " (no method's gain is shown above 0: the state keeps raw vectors)"))
-    for note in sel.get("notes", []):
+    for note in sel.notes:
         console.print(f"note: {note}")
     if not state.audit:
         console.print(f"note: the validation trusts the judge ({state.scorer}); --audit "
                       "qrels:PATH checks it against a few human-judged queries")
 
 
+def _crossval_title(rec: Any) -> str:
+    """The title of the cross-validation table: the guard's or the judged candidates'."""
+    cv = rec.evidence
+    if rec.method == "judged-diff":
+        held = ("rewarded queries (a query-wise state serves them)" if cv.scope == "query"
+                else "held-out queries")
+        return (f"guard: {cv.folds} folds, {cv.queries} {held} re-searched raw and adapted, "
+                f"{cv.metric} under the judge (raw {cv.raw:.4f}); validation pairs "
+                f"{rec.paid:,} (cap {rec.cap:,})")
+    unit = "candidates of each query" if cv.scope == "query" else "rewarded queries"
+    return (f"reward cross-validation: {cv.folds} folds over {unit}, {cv.queries} queries "
+            f"scored, {cv.metric} vs rewards (raw {cv.raw:.4f})")
+
+
 def _crossval(state: Any) -> None:
     """The reward cross-validation: gain of each alpha over raw on held-out rewarded
     candidates; a warning when the alpha used is estimated to lose."""
-    cv = state.crossval
-    if cv is None:
+    from tttembed.ttt.guard import CrossvalRecord
+
+    if state.crossval is None:
         return
-    if not cv["queries"]:
+    rec = CrossvalRecord.from_dict(state.crossval)
+    cv = rec.evidence
+    if not cv.queries:
         console.print("reward cross-validation: too few rewarded queries with distinct "
                       "rewards to hold any out" + (" (alpha auto: 0, the raw vectors)"
                                                    if state.alpha_asked == "auto" else ""))
         return
-    unit = "candidates of each query" if cv["scope"] == "query" else "rewarded queries"
-    title = (f"reward cross-validation: {cv['folds']} folds over {unit}, "
-             f"{cv['queries']} queries scored, {cv['metric']} vs rewards (raw {cv['raw']:.4f})")
-    if cv.get("method") == "judged-diff":
-        held = ("rewarded queries (a query-wise state serves them)" if cv["scope"] == "query"
-                else "held-out queries")
-        title = (f"guard: {cv['folds']} folds, {cv['queries']} {held} re-searched "
-                 f"raw and adapted, {cv['metric']} under the judge (raw {cv['raw']:.4f}); "
-                 f"validation pairs {cv['validation_pairs_paid']:,} (cap "
-                 f"{cv['validation_cap']:,})")
-    table = Table(title=title)
+    table = Table(title=_crossval_title(rec))
     for name in ("alpha", "gain vs raw", "95% CI", ""):
         table.add_column(name, justify="left" if name in ("alpha", "") else "right")
-    for g in cv["gains"]:
-        mark = "<- used" if g["alpha"] == state.alpha_chosen else (
-            "<- auto" if g["alpha"] == cv["auto"] else "")
-        table.add_row(g["alpha"], f"{g['gain']:+.4f}",
-                      f"[{g['ci'][0]:+.4f}, {g['ci'][1]:+.4f}]", mark)
+    for g in cv.gains:
+        mark = "<- used" if g.alpha == state.alpha_chosen else (
+            "<- auto" if g.alpha == cv.auto() else "")
+        table.add_row(g.alpha, f"{g.gain:+.4f}", f"[{g.ci_low:+.4f}, {g.ci_high:+.4f}]", mark)
     console.print(table)
-    if cv.get("note"):
-        console.print(f"note: {cv['note']}")
-    if cv.get("fallback"):
-        console.print(f"note: the guard did not run ({cv['fallback']}): alpha auto was "
+    if rec.note:
+        console.print(f"note: {rec.note}")
+    if rec.fallback:
+        console.print(f"note: the guard did not run ({rec.fallback}): alpha auto was "
                       "chosen by the judged-candidates estimate above, which cannot see "
                       "documents a re-search brings in")
     if state.alpha_asked == "auto" and not state.audit:
         console.print(f"note: the guard trusts the judge ({state.scorer}); a judge that is "
                       "systematically wrong looks like a gain to it (--audit qrels:PATH "
                       "checks it against a few human-judged queries)")
-    used = next((g for g in cv["gains"] if g["alpha"] == state.alpha_chosen), None)
-    if used is not None and used["gain"] < 0:
-        sure = " (its 95% CI is below 0)" if used["ci"][1] < 0 else ""
+    used = next((g for g in cv.gains if g.alpha == state.alpha_chosen), None)
+    if used is not None and used.gain < 0:
+        sure = " (its 95% CI is below 0)" if used.ci_high < 0 else ""
         console.print(f"warning: cross-validation estimates that alpha {state.alpha_chosen} "
                       f"makes the ranking of held-out rewarded candidates worse than the raw "
-                      f"vectors ({used['gain']:+.4f}){sure}; consider --alpha auto "
-                      f"(it picks {cv['auto']})", style="bold yellow")
+                      f"vectors ({used.gain:+.4f}){sure}; consider --alpha auto "
+                      f"(it picks {cv.auto()})", style="bold yellow")
 
 
 @handle_errors

@@ -85,7 +85,7 @@ def _line(v: Any, served: str | None) -> str:
     gain = (f"{ev.get('gain', 0):+.4f} [{ev.get('ci_low', 0):+.4f}, {ev.get('ci_high', 0):+.4f}]"
             if ev else "-")
     mark = "*" if v.name == served else " "
-    state = "promoted" if m.get("promoted") else "refused"
+    state = "promoted" if v.promoted else "refused"
     return (f"{mark} {v.name:<5} {m.get('created', ''):<20} parent {m.get('parent') or 'raw':<5} "
             f"{state:<8} delta {gain}  {m.get('reason', '')}")
 
@@ -97,7 +97,9 @@ def states_list(folder: DirArg, as_json: JsonOpt = False) -> None:
     reg = _registry(folder)
     served = reg.served()
     if as_json:
-        emit_json({"served": served, "versions": [dict(v.manifest) for v in reg.versions()]})
+        emit_json({"served": served, "versions": [
+            {**dict(v.manifest), "promoted": v.promoted, "promoted_at": v.promoted_at,
+             "promoted_by": v.promoted_by} for v in reg.versions()]})
         return
     typer.echo(f"{folder}: serving {served or 'raw vectors'}")
     for v in reg.versions():
@@ -137,13 +139,18 @@ def states_rollback(folder: DirArg, version: Annotated[Optional[str], typer.Argu
 @states_app.command("diff")
 @handle_errors
 def states_diff(folder: DirArg, a: VersionArg, b: VersionArg, as_json: JsonOpt = False) -> None:
-    """What changes from version A to version B: keys added, removed, changed."""
+    """What changes from version A to version B: keys added, removed, changed (whole
+    vectors: per changed key |alpha v difference| and the cosine of the two vectors)."""
     d = _registry(folder).diff(a, b)
     if as_json:
         emit_json(d)
         return
     typer.echo(f"{a} -> {b}: {len(d['added'])} keys added, {len(d['removed'])} removed, "
                f"{len(d['changed'])} changed, {d['unchanged']} unchanged")
-    for name in ("added", "removed", "changed"):
+    for name in ("added", "removed"):
         for key in d[name][:20]:
-            typer.echo(f"  {name[0] if name != 'changed' else '~'} {key}")
+            typer.echo(f"  {name[0]} {key}")
+    for key in d["changed"][:20]:
+        c = d["changes"][key]
+        typer.echo(f"  ~ {key}  |delta| {c['delta_norm']:.4g}  cosine {c['cosine']:.4f}  "
+                   f"alpha {c['alpha_from']:.3f} -> {c['alpha_to']:.3f}")

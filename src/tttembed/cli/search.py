@@ -11,7 +11,7 @@ from tttembed.cli._common import (
     console,
     emit_json,
     handle_errors,
-    index_embedder,
+    http_embedder_for_index,
     json_mode,
     print_metrics,
     progress_group,
@@ -99,7 +99,7 @@ def search(
         refuse_existing(out, overwrite, "run file")  # before the search, not after
 
     handle = api.open_index(index)
-    emb = index_embedder(handle, cache_dir, timeout, max_retries)
+    emb = http_embedder_for_index(handle, cache_dir, timeout, max_retries)
     options = dict(k=top_k, task=task, split=split, embedder=emb,
                    allow_foreign_corpus=allow_foreign_corpus, batch_size=batch_size)
     with json_mode(as_json), progress_group(not quiet) as stage:

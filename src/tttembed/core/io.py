@@ -113,12 +113,13 @@ def atomic_file(path: PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
 
 
 @contextmanager
-def atomic_files(*paths: PathLike, mode: str = "wb"
+def atomic_files(*paths: PathLike, mode: str = "wb", sync: bool = True
                  ) -> Iterator[tuple[IO[Any], ...]]:
     """Several files committed together: all are written to temporary siblings and
     synced before the first rename; any exception before leaves none of them new. They
     are renamed in the order given, so the LAST one is the commit point (a SIGKILL between
-    the renames can only leave the earlier ones new)."""
+    the renames can only leave the earlier ones new). ``sync=False`` skips the fsyncs (a
+    file that may be lost on power failure, never torn by a crash: a status)."""
     targets = [Path(p) for p in paths]
     temps = [_temp_name(p) for p in targets]
     encoding = None if "b" in mode else "utf-8"
@@ -131,7 +132,8 @@ def atomic_files(*paths: PathLike, mode: str = "wb"
             yield tuple(handles)
             for fh in handles:
                 fh.flush()
-                os.fsync(fh.fileno())
+                if sync:
+                    os.fsync(fh.fileno())
                 fh.close()
         except OSError as exc:
             raise named(exc, targets) from exc
@@ -139,7 +141,8 @@ def atomic_files(*paths: PathLike, mode: str = "wb"
         for target, tmp in zip(targets, temps):
             os.replace(tmp, target)
             fault_point("file:replaced", target)
-        _fsync_dir(targets[-1].parent)
+        if sync:
+            _fsync_dir(targets[-1].parent)
     finally:
         for fh in handles:
             try:  # closing flushes: on a full disk that fails too
@@ -150,9 +153,10 @@ def atomic_files(*paths: PathLike, mode: str = "wb"
             tmp.unlink(missing_ok=True)
 
 
-def write_text(path: PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) atomically; creates the folder."""
-    with atomic_file(path, "w") as fh:
+def write_text(path: PathLike, text: str, *, sync: bool = True) -> Path:
+    """Write ``text`` (UTF-8) atomically; creates the folder (``sync``: see
+    :func:`atomic_files`)."""
+    with atomic_files(path, mode="w", sync=sync) as (fh,):
         fh.write(text)
     return Path(path)
 
@@ -350,9 +354,10 @@ def versioned_directory(out: PathLike) -> Iterator[Path]:
 
 # --- JSON files -------------------------------------------------------------------------
 
-def write_json(path: PathLike, obj: Any, *, indent: int | None = 2) -> Path:
+def write_json(path: PathLike, obj: Any, *, indent: int | None = 2,
+               sync: bool = True) -> Path:
     """Atomic JSON write of ``clean(obj)`` with sorted keys (NaN as null)."""
-    return write_text(path, dumps(obj, indent) + "\n")
+    return write_text(path, dumps(obj, indent) + "\n", sync=sync)
 
 
 def read_json(path: PathLike, *, what: str = "JSON file",

@@ -1,13 +1,16 @@
 """One writer per artifact: ``fcntl.flock`` on ``.<name>.lock`` beside it.
 
 A second writer gets a ConfigError naming the path (or waits, when asked); the lock is
-re-entrant within one process and released by the kernel when its holder is killed.
+re-entrant within one thread (another thread of the same process is another writer: it
+opens its own lock file description, which ``flock`` excludes) and released by the
+kernel when its holder is killed.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +18,8 @@ from pathlib import Path
 from tttembed.core.errors import ConfigError, named
 from tttembed.types import PathLike
 
-_HELD: dict[str, list[int]] = {}  # absolute artifact path -> [lock fd, depth]
+#: (thread, absolute artifact path) -> [lock fd, depth]
+_HELD: dict[tuple[int, str], list[int]] = {}
 
 
 def lock_path(path: PathLike) -> Path:
@@ -54,10 +58,10 @@ def _acquire(lock: Path, artifact: Path, wait: bool) -> int:
 @contextmanager
 def writer_lock(path: PathLike, *, wait: bool = False) -> Iterator[Path]:
     """Hold the exclusive writer lock of the artifact at ``path`` (re-entrant in one
-    process). Another holder is a ConfigError naming ``path``, or (``wait``) waited for.
+    thread). Another holder is a ConfigError naming ``path``, or (``wait``) waited for.
     The lock file is removed on release; a killed holder's lock is released by the kernel."""
     path = Path(os.path.abspath(path))
-    key = str(path)
+    key = (threading.get_ident(), str(path))
     if key in _HELD:
         _HELD[key][1] += 1
         try:

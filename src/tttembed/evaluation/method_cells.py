@@ -173,7 +173,7 @@ def number_cell(cells: Cells, parts: Mapping[str, Any],
 
 
 def qdrant_fits(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards],
-                judge: QRF.Judge | None, cells: Cells) -> dict[str, QRF.TaskFit]:
+                judge: QRF.TextScores | None, cells: Cells) -> dict[str, QRF.TaskFit]:
     """Each task's qdrant-rf coefficients (synthetic with a ``judge``, else cross-fit),
     memoised through ``cells``."""
     out = {}
@@ -223,7 +223,7 @@ def direct_cell(work: Sequence[TaskData], rewards: Callable[[], Rewards]) -> Per
 
 
 def _fit_numbers(td: TaskData, rewards_for: Callable[[list], Rewards],
-                 judge: QRF.Judge | None) -> dict[str, float]:
+                 judge: QRF.TextScores | None) -> dict[str, float]:
     return QRF.to_numbers(QRF.fit_task(td, rewards_for, judge))
 
 

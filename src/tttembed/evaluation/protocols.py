@@ -108,7 +108,7 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
                      budgets: Sequence[float], scopes: Sequence[str] = SCOPES,
                      baselines: Sequence[str] = DEFAULT_BASELINES, objective: str = "kd",
                      cells: Cells = no_cache, progress: Callable[[int], None] | None = None,
-                     alphas: Sequence[str] = ("rule",), judge: QRF.Judge | None = None,
+                     alphas: Sequence[str] = ("rule",), judge: QRF.TextScores | None = None,
                      info: dict[str, Any] | None = None, selects: Sequence[str] = (),
                      allocations: Sequence[str] = ("waterfill",)) -> list[MethodResult]:
     """Learn from ``S_B`` (water-filled, nested), evaluate on all queries, every budget;

@@ -86,7 +86,7 @@ class RewardSource:
         return sum(int(getattr(s, "paid", 0)) for s in self._scorers.values())
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> Rewards:
-        from tttembed.ttt import QuerySet, score_pairs
+        from tttembed.ttt import QuerySet, score_plan_pairs
 
         t = time.perf_counter()
         by_task: dict[str, list[tuple[str, str]]] = {}
@@ -98,7 +98,7 @@ class RewardSource:
             if not got:
                 continue
             qs = QuerySet.from_tasks({task.name: {**task.train_queries, **task.queries}})
-            out.update(score_pairs(got, qs, task.corpus, self.scorer(task)))
+            out.update(score_plan_pairs(got, qs, task.corpus, self.scorer(task)))
         self.requested += len(pairs)
         self.seconds += time.perf_counter() - t
         return out

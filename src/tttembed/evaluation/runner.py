@@ -78,8 +78,8 @@ class CellCache:
         return value
 
 
-def prepare(cfg: EvalConfig, progress: Progress | None = None,
-            embedder: Embedder | None = None) -> Workload:
+def prepare_workload(cfg: EvalConfig, progress: Progress | None = None,
+                     embedder: Embedder | None = None) -> Workload:
     """Load the tasks, open (or build) one cached index per task, retrieve the base top-100."""
     from tttembed.embed.cache import load_embedder
     from tttembed.ttt import QuerySet, base_retrieval
@@ -234,7 +234,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None,
              embedder: Embedder | None = None, use_cell_cache: bool = True) -> dict[str, Any]:
     """Run every protocol and analysis for every scorer; a JSON-ready result."""
     t_start = time.perf_counter()
-    work = prepare(cfg, progress, embedder)
+    work = prepare_workload(cfg, progress, embedder)
     emb = work.embedder
     calls0 = int(getattr(emb, "model_calls", 0))
     counts: dict[str, Any] = {"scorer_paid": 0, "reward_pairs_requested": 0,

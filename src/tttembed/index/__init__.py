@@ -5,6 +5,6 @@ and vector-database collections (:mod:`.collection`) behind one dispatch by spec
 from __future__ import annotations
 
 from tttembed.index.base import Index
-from tttembed.index.store import build_index, open_index
+from tttembed.index.store import build_index, load_index
 
-__all__ = ["Index", "build_index", "open_index"]
+__all__ = ["Index", "build_index", "load_index"]

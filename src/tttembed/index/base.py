@@ -2,7 +2,7 @@
 
 TTT-Embed never changes the index, it only changes query vectors, so any store that
 answers an inner-product query over unit vectors can serve adapted search. Backends are
-chosen by spec (see :func:`tttembed.index.store.open_index`):
+chosen by spec (see :func:`tttembed.index.store.load_index`):
 
 * a plain path: the FAISS index folder (default, embedded;
   :class:`~tttembed.index.faiss_backend.FaissIndex`);

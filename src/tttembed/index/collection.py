@@ -1,6 +1,6 @@
 """Indexes kept in a vector database (Milvus, Qdrant): the opened handle and the common
 write/open steps. The backends (``tttembed.index.milvus``, ``tttembed.index.qdrant``)
-only talk to their engine through the :class:`Store` protocol below.
+only talk to their engine through the :class:`CollectionStore` protocol below.
 
 A collection holds one point per document: the row ``0..n-1`` as primary key / point id,
 the document id as a field / payload, the unit vector and, when built with
@@ -42,7 +42,7 @@ WRITE_BATCH = 2000
 FETCH_BATCH = 1000
 
 
-class Store(Protocol):
+class CollectionStore(Protocol):
     """One collection of one engine, named by a spec (``milvus:URI/COLLECTION``)."""
 
     spec: str
@@ -51,7 +51,7 @@ class Store(Protocol):
 
     def exists(self) -> bool: ...
 
-    def at(self, collection: str) -> Store: ...
+    def at(self, collection: str) -> CollectionStore: ...
 
     def collections(self) -> list[str]: ...
 
@@ -151,9 +151,10 @@ Explain = Callable[[Exception, Any], "tuple[str, str] | None"]
 
 
 def engine_errors(explain: Explain) -> Callable[[type[T]], type[T]]:
-    """Class decorator for a :class:`Store`: every public method (and ``__init__``, which
-    opens the engine) turns an engine exception into one :class:`BackendError` line with
-    the spec and a fix (``explain`` knows the engine's cases), never a traceback."""
+    """Class decorator for a :class:`CollectionStore`: every public method (and
+    ``__init__``, which opens the engine) turns an engine exception into one
+    :class:`BackendError` line with the spec and a fix (``explain`` knows the engine's
+    cases), never a traceback."""
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -184,14 +185,14 @@ def engine_errors(explain: Explain) -> Callable[[type[T]], type[T]]:
 STAGE = "__tt"
 
 
-def _builds(store: Store) -> list[str]:
+def _builds(store: CollectionStore) -> list[str]:
     """The physical collections built for ``store``'s alias, oldest first."""
     prefix = store.collection + STAGE
     return sorted((n for n in store.collections() if n.startswith(prefix)),
                   key=lambda n: (len(n), n))
 
 
-def present(store: Store) -> bool:
+def present(store: CollectionStore) -> bool:
     """Whether the spec names an index: its alias (or a collection of older tttembed
     under the bare name) exists. A complete build left without its alias (a kill between
     dropping an old-style collection and making the alias) is adopted here."""
@@ -206,7 +207,7 @@ def present(store: Store) -> bool:
     return False
 
 
-def write_collection(store: Store, doc_ids: list[str], vectors: np.ndarray,
+def write_collection(store: CollectionStore, doc_ids: list[str], vectors: np.ndarray,
                      manifest: dict[str, Any], progress: Advance | None = None,
                      texts: list[str] | None = None) -> str:
     """Replace the index with ``vectors`` (rows 0..n-1) written in batches (with ``texts``
@@ -239,7 +240,7 @@ def write_collection(store: Store, doc_ids: list[str], vectors: np.ndarray,
     return store.spec
 
 
-def open_collection(store: Store, expected_identity: str | None = None,
+def open_collection(store: CollectionStore, expected_identity: str | None = None,
                     expected_dim: int | None = None) -> CollectionIndex:
     """Open a collection written by :func:`write_collection`, refusing an incomplete
     build, a foreign collection, or one built by another embedder or dimension."""

@@ -40,7 +40,7 @@ REQUIRED = {"embedder": str, "embedder_spec": str, "dim": int, "n_docs": int}
 REQUIRED_FAISS = {**REQUIRED, "index_type": str, "index_params": dict}
 
 
-def read_manifest(path: PathLike) -> dict[str, Any]:
+def read_index_manifest(path: PathLike) -> dict[str, Any]:
     """An index folder's manifest (a DataError naming the path when absent or corrupt)."""
     return _read_manifest(path, fmt=FORMAT, what="tttembed index", fix=BUILD_FIX)
 

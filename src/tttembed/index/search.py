@@ -110,8 +110,9 @@ def search_vectors(index: Index, qids: list[str], vectors: np.ndarray, k: int,
                         timings={"search_s": time.perf_counter() - t0})
 
 
-def search(index: Index, queries: Mapping[str, str], embedder: Embedder, k: int = 100,
-           batch_size: int = 256, progress: Advance | None = None) -> SearchResult:
+def encode_and_search(index: Index, queries: Mapping[str, str], embedder: Embedder,
+                      k: int = 100, batch_size: int = 256,
+                      progress: Advance | None = None) -> SearchResult:
     """Encode ``queries`` ({qid: text}) and search the index; timings split encode/search."""
     qids = list(queries)
     t0 = time.perf_counter()

@@ -60,7 +60,7 @@ from tttembed.index.manifest import (
     build_manifest,
     check_fields,
     check_identity,
-    read_manifest,
+    read_index_manifest,
 )
 from tttembed.types import PathLike
 
@@ -166,7 +166,7 @@ def _raise_write_error(exc: Exception, folder: Path) -> None:
                   f"({str(exc).strip().splitlines()[-1][:120]})", str(folder)) from exc
 
 
-def open_index(path: PathLike, *, expected_identity: str | None = None,
+def load_index(path: PathLike, *, expected_identity: str | None = None,
                expected_dim: int | None = None) -> Index:
     """Open an index directory, refusing one built by another embedder or dimension.
 
@@ -193,7 +193,7 @@ def open_index(path: PathLike, *, expected_identity: str | None = None,
 
 def _open_version(path: Path, version: Path, expected_identity: str | None,
                   expected_dim: int | None) -> Index:
-    manifest = read_manifest(version)
+    manifest = read_index_manifest(version)
     check_fields(version / MANIFEST, manifest, REQUIRED_FAISS)
     check_identity(path, manifest, expected_identity, expected_dim)
     for name in FILES:
@@ -313,7 +313,7 @@ def open_or_build(corpus: dict[str, dict[str, str]], path: PathLike,
         if handle is not None:
             return handle
         build_index(corpus, embedder, path, overwrite=True, progress=progress, extra=extra)
-    return open_index(path, expected_identity=embedder.identity)
+    return load_index(path, expected_identity=embedder.identity)
 
 
 def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
@@ -330,7 +330,7 @@ def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
         if not rebuild:
             raise problem
     build_index(corpus, embedder, spec, overwrite=True, progress=progress, extra=extra)
-    return open_index(spec, expected_identity=embedder.identity)
+    return load_index(spec, expected_identity=embedder.identity)
 
 
 def _matching(path: Path | str, embedder: Embedder, fingerprint: str
@@ -339,7 +339,7 @@ def _matching(path: Path | str, embedder: Embedder, fingerprint: str
     if isinstance(path, Path) and not path.exists():
         return None, DataError(f"index {path} does not exist", fix=BUILD_FIX)
     try:
-        handle = open_index(path, expected_identity=embedder.identity)
+        handle = load_index(path, expected_identity=embedder.identity)
     except (DataError, StateMismatch) as exc:
         return None, exc
     if handle.manifest.get("corpus_fingerprint") == fingerprint:

@@ -7,40 +7,58 @@ loop freezes promotions (the status says why) and distrusts the rewards judged s
 last audit that passed; the audit keeps running each cycle and promotions resume when the
 agreement returns (or when a person promotes a version). With ``--audit qrels:PATH``
 (people's judgments) the judge's ROC AUC on the audited pairs is measured too, and an AUC
-below the minimum freezes as well. The re-scored pairs count against the judge budget.
+below the minimum freezes as well (one AUC for the whole project:
+:func:`tttembed.metrics.quality.auc`, rank-based, NaN without both classes). The re-scored
+pairs count against the judge budget and are reserved before the judge is asked: with
+no budget left an audit re-scores nothing, and with less than the audit set needs it
+re-scores a seeded sample of it. An audit whose re-scores failed, or whose sample holds
+one class only, could not score: it says so and neither freezes nor passes.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tttembed.core.errors import TTTEmbedError
 from tttembed.loop.store import Reward
+from tttembed.metrics.quality import auc
 from tttembed.score.base import Item, Scorer
 from tttembed.ttt.rewards import doc_items
 
+log = logging.getLogger("tttembed.loop")
+
 
 @dataclass(frozen=True)
-class Audit:
-    """One audit: pairs re-scored, the mean disagreement, the people's AUC (None without
-    an audit set), whether it passed, and why not."""
+class DriftCheck:
+    """One drift audit: pairs re-scored, the mean disagreement, the people's AUC (None
+    without an audit set, NaN when it could not be scored), whether it passed, why not,
+    and what could not be measured (``note``)."""
 
     pairs: int
     disagreement: float
     auc: float | None
     passed: bool
     reason: str = ""
+    note: str = ""
+
+    @property
+    def blank(self) -> bool:
+        """Nothing measured: no evidence either way."""
+        return not self.pairs and (self.auc is None or not np.isfinite(self.auc))
 
     def as_dict(self) -> dict[str, Any]:
+        auc = None if self.auc is None or not np.isfinite(self.auc) else round(self.auc, 4)
         return {"pairs": self.pairs, "disagreement": round(self.disagreement, 4),
-                "auc": None if self.auc is None else round(self.auc, 4),
-                "passed": self.passed, "reason": self.reason}
+                "auc": auc, "passed": self.passed, "reason": self.reason,
+                "note": self.note}
 
 
-def sample_pairs(rewards: Sequence[Reward], n: int, seed: int) -> list[Reward]:
+def sample_rewards(rewards: Sequence[Reward], n: int, seed: int) -> list[Reward]:
     """A seeded sample of finite judge rewards, at most ``n``."""
     pool = [r for r in rewards if r.source != "feedback" and np.isfinite(r.reward)]
     if len(pool) <= n:
@@ -58,17 +76,48 @@ def rescore(inner: Scorer, corpus: Mapping[str, Mapping[str, str]], sample: Sequ
         by_query.setdefault(r.query, []).append(i)
     for query, rows in by_query.items():
         items = doc_items([sample[i].doc_id for i in rows], corpus)
-        out[rows] = np.asarray(inner.score(Item("", query), items), dtype=np.float64)
+        try:
+            out[rows] = np.asarray(inner.score(Item("", query), items), dtype=np.float64)
+        except (TTTEmbedError, OSError) as exc:  # NaN: this query could not be re-scored
+            log.warning("audit re-score failed for %d pair(s): %s", len(rows), exc)
     return out
 
 
-def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Mann-Whitney AUC of ``scores`` for binary ``labels`` (0.5 when a class is empty)."""
-    pos, neg = scores[labels > 0], scores[labels <= 0]
-    if not len(pos) or not len(neg):
-        return 0.5
-    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
-    return float(greater / (len(pos) * len(neg)))
+def people_auc(new: np.ndarray, grades: np.ndarray) -> tuple[float, str]:
+    """The judge's AUC against people's grades on re-scored pairs (NaN with why, when
+    the re-scores failed or the pairs hold one class only)."""
+    ok = np.isfinite(new)
+    labels = grades[ok] > 0
+    if not ok.any():
+        return float("nan"), (f"the audit could not score: all {len(new)} re-scores of "
+                              "the audit set failed")
+    value = auc(new[ok], labels)
+    if not np.isfinite(value):
+        return value, (f"the audit could not score: its {int(ok.sum())} re-scored pairs "
+                       "hold one class only")
+    failed = int((~ok).sum())
+    return value, (f"{failed} of {len(new)} audit re-scores failed" if failed else "")
+
+
+def sample_audit(pairs: Sequence[tuple[str, str, int]], n: int, seed: int
+                 ) -> list[tuple[str, str, int]]:
+    """At most ``n`` pairs of the audit set: all of it when it fits, else a seeded
+    sample that keeps the share of relevant pairs (so both classes stay when they can)."""
+    if len(pairs) <= n:
+        return list(pairs)
+    if n <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    pos = [i for i, p in enumerate(pairs) if p[2] > 0]
+    neg = [i for i, p in enumerate(pairs) if p[2] <= 0]
+    n_pos = min(len(pos), max(round(n * len(pos) / len(pairs)), 1)) if pos else 0
+    if neg and n_pos >= n:
+        n_pos = n - 1
+    n_neg = min(len(neg), n - n_pos)
+    n_pos = min(len(pos), n - n_neg)
+    take = [*rng.choice(pos, n_pos, replace=False).tolist()] if n_pos else []
+    take += [*rng.choice(neg, n_neg, replace=False).tolist()] if n_neg else []
+    return [pairs[i] for i in sorted(take)]
 
 
 def audit_set(spec: str, index: Any, embedder: Any, depth: int = 10
@@ -103,18 +152,25 @@ def audit_set(spec: str, index: Any, embedder: Any, depth: int = 10
 
 
 def judge_audit(old: np.ndarray, new: np.ndarray, *, threshold: float,
-                auc: float | None = None, min_auc: float = 0.6) -> Audit:
-    """The verdict on re-scored pairs (``old`` vs ``new`` rewards) and the audit AUC."""
+                auc: float | None = None, min_auc: float = 0.6,
+                note: str = "") -> DriftCheck:
+    """The verdict on re-scored pairs (``old`` vs ``new`` rewards) and the audit AUC (an
+    AUC that could not be scored, NaN, neither passes nor fails)."""
     ok = np.isfinite(old) & np.isfinite(new)
     dis = float(np.abs(old[ok] - new[ok]).mean()) if ok.any() else 0.0
-    reasons = []
+    reasons, notes = [], [note] if note else []
     if ok.any() and dis > threshold:
         reasons.append(f"the judge disagrees with its own past rewards: mean |old - new| "
                        f"{dis:.3f} on {int(ok.sum())} re-scored pairs > {threshold:g}")
-    if auc is not None and auc < min_auc:
+    failed = int((np.isfinite(old) & ~np.isfinite(new)).sum())
+    if failed:
+        notes.append(f"{failed} of {len(new)} drift re-scores failed")
+    if auc is not None and np.isfinite(auc) and auc < min_auc:
         reasons.append(f"the judge agrees with people at AUC {auc:.3f} < {min_auc:g} on "
                        "the audit set")
-    return Audit(int(ok.sum()), dis, auc, not reasons, "; ".join(reasons))
+    return DriftCheck(int(ok.sum()), dis, auc, not reasons, "; ".join(reasons),
+                      "; ".join(notes))
 
 
-__all__ = ["Audit", "judge_audit", "rescore", "roc_auc", "sample_pairs"]
+__all__ = ["DriftCheck", "audit_set", "judge_audit", "people_auc", "rescore",
+           "sample_audit", "sample_rewards"]

@@ -11,6 +11,10 @@ which pairs are judged is known, divided by ``1 + judged / depth``; a pair's is 
 query's weight over ``log2(rank + 2)`` of its best served rank (top ranks first). Pairs already judged are skipped. Paying goes through the ledger (a pair the
 ledger already holds costs nothing and is not counted against the budget) and each
 query's rewards go to the store as soon as they come back (a kill loses nothing paid).
+Before the judge is asked, the pairs new to the ledger are reserved in the store's
+spend account against the budget (:meth:`tttembed.loop.store.SQLStore.reserve`): a query
+the budget cannot cover is not asked at all (:class:`BudgetSpent`), whatever other
+learners or earlier runs spent.
 Nothing here runs on a request's path: the learner's process calls it.
 """
 
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tttembed.adapt.active import query_priority
+from tttembed.core.errors import TTTEmbedError
 from tttembed.loop.store import Reward, SearchLog, Store
 from tttembed.score.base import Item, Scorer
 from tttembed.ttt.rewards import doc_items
@@ -97,14 +102,29 @@ class Bucket:
         return max(got, 0)
 
 
-class Judge:
-    """Pays pairs through ``scorer`` (a LedgerScorer) and records them in ``store``."""
+class BudgetSpent(TTTEmbedError):
+    """The judge budget cannot pay the pairs asked for (nothing of them was asked)."""
+
+
+class BackgroundJudge:
+    """Pays pairs through ``scorer`` (a LedgerScorer) and records them in ``store``,
+    within ``budget`` pairs in all (None: no limit) reserved in the store first."""
 
     def __init__(self, scorer: Scorer, corpus: Mapping[str, Mapping[str, str]],
-                 store: Store) -> None:
+                 store: Store, budget: int | None = None) -> None:
         self.scorer = scorer
         self.corpus = corpus
         self.store = store
+        self.budget = budget
+
+    def _reserve(self, source: str, n: int, query: str) -> None:
+        if self.budget is None or n <= 0:
+            return
+        source = source if source in ("judge", "validation") else "judge"
+        if self.store.reserve(source, n, self.budget, partial=False) < n:
+            raise BudgetSpent(f"the judge budget ({self.budget} pairs) cannot pay {n} more "
+                              f"pair(s) (for {query[:60]!r}, ...); raise --judge-budget to "
+                              "judge more")
 
     def _new_to_ledger(self, query: str, items: Sequence[Item]) -> list[bool]:
         """Which pairs the ledger does not hold yet (all of them without a ledger)."""
@@ -115,18 +135,24 @@ class Judge:
 
     def pay(self, pairs: Sequence[Triple], *, source: str = "judge",
             trusted: bool = True) -> tuple[dict[Triple, float], int]:
-        """Rewards of ``pairs`` and how many were new to the ledger (paid), each query's
-        rewards stored as soon as it is answered."""
+        """Rewards of ``pairs`` and how many were new to the ledger (paid). The pairs new
+        to the ledger are reserved first, all at once (:class:`BudgetSpent`, nothing
+        asked, when the budget cannot cover them); each query's rewards are stored as
+        soon as it is answered."""
         by_query: dict[tuple[str, str], list[str]] = {}
         for task, query, doc in pairs:
             docs = by_query.setdefault((task, query), [])
             if doc not in docs:
                 docs.append(doc)
-        out: dict[Triple, float] = {}
-        paid = 0
+        plan = []
         for (task, query), docs in by_query.items():
             items = doc_items(docs, self.corpus)
-            new = self._new_to_ledger(query, items)
+            plan.append((task, query, docs, items, self._new_to_ledger(query, items)))
+        if plan:
+            self._reserve(source, sum(sum(new) for *_, new in plan), plan[0][1])
+        out: dict[Triple, float] = {}
+        paid = 0
+        for task, query, docs, items, new in plan:
             rewards = np.asarray(self.scorer.score(Item("", query), items), dtype=np.float64)
             now = time.time()
             self.store.add_rewards([Reward(task, query, d, float(r), now, source,
@@ -137,4 +163,4 @@ class Judge:
         return out, paid
 
 
-__all__ = ["Bucket", "Judge", "Triple", "pending_pairs"]
+__all__ = ["BackgroundJudge", "Bucket", "BudgetSpent", "Triple", "pending_pairs"]

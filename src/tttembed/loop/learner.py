@@ -1,8 +1,9 @@
 """One learning cycle of the closed loop: every trusted reward and every explicit label
--> the candidate (method auto, :func:`tttembed.ttt.learn.learn_auto`: per task the parts
-the guard says help, query-wise by the query's text) -> the promotion check against the
-served version (:mod:`tttembed.loop.promote`) -> a registered version, promoted only when
-the check says it is better and promotions are not frozen.
+-> the candidate (method auto, :func:`tttembed.ttt.distil.learn_auto`: per task the parts
+the guard says help among those ``--scope`` allows, query-wise by the query's text; a part
+it excludes is not learned or paid for) -> the promotion check against the served version
+(:mod:`tttembed.loop.promote`) -> a registered version, promoted only when the check says
+it is better and promotions are not frozen.
 
 People's labels (``POST /v1/feedback``) win over the judge's reward for the same pair.
 Validation pairs are paid through the same judge and ledger, within the budget left.
@@ -10,9 +11,8 @@ Validation pairs are paid through the same judge and ledger, within the budget l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,19 +21,21 @@ from tttembed.adapt.state import AdaptState
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
 from tttembed.loop.config import LoopConfig
-from tttembed.loop.judge import Judge, Triple
-from tttembed.loop.promote import Comparison, compare
+from tttembed.loop.judge import BackgroundJudge, Triple
+from tttembed.loop.promote import PromotionCheck, check_promotion
 from tttembed.loop.store import Store
 from tttembed.registry.versions import Registry, Version
+from tttembed.ttt.judged import Pair
 from tttembed.ttt.queries import QuerySet, base_retrieval
+from tttembed.types import Rewards
 
 #: (task, text) -> {doc id: reward}
-Judged = dict[tuple[str, str], dict[str, float]]
+TextRewards = dict[tuple[str, str], dict[str, float]]
 
 
-def collect(store: Store) -> tuple[Judged, int, int]:
+def collect(store: Store) -> tuple[TextRewards, int, int]:
     """Trusted finite judge rewards overlaid with people's labels; the counts of each."""
-    out: Judged = {}
+    out: TextRewards = {}
     n_judge = 0
     for r in store.rewards(trusted_only=True):
         if np.isfinite(r.reward):
@@ -43,6 +45,30 @@ def collect(store: Store) -> tuple[Judged, int, int]:
     for f in fb:
         out.setdefault((f.task, f.query), {})[f.doc_id] = float(f.label)
     return out, n_judge, len(fb)
+
+
+@dataclass
+class JudgePay:
+    """Pays validation pairs ``(query key, doc)`` of ``queries`` through the judge (a
+    :data:`~tttembed.ttt.judged.Pay`): ``spent`` counts those new to the ledger, ``bought``
+    keeps every reward."""
+
+    judge: BackgroundJudge
+    queries: QuerySet
+    spent: int = 0
+    bought: Rewards = field(default_factory=dict)
+
+    def __call__(self, pairs: list[Pair]) -> Rewards:
+        qs = self.queries
+        pos = {k: i for i, k in enumerate(qs.keys)}
+        triples: list[Triple] = [(qs.tasks[pos[k]], qs.texts[pos[k]], d) for k, d in pairs]
+        got, paid = self.judge.pay(triples, source="validation")
+        self.spent += paid
+        out: Rewards = {}
+        for (k, d), t in zip(pairs, triples):
+            out.setdefault(k, {})[d] = got[t]
+            self.bought.setdefault(k, {})[d] = got[t]
+        return out
 
 
 @dataclass(frozen=True)
@@ -60,33 +86,14 @@ class Learner:
     """Runs cycles over one index, judge, store and registry."""
 
     def __init__(self, config: LoopConfig, registry: Registry, store: Store, index: Index,
-                 embedder: Embedder, judge: Judge) -> None:
+                 embedder: Embedder, judge: BackgroundJudge) -> None:
         self.config, self.registry, self.store = config, registry, store
         self.index, self.embedder, self.judge = index, embedder, judge
 
-    def _queries(self, judged: Judged) -> QuerySet:
+    def _queries(self, judged: TextRewards) -> QuerySet:
         keys = sorted(judged)
         return QuerySet(tuple(t for t, _ in keys), tuple(query_digest(q) for _, q in keys),
                         tuple(q for _, q in keys))
-
-    def _pay(self, qs: QuerySet, spent: list[int],
-             bought: dict[str, dict[str, float]]) -> Any:
-        """Pays validation pairs ``[(query key, doc)]`` through the judge; counts the new
-        ones in ``spent[0]`` and keeps every reward in ``bought``."""
-        pos = {k: i for i, k in enumerate(qs.keys)}
-
-        def pay(pairs: list[tuple[str, str]]) -> dict[str, dict[str, float]]:
-            triples: list[Triple] = [(qs.tasks[pos[k]], qs.texts[pos[k]], d) for k, d in pairs]
-            got, paid = self.judge.pay(triples, source="validation")
-            spent[0] += paid
-            out: dict[str, dict[str, float]] = {}
-            for k, d in pairs:
-                i = pos[k]
-                out.setdefault(k, {})[d] = got[(qs.tasks[i], qs.texts[i], d)]
-                bought.setdefault(k, {})[d] = out[k][d]
-            return out
-
-        return pay
 
     def served_states(self) -> tuple[str | None, list[AdaptState]]:
         name = self.registry.served()
@@ -113,47 +120,31 @@ class Learner:
         n_pairs = sum(len(r) for r in rewards.values())
         fresh = n_pairs if new_pairs is None else min(max(new_pairs, 0), n_pairs)
         cap = max(min(budget_left, round(self.config.validate_share * fresh)), 0)
-        spent: list[int] = [0]
-        bought: dict[str, dict[str, float]] = {}
-        pay = self._pay(qs, spent, bought)
+        pay = JudgePay(self.judge, qs)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
                            scorer=self.judge.scorer.spec, budget=n_pairs,
                            reward_mapping=getattr(self.judge.scorer, "mapping", ""))
         parent, served = self.served_states()
         candidate = [state] if state is not None and len(state.keys) else []
-        judged_now = [{**self.judged_row(qs, i, rewards), **bought.get(k, {})}
-                      for i, k in enumerate(qs.keys)]
-        check = compare(self.index, base.x, qs.texts, qs.tasks, judged_now, served, candidate,
-                        self._pay_positions(qs, pay),
-                        cap=max(min(cap, budget_left - spent[0]), 0), seed=self.config.seed)
+        judged_now = {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
+        check = check_promotion(self.index, qs, base.x, judged_now, served, candidate, pay,
+                                cap=max(min(cap, budget_left - pay.spent), 0),
+                                seed=self.config.seed)
         ok, reason = _verdict(check, frozen, candidate)
         record = {"parent": parent, "evidence": check.as_dict(), "reason": reason,
                   "trigger": trigger, "queries": len(qs),
                   "pairs": {"judged": n_judge, "feedback": n_feedback,
-                            "validation": spent[0]},
+                            "validation": pay.spent},
                   "choice": dict((state.selection or {}).get("choice", {})) if state else {},
                   "scopes": list(self.config.scopes)}
         version = self.registry.register(state, **record)
         if ok:
             self.registry.promote(version.name, by="learner", reason=reason)
-        return Cycle(version, ok, spent[0], reason)
-
-    @staticmethod
-    def judged_row(qs: QuerySet, i: int, rewards: Mapping[str, Mapping[str, float]]
-                   ) -> Mapping[str, float]:
-        return rewards.get(qs.keys[i], {})
-
-    @staticmethod
-    def _pay_positions(qs: QuerySet, pay: Any) -> Any:
-        def by_position(pairs: Sequence[tuple[int, str]]) -> dict[int, dict[str, float]]:
-            got = pay([(qs.keys[q], d) for q, d in pairs])
-            return {q: dict(got.get(qs.keys[q], {})) for q in {q for q, _ in pairs}}
-
-        return by_position
+        return Cycle(version, ok, pay.spent, reason)
 
 
-def _verdict(check: Comparison, frozen: bool, candidate: Sequence[AdaptState]
+def _verdict(check: PromotionCheck, frozen: bool, candidate: Sequence[AdaptState]
              ) -> tuple[bool, str]:
     if not candidate:
         return False, "refused: the guard kept raw everywhere (no part helps)"
@@ -171,4 +162,4 @@ def _verdict(check: Comparison, frozen: bool, candidate: Sequence[AdaptState]
     return True, f"promoted: {shown}"
 
 
-__all__ = ["Cycle", "Judged", "Learner", "collect"]
+__all__ = ["Cycle", "JudgePay", "Learner", "TextRewards", "collect"]

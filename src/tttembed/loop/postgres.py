@@ -28,6 +28,8 @@ from tttembed.loop.store import SCHEMA, SQLStore
 #: The key of the advisory lock taken while the schema is created (any constant shared
 #: by every process; "tttembed" in ASCII).
 SCHEMA_LOCK = 0x7474_7465_6D62_6564
+#: The advisory lock that serialises reservations of the judge budget ("spend").
+SPEND_LOCK = 0x7370_656E_64
 CONNECT_TIMEOUT_S = 10
 _SECRET_KEYS = {"password", "passfile", "sslpassword"}
 
@@ -131,6 +133,9 @@ class PostgresStore(SQLStore):
                 conn.close()
         with super()._tx() as cur:
             yield cur
+
+    def _serialize(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SPEND_LOCK,))
 
     def _init_schema(self) -> None:
         with self._tx() as cur:

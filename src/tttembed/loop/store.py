@@ -14,7 +14,15 @@ Tables:
   a repeated POST stores nothing new;
 - ``rewards``: the judge's rewards for (task, query text, document), each committed as it
   arrives (the ledger holds the paid-once record by text hashes; this is the loop's view,
-  with ``paid`` (new to the ledger) and ``trusted`` (cleared by the drift audit)).
+  with ``paid`` (new to the ledger) and ``trusted`` (cleared by the drift audit));
+- ``spend``: the judge budget's account: one row per reservation (served pairs,
+  validation, drift and audit re-scores), written *before* the judge is asked, in one
+  transaction with the check against the budget (:meth:`SQLStore.reserve`), so no
+  number of learners, restarts or kills can pay more than the budget.
+
+The learner reads traffic incrementally (:meth:`SQLStore.searches_after`,
+``feedback_after``, ``rewards_after``: rows by ``(created, key)`` after a cursor, through
+an index on ``created``), so one step costs what is new, not the whole history.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ SCHEMA = (
         created DOUBLE PRECISION NOT NULL, version TEXT, ids TEXT NOT NULL,
         kind TEXT NOT NULL, replica TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS searches_created ON searches (created)",
+    # the learner's cursor: (created, search_id) in index order, whatever the statistics
+    "CREATE INDEX IF NOT EXISTS searches_cursor ON searches (created, search_id)",
     """CREATE TABLE IF NOT EXISTS feedback (
         fkey TEXT NOT NULL, doc_id TEXT NOT NULL, task TEXT NOT NULL, query TEXT NOT NULL,
         search_id TEXT NOT NULL, label DOUBLE PRECISION NOT NULL,
@@ -46,7 +56,16 @@ SCHEMA = (
         reward DOUBLE PRECISION, created DOUBLE PRECISION NOT NULL, source TEXT NOT NULL,
         paid INTEGER NOT NULL, trusted INTEGER NOT NULL,
         PRIMARY KEY (task, query, doc_id))""",
+    "CREATE INDEX IF NOT EXISTS rewards_created ON rewards (created)",
+    "CREATE INDEX IF NOT EXISTS feedback_created ON feedback (created)",
+    """CREATE TABLE IF NOT EXISTS spend (
+        id TEXT PRIMARY KEY, source TEXT NOT NULL, pairs INTEGER NOT NULL,
+        created DOUBLE PRECISION NOT NULL)""",
 )
+
+#: Sources of judge spend (``spend.source``): a served pair, a validation pair, a
+#: drift re-score, an audit re-score, and what a store held before it kept an account.
+SPEND_SOURCES = ("judge", "validation", "drift", "audit", "opening")
 
 
 @dataclass(frozen=True)
@@ -107,7 +126,21 @@ class Store(Protocol):
     def rewards(self, trusted_only: bool = True) -> list[Reward]: ...
     def distrust(self, since: float) -> int: ...
     def counts(self) -> dict[str, Any]: ...
+    def searches_after(self, cursor: Cursor, limit: int = ...) -> list[SearchLog]: ...
+    def feedback_after(self, cursor: Cursor, limit: int = ...) -> list[Feedback]: ...
+    def rewards_after(self, cursor: Cursor, limit: int = ...) -> list[Reward]: ...
+    def reserve(self, source: str, want: int, budget: int, *,
+                partial: bool = True) -> int: ...
+    def spent(self) -> dict[str, int]: ...
+    def open_account(self, paid_before: int) -> None: ...
     def close(self) -> None: ...
+
+
+#: Where an incremental read resumes: rows strictly after (created, key).
+Cursor = tuple[float, str]
+START: Cursor = (float("-inf"), "")
+#: Rows read per incremental call at most (the caller loops while it gets a full page).
+PAGE = 5000
 
 
 class SQLStore:
@@ -145,6 +178,11 @@ class SQLStore:
         with self._tx() as cur:
             for sql in SCHEMA:
                 cur.execute(sql)
+
+    def _serialize(self, cur: Any) -> None:
+        """Make the transaction of ``cur`` the only writer of the spend account until it
+        commits (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL overrides)."""
+        cur.execute("BEGIN IMMEDIATE")
 
     def close(self) -> None:
         with self._lock:
@@ -204,12 +242,13 @@ class SQLStore:
     def add_rewards(self, rows: Sequence[Reward]) -> None:
         if not rows:
             return
-        with self._tx() as cur:
-            cur.executemany(self._sql(
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+        with self._tx() as cur:  # one statement: a query's rewards are a handful of rows
+            cur.execute(self._sql(
                 "INSERT INTO rewards (task, query, doc_id, reward, created, source, paid, "
-                "trusted) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                [(r.task, r.query, r.doc_id, _finite(r.reward), r.created, r.source,
-                  int(r.paid), int(r.trusted)) for r in rows])
+                f"trusted) VALUES {values} ON CONFLICT DO NOTHING"),
+                [v for r in rows for v in (r.task, r.query, r.doc_id, _finite(r.reward),
+                                           r.created, r.source, int(r.paid), int(r.trusted))])
 
     def rewards(self, trusted_only: bool = True) -> list[Reward]:
         where = " WHERE trusted = 1" if trusted_only else ""
@@ -217,8 +256,7 @@ class SQLStore:
             cur.execute("SELECT task, query, doc_id, reward, created, source, paid, trusted "
                         f"FROM rewards{where} ORDER BY created")
             rows = cur.fetchall()
-        return [Reward(r[0], r[1], r[2], float("nan") if r[3] is None else float(r[3]),
-                       float(r[4]), r[5], bool(r[6]), bool(r[7])) for r in rows]
+        return [_reward(r) for r in rows]
 
     def distrust(self, since: float) -> int:
         """Clear ``trusted`` on every reward judged at or after ``since`` (drift)."""
@@ -226,6 +264,90 @@ class SQLStore:
             cur.execute(self._sql("UPDATE rewards SET trusted = 0 WHERE created >= ? AND "
                                   "trusted = 1"), (since,))
             return max(int(cur.rowcount or 0), 0)
+
+    # -- incremental reads ------------------------------------------------------------
+    def searches_after(self, cursor: Cursor, limit: int = PAGE) -> list[SearchLog]:
+        """Logged searches after ``cursor`` (by created, then search id), oldest first."""
+        with self._tx() as cur:
+            cur.execute(self._sql(
+                "SELECT search_id, task, query, created, version, ids, kind, replica "
+                "FROM searches WHERE (created, search_id) > (?, ?) "
+                "ORDER BY created, search_id LIMIT ?"),
+                (_lo(cursor), cursor[1], int(limit)))
+            rows = cur.fetchall()
+        return [_search(r) for r in rows]
+
+    def feedback_after(self, cursor: Cursor, limit: int = PAGE) -> list[Feedback]:
+        """Labels after ``cursor`` (by created, then their key and document)."""
+        rows = self._after("SELECT task, query, doc_id, label, search_id, created FROM "
+                           "feedback", "fkey || ? || doc_id", 1, cursor, limit)
+        return [Feedback(r[0], r[1], r[2], float(r[3]), r[4], float(r[5])) for r in rows]
+
+    def rewards_after(self, cursor: Cursor, limit: int = PAGE) -> list[Reward]:
+        """Rewards (trusted or not) after ``cursor`` (by created, then the pair)."""
+        rows = self._after("SELECT task, query, doc_id, reward, created, source, paid, "
+                           "trusted FROM rewards", "task || ? || query || ? || doc_id", 2,
+                           cursor, limit)
+        return [_reward(r) for r in rows]
+
+    def _after(self, select: str, key: str, seps: int, cursor: Cursor, limit: int) -> list[Any]:
+        """``select``'s rows after ``cursor`` in (created, ``key``) order: ``key`` an SQL
+        expression joining the row's key columns with ``seps`` separator parameters
+        (compared and ordered alike, so a page boundary inside equal times skips nothing)."""
+        sep = ("\x1e",) * seps
+        with self._tx() as cur:
+            cur.execute(self._sql(f"{select} WHERE created >= ? AND (created > ? OR {key} > ?) "
+                                  f"ORDER BY created, {key} LIMIT ?"),
+                        (_lo(cursor), _lo(cursor), *sep, cursor[1], *sep, int(limit)))
+            return list(cur.fetchall())
+
+    # -- the judge budget -------------------------------------------------------------
+    def reserve(self, source: str, want: int, budget: int, *, partial: bool = True) -> int:
+        """Reserve up to ``want`` judge pairs of ``budget`` for ``source`` before paying
+        them: the pairs granted (0 when the budget is spent; with ``partial=False`` all
+        of ``want`` or nothing), recorded in the same transaction that checked what is
+        left."""
+        if source not in SPEND_SOURCES:
+            raise ValueError(f"unknown spend source {source!r}")
+        if want <= 0:
+            return 0
+        import uuid
+
+        with self._tx() as cur:
+            self._serialize(cur)
+            cur.execute("SELECT COALESCE(SUM(pairs), 0) FROM spend")
+            left = int(budget) - int(cur.fetchone()[0])
+            granted = max(min(int(want), left), 0)
+            if not partial and granted < want:
+                granted = 0
+            if granted:
+                cur.execute(self._sql(
+                    "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
+                    (uuid.uuid4().hex, source, granted, time.time()))
+        return granted
+
+    def spent(self) -> dict[str, int]:
+        """Pairs reserved so far, by source (the budget's account)."""
+        with self._tx() as cur:
+            cur.execute("SELECT source, COALESCE(SUM(pairs), 0) FROM spend GROUP BY source")
+            return {str(k): int(n) for k, n in cur.fetchall()}
+
+    def open_account(self, paid_before: int) -> None:
+        """A store written before the spend account existed: its paid pairs (and the
+        re-scores a status file counted) become one ``opening`` row, once."""
+        import uuid
+
+        with self._tx() as cur:
+            self._serialize(cur)
+            cur.execute("SELECT COUNT(*) FROM spend")
+            if int(cur.fetchone()[0]):
+                return
+            cur.execute("SELECT COALESCE(SUM(paid), 0) FROM rewards")
+            total = int(cur.fetchone()[0]) + max(int(paid_before), 0)
+            if total:
+                cur.execute(self._sql(
+                    "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
+                    (uuid.uuid4().hex, "opening", total, time.time()))
 
     def counts(self) -> dict[str, Any]:
         with self._tx() as cur:
@@ -240,6 +362,16 @@ class SQLStore:
             cur.execute("SELECT COALESCE(version, ''), COUNT(*) FROM searches GROUP BY version")
             out["by_version"] = {(v or "raw"): int(n) for v, n in cur.fetchall()}
         return out
+
+
+def _lo(cursor: Cursor) -> float:
+    """The cursor's time as SQL can compare it (-inf: before everything)."""
+    return cursor[0] if cursor[0] != float("-inf") else -1e300
+
+
+def _reward(r: Sequence[Any]) -> Reward:
+    return Reward(r[0], r[1], r[2], float("nan") if r[3] is None else float(r[3]),
+                  float(r[4]), r[5], bool(r[6]), bool(r[7]))
 
 
 def _finite(value: float) -> float | None:
@@ -310,5 +442,5 @@ def sqlite_from_spec(rest: str) -> SQLiteStore:
     return SQLiteStore(rest)
 
 
-__all__ = ["Feedback", "Reward", "SQLStore", "SQLiteStore", "SearchLog", "Store", "open_store",
+__all__ = ["PAGE", "SPEND_SOURCES", "START", "Cursor", "Feedback", "Reward", "SQLStore", "SQLiteStore", "SearchLog", "Store", "open_store",
            "sqlite_from_spec"]

@@ -4,16 +4,19 @@ what ``tttembed serve --registry DIR`` serves.
 Layout of ``DIR``::
 
     registry.json          the registry's manifest (format, index identity, corpus)
-    versions/v1/           one folder per version, written whole or not at all:
+    versions/v1/           one folder per version, written whole or not at all, and
+                           never again (write-once):
         vectors.npz        the state (its JSON sidecar beside it)
         version.json       the version's manifest: parent, time, pairs, evidence,
-                           promoted or refused and why
+                           the learner's verdict and why
     served.json            the version served now and the history of promotions and
                            rollbacks (replaced in one rename: a reader sees old or new)
 
-A version folder is immutable once written. Promoting or rolling back rewrites only
-``served.json`` (under the registry's writer lock); a server polls it and swaps the new
-state in whole. Nothing here learns or judges: :mod:`tttembed.loop` does.
+A version folder is immutable once written: whether and when a version was promoted is
+read from ``served.json``'s history, the registry's own record, not from the version.
+Promoting or rolling back rewrites only ``served.json`` (under the registry's writer
+lock); a server polls it and swaps the new state in whole. Nothing here learns or
+judges: :mod:`tttembed.loop` does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tttembed.adapt.state import AdaptState, load_state, save_state
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
@@ -39,11 +44,15 @@ _FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loo
 
 @dataclass(frozen=True)
 class Version:
-    """One registered version: its name (``v1``, ``v2``, ...), its folder and manifest."""
+    """One registered version: its name (``v1``, ``v2``, ...), its folder and manifest
+    (what was written once), and when it was last promoted (from the registry's history;
+    None: never)."""
 
     name: str
     path: Path
     manifest: Mapping[str, Any] = field(repr=False)
+    promoted_at: str | None = None
+    promoted_by: str | None = None
 
     @property
     def state_path(self) -> Path:
@@ -55,7 +64,8 @@ class Version:
 
     @property
     def promoted(self) -> bool:
-        return bool(self.manifest.get("promoted"))
+        """Ever promoted (by the learner or by hand), by the registry's history."""
+        return self.promoted_at is not None
 
     def load(self) -> AdaptState:
         return load_state(self.state_path)
@@ -113,12 +123,21 @@ class Registry:
         folder = self.root / "versions"
         if not folder.is_dir():
             return []
-        out = []
-        for p in folder.iterdir():
-            if _NAME.fullmatch(p.name) and (p / "version.json").is_file():
-                out.append(Version(p.name, p, read_json(p / "version.json",
-                                                        what="version manifest")))
-        return sorted(out, key=lambda v: v.number)
+        names = [p.name for p in folder.iterdir()
+                 if _NAME.fullmatch(p.name) and (p / "version.json").is_file()]
+        promotions = self._promotions()
+        return sorted((self._version(n, promotions) for n in names), key=lambda v: v.number)
+
+    def _version(self, name: str, promotions: Mapping[str, Mapping[str, Any]]) -> Version:
+        path = self.root / "versions" / name
+        last = promotions.get(name, {})
+        return Version(name, path, read_json(path / "version.json", what="version manifest"),
+                       promoted_at=last.get("at"), promoted_by=last.get("by"))
+
+    def _promotions(self) -> dict[str, dict[str, Any]]:
+        """Each version's last promotion entry of the history."""
+        return {str(h.get("version")): h for h in self.served_record().get("history", [])
+                if h.get("action") == "promote" and h.get("version")}
 
     def get(self, name: str) -> Version:
         version_number(name)
@@ -127,7 +146,7 @@ class Registry:
             known = ", ".join(v.name for v in self.versions()) or "none yet"
             raise ConfigError(f"registry {self.root} has no version {name!r} (versions: "
                               f"{known})")
-        return Version(name, path, read_json(path / "version.json", what="version manifest"))
+        return self._version(name, self._promotions())
 
     def served_record(self) -> dict[str, Any]:
         path = self.root / "served.json"
@@ -150,17 +169,13 @@ class Registry:
             versions = self.versions()
             number = max((v.number for v in versions), default=0) + 1
             name = f"v{number}"
-            record = {"version": name, "created": _now(), "promoted": False,
-                      "applies": state is not None, **manifest}
+            record = {"version": name, "created": _now(), "applies": state is not None,
+                      **manifest}
             with atomic_directory(self.root / "versions" / name) as tmp:
                 if state is not None:
                     save_state(tmp / STATE_FILE, state)
                 write_json(tmp / "version.json", record)
         return self.get(name)
-
-    def _update(self, name: str, manifest: Mapping[str, Any]) -> None:
-        v = self.get(name)
-        write_json(v.path / "version.json", {**v.manifest, **manifest})
 
     def promote(self, name: str, *, by: str = "user", reason: str = "") -> dict[str, Any]:
         """Serve ``name`` from now on; returns the new served record."""
@@ -190,26 +205,48 @@ class Registry:
                      "at": _now(), "time": time.time(), "by": by, "reason": reason}
             record = {"served": name, "history": [*record.get("history", []), entry]}
             write_json(path, record)
-            if name is not None and action == "promote":
-                self._update(name, {"promoted": True, "promoted_at": entry["at"]})
         return record
 
     def diff(self, a: str, b: str) -> dict[str, Any]:
-        """What changes from version ``a`` to ``b``: keys added, removed, changed."""
+        """What changes from version ``a`` to ``b``: keys added, removed, changed (whole
+        vectors compared: per changed key the norm of ``alpha v`` 's difference, the
+        cosine of the two vectors and both alphas, in ``changes``)."""
         sa, sb = _keys(self.get(a)), _keys(self.get(b))
         common = sorted(set(sa) & set(sb))
-        changed = [k for k in common if sa[k] != sb[k]]
+        changes = {k: c for k in common if (c := key_change(sa[k], sb[k])) is not None}
         return {"from": a, "to": b, "added": sorted(set(sb) - set(sa)),
-                "removed": sorted(set(sa) - set(sb)), "changed": changed,
-                "unchanged": len(common) - len(changed)}
+                "removed": sorted(set(sa) - set(sb)), "changed": sorted(changes),
+                "changes": changes, "unchanged": len(common) - len(changes)}
 
 
-def _keys(v: Version) -> dict[str, tuple[float, ...]]:
+#: Differences below this (in norm, or in alpha) are float noise, not a change.
+DIFF_TOL = 1e-6
+
+
+def key_change(old: tuple[float, np.ndarray], new: tuple[float, np.ndarray]
+               ) -> dict[str, float] | None:
+    """How one key's (alpha, vector) changed, or None when it did not: the norm of the
+    difference of the applied offsets ``alpha v``, the cosine of the vectors, both alphas."""
+    (a0, v0), (a1, v1) = old, new
+    if v0.shape != v1.shape:
+        return {"delta_norm": float("inf"), "cosine": float("nan"), "alpha_from": a0,
+                "alpha_to": a1}
+    delta = float(np.linalg.norm(a1 * v1 - a0 * v0))
+    if delta <= DIFF_TOL and abs(a1 - a0) <= DIFF_TOL and \
+            float(np.linalg.norm(v1 - v0)) <= DIFF_TOL:
+        return None
+    n0, n1 = float(np.linalg.norm(v0)), float(np.linalg.norm(v1))
+    cosine = float(v0 @ v1) / (n0 * n1) if n0 > 0 and n1 > 0 else float("nan")
+    return {"delta_norm": round(delta, 6), "cosine": round(cosine, 6),
+            "alpha_from": round(a0, 6), "alpha_to": round(a1, 6)}
+
+
+def _keys(v: Version) -> dict[str, tuple[float, np.ndarray]]:
     if not v.state_path.exists():
         return {}
     st = v.load()
-    return {k: (round(float(st.alpha[i]), 6), *(round(float(x), 5) for x in st.vectors[i][:8]))
-            for i, k in enumerate(st.keys)}
+    vectors = np.asarray(st.vectors, dtype=np.float64)
+    return {k: (float(st.alpha[i]), vectors[i]) for i, k in enumerate(st.keys)}
 
 
 def _now() -> str:

@@ -1,5 +1,5 @@
 """The Starlette app: routes, auth, body limits, metrics and access logs around the
-:class:`~tttembed.serve.engine.Engine` and the :class:`~tttembed.serve.states.StateRegistry`.
+:class:`~tttembed.serve.engine.Engine` and the :class:`~tttembed.serve.states.ServedStates`.
 
 Every route handler runs inside :func:`_endpoint`, which checks the bearer key (all routes
 but ``/healthz``), turns :class:`~tttembed.serve.wire.ApiError` into OpenAI-shaped 4xx
@@ -81,13 +81,13 @@ ROUTES: tuple[tuple[str, str, Any, list[str], bool], ...] = (
     ("/metrics", "metrics", routes.metrics, ["GET"], True),
     ("/v1/embeddings", "embeddings", routes.embeddings, ["POST"], True),
     ("/t/{task}/v1/embeddings", "task_embeddings", routes.embeddings, ["POST"], True),
-    ("/v1/search", "search", routes.search, ["POST"], True),
+    ("/v1/search", "search", routes.search_route, ["POST"], True),
     ("/v1/states", "states", routes.states, ["GET"], True),
     ("/v1/models", "models", routes.models, ["GET"], True),
     ("/t/{task}/v1/models", "models", routes.models, ["GET"], True),
     ("/admin/reload", "reload", routes.reload, ["POST"], True),
     ("/v1/feedback", "feedback", loop_routes.feedback, ["POST"], True),
-    ("/v1/loop", "loop", loop_routes.loop_status, ["GET"], True),
+    ("/v1/loop", "loop", loop_routes.loop_route, ["GET"], True),
     ("/dashboard", "dashboard", loop_routes.dashboard, ["GET"], True),
 )
 
@@ -110,8 +110,8 @@ def _lifespan(svc: Service) -> Callable[[Starlette], Any]:
         except (RuntimeError, ValueError, NotImplementedError, AttributeError):
             hup = False  # not the main thread (tests) or no SIGHUP on this platform
         log.info("serving %s (%d documents, %d state file(s), generation %d)%s",
-                 svc.config.index, len(svc.index), len(svc.registry.current.states),
-                 svc.registry.current.generation, "; SIGHUP reloads" if hup else "")
+                 svc.config.index, len(svc.index), len(svc.states.current.states),
+                 svc.states.current.generation, "; SIGHUP reloads" if hup else "")
         svc.watch_registry()
         try:
             yield

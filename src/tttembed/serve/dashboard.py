@@ -173,6 +173,13 @@ def _header(status: Mapping[str, Any]) -> str:
 def _notice(status: Mapping[str, Any]) -> str:
     """The FROZEN banner with its reason when frozen; otherwise the loop's note, if any."""
     reason = status.get("reason")
+    serving = status.get("serving") or {}
+    if status.get("following") is False:
+        error = serving.get("error") or status.get("registry_error")
+        return ('<div class="banner" role="alert" data-banner="not-following"><strong>NOT '
+                "FOLLOWING</strong> this server cannot follow its registry and keeps serving "
+                f"{_esc(serving.get('version') or 'raw')}: {_esc(error or 'unknown error')}"
+                "</div>")
     if status.get("frozen") is True:
         return ('<div class="banner" role="alert" data-banner="frozen"><strong>FROZEN</strong>'
                 f"no version is promoted until the loop is unfrozen: {_field('reason', reason)}"

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from tttembed.serve.routes import json_response, read_json
+from tttembed.serve.routes import json_response, read_body
 from tttembed.serve.wire import ApiError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def _need_loop(svc: Service) -> None:
-    if svc.store is None or svc.registry.versions is None:
+    if svc.store is None or svc.states.versions is None:
         raise ApiError(404, "this server keeps no feedback and runs no loop (start it with "
                        "--registry DIR, and --learn to learn from it)", code="loop_disabled")
 
@@ -71,7 +71,7 @@ def _one(svc: Service, item: Any, i: int) -> Feedback:
 
 async def feedback(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     _need_loop(svc)
-    body = await read_json(request, svc.config.max_body_bytes)
+    body = await read_body(request, svc.config.max_body_bytes)
     items = body if isinstance(body, list) else [body]
     if not items or len(items) > svc.config.max_inputs:
         raise ApiError(400, f"send 1 to {svc.config.max_inputs} feedback objects",
@@ -88,17 +88,25 @@ async def feedback(svc: Service, request: Request, info: dict[str, Any]) -> Resp
 
 
 def _status(svc: Service) -> dict[str, Any]:
+    """The loop's status and what this replica serves. While the registry cannot be
+    read, the status says so (``registry_error``) beside what is served: never a 500."""
+    from tttembed.core.errors import TTTEmbedError
     from tttembed.loop.status import loop_status
 
-    assert svc.registry.versions is not None
-    status = loop_status(svc.registry.versions, svc.store)
-    status["serving"] = {"version": svc.registry.current.version,
-                         "generation": svc.registry.current.generation,
-                         "replica": svc.replica}
+    assert svc.states.versions is not None
+    try:
+        status = loop_status(svc.states.versions, svc.store)
+    except (TTTEmbedError, OSError) as exc:
+        status = {"version": None, "registry_error": " ".join(str(exc).split())}
+    follow = svc.follow.as_dict()
+    status["following"] = follow["following"]
+    status["serving"] = {"version": svc.states.current.version,
+                         "generation": svc.states.current.generation,
+                         "replica": svc.replica, **follow}
     return status
 
 
-async def loop_status(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+async def loop_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     _need_loop(svc)
     return json_response(await run_in_threadpool(_status, svc))
 
@@ -111,4 +119,4 @@ async def dashboard(svc: Service, request: Request, info: dict[str, Any]) -> Res
     return HTMLResponse(render_dashboard(status))
 
 
-__all__ = ["dashboard", "feedback", "loop_status"]
+__all__ = ["dashboard", "feedback", "loop_route"]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tttembed.serve.service import Service
 
 
-async def read_json(request: Request, limit: int) -> Any:
+async def read_body(request: Request, limit: int) -> Any:
     """The JSON body, refused (413) past ``limit`` bytes whatever the headers say."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
@@ -59,9 +59,15 @@ def state_headers(res: Result) -> dict[str, str]:
 
 
 async def healthz(svc: Service, request: Request, info: dict[str, Any]) -> Response:
-    snap = svc.registry.current
-    return json_response({"status": "ok", "generation": snap.generation,
-                         "states": len(snap.states), "documents": len(svc.index)})
+    snap = svc.states.current
+    body: dict[str, Any] = {"status": "ok", "generation": snap.generation,
+                            "states": len(snap.states), "documents": len(svc.index)}
+    if svc.states.versions is not None:
+        follow = svc.follow.as_dict()
+        body.update(status="ok" if follow["following"] else "degraded",
+                    version=snap.version, following=follow["following"],
+                    follow_error=follow["error"])
+    return json_response(body)
 
 
 async def metrics(svc: Service, request: Request, info: dict[str, Any]) -> Response:
@@ -97,10 +103,10 @@ INLINE_TEXTS = 32
 
 async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     route_task = request.path_params.get("task")
-    body = await read_json(request, svc.config.max_body_bytes)
+    body = await read_body(request, svc.config.max_body_bytes)
     req = parse_embeddings(body, task=route_task, max_inputs=svc.config.max_inputs,
                            dim=svc.index.dim)
-    snap = svc.registry.current  # one snapshot for the whole request
+    snap = svc.states.current  # one snapshot for the whole request
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation)
     task = served_task(svc, snap, req.task)
 
@@ -125,10 +131,10 @@ def _render(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
 
 
-async def search(svc: Service, request: Request, info: dict[str, Any]) -> Response:
-    body = await read_json(request, svc.config.max_body_bytes)
+async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    body = await read_body(request, svc.config.max_body_bytes)
     req = parse_search(body, max_inputs=svc.config.max_inputs, max_k=svc.config.max_k)
-    snap = svc.registry.current
+    snap = svc.states.current
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation, k=req.k)
     task = served_task(svc, snap, req.task) or req.task  # a search always names a task
 
@@ -179,9 +185,9 @@ def _search_body(svc: Service, req: SearchRequest, res: Any) -> dict[str, Any]:
 
 
 async def states(svc: Service, request: Request, info: dict[str, Any]) -> Response:
-    snap = svc.registry.current
+    snap = svc.states.current
     return json_response({"object": "list", "generation": snap.generation,
-                         "loaded_at": snap.loaded_at, "last_reload": svc.registry.last_reload,
+                         "loaded_at": snap.loaded_at, "last_reload": svc.states.last_reload,
                          "index": svc.config.index, "identity": svc.index.identity,
                          "fingerprint": svc.index.manifest.get("corpus_fingerprint", ""),
                          "query_texts": {t: len(m) for t, m in snap.qids.items()},
@@ -204,4 +210,4 @@ async def models(svc: Service, request: Request, info: dict[str, Any]) -> Respon
 
 
 __all__ = ["embeddings", "healthz", "metrics", "models", "reload",
-           "search", "states"]
+           "search_route", "states"]

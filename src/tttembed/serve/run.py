@@ -32,13 +32,13 @@ def _uvicorn():
     return uvicorn
 
 
-def check_states(config: ServeConfig) -> None:
+def check_serve_states(config: ServeConfig) -> None:
     """Load every state file and check it against the index (no model)."""
     from tttembed.adapt.state import load_state
-    from tttembed.index.store import open_index
+    from tttembed.index.store import load_index
     from tttembed.ttt.search import check_states as check
 
-    index = open_index(config.index)
+    index = load_index(config.index)
     check([load_state(p) for p in config.states], index,
           allow_foreign=config.allow_foreign_state)
     config.api_key()
@@ -66,7 +66,7 @@ def with_learner(config: ServeConfig, learner: Any) -> None:
     import subprocess
     import sys
 
-    check_states(config)
+    check_serve_states(config)
     child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()],
                              preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
@@ -90,7 +90,7 @@ def run(config: ServeConfig) -> None:
 
         uvicorn.run(build_app(config), **common)
         return
-    check_states(config)
+    check_serve_states(config)
     os.environ[ENV] = config.to_json()
     import inspect
 

@@ -18,7 +18,7 @@ from tttembed.embed.base import Embedder
 from tttembed.serve.config import ServeConfig
 from tttembed.serve.engine import Engine
 from tttembed.serve.metrics import Metrics
-from tttembed.serve.states import StateRegistry
+from tttembed.serve.states import Follow, ServedStates
 
 
 class Service:
@@ -26,10 +26,10 @@ class Service:
 
     def __init__(self, config: ServeConfig, embedder: Embedder | None = None) -> None:
         from tttembed.index.embedder import embedder_for_index
-        from tttembed.index.store import open_index
+        from tttembed.index.store import load_index
 
         self.config = config
-        self.index = open_index(config.index)
+        self.index = load_index(config.index)
         if embedder is None:
             embedder = embedder_for_index(self.index, cache=False)
         elif embedder.identity != self.index.identity:
@@ -40,15 +40,16 @@ class Service:
                              config.max_wait_ms)
         # load the model before the first request, on the thread that runs every call
         self.engine.encoder.batcher.encode(["warm-up"], "query")
-        self.registry = StateRegistry(config, self.index)
+        self.states = ServedStates(config, self.index)
         self.metrics = Metrics()
-        self.metrics.generation = self.registry.current.generation
+        self.metrics.generation = self.states.current.generation
         self._key = config.api_key()
         self._key_bytes = self._key.encode() if self._key else None
         self.background: set[Any] = set()
         self.store = self._open_store()
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self._watching = threading.Event()
+        self.follow = Follow()
         self._doc_ids: frozenset[str] | None = None
 
     def _open_store(self) -> Any:
@@ -66,21 +67,34 @@ class Service:
 
     def watch_registry(self) -> None:
         """Poll the registry's served version (a daemon thread) and swap it in when it
-        changes: promotions and rollbacks reach this process within ``registry_poll_s``."""
-        if self.registry.versions is None or self._watching.is_set():
+        changes: promotions and rollbacks reach this process within ``registry_poll_s``.
+        The watcher survives every error: while the registry cannot be read, or the
+        version it names cannot be served, ``self.follow`` says ``following: false``
+        with the error (logged once per kind) and the watcher tries again each poll."""
+        if self.states.versions is None or self._watching.is_set():
             return
         self._watching.set()
+        threading.Thread(target=self._watch, name="tttembed-registry", daemon=True).start()
 
-        def watch() -> None:
-            mark = self.registry.served_mark()
-            while self._watching.is_set():
-                time.sleep(self.config.registry_poll_s)
-                now = self.registry.served_mark()
-                if now != mark:  # a refused version is logged once, the old one kept
-                    self.reload(roll_workers=False)
-                    mark = now
-
-        threading.Thread(target=watch, name="tttembed-registry", daemon=True).start()
+    def _watch(self) -> None:
+        mark: Any = None
+        try:
+            mark = self.states.served_mark()
+        except Exception as exc:  # noqa: BLE001  (the watcher must never end)
+            self.follow.failed(exc)
+        while self._watching.is_set():
+            time.sleep(self.config.registry_poll_s)
+            try:
+                now = self.states.served_mark()
+                if now != mark or not self.follow.following:
+                    swapped, _, error = self.reload(roll_workers=False)
+                    if error is not None:
+                        raise StateMismatch(f"the registry's served version is refused: "
+                                            f"{error}")
+                mark = now
+                self.follow.ok()
+            except Exception as exc:  # noqa: BLE001  (the watcher must never end)
+                self.follow.failed(exc)
 
     def stop_watching(self) -> None:
         self._watching.clear()
@@ -93,7 +107,7 @@ class Service:
             token.strip().encode(), self._key_bytes)
 
     def reload(self, roll_workers: bool = True) -> tuple[bool, Any, str | None]:
-        swapped, snap, error = self.registry.reload()
+        swapped, snap, error = self.states.reload()
         self.metrics.reload(swapped, snap.generation)
         if swapped and roll_workers and self.config.workers > 1:
             os.kill(os.getppid(), signal.SIGHUP)  # uvicorn rolls every worker over

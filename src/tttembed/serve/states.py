@@ -2,7 +2,7 @@
 on reload.
 
 A request reads ``registry.current`` once and uses that :class:`Snapshot` to the end, so
-it sees the old states or the new ones, never a mix. :meth:`StateRegistry.reload` builds
+it sees the old states or the new ones, never a mix. :meth:`ServedStates.reload` builds
 a complete new snapshot first (every state file read and checked against the index, the
 query files re-read); only then is the reference replaced. A file that fails leaves the
 current snapshot in place and the error is kept in ``last_reload``.
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from tttembed.adapt.state import load_state
-from tttembed.core.errors import TTTEmbedError
+from tttembed.core.errors import DataError, TTTEmbedError
 from tttembed.index.base import Index
 from tttembed.serve.config import ServeConfig
 from tttembed.ttt.queries import query_sources
@@ -37,7 +37,39 @@ def _text_map(config: ServeConfig) -> dict[str, dict[str, str]]:
     return out
 
 
-class StateRegistry:
+class Follow:
+    """Whether this server follows its registry's served version: ``following`` false
+    with the error while it cannot read the registry or serve the version it names
+    (each kind of error logged once, and once more when following again)."""
+
+    def __init__(self) -> None:
+        self.following = True
+        self.error: str | None = None
+        self.since: str | None = None
+        self._logged: set[str] = set()
+
+    def failed(self, exc: BaseException) -> None:
+        kind = type(exc).__name__
+        message = " ".join(f"{kind}: {exc}".split())
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.error("cannot follow the registry (still serving the version loaded "
+                      "before; retrying every poll): %s", message)
+        if self.following:
+            self.since = now_iso()
+        self.following, self.error = False, message
+
+    def ok(self) -> None:
+        if not self.following:
+            log.info("following the registry again")
+            self._logged.clear()
+        self.following, self.error, self.since = True, None, None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"following": self.following, "error": self.error, "since": self.since}
+
+
+class ServedStates:
     """Holds the current :class:`Snapshot`; ``reload()`` swaps it atomically."""
 
     def __init__(self, config: ServeConfig, index: Index) -> None:
@@ -84,6 +116,10 @@ class StateRegistry:
         try:
             st = os.stat(self.versions.root / "served.json")
         except FileNotFoundError:
+            if not (self.versions.root / "registry.json").is_file():
+                raise DataError("the state registry is gone (no registry.json)",
+                                path=self.versions.root,
+                                fix="mount or restore the registry folder") from None
             return (0, 0)
         return (st.st_mtime_ns, st.st_size)
 

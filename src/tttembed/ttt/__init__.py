@@ -25,7 +25,7 @@ from tttembed.ttt.rewards import (
     make_plan,
     restrict,
     reward_table,
-    score_pairs,
+    score_plan_pairs,
 )
 from tttembed.ttt.search import (
     adapt_queries,
@@ -42,4 +42,4 @@ __all__ = ["BaseRetrieval", "LearnOutcome", "QuerySet", "RewardPlan", "Rewards",
            "build_scorer", "candidate_depth", "check_applied", "check_corpus_matches",
            "check_states", "corpus_for_index", "count_in_ledger", "learn_outcome", "learn_state",
            "make_plan", "pair_counts", "query_sources", "rerank_runs", "restrict",
-           "reward_table", "run_from_arrays", "score_pairs", "trec_order"]
+           "reward_table", "run_from_arrays", "score_plan_pairs", "trec_order"]

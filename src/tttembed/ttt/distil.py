@@ -25,22 +25,20 @@ from tttembed.adapt.crossval import (
     cross_validate,
     parse_alpha,
 )
-from tttembed.adapt.scopes import Groups
+from tttembed.adapt.scopes import Groups, check_scope
+from tttembed.core.errors import ConfigError
 from tttembed.index.base import Index
 from tttembed.ttt.guard import (
     VALIDATE_SHARE,
+    CrossvalRecord,
     Guard,
-    Pay,
     Table,
     judged_diff,
     reward_rows,
 )
-from tttembed.ttt.queries import BaseRetrieval, QuerySet
-from tttembed.ttt.select import CoefFor, mixed_state, restrict, rewards_coef, select_methods
-
-#: One source of rewarded queries: the queries, their base retrieval, the index they
-#: were retrieved from (each task of an evaluation has its own index).
-Source = tuple[QuerySet, BaseRetrieval, Index]
+from tttembed.ttt.judged import Pay, Source
+from tttembed.ttt.select import CoefFor, mixed_state, rewards_coef, select_methods, shared_scopes
+from tttembed.types import SCOPES
 
 
 def _fingerprint(indexes: Sequence[Index]) -> str:
@@ -105,7 +103,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
         cap = validate_cap if validate_cap is not None else round(
             VALIDATE_SHARE * sum(len(r) for r in rs))
         guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
-                            folds=folds, seed=seed, sample=True, table=table)
+                            folds=folds, seed=seed, table=table)
     guarded = guard is not None and guard.evidence is not None
     cv = None  # the judged-candidates estimate: asked for, or what auto falls back to
     if crossval or (asked == "auto" and not guarded):
@@ -126,7 +124,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                       embedder=str(index.manifest.get("embedder_spec", "")),
                       corpus_fingerprint=_fingerprint([s[2] for s in sources]),
                       final_loss=res.final_loss, alpha_asked=alpha_label(asked),
-                      alpha_chosen=chosen, crossval=_evidence(cv, guard), **meta)
+                      alpha_chosen=chosen, crossval=_crossval_record(cv, guard), **meta)
 
 
 def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
@@ -138,7 +136,9 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
     reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
     tenth of the rewarded pairs); ``coef_for`` gives Qdrant's coefficients (default:
     fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`); ``scopes`` limits
-    the choice to those parts (:func:`~tttembed.ttt.select.restrict`; default: all)."""
+    the choice to those parts (``global``, ``task``, ``query``; default all): a part it
+    excludes is not learned, validated or paid for."""
+    allowed = _allowed(scopes)
     table = reward_rows(sources, rewards)
     if not table.keys:
         return None
@@ -147,30 +147,39 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
     coefficients: dict[str, list[float]] = {}
     if coef_for is None:
         coef_for, coefficients = rewards_coef(sources, rewards)
-    scopes = ("global", "task", "query") if len(set(table.tasks)) > 1 else ("task", "query")
+    learn = (*shared_scopes(len(set(table.tasks)) > 1, allowed),
+             *(("query",) if "query" in allowed else ()))
     learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed,
-                                  table=table) for scope in scopes}
+                                  table=table) for scope in learn}
     chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
-                            folds=folds, seed=seed, coef_for=coef_for, table=table)
-    chosen = replace(chosen, coefficients=coefficients)
-    if scopes is not None:
-        chosen = restrict(chosen, scopes)
-    template = learned["task"]
-    assert template is not None  # the table is not empty
-    return mixed_state(chosen, learned, table, coef_for, template, **meta)
+                            folds=folds, seed=seed, coef_for=coef_for, table=table,
+                            scopes=allowed)
+    template = next(s for s in (learned.get("task"), *learned.values()) if s is not None)
+    return mixed_state(replace(chosen, coefficients=coefficients), learned, table, coef_for,
+                       template, **meta)
 
 
-def _evidence(cv: CrossValidation | None, guard: Guard | None) -> dict[str, Any] | None:
+def _allowed(scopes: Sequence[str] | None) -> tuple[str, ...]:
+    """The parts ``learn_auto`` may choose from (every scope by default)."""
+    if scopes is None:
+        return SCOPES
+    allowed = tuple(check_scope(s) for s in scopes)
+    if not allowed:
+        raise ConfigError(f"give at least one scope to choose from ({', '.join(SCOPES)})")
+    return allowed
+
+
+def _crossval_record(cv: CrossValidation | None, guard: Guard | None) -> dict[str, Any] | None:
     """The state's ``crossval`` record: the guard's when it ran, else the judged-candidates
     estimate's (with why the guard did not run)."""
     if guard is not None and guard.evidence is not None:
-        return guard.as_dict()
-    record = None if cv is None else cv.as_dict()
-    if guard is not None and record is not None:
-        record.update(method="judged-candidates", fallback=guard.note,
-                      validation_pairs_needed=guard.needed, validation_pairs_paid=0,
-                      validation_cap=guard.cap)
-    return record
+        return guard.record().as_dict()
+    if cv is None:
+        return None
+    if guard is None:
+        return cv.as_dict()
+    return CrossvalRecord(cv, "judged-candidates", guard.needed, 0, guard.cap,
+                          fallback=guard.note).as_dict()
 
 
 __all__ = ["Source", "learn_auto", "learn_state"]

@@ -30,7 +30,7 @@ def index_corpus(data: CorpusArg, out: PathLike, *, embedder: Embedder | str | N
     from tttembed.embed.cache import load_embedder
     from tttembed.index.base import is_db_spec
     from tttembed.index.store import build_index
-    from tttembed.index.store import open_index as _open
+    from tttembed.index.store import load_index as _open
 
     emb = embedder if embedder is not None and not isinstance(embedder, str) \
         else load_embedder(embedder or DEFAULT_EMBEDDER)
@@ -56,7 +56,7 @@ def open_index(path: PathLike, *, embedder: Embedder | None = None) -> Index:
 
         >>> index = tt.open_index("idx/scifact")
     """
-    from tttembed.index.store import open_index as _open
+    from tttembed.index.store import load_index as _open
 
     if embedder is None:
         return _open(path)

@@ -34,11 +34,8 @@ from tttembed.score.base import Scorer
 from tttembed.ttt.active import active_pairs
 from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
-from tttembed.ttt.distil import Source, learn_auto, learn_state
-from tttembed.ttt.guard import (
-    Pay,
-    scorer_pay,
-)
+from tttembed.ttt.distil import learn_auto, learn_state
+from tttembed.ttt.judged import Pay, Source, scorer_pay
 from tttembed.ttt.queries import Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
@@ -48,7 +45,7 @@ from tttembed.ttt.rewards import (
     corpus_for_index,
     count_in_ledger,
     make_plan,
-    score_pairs,
+    score_plan_pairs,
 )
 
 
@@ -193,7 +190,7 @@ def _paid(plan: RewardPlan, allocation: str, source: Source, corpus: Corpus, sco
     if allocation == "active":
         pairs, rewards = active_pairs(queries, base, index, len(plan.pairs), pay, seed)
         return replace(plan, pairs=pairs), rewards
-    return plan, score_pairs(plan.pairs, queries, corpus, scorer,
+    return plan, score_plan_pairs(plan.pairs, queries, corpus, scorer,
                              progress=stage(progress, "scoring pairs", len(plan.pairs)))
 
 

@@ -13,7 +13,7 @@ from tttembed.index.search import SearchResult
 from tttembed.score.base import Scorer
 from tttembed.ttt.corpus import CorpusArg
 from tttembed.ttt.queries import Queries, as_query_set, base_retrieval
-from tttembed.ttt.rewards import candidate_depth, corpus_for_index, make_plan, score_pairs
+from tttembed.ttt.rewards import candidate_depth, corpus_for_index, make_plan, score_plan_pairs
 from tttembed.ttt.search import rerank_runs
 
 
@@ -41,7 +41,7 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
     base = base_retrieval(index, emb, qs, depth_k,
                           progress=stage(progress, "encoding queries", len(qs)))
     plan = make_plan(qs, base, index, budget, depth, seed)
-    rewards = score_pairs(plan.pairs, qs, docs, sc,
+    rewards = score_plan_pairs(plan.pairs, qs, docs, sc,
                           progress=stage(progress, "scoring pairs", len(plan.pairs)))
     runs = rerank_runs(qs, index, base.rows, base.scores, rewards)
     return SearchResult.from_runs(runs, qs.tasks, qs.qids, index.doc_ids, int(k),

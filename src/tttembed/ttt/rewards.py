@@ -96,7 +96,7 @@ def count_in_ledger(plan: RewardPlan, queries: QuerySet, corpus: Corpus,
     return replace(plan, in_ledger=found)
 
 
-def score_pairs(pairs: Sequence[Pair], queries: QuerySet, corpus: Corpus, scorer: Scorer,
+def score_plan_pairs(pairs: Sequence[Pair], queries: QuerySet, corpus: Corpus, scorer: Scorer,
                 progress: Advance | None = None) -> Rewards:
     """Rewards for (query_key, doc_id) pairs; one ``scorer.score`` call per query (the
     ledger wrapper pays only for new pairs and commits them as they arrive).
@@ -216,4 +216,4 @@ def corpus_for_index(index: Index, corpus: PathLike | Corpus | None = None,
 
 __all__ = ["Corpus", "RewardPlan", "Rewards", "build_scorer", "candidate_depth",
            "check_corpus_matches", "corpus_for_index", "count_in_ledger", "doc_items", "make_plan",
-           "query_lanes", "restrict", "reward_table", "score_pairs"]
+           "query_lanes", "restrict", "reward_table", "score_plan_pairs"]

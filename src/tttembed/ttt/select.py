@@ -7,7 +7,7 @@ Two choices per task, each by the paired validation of :mod:`tttembed.adapt.vali
   learned vectors, alpha by the rule), validated by the guard's judged diff
   (:func:`tttembed.ttt.guard.judged_diff`: held-out queries re-searched over the whole
   index, the never-judged documents of both top-10 lists paid through the ledger; past
-  half the validation cap a random sample of them, :mod:`tttembed.adapt.sampled`);
+  half the validation cap a random sample of them, :mod:`tttembed.ttt.judged`);
   where the guard cannot run, by the judged-candidates estimate
   (:func:`tttembed.adapt.crossval.cv_deltas`), with a note;
 - **query** part, for the rewarded query texts (it wins over the shared part there):
@@ -15,6 +15,9 @@ Two choices per task, each by the paired validation of :mod:`tttembed.adapt.vali
   Rocchio) or ``qdrant-rf`` (Qdrant's naive formula), validated the same way on the
   queries it serves: each rewarded query's re-search against the list its shared part
   gives, within the rest of the cap.
+
+``scopes`` limits the parts chosen from (``global``, ``task``, ``query``); a part it
+excludes is not learned, validated or paid for.
 
 The result is one ``mixed`` state (:class:`~tttembed.adapt.state.AdaptState`): task keys
 carry the shared part, query keys the query part; every part is an additive query vector
@@ -25,8 +28,8 @@ search, serving, MTEB and the vector databases apply it unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,10 +37,19 @@ from tttembed.adapt import AdaptState
 from tttembed.adapt.crossval import ALPHA_GRID, FOLDS, N_BOOT, cv_deltas
 from tttembed.adapt.feedback import Coef, feedback_vector, reward_rocchio, unit_rows
 from tttembed.adapt.qdrant_fit import INIT, fit_on_rewards
-from tttembed.adapt.sampled import OpenParts, fill_samples, fill_value, open_parts, task_evidence
 from tttembed.adapt.scopes import MIXED, query_key
 from tttembed.adapt.validate import best_method, task_gains
-from tttembed.ttt.guard import Guard, K, Pay, Source, Table, judged_diff, reward_rows
+from tttembed.ttt.guard import Guard, Table, judged_diff, reward_rows
+from tttembed.ttt.judged import (
+    K,
+    Pay,
+    Source,
+    judge_lists,
+    never_judged,
+    sample_pairs,
+    source_lists,
+)
+from tttembed.types import SCOPES
 
 SHARED = ("global", "task")
 QUERY_LEVEL = ("query", "rw-rocchio", "qdrant-rf")
@@ -48,6 +60,22 @@ SELECT_VERSION = 4
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
+
+
+class MethodGain(NamedTuple):
+    """One method's evidence in one task: mean Delta against raw, its 95% interval, the
+    sign-flip p-value and the queries scored."""
+
+    gain: float
+    ci_low: float
+    ci_high: float
+    p: float
+    queries: int
+
+    @classmethod
+    def from_dict(cls, e: Mapping[str, float]) -> MethodGain:
+        return cls(float(e["gain"]), float(e["ci_low"]), float(e["ci_high"]),
+                   float(e.get("p", 1.0)), int(e["queries"]))
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,20 @@ class Selection:
                 "validation_cap": self.cap, "notes": list(self.notes),
                 "qdrant_coefficients": self.coefficients}
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Selection:
+        """A state's ``selection`` record, read back."""
+        return cls({str(t): str(m) for t, m in d["shared"].items()},
+                   {str(t): str(m) for t, m in d["query"].items()},
+                   {t: {m: dict(e) for m, e in per.items()} for t, per in d["evidence"].items()},
+                   dict(d.get("estimators", {})), int(d.get("validation_pairs_needed", 0)),
+                   int(d.get("validation_pairs_paid", 0)), int(d.get("validation_cap", 0)),
+                   tuple(d.get("notes", ())), dict(d.get("qdrant_coefficients", {})))
+
+    def gains(self, task: str) -> dict[str, MethodGain]:
+        """Every method's evidence in ``task``."""
+        return {m: MethodGain.from_dict(e) for m, e in self.evidence.get(task, {}).items()}
+
 
 def rewards_coef(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
                  ) -> tuple[CoefFor, dict[str, list[float]]]:
@@ -100,47 +142,56 @@ def rewards_coef(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
     return (lambda task, key: coefs.get(task, INIT)), {t: list(c) for t, c in coefs.items()}
 
 
+def shared_scopes(several_tasks: bool, scopes: Sequence[str] = SCOPES) -> tuple[str, ...]:
+    """The shared parts to learn and validate among ``scopes``: ``global`` and ``task``;
+    with one task only ``task`` (its global state is the same vector), or ``global`` when
+    that is the one allowed."""
+    wanted = tuple(s for s in SHARED if s in scopes)
+    return ("task",) if not several_tasks and len(wanted) > 1 else wanted
+
+
 def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                    pay: Pay, learned: Mapping[str, AdaptState | None], *, cap: int,
                    objective: str = "kd", folds: int = FOLDS, seed: int = 0,
-                   coef_for: CoefFor, k: int = K, table: Table | None = None) -> Selection:
-    """Choose each task's shared and query part (module docstring). ``learned`` holds the
-    global (several tasks only), task and query states learned on every reward; ``table``
-    the reward table of ``sources`` and ``rewards`` when the caller has built it."""
+                   coef_for: CoefFor, k: int = K, table: Table | None = None,
+                   scopes: Sequence[str] = SCOPES) -> Selection:
+    """Choose each task's shared and query part (module docstring) among the parts
+    ``scopes`` allow (``global``, ``task``: shared parts; ``query``: every query-level
+    method); a part not allowed is neither validated nor paid for. ``learned`` holds the
+    allowed states (global with several tasks only, task, query) learned on every reward;
+    ``table`` the reward table of ``sources`` and ``rewards`` when the caller has built it."""
     table = table if table is not None else reward_rows(sources, rewards)
     rng = np.random.default_rng(seed)
-    sh = _shared_part(sources, rewards, pay, table, cap=cap, objective=objective,
-                      folds=folds, seed=seed, rng=rng)
+    several = len(set(table.tasks)) > 1
+    shared_parts, query = shared_scopes(several, scopes), "query" in scopes
+    sh = _shared_part(sources, rewards, pay, table, shared_parts, cap=cap // (
+        (2 if query else 1) * max(len(shared_parts), 1)), objective=objective, folds=folds,
+        seed=seed, rng=rng)  # the shared parts share half the cap, the query part the rest
+    if not several and {"global", "task"} <= set(scopes):
+        sh.notes.insert(0, "one task: the global state is the task-wise one")
+    sh.notes += [f"{s}: excluded by the scopes (not learned, validated or paid for)"
+                 for s in SCOPES if s not in scopes]
     evidence: dict[str, dict[str, dict[str, float]]] = {t: {} for t in dict.fromkeys(table.tasks)}
     for t, got in sh.evidence.items():
         evidence.setdefault(t, {}).update(got)
     shared = {t: best_method({m: e[m] for m in SHARED if m in e}, "raw")
               for t, e in evidence.items()}
-    qp = _query_part(sources, table, sh.merged, pay, shared, learned,
-                     cap=max(cap - sh.spent, 0), coef_for=coef_for, k=k, rng=rng)
+    qp = _QueryPart({}, "")
+    if query:
+        qp = _query_part(sources, table, sh.merged, pay, shared, learned,
+                         cap=max(cap - sh.spent, 0), coef_for=coef_for, k=k, rng=rng)
     for t, got in qp.evidence.items():
         evidence[t].update(got)
-    estimators = {**sh.estimators, **{m: qp.estimator for m in QUERY_LEVEL}}
+    estimators = {**sh.estimators, **({m: qp.estimator for m in QUERY_LEVEL} if query else {})}
     return Selection(
         shared=shared,
-        query={t: best_method({m: e[m] for m in QUERY_LEVEL}, "none")
+        query={t: best_method({m: e[m] for m in QUERY_LEVEL if m in e}, "none")
                for t, e in evidence.items()},
         evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed,
         paid=sh.spent + qp.paid, cap=cap, notes=tuple(sh.notes + qp.notes))
 
 
 Evidence = dict[str, dict[str, dict[str, float]]]
-
-
-def restrict(selection: Selection, scopes: Sequence[str]) -> Selection:
-    """The same evidence, each task's choice made among the parts ``scopes`` allow
-    (``global``, ``task``: shared parts; ``query``: every query-level method). A query
-    part was measured against the shared part chosen without the restriction."""
-    shared = {t: best_method({m: e[m] for m in SHARED if m in e and m in scopes}, "raw")
-              for t, e in selection.evidence.items()}
-    query = {t: best_method({m: e[m] for m in QUERY_LEVEL if m in e}, "none")
-             if "query" in scopes else "none" for t, e in selection.evidence.items()}
-    return replace(selection, shared=shared, query=query)
 
 
 @dataclass
@@ -161,27 +212,24 @@ class _Shared:
 
 
 def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
-                 pay: Pay, table: Table, *, cap: int, objective: str, folds: int, seed: int,
-                 rng: np.random.Generator) -> _Shared:
-    scopes = SHARED if len(set(table.tasks)) > 1 else ("task",)
+                 pay: Pay, table: Table, scopes: Sequence[str], *, cap: int, objective: str,
+                 folds: int, seed: int, rng: np.random.Generator) -> _Shared:
+    """Each shared scope of ``scopes`` validated by the guard within ``cap`` pairs (task
+    first, then global on the rewards with those it bought)."""
     out = _Shared(merged={k: dict(v) for k, v in rewards.items()})
-    if len(scopes) == 1:
-        out.notes.append("one task: the global state is the task-wise one")
-    share = cap // (2 * len(scopes))  # half the cap for the shared part, half for the query part
     for scope in ("task", "global"):
         if scope not in scopes:
             continue
-        g: Guard = judged_diff(scope, sources, out.merged, pay, cap=share,
-                               objective=objective, folds=folds, seed=seed, sample=True,
+        g: Guard = judged_diff(scope, sources, out.merged, pay, cap=cap,
+                               objective=objective, folds=folds, seed=seed,
                                table=None if out.spent else table)  # bought pairs: rebuilt
         out.needed += g.needed
-        if g.parts is not None:
-            got = task_evidence(g.parts.columns([_RULE]), ["rule"], "0", g.samples,
-                                n_boot=N_BOOT, rng=rng)
+        if g.judged is not None:
+            got = g.judged.per_task(rng, ["rule"])
             out.add({t: {scope: e["rule"]} for t, e in got.items()})
             out.estimators[scope] = "judged-diff" + ("-sampled" if g.note else "")
             out.spent += g.paid
-            for q, paid in g.bought.items():
+            for q, paid in g.judged.bought.items():
                 out.merged.setdefault(q, {}).update(paid)
             if g.note:
                 out.notes.append(f"{scope}: {g.note}")
@@ -208,33 +256,22 @@ def _query_part(sources: Sequence[Source], table: Table,
                 learned: Mapping[str, AdaptState | None], *, cap: int, coef_for: CoefFor,
                 k: int, rng: np.random.Generator) -> _QueryPart:
     """Each query-level method's Delta on every rewarded row: its top-k against the list
-    the row's shared part gives; the never-judged documents of those lists are sampled at
-    random within ``cap`` and paid, the others filled with the mean reward of the paid
-    ones of their kind, bootstrapped with the rows (:mod:`tttembed.adapt.sampled`)."""
+    the row's shared part gives; the never-judged documents of those lists, in (row, doc
+    id) order, are sampled at random within ``cap`` and paid, the others filled with the
+    mean reward of the paid ones of their kind, bootstrapped with the rows
+    (:mod:`tttembed.ttt.judged`)."""
     vecs = {"": _shared_vectors(table, shared, learned)}
     vecs.update({m: _method_vectors(m, table, learned.get("query"), coef_for)
                  for m in QUERY_LEVEL})
-    lists = _top_lists(sources, table, vecs, k)  # per row: {"" or method: doc ids}
-    judged = [dict(rewards.get(key, {})) for key in table.keys]
-    new = sorted({(row, d) for row, per in enumerate(lists) for ds in per.values() for d in ds
-                  if d not in judged[row]})
-    picked = [new[i] for i in sorted(rng.choice(len(new), size=min(cap, len(new)),
-                                                replace=False).tolist())] if cap > 0 else []
-    where = {key: row for row, key in enumerate(table.keys)}
-    for q, got in (pay([(table.keys[r], d) for r, d in picked]) if picked else {}).items():
-        judged[where[q]].update(got)
-    samples = fill_samples(table.tasks, lists, judged, set(picked))
-    n = len(QUERY_LEVEL)
-    known, opened, ob = np.zeros((len(lists), n)), np.zeros((len(lists), n)), np.zeros(len(lists))
-    for row, per in enumerate(lists):
-        fb = fill_value(samples.get((table.tasks[row], ""), np.zeros(0)), True)
-        known[row], opened[row], ob[row] = open_parts(per[""], [per[m] for m in QUERY_LEVEL],
-                                                      judged[row], k, fb)
-    parts = OpenParts(known, opened, ob, np.asarray(table.tasks))
-    out = _QueryPart(task_evidence(parts, QUERY_LEVEL, "", samples, n_boot=N_BOOT, rng=rng),
-                     "judged-diff" + ("-sampled" if len(new) > len(picked) else ""),
-                     len(new), len(picked))
-    if len(new) > len(picked):
+    lists = source_lists(sources, table.source, vecs, k)  # per row: {"" or method: doc ids}
+    new = [(q, d) for q, ds in never_judged(table.keys, lists, rewards).items()
+           for d in sorted(ds)]
+    picked = sample_pairs(new, cap, rng, draw_within_cap=True)
+    judged = judge_lists(table.keys, table.tasks, lists, rewards, pay, picked,
+                         needed=len(new), base="", names=QUERY_LEVEL, k=k)
+    out = _QueryPart(judged.per_task(rng), "judged-diff" + ("-sampled" if judged.sampled
+                                                             else ""), len(new), len(picked))
+    if judged.sampled:
         out.notes.append(f"query part: {len(picked):,} of the {len(new):,} never-judged "
                          "documents its re-searches bring in were paid (a random sample, "
                          "the cap); the others count the mean reward of the paid ones")
@@ -274,23 +311,6 @@ def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: 
         v = _query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
                           rows, coef_for)
         out[i] = table.x[i] if v is None else unit_rows(table.x[i] + v[1] * v[0])
-    return out
-
-
-def _top_lists(sources: Sequence[Source], table: Table, vecs: Mapping[str, np.ndarray], k: int
-               ) -> list[dict[str, list[str]]]:
-    """Per rewarded row and vector set: the top-k doc ids in the row's own index."""
-    out: list[dict[str, list[str]]] = [{} for _ in table.keys]
-    names = list(vecs)
-    for s, (_, _, index) in enumerate(sources):
-        mine = [i for i, src in enumerate(table.source) if src == s]
-        if not mine:
-            continue
-        stacked = np.concatenate([vecs[m][mine] for m in names]).astype(np.float32)
-        _, rows = index.search(stacked, min(k, len(index)))
-        for j, m in enumerate(names):
-            for n, i in enumerate(mine):
-                out[i][m] = [index.doc_ids[r] for r in rows[j * len(mine) + n] if r >= 0]
     return out
 
 
@@ -356,5 +376,5 @@ def _query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | 
     return np.asarray(u, np.float32) - x, 1.0, 1
 
 
-__all__ = ["METHODS", "QUERY_LEVEL", "SELECT_VERSION", "SHARED", "CoefFor", "Selection", "restrict",
-           "mixed_state", "rewards_coef", "select_methods"]
+__all__ = ["METHODS", "QUERY_LEVEL", "SELECT_VERSION", "SHARED", "CoefFor", "MethodGain",
+           "Selection", "mixed_state", "rewards_coef", "select_methods", "shared_scopes"]

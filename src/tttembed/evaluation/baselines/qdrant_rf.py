@@ -91,7 +91,7 @@ SEED = 0
 FIT_VERSION = 1
 
 #: ``judge(task, query_text, doc_ids)`` -> rewards of a free-text query (synthetic fit).
-Judge = Callable[[str, str, list[str]], np.ndarray]
+TextScores = Callable[[str, str, list[str]], np.ndarray]
 
 
 # --- the formula ----------------------------------------------------------------------
@@ -163,7 +163,7 @@ def _crossfit(td: TaskData, rewards_for: Callable[[list], Mapping], seed: int) -
     return TaskFit("crossfit", fits, pairs, half)
 
 
-def _synthetic(td: TaskData, judge: Judge, seed: int) -> TaskFit:
+def _synthetic(td: TaskData, judge: TextScores, seed: int) -> TaskFit:
     from tttembed.data.beir import doc_text
 
     n = len(td.index.doc_ids)
@@ -185,7 +185,7 @@ def _synthetic(td: TaskData, judge: Judge, seed: int) -> TaskFit:
     return TaskFit("synthetic", {"all": fit_coefficients(rows)}, pairs)
 
 
-def fit_task(td: TaskData, rewards_for: Callable[[list], Mapping], judge: Judge | None,
+def fit_task(td: TaskData, rewards_for: Callable[[list], Mapping], judge: TextScores | None,
              seed: int = SEED) -> TaskFit:
     """Synthetic document-queries when ``judge`` is given, else the cross-fit."""
     return _synthetic(td, judge, seed) if judge is not None else _crossfit(td, rewards_for, seed)

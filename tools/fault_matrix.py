@@ -1,7 +1,7 @@
 """The fault matrix: run the whole fault-injection suite (``tests/faults``) and print one
 row per case: case, expected behaviour (the test's docstring), observed, OK/FAIL.
 
-    python benchmarks/fault_matrix.py [-k EXPR] [--xml results.xml]
+    python tools/fault_matrix.py [-k EXPR] [--xml results.xml]
 
 Every test of ``tests/faults`` is a case (a parametrised test gives one case per
 parameter set). Observed is what pytest saw: "as expected" for a pass, the first line of

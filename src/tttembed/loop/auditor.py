@@ -1,0 +1,82 @@
+"""Running the drift audit within the judge budget: the seeded sample of past judge
+rewards and, with ``--audit``, the people's audit set, each re-scored only after its pairs
+are reserved in the store's spend account (:mod:`tttembed.loop.drift` holds the verdict).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tttembed.loop.config import LoopConfig
+from tttembed.loop.drift import (
+    DriftCheck,
+    audit_set,
+    judge_audit,
+    people_auc,
+    rescore,
+    sample_audit,
+    sample_rewards,
+)
+from tttembed.loop.store import Reward, Store
+from tttembed.score.base import Scorer
+
+
+class Auditor:
+    """The drift audit of one loop (``spend(source, n)`` reserves ``n`` pairs and returns
+    how many it got)."""
+
+    def __init__(self, config: LoopConfig, scorer: Scorer, corpus: Any, store: Store,
+                 index: Any, embedder: Any) -> None:
+        self.config, self.scorer, self.corpus, self.store = config, scorer, corpus, store
+        self.index, self.embedder = index, embedder
+        self._audit: list[tuple[str, str, int]] | None = None
+        self._budget = config.judge_budget
+
+    def _reserve(self, source: str, n: int) -> int:
+        return self.store.reserve(source, n, self._budget)
+
+    @property
+    def inner(self) -> Scorer:
+        """The judge without its ledger (fresh answers)."""
+        return getattr(self.scorer, "inner", self.scorer)
+
+    def run(self, round_: int, budget: int) -> DriftCheck:
+        """Re-score what ``budget`` (the loop's, in all) allows (module docstring);
+        ``round_`` seeds the samples."""
+        self._budget = budget
+        seed = self.config.seed + round_
+        sample = sample_rewards(self.store.rewards(trusted_only=True),
+                                self.config.drift_sample, seed)
+        sample = sample[:self._reserve("drift", len(sample))]
+        auc, note = self._people_auc(seed)
+        if not sample:
+            return judge_audit(np.zeros(0), np.zeros(0), threshold=self.config.drift_threshold,
+                               auc=auc, min_auc=self.config.audit_min_auc, note=note)
+        new = rescore(self.inner, self.corpus, sample)
+        return judge_audit(np.array([r.reward for r in sample]), new,
+                           threshold=self.config.drift_threshold, auc=auc,
+                           min_auc=self.config.audit_min_auc, note=note)
+
+    def _people_auc(self, seed: int) -> tuple[float | None, str]:
+        """The judge's AUC on (what the budget allows of) the audit set, scored afresh;
+        (None, "") without ``--audit``."""
+        if not self.config.audit:
+            return None, ""
+        if self._audit is None:
+            self._audit = audit_set(self.config.audit, self.index, self.embedder)
+        granted = self._reserve("audit", len(self._audit))
+        if not granted:
+            return float("nan"), "the audit set was not re-scored: no judge budget left"
+        chosen = sample_audit(self._audit, granted, seed)
+        pairs = [Reward("audit", q, d, float(g), 0.0) for q, d, g in chosen]
+        new = rescore(self.inner, self.corpus, pairs)
+        value, note = people_auc(new, np.array([r.reward for r in pairs]))
+        if granted < len(self._audit):
+            part = f"{granted} of the audit set's {len(self._audit)} pairs re-scored (budget)"
+            note = f"{part}; {note}" if note else part
+        return value, note
+
+
+__all__ = ["Auditor"]

@@ -1,0 +1,54 @@
+"""Freezing and thawing promotions from drift audits (:mod:`tttembed.loop.drift`): a
+failed audit freezes and distrusts the rewards judged since the last audit that passed;
+a passing one thaws; an audit that measured nothing is recorded with ``passed: None``
+and changes nothing; a person's promotion after the freeze thaws too."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from tttembed.core.io import now_utc
+from tttembed.loop.drift import DriftCheck
+from tttembed.loop.status import LoopState
+from tttembed.loop.store import Store
+from tttembed.registry.versions import Registry
+
+log = logging.getLogger("tttembed.loop")
+#: Audits kept in the status.
+AUDITS_KEPT = 10
+
+
+def apply_audit(state: LoopState, audit: DriftCheck, store: Store) -> None:
+    """Record ``audit`` in ``state`` and freeze or thaw (module docstring)."""
+    s, now = state, time.time()
+    s.audited_at = now
+    entry = {**audit.as_dict(), "at": now_utc()}
+    s.audits = [*s.audits[-(AUDITS_KEPT - 1):], {**entry, "passed": None} if audit.blank
+                else entry]
+    if audit.blank:
+        if s.frozen and "no judge budget left" not in s.reason:
+            s.reason += " (no judge budget left to audit again)"
+        return
+    if not audit.passed:
+        if not s.frozen:
+            distrusted = store.distrust(s.last_ok_audit)
+            log.warning("promotions frozen: %s (%d rewards since the last passing audit "
+                        "distrusted)", audit.reason, distrusted)
+            s.frozen_at = now
+        s.frozen, s.reason = True, audit.reason
+        return
+    s.last_ok_audit = now
+    if s.frozen:
+        log.info("promotions resume: the judge agrees again")
+    s.frozen, s.reason = False, ""
+
+
+def thawed_by_user(state: LoopState, registry: Registry) -> bool:
+    """Did a person promote a version since promotions froze?"""
+    history = registry.served_record().get("history", [])
+    return any(h.get("by") == "user" and h.get("action") == "promote"
+               and float(h.get("time", 0)) > state.frozen_at for h in history)
+
+
+__all__ = ["AUDITS_KEPT", "apply_audit", "thawed_by_user"]

@@ -1,0 +1,96 @@
+"""One learning cycle (:class:`tttembed.loop.learner.Learner`) on exact vectors: the tasks
+of ``tests/ttt/test_guard`` (a table embedder, a FAISS index of chosen unit vectors) and
+a judge that scores by the questions' labels. A version holds only the parts that
+``--scope`` (``LoopConfig.scopes``) allows, and the parts it excludes are neither learned
+nor paid for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.ttt.test_guard import _task
+from tttembed.loop.config import LoopConfig
+from tttembed.loop.judge import BackgroundJudge
+from tttembed.loop.learner import Learner
+from tttembed.loop.store import open_store
+from tttembed.registry.versions import Registry, index_record
+
+QUERY_LEVEL = {"query", "rw-rocchio", "qdrant-rf"}
+
+
+class LabelScorer:
+    """The questions' labels, by query text: 1 for a relevant document, else 0."""
+
+    spec = identity = "test:labels"
+    mapping = "label"
+
+    def __init__(self, relevant: dict[str, set[str]]) -> None:
+        self.relevant = relevant
+
+    def score(self, query: Any, items: Any, progress: Any = None) -> np.ndarray:
+        rel = self.relevant.get(query.text, set())
+        return np.array([1.0 if it.id in rel else 0.0 for it in items])
+
+
+def _learner(tmp_path: Path, kind: str, tasks: list[str], budget: int,
+             **config: Any) -> Learner:
+    """A learner whose store holds the judge's rewards of each question's top ``budget``
+    raw candidates, the questions asked in ``tasks`` in turn."""
+    from tttembed.loop.promote import adapted, top_lists
+
+    index, emb, docs, queries, qrels = _task(tmp_path, kind)
+    texts = [queries[q] for q in queries]
+    relevant = {queries[q]: set(qrels[q]) for q in queries}
+    reg = tmp_path / "reg"
+    cfg = LoopConfig(registry=str(reg), index=str(index.path), judge="test:labels",
+                     validate_share=1.0, **config)
+    store = open_store(None, Registry(reg, create=True, index=index_record(index)).root)
+    judge = BackgroundJudge(LabelScorer(relevant), docs, store)
+    names = [tasks[i % len(tasks)] for i in range(len(texts))]
+    lists = top_lists(index, adapted(emb.encode(texts, "query"), texts, names, []), budget)
+    judge.pay([(t, q, d) for t, q, lst in zip(names, texts, lists) for d in lst])
+    return Learner(cfg, Registry(reg), store, index, emb, judge)
+
+
+def _cycle(learner: Learner) -> tuple[Any, dict[str, Any]]:
+    cycle = learner.cycle(10_000, frozen=False)
+    assert cycle.version is not None
+    state = cycle.version.load()
+    return state, state.selection
+
+
+@pytest.mark.parametrize(("kind", "scopes", "budget"), [("helpful", ("query",), 3),
+                                                        ("harmful", ("task",), 10)])
+def test_a_cycle_keeps_only_the_parts_its_scopes_allow(tmp_path, kind, scopes, budget):
+    """``helpful``: the task-wise vector gains (the default keeps it) but ``--scope query``
+    leaves it out; ``harmful``: the query part gains (the default keeps it) but ``--scope
+    task`` leaves it out. The excluded part is not measured (no evidence, no pair)."""
+    state, sel = _cycle(_learner(tmp_path, kind, ["t"], budget, scopes=scopes))
+    if "task" not in scopes:
+        assert "t" not in state.keys and sel["shared"] == {"t": "raw"}
+        assert not {"task", "global"} & set(sel["evidence"]["t"])
+    if "query" not in scopes:
+        assert sel["query"] == {"t": "none"} and not any("/#" in k for k in state.keys)
+        assert not QUERY_LEVEL & set(sel["evidence"]["t"])
+
+
+def test_the_default_cycle_keeps_the_part_a_scope_would_exclude(tmp_path):
+    """The control of the test above: with every part allowed the helpful task keeps its
+    task-wise vector."""
+    state, sel = _cycle(_learner(tmp_path, "helpful", ["t"], 3,
+                                 scopes=("global", "task", "query")))
+    assert sel["shared"] == {"t": "task"} and "t" in state.keys
+
+
+def test_with_several_tasks_the_loops_default_scopes_leave_global_out(tmp_path):
+    """Two tasks and the loop's default ``query,task``: no global state is learned or
+    validated (it was before: the user's scopes never reached the selection)."""
+    learner = _learner(tmp_path, "helpful", ["a", "b"], 3)
+    assert learner.config.scopes == ("query", "task")
+    state, sel = _cycle(learner)
+    assert all("global" not in e for e in sel["evidence"].values())
+    assert "*" not in state.keys and set(sel["shared"].values()) <= {"raw", "task"}

@@ -1,0 +1,82 @@
+"""The promotion check (:func:`tttembed.loop.promote.check_promotion`) on the helpful task
+of ``tests/ttt/test_guard`` (exact vectors, a judge by the questions' labels): a task-wise
+state that brings relevant documents into the top 10 against the raw vectors served."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.ttt.test_guard import _learn, _task
+from tttembed.loop.promote import PromotionCheck, adapted, check_promotion, top_lists
+from tttembed.ttt.queries import QuerySet
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, Any]:
+    index, emb, docs, queries, qrels = _task(tmp_path_factory.mktemp("promote"), "helpful")
+    qs = QuerySet(("t",) * len(queries), tuple(queries), tuple(queries.values()))
+    state = _learn(index, emb, docs, queries, qrels, budget=3)
+    x = emb.encode(list(qs.texts), "query")
+    old = top_lists(index, adapted(x, qs.texts, qs.tasks, []))
+    new = top_lists(index, adapted(x, qs.texts, qs.tasks, [state]))
+    judged = {k: {d: float(d in qrels[q]) for d in lst[:3]}
+              for k, q, lst in zip(qs.keys, qs.qids, old)}
+    return {"index": index, "qs": qs, "x": x, "state": state, "qrels": qrels, "old": old,
+            "new": new, "judged": judged}
+
+
+def _check(world: dict[str, Any], candidate: list, cap: int) -> tuple[PromotionCheck, list]:
+    calls: list = []
+
+    def pay(pairs):
+        calls.append(list(pairs))
+        out: dict[str, dict[str, float]] = {}
+        for key, d in pairs:
+            out.setdefault(key, {})[d] = float(d in world["qrels"][key.split("/", 1)[1]])
+        return out
+
+    check = check_promotion(world["index"], world["qs"], world["x"], world["judged"], [],
+                            candidate, pay, cap=cap, seed=0)
+    return check, calls
+
+
+def _need(world: dict[str, Any]) -> dict[str, set[str]]:
+    """Per changed query key: the documents of both lists it has no reward for."""
+    return {k: {*o, *n} - set(world["judged"][k])
+            for k, o, n in zip(world["qs"].keys, world["old"], world["new"]) if o != n}
+
+
+def test_a_better_candidate_is_found_better_with_every_changed_query_judged(world):
+    need = _need(world)
+    check, calls = _check(world, [world["state"]], cap=10_000)
+    assert len(calls) == 1
+    paid: dict[str, set[str]] = {}
+    for key, d in calls[0]:
+        paid.setdefault(key, set()).add(d)
+    assert paid == {k: v for k, v in need.items() if v}  # pairs are (query key, doc)
+    assert check.changed == len(need) and check.left_out == 0
+    assert check.validation_pairs == sum(len(v) for v in need.values())
+    assert check.better and check.ci_low > 0 and check.p < 0.05
+    assert check.queries == len(world["qs"])
+    assert check.as_dict()["k"] == 10 and check.as_dict()["against"] == "served version"
+
+
+def test_past_the_cap_whole_queries_are_left_out_never_half_paid(world):
+    need = _need(world)
+    cap = sum(len(v) for v in need.values()) // 3
+    check, calls = _check(world, [world["state"]], cap=cap)
+    paid: dict[str, set[str]] = {}
+    for key, d in (calls[0] if calls else []):
+        paid.setdefault(key, set()).add(d)
+    assert all(paid[k] == need[k] for k in paid)  # a query is paid whole or not at all
+    assert check.validation_pairs == sum(len(v) for v in paid.values()) <= cap
+    assert check.left_out > 0 and check.changed + check.left_out == len(need)
+    assert check.queries == len(world["qs"]) - check.left_out
+
+
+def test_a_candidate_that_changes_nothing_pays_nothing_and_is_not_better(world):
+    check, calls = _check(world, [], cap=10_000)
+    assert not calls and check.changed == 0 and check.validation_pairs == 0
+    assert not check.better and (check.gain, check.p) == (0.0, 1.0)
