@@ -32,10 +32,6 @@ class Auditor:
         self.config, self.scorer, self.corpus, self.store = config, scorer, corpus, store
         self.index, self.embedder = index, embedder
         self._audit: list[tuple[str, str, int]] | None = None
-        self._budget = config.judge_budget
-
-    def _reserve(self, source: str, n: int) -> int:
-        return self.store.reserve(source, n, self._budget)
 
     @property
     def inner(self) -> Scorer:
@@ -45,12 +41,11 @@ class Auditor:
     def run(self, round_: int, budget: int) -> DriftCheck:
         """Re-score what ``budget`` (the loop's, in all) allows (module docstring);
         ``round_`` seeds the samples."""
-        self._budget = budget
         seed = self.config.seed + round_
         sample = sample_rewards(self.store.rewards(trusted_only=True),
                                 self.config.drift_sample, seed)
-        sample = sample[:self._reserve("drift", len(sample))]
-        auc, note = self._people_auc(seed)
+        sample = sample[:self.store.reserve("drift", len(sample), budget)]
+        auc, note = self._people_auc(seed, budget)
         if not sample:
             return judge_audit(np.zeros(0), np.zeros(0), threshold=self.config.drift_threshold,
                                auc=auc, min_auc=self.config.audit_min_auc, note=note)
@@ -59,14 +54,14 @@ class Auditor:
                            threshold=self.config.drift_threshold, auc=auc,
                            min_auc=self.config.audit_min_auc, note=note)
 
-    def _people_auc(self, seed: int) -> tuple[float | None, str]:
+    def _people_auc(self, seed: int, budget: int) -> tuple[float | None, str]:
         """The judge's AUC on (what the budget allows of) the audit set, scored afresh;
         (None, "") without ``--audit``."""
         if not self.config.audit:
             return None, ""
         if self._audit is None:
             self._audit = audit_set(self.config.audit, self.index, self.embedder)
-        granted = self._reserve("audit", len(self._audit))
+        granted = self.store.reserve("audit", len(self._audit), budget)
         if not granted:
             return float("nan"), "the audit set was not re-scored: no judge budget left"
         chosen = sample_audit(self._audit, granted, seed)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from tttembed.adapt.active import query_priority
-from tttembed.loop.store import PAGE, START, Cursor, Feedback, Reward, SearchLog, Store
+from tttembed.loop.rows import PAGE, START, Cursor, Feedback, Reward, SearchLog, Store
 
 T = TypeVar("T")
 #: (task, query text)
