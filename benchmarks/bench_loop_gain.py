@@ -369,7 +369,9 @@ def rollback(ctx: Replay, timeout: float = 30.0) -> dict[str, Any]:
     t0 = time.time()
     out = subprocess.run(cli("states", "rollback", str(ctx.server.registry)),
                          capture_output=True, text=True, env=ctx.server.env, timeout=120)
-    served = json.loads((ctx.server.registry / "served.json").read_text())
+    path = ctx.server.registry / "served.json"
+    served = json.loads(path.read_text()) if path.exists() else \
+        {"served": None, "history": [{"time": t0}]}  # nothing was ever promoted
     target = served["served"]
     entry_t = float(served["history"][-1]["time"])
     seen, text = None, ctx.data.queries[ctx.plan.head[0]]
@@ -456,6 +458,7 @@ def serve_args(args: argparse.Namespace, judge_url: str, budget: int) -> list[st
     return ["--learn", "--judge", f"rerank:judge@{judge_url}", "--judge-budget",
             str(budget), "--judge-rpm", str(args.judge_rpm), "--learn-every",
             str(args.learn_every), "--corpus", str(args.data),
+            "--min-queries", str(args.min_queries),
             *(["--cache-size", str(args.cache_size)] if args.cache_size is not None else [])]
 
 
@@ -600,6 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sigma", type=float, default=0.2, help="judge noise")
     ap.add_argument("--budget-per-query", type=int, default=10)
     ap.add_argument("--learn-every", type=int, default=200)
+    ap.add_argument("--min-queries", type=int, default=20,
+                    help="the loop's --min-queries (its default; a tiny run needs fewer)")
     ap.add_argument("--judge-rpm", type=float, default=6000.0)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--probe-rps", type=float, default=10.0, help="prober requests a second")

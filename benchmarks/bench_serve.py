@@ -13,7 +13,11 @@
    single-text clients the server reaches >= 0.8x the bare batched throughput (median of
    the slices' ratios); one client's p50 <= 1.2x the bare model's + 2 ms. The load is a
    minimal keep-alive HTTP/1.1 client (:class:`LoadConnection`) on the same cores.
-2. ``--reload-requests`` requests at 32 clients (two query texts each) while the state
+2. ``POST /v1/search`` at 1, 8 and 32 single-query clients, raw and adapted (a task
+   state, a ``--method auto`` state, the task state served from a ``--registry`` with
+   its traffic log on) against the bare embed + FAISS pipeline in a fresh process
+   (:mod:`_search_load`; ``--search-requests 0`` skips it).
+3. ``--reload-requests`` requests at 32 clients (two query texts each) while the state
    file is replaced and reloaded ``--reloads`` times (alternately ``POST /admin/reload``
    and SIGHUP). Every response must be wholly the old or wholly the new state's vectors,
    and say so in its generation header. Goal: 0 failed and 0 mixed responses.
@@ -41,6 +45,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import _search_load
 import numpy as np
 from _support import cli, free_port, pct, wait_healthy
 from claims import Goal, emit
@@ -52,6 +57,7 @@ GOALS = {
     "batched": Goal("serve: 32 single-text clients, req/s / bare model texts/s (batches of 32)",
                     ">=", 0.8),
     "one": Goal("serve: one client raw p50 / (1.2 x bare one-text p50 + 2 ms)", "<=", 1.0),
+    **_search_load.GOALS,
     "failed": Goal("serve: failed or mixed responses during reloads", "==", 0.0),
 }
 MEASURED: dict[str, float] = {}
@@ -334,6 +340,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="slices of the 1- and 32-client levels, each after its own bare "
                     "reference")
+    ap.add_argument("--search-requests", type=int, default=1000,
+                    help="/v1/search requests per client level and state (0: skip)")
+    ap.add_argument("--search-clients", default="1,8,32")
+    ap.add_argument("--search-states", default=",".join(_search_load.STATES),
+                    help="servers of the search phase: task, auto, registry (comma-separated)")
     ap.add_argument("--reload-requests", type=int, default=10_000)
     ap.add_argument("--reloads", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=900, help="seconds, whole run")
@@ -357,8 +368,11 @@ def main() -> int:
     ok: list[bool] = []
     try:
         print(f"goal: adapted/raw latency <= {GOAL_RATIO} at p50 and p99; 0 failed, 0 mixed")
-        for c in (int(x) for x in args.clients.split(",")):
+        for c in (int(x) for x in args.clients.split(",") if x):
             ok += run_level(url, task, texts, c, args.requests, args.rounds, deadline)
+        if args.search_requests > 0:
+            ok += _search_load.search_section(LoadConnection, work, index, task, a, texts,
+                                              args, deadline, MEASURED)
         t0 = time.perf_counter()
         stats = asyncio.run(reload_phase(url, task, texts, proc, (a, b, live),
                                          args.reload_requests, args.reloads, deadline))

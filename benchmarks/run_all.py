@@ -47,7 +47,7 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
     ("bench_ledger.py", [], ["--n", "2000", "--b1", "100", "--b2", "300"]),
     ("bench_chain.py", [], ["--questions", "20", "--skip-train", "--repeats", "1"]),
     ("bench_serve.py", [], ["--requests", "1500", "--clients", "1,8,32", "--reload-requests",
-                            "1000", "--reloads", "5"]),
+                            "1000", "--reloads", "5", "--search-requests", "600"]),
     ("bench_threads.py", [], []),
     ("bench_loop_gain.py", [str(DATA / "scifact")],
      [str(DATA / "cranfield"), "--windows", "3", "--head", "30", "--tail", "10"]),

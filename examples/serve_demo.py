@@ -6,8 +6,11 @@ through ``/v1/embeddings`` (raw vectors, unchanged) and its questions either thr
 same base URL (raw) or through ``/t/{task}/v1`` (adapted): the one line that changes.
 
 The demo task (this Python's docstrings and the shipped questions, ``tttembed.demo.export_demo``)
-is indexed, a task-wise state is learned from the labels of 80% of the questions, and
-`tttembed serve` applies it to the unseen 20%.
+is indexed, a guarded state (``--method auto``: per task the part whose judged re-search
+gains, raw where none does) is learned from the labels of 80% of the questions, and
+`tttembed serve` applies it to the unseen 20%. Unseen questions get the state's shared
+part (task-wise or global); where the guard kept the raw vectors, adapted = raw, and the
+script says so.
 
     python examples/serve_demo.py [--modules json,csv,re,...] [--port 8765]
 """
@@ -91,9 +94,10 @@ def main() -> None:
     cut = int(round(0.8 * len(ids)))
     learn_q = {ids[i]: queries[ids[i]] for i in sorted(perm[:cut])}
     unseen = {ids[i]: queries[ids[i]] for i in sorted(perm[cut:])}
-    state = tt.learn(index, learn_q, scorer=f"qrels:{folder}", scope="task",
+    state = tt.learn(index, learn_q, scorer=f"qrels:{folder}", method="auto",
                      task=folder.name, budget=10)
-    path = state.save(work / "task.npz")
+    path = state.save(work / "auto.npz")
+    shared = (state.selection or {}).get("shared", {})
     proc = start(work / "index", path, args.port)
     try:
         base = f"http://127.0.0.1:{args.port}"
@@ -114,6 +118,10 @@ def main() -> None:
     judged = {q: qrels[q] for q in unseen if q in qrels}
     print(f"{len(corpus)} documents; state learned on {len(learn_q)} questions, "
           f"evaluated on {len(judged)} unseen ones")
+    for task, part in shared.items():
+        print(f"task {task}: unseen questions get the {part} part" + (
+            " (the guard found no gain for it: the raw vectors, so adapted = raw)"
+            if part == "raw" else " (the guard's choice)"))
     for name, run in runs.items():
         print(f"{name:<40} nDCG@10 {tt.run_metrics(judged, run)['ndcg@10']:.4f}")
 

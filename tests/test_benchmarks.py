@@ -23,7 +23,7 @@ BENCH = ROOT / "benchmarks"
 TOOLS = ROOT / "tools"
 DATA = ROOT.parent / "shared" / "data"
 #: benchmarks/ modules that are not scripts of their own (run_all.py has its own test)
-HELPERS = {"_support.py", "_loop_support.py", "claims.py", "run_all.py"}
+HELPERS = {"_support.py", "_loop_support.py", "_search_load.py", "claims.py", "run_all.py"}
 MODULES = ("json", "csv", "re", "pathlib", "shutil", "functools")  # 141 docs, 14 queries
 SLOW_S = 240  # most seconds one script may take here before the test fails
 
@@ -134,6 +134,14 @@ def test_the_adapted_search_benchmark(tmp_path, env, tiny):
     assert all(row["measured"] is not None for row in rows), rows
 
 
+def test_the_adapter_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_adapter.py", ["--synthetic", "--repeats", "1", "--queries", "20",
+                                         "--docs", "200", "--requests", "50"], env, claims)
+    rows = reported(r, claims, least=4, miss_exits_1=True)
+    assert sum(row["measured"] is not None for row in rows) == 3, rows
+
+
 def test_the_embedding_benchmark(tmp_path, env, tiny):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_embed_index_search.py", ["--data", str(tiny), "--docs", "8",
@@ -165,9 +173,13 @@ def test_the_serve_benchmark(tmp_path, env):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_serve.py", ["--modules", "json,csv", "--requests", "24",
                                        "--clients", "2", "--rounds", "1", "--reload-requests",
-                                       "60", "--reloads", "2"], env, claims)
+                                       "60", "--reloads", "2", "--search-requests", "12",
+                                       "--search-clients", "2"], env, claims)
     rows = reported(r, claims, least=2, miss_exits_1=True)
     assert "reloads: 2 swaps" in r.stdout, r.stdout
+    for name in ("[task state]", "[auto state]", "[task state, --registry]"):
+        assert f"{name}   2 clients     12 req" in r.stdout, r.stdout
+    assert any(row["claim"].startswith("serve search --registry") for row in rows), rows
     assert rows[-1]["claim"].startswith("serve: failed or mixed") and \
         rows[-1]["measured"] == 0, rows
 
@@ -186,7 +198,8 @@ def test_the_loop_gain_benchmark(tmp_path, env, tiny, tiny_index):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_loop_gain.py",
             [str(tiny), "--index", str(tiny_index), "--windows", "2", "--head", "4", "--tail",
-             "2", "--adversarial", "1", "--learn-every", "8", "--idle-s", "0.3", "--settle",
+             "2", "--adversarial", "1", "--learn-every", "8", "--min-queries", "2",
+             "--idle-s", "0.3", "--settle",
              "0.5", "--probe-rps", "5", "--idle-timeout", "60", "--json",
              str(tmp_path / "loop.json")], env, claims)
     rows = reported(r, claims, least=8, miss_exits_1=True)
@@ -219,7 +232,20 @@ def test_the_allocation_benchmark(tmp_path, env, tiny):
     r = run(BENCH / "bench_allocation.py", ["--data-root", str(tiny.parent), "--tasks",
                                             tiny.name, "--budgets", "1"], env, claims)
     assert "skipped" not in r.stdout, r.stdout
+    assert f"k-NN graph of {tiny.name}" in r.stdout, r.stdout  # built before the timing
     reported(r, claims, least=1, miss_exits_1=True)
+
+
+def test_the_clicks_benchmark(tmp_path, env, tiny):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_clicks.py", ["--data-root", str(tiny.parent), "--tasks", tiny.name,
+                                        "--searches", "1500", "--runs", "2", "--bot-runs", "1",
+                                        "--max-searches", "2000", "--json",
+                                        str(tmp_path / "clicks.json")], env, claims)
+    assert "skipped" not in r.stdout, r.stdout
+    rows = reported(r, claims, least=8)
+    assert all(f"({tiny.name}, eta 1)" in row["claim"] for row in rows), rows
+    assert len(json.loads((tmp_path / "clicks.json").read_text())["tasks"]) == 1
 
 
 def test_the_rerank_scaling_benchmark(tmp_path, env):
@@ -293,12 +319,15 @@ def test_the_reward_sweep_on_one_tiny_task(tmp_path, env, tiny):
 
 def test_the_fault_matrix_on_two_cases(tmp_path, env):
     # two plain cases: pytest's third-party plugins are not loaded (a faster collection)
-    r = run(TOOLS / "fault_matrix.py", ["-k", "redaction_happens_before_truncation or "
+    r = run(BENCH / "fault_matrix.py", ["-k", "redaction_happens_before_truncation or "
                                         "malformed_json_is_one_clear_error"],
             {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "2 cases: 2 OK, 0 FAIL", r.stdout
     assert "expected: " in r.stdout
+    # the older path is the same entry
+    r = run(TOOLS / "fault_matrix.py", ["--help"], env)
+    assert r.returncode == 0 and "fault" in r.stdout.lower(), r.stdout + r.stderr
 
 
 def test_the_durability_check_with_one_kill(tmp_path, env):

@@ -11,7 +11,15 @@ from tttembed.core.errors import ConfigError
 
 def test_explicit_then_environment_then_measured(monkeypatch):
     monkeypatch.setenv(devices.THREADS_ENV, "3")
-    assert devices.thread_count(2) == 2 and devices.thread_count() == 3
+    with monkeypatch.context() as m:  # a 4-CPU process
+        m.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+        assert devices.thread_count(2) == 2 and devices.thread_count() == 3
+        # more than the process may use: capped at its CPUs, with a warning
+        with pytest.warns(RuntimeWarning, match="more than the 4 CPUs"):
+            assert devices.thread_count(99999) == 4
+        m.setenv(devices.THREADS_ENV, "99999")
+        with pytest.warns(RuntimeWarning, match="99999 is more than the 4 CPUs"):
+            assert devices.thread_count() == 4
     monkeypatch.setenv(devices.THREADS_ENV, "many")
     with pytest.raises(ConfigError, match="TTTEMBED_THREADS='many'"):
         devices.thread_count()

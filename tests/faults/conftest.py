@@ -1,7 +1,7 @@
 """Fault-injection suite: real processes, SIGKILL at named points, concurrent writers,
 reader loops, corrupt files, a small tmpfs.
 
-Each test's docstring states the expected behaviour; ``tools/fault_matrix.py`` runs
+Each test's docstring states the expected behaviour; ``benchmarks/fault_matrix.py`` runs
 the suite and prints one row per test (case, expected, observed, OK/FAIL). Helpers:
 
 - :func:`run_py`: run Python code in a fresh process (repo root on ``sys.path``), with

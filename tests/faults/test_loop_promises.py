@@ -51,7 +51,7 @@ def _loop(world_: dict[str, Any], reg: Path, url: str, **kw: Any) -> Any:
 
     return Loop(LoopConfig(registry=str(reg), index=str(world_["root"] / "index"),
                            judge=f"rerank:test@{url}", corpus=str(world_["corpus"]),
-                           judge_rpm=60_000, **kw))
+                           judge_rpm=60_000, **{"min_queries": 2, **kw}))
 
 
 def _traffic(store: Any, world_: dict[str, Any], tag: str) -> None:

@@ -84,6 +84,7 @@ def _loop(world: dict[str, Any], tmp_path: Path, server: LocalOpenAIServer, **kw
     from tttembed.loop.config import LoopConfig
     from tttembed.loop.run import Loop
 
+    kw.setdefault("min_queries", 2)  # this world has 8 queries (the default needs 20)
     config = LoopConfig(registry=str(tmp_path / "reg"), index=str(world["root"] / "index"),
                         judge=f"rerank:test@{server.url}", corpus=str(world["corpus"]),
                         judge_rpm=60_000, **kw)

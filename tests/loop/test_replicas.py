@@ -102,7 +102,7 @@ def _proc_state(pid: int) -> str:
 
 def _learner_args(w: dict[str, Any], reg: Path, judge: str) -> list[str]:
     return ["--judge", judge, "--judge-budget", "500", "--judge-rpm", "60000",
-            "--learn-every", "200", "--corpus", str(w["corpus"])]
+            "--learn-every", "200", "--min-queries", "2", "--corpus", str(w["corpus"])]
 
 
 def _traffic_then_promotion(urls: list[str], procs: list[subprocess.Popen],

@@ -159,7 +159,8 @@ def test_with_several_tasks_global_is_left_out_when_the_scopes_exclude_it(tmp_pa
 
 def test_scopes_none_and_every_scope_give_the_same_state(tmp_path):
     a, _ = _auto(tmp_path, "helpful", ["a", "b"], 3)
-    b, _ = _auto(tmp_path, "helpful", ["a", "b"], 3, scopes=("global", "task", "query"))
+    b, _ = _auto(tmp_path, "helpful", ["a", "b"], 3,
+                 scopes=("global", "task", "adapter", "query", "neighbour"))
     assert a.keys == b.keys and a.selection == b.selection
     np.testing.assert_array_equal(a.vectors, b.vectors)
 

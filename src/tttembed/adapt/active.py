@@ -127,11 +127,11 @@ def _offers(qid: str, st: _QueryState, taken: set[Pair]) -> list[tuple[float, in
     return out
 
 
-def _expand(states: Mapping[str, _QueryState], neighbours: Neighbours | None) -> None:
+def _expand(states: Mapping[str, _QueryState], neighbours: Neighbours | None) -> list[str]:
     """Offer the corpus neighbours of each deepened query's best-rewarded document (once
-    a document)."""
+    a document); returns the queries that were offered some."""
     if neighbours is None:
-        return
+        return []
     todo: list[Pair] = []
     for qid, st in states.items():
         best = st.best()
@@ -144,12 +144,21 @@ def _expand(states: Mapping[str, _QueryState], neighbours: Neighbours | None) ->
         have = set(st.judged) | set(st.graph)
         near = found.get((qid, best), ())
         st.graph += [d for d in list(near)[:ACTIVE_NEIGHBOURS] if d not in have]
+    return [qid for qid, _ in todo]
+
+
+Offer = tuple[float, int, int, Pair]
 
 
 def _round(states: dict[str, _QueryState], position: Mapping[str, int], size: int,
-           taken: set[Pair]) -> list[Pair]:
-    offers = [(-p, position[q], rank, (q, d)) for q, st in states.items()
-              for p, rank, (q, d) in _offers(q, st, taken)]
+           taken: set[Pair], cache: dict[str, list[Offer]]) -> list[Pair]:
+    """The next ``size`` pairs. ``cache`` holds each query's offers until the caller drops
+    them (a query's offers change only when its own pairs are judged or it gains graph
+    neighbours), so a round recomputes the queries the previous one touched."""
+    for q, st in states.items():
+        if q not in cache:
+            cache[q] = [(-p, position[q], rank, pair) for p, rank, pair in _offers(q, st, taken)]
+    offers = [o for q in states for o in cache[q]]
     offers.sort()
     out: dict[Pair, None] = {}  # a neighbour that is also a base candidate: offered twice
     for *_, pair in offers:
@@ -176,10 +185,11 @@ def active_sequence(order: Sequence[tuple[int, str]] | Sequence[str], candidates
     position = {q: i for i, q in enumerate(qids)}
     seq: list[Pair] = []
     taken: set[Pair] = set()
+    cache: dict[str, list[Offer]] = {}
     while len(seq) < want:
         size = min(want - len(seq), max(math.ceil(len(qids) / 20),
                                         math.ceil(ACTIVE_GROWTH * len(seq)), 1))
-        new = _round(states, position, size, taken)
+        new = _round(states, position, size, taken, cache)
         if not new:
             break
         answers = judge(new)
@@ -189,8 +199,10 @@ def active_sequence(order: Sequence[tuple[int, str]] | Sequence[str], candidates
             taken.add((q, d))
             while st.frontier < len(st.base) and (q, st.base[st.frontier]) in taken:
                 st.frontier += 1
+            cache.pop(q, None)
         seq += new
-        _expand(states, neighbours)
+        for q in _expand(states, neighbours):
+            cache.pop(q, None)
     return [seq[:B] for B in budgets]
 
 

@@ -40,7 +40,12 @@ from typing import Any
 import numpy as np
 
 from tttembed.adapt.optimize import RewardBatch, learn_vectors
-from tttembed.adapt.scopes import alpha_from_counts, check_scope, group_key, make_groups
+from tttembed.adapt.scopes import (
+    alpha_from_counts,
+    group_key,
+    make_groups,
+    sharing,
+)
 from tttembed.core.errors import ConfigError
 from tttembed.types import ALPHA_MODES
 
@@ -301,8 +306,9 @@ def _held_out(x: np.ndarray, zs: Sequence[np.ndarray], rs: Sequence[np.ndarray],
               folds: int, metric: str, rng: np.random.Generator,
               callback: Callable[[int], None] | None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Per held-out query scored: the gain of each alpha, its task, the raw score."""
-    check_scope(scope)
+    """Per held-out query scored: the gain of each alpha, its task, the raw score (an
+    adapter or neighbour state: the estimate of its groups' vectors, task or query)."""
+    scope = sharing(scope)
     if metric not in CV_METRICS:
         raise ConfigError(f"unknown cross-validation metric {metric!r}; choose one of: "
                           f"{', '.join(CV_METRICS)}")

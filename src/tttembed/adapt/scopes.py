@@ -6,7 +6,11 @@ A group owns one vector ``v_g``. Scopes (METHOD.md Part 1, "The learned state"):
   tasks uniformly: ``w_q = 1 / (n_tasks * n_task(q))``;
 - ``"task"``: one group per task, key = the task name; ``w_q = 1 / n_g``;
 - ``"query"``: one group per query text, key ``"<task>/#<digest>"`` (:func:`query_key`:
-  the digest of the normalised text, :func:`query_digest`); ``w_q = 1``.
+  the digest of the normalised text, :func:`query_digest`); ``w_q = 1``;
+- ``"adapter"``: the task groups, each with a low-rank query-side map besides its vector
+  (:mod:`tttembed.adapt.adapter`); ``"neighbour"``: the query groups, whose vectors also
+  serve unseen queries close to them (:mod:`tttembed.adapt.neighbour`). :func:`sharing`
+  names the groups each learns.
 
 Query-wise keys name a query by its *text*, never by its id: ids are file-local (two
 query files both have a ``q01``) and live traffic carries texts, so a query-wise state
@@ -40,7 +44,11 @@ PRECEDENCE: tuple[str, ...] = ("query", "task", "global")
 #: The scope of a state file: one sharing scope, or ``"mixed"`` (``--method auto``: task
 #: keys and query keys in one file; a query's own key wins over its task's).
 MIXED = "mixed"
-STATE_SCOPES: tuple[str, ...] = (*SCOPES, MIXED)
+#: Scopes that learn more than additive vectors, with the sharing scope of their groups.
+EXTRA_SCOPES: dict[str, str] = {"adapter": "task", "neighbour": "query"}
+#: Every scope ``learn --scope`` takes.
+LEARN_SCOPES: tuple[str, ...] = (*SCOPES, *EXTRA_SCOPES)
+STATE_SCOPES: tuple[str, ...] = (*LEARN_SCOPES, MIXED)
 
 
 class Groups(NamedTuple):
@@ -62,9 +70,15 @@ class Groups(NamedTuple):
 
 
 def check_scope(scope: str) -> str:
-    if scope not in SCOPES:
-        raise ConfigError(f"unknown scope {scope!r}; choose one of: {', '.join(SCOPES)}")
+    if scope not in LEARN_SCOPES:
+        raise ConfigError(f"unknown scope {scope!r}; choose one of: {', '.join(LEARN_SCOPES)}")
     return scope
+
+
+def sharing(scope: str) -> str:
+    """The sharing scope whose groups ``scope`` learns (``adapter``: task, ``neighbour``:
+    query; the others themselves)."""
+    return EXTRA_SCOPES.get(check_scope(scope), scope)
 
 
 def check_state_scope(scope: str) -> str:
@@ -78,7 +92,7 @@ def check_state_scope(scope: str) -> str:
 def key_scopes(scope: str) -> tuple[str, ...]:
     """The sharing scopes whose keys a state of ``scope`` looks up, in precedence order
     (a mixed state: a query's own key, then its task's)."""
-    return ("query", "task") if scope == MIXED else (check_scope(scope),)
+    return ("query", "task") if scope == MIXED else (sharing(scope),)
 
 
 def precedence(scope: str) -> int:
@@ -105,7 +119,7 @@ def query_key(task: str, text: str) -> str:
 
 def group_key(scope: str, task: str, text: str) -> str:
     """The key of the group that the query ``text`` of ``task`` belongs to under ``scope``."""
-    check_scope(scope)
+    scope = sharing(scope)
     if scope == "global":
         return GLOBAL_KEY
     if scope == "task":
@@ -116,9 +130,23 @@ def group_key(scope: str, task: str, text: str) -> str:
 def query_keys(scope: str, texts: Sequence[str], tasks: Sequence[str]) -> list[str]:
     """Group key of every query (rewarded or not), from its text and task: what
     :func:`apply_state` looks up. The one lookup of search, serving, MTEB and the
-    framework adapters."""
+    framework adapters. One pass over the batch (:func:`group_key` of each query): the
+    scope resolved once, task and global keys without per-query work, query keys from
+    :func:`query_digests`."""
     _check_inputs(texts, tasks)
-    return [group_key(scope, t, q) for q, t in zip(texts, tasks)]
+    scope = sharing(scope)
+    if scope == "global":
+        return [GLOBAL_KEY] * len(texts)
+    if scope == "task":
+        return list(tasks)
+    return [f"{t}/#{d}" for t, d in zip(tasks, query_digests(texts))]
+
+
+def query_digests(texts: Sequence[str]) -> list[str]:
+    """:func:`query_digest` of every text, in one pass (an ASCII text is already NFC)."""
+    nfc, sha = unicodedata.normalize, hashlib.sha256
+    return [sha(" ".join((t if t.isascii() else nfc("NFC", t)).split())
+                .encode("utf-8", "surrogatepass")).hexdigest()[:16] for t in texts]
 
 
 def make_groups(scope: str, qids: Sequence[str], tasks: Sequence[str],
@@ -129,7 +157,7 @@ def make_groups(scope: str, qids: Sequence[str], tasks: Sequence[str],
     scope, whose groups are texts). Groups are numbered in order of first appearance, so
     the result is deterministic for a given row order.
     """
-    check_scope(scope)
+    scope = sharing(scope)
     _check_inputs(qids, tasks)
     if scope == "query" and (texts is None or len(texts) != len(qids)):
         raise ConfigError("query-wise groups are keyed by query text: give one text per "

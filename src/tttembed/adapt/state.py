@@ -36,11 +36,13 @@ from typing import Any, Union
 import numpy as np
 
 from tttembed._version import __version__
+from tttembed.adapt.parts import StateParts, read_parts
 from tttembed.adapt.scopes import (
     GLOBAL_KEY,
     MIXED,
     QUERY_KEY,
     check_state_scope,
+    key_scopes,
 )
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 from tttembed.core.io import (
@@ -106,6 +108,7 @@ class AdaptState:
     audit: dict[str, Any] | None = field(default=None, repr=False)
     method: str = ""
     selection: dict[str, Any] | None = field(default=None, repr=False)
+    parts: StateParts = field(default_factory=StateParts, repr=False)
 
     def __post_init__(self) -> None:
         check_state_scope(self.scope)
@@ -129,8 +132,10 @@ class AdaptState:
         if ((alpha < 0) | (alpha > 1)).any():
             raise DataError("state alphas must lie in [0, 1]")
         created = self.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        parts = self.parts.checked(g, int(self.dim))
         for name, value in (("keys", keys), ("vectors", vectors), ("alpha", alpha),
-                            ("n_g", n_g), ("dim", int(self.dim)), ("created", created)):
+                            ("n_g", n_g), ("dim", int(self.dim)), ("created", created),
+                            ("parts", parts)):
             object.__setattr__(self, name, value)
 
     def manifest(self) -> dict[str, Any]:
@@ -147,6 +152,7 @@ class AdaptState:
             "crossval": self.crossval, "rewarded": list(self.rewarded),
             "query_ids": list(self.query_ids), "audit": self.audit,
             "method": self.method, "selection": self.selection,
+            **({"parts": self.parts.describe()} if not self.parts.empty else {}),
         }
 
     @property
@@ -158,7 +164,7 @@ class AdaptState:
     def _tasks(self) -> tuple[str, ...]:
         if self.scope == "global":
             return ("*",)
-        if self.scope == "task":
+        if key_scopes(self.scope) == ("task",):
             return self.keys
         return tuple(dict.fromkeys(k.split("/", 1)[0] for k in self.keys))
 
@@ -218,7 +224,8 @@ def save_state(path: PathLike, state: AdaptState, *,
     manifest = state.manifest()
     keys = np.array(state.keys, dtype=str)
     arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
-              "keys": keys, "manifest": np.array(json.dumps(manifest, sort_keys=True))}
+              "keys": keys, "manifest": np.array(json.dumps(manifest, sort_keys=True)),
+              **state.parts.arrays()}
     sidecar = p.with_suffix(".json")
     with writer_lock(p):
         refuse_existing(p, overwrite, "state file")
@@ -240,14 +247,7 @@ def load_state(
     p = state_path(path)
     if not p.is_file():
         raise DataError("state file not found", path=p, fix="run `tttembed learn` to make one")
-    try:
-        with np.load(p, allow_pickle=False) as data:
-            manifest = json.loads(str(data["manifest"][()]))
-            arrays = {k: np.array(data[k]) for k in ("vectors", "alpha", "n_g", "keys")}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
-            json.JSONDecodeError) as exc:
-        raise DataError(f"not a readable state file ({type(exc).__name__})", path=p,
-                        fix="write it again with `tttembed learn`") from exc
+    manifest, arrays, parts = _read(p)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise DataError(f"unknown state format (expected {FORMAT})", path=p)
     try:
@@ -270,7 +270,7 @@ def load_state(
             rewarded=tuple(str(d) for d in manifest.get("rewarded", ())),
             query_ids=tuple(str(q) for q in manifest.get("query_ids", ())),
             audit=manifest.get("audit"), method=str(manifest.get("method") or ""),
-            selection=manifest.get("selection"),
+            selection=manifest.get("selection"), parts=parts,
         )
     except StateMismatch as exc:
         raise StateMismatch(f"{p}: {exc}") from exc
@@ -290,6 +290,21 @@ def load_state(
             "learn a state with this embedder"
         )
     return state
+
+
+def _read(p: Path) -> tuple[Any, dict[str, np.ndarray], StateParts]:
+    """A state file's manifest, arrays and parts, or a DataError naming the file."""
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            manifest = json.loads(str(data["manifest"][()]))
+            arrays = {k: np.array(data[k]) for k in ("vectors", "alpha", "n_g", "keys")}
+            return manifest, arrays, read_parts(data)
+    except DataError as exc:
+        raise DataError(str(exc), path=p, fix="write it again with `tttembed learn`") from exc
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
+            json.JSONDecodeError) as exc:
+        raise DataError(f"not a readable state file ({type(exc).__name__})", path=p,
+                        fix="write it again with `tttembed learn`") from exc
 
 
 def check_loaded(manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
@@ -330,7 +345,8 @@ def check_query_keys(scope: str, keys: Sequence[str]) -> None:
     if scope == MIXED:
         bad = [k for k in keys if "/" in k and not QUERY_KEY.fullmatch(k)]
     else:
-        bad = [k for k in keys if not QUERY_KEY.fullmatch(k)] if scope == "query" else []
+        query = key_scopes(scope) == ("query",)
+        bad = [k for k in keys if not QUERY_KEY.fullmatch(k)] if query else []
     if bad:
         raise StateMismatch(
             f"query-wise key {bad[0]!r} does not name a query text ('<task>/#<digest>'): "

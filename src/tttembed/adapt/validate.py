@@ -113,6 +113,8 @@ def task_gains(deltas: Mapping[str, np.ndarray], tasks: Sequence[str], *, n_boot
 
 def best_method(gains: Mapping[str, Mapping[str, float]], default: str) -> str:
     """The method with the largest mean gain among those whose interval lies above 0
-    (the first listed on a tie), else ``default``."""
-    shown = [(g["gain"], -i, m) for i, (m, g) in enumerate(gains.items()) if g["ci_low"] > 0]
+    over at least 2 queries (one query has no interval), the first listed on a tie;
+    else ``default``."""
+    shown = [(g["gain"], -i, m) for i, (m, g) in enumerate(gains.items())
+             if g["ci_low"] > 0 and g.get("queries", 2) >= 2]
     return max(shown)[2] if shown else default

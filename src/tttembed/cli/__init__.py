@@ -40,8 +40,10 @@ ALIASES: dict[str, dict[str, str | None]] = {
 
 
 def rewrite_aliases(args: list[str]) -> list[str]:
-    """Old option spellings -> the current ones, with a note on stderr for each."""
-    words = [a for a in args if not a.startswith("-")]
+    """Old option spellings -> the current ones, with a note on stderr for each (the root
+    options in front, ``--threads N``, are not the command)."""
+    rest = args[2:] if args[:1] == ["--threads"] else args
+    words = [a for a in rest if not a.startswith("-")]
     command = " ".join(words[:2]) if words[:1] == ["chain"] else (words[0] if words else "")
     table = ALIASES.get(command, {})
     out: list[str] = []
@@ -65,7 +67,34 @@ class AliasGroup(TyperGroup):
         args = list(sys.argv[1:] if args is None else args)
         if args[:2] == ["index", "show"]:  # `index` builds; `index show X` inspects
             args = ["index-show", *args[2:]]
-        return super().main(rewrite_aliases(hoist_threads(args)), *a, **kw)
+        args = rewrite_aliases(hoist_threads(args))
+        if "--json" not in args or not kw.pop("standalone_mode", True):
+            return super().main(args, *a, **kw)
+        return _json_main(super().main, args, *a, **kw)
+
+
+def _json_main(run: Any, args: list[str], *a: Any, **kw: Any) -> Any:
+    """A ``--json`` line: a usage error (an unknown option, a bad value) is also one JSON
+    document on stdout, ``{"error": ...}``, beside click's message on stderr."""
+    from tttembed.cli._common import emit_json, is_usage_error, json_written
+
+    before = json_written()
+    try:
+        code = run(args, *a, standalone_mode=False, **kw)
+    except typer.Abort:
+        if json_written() == before:
+            emit_json({"error": "aborted"})
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    except Exception as exc:
+        if not is_usage_error(exc):
+            raise
+        usage: Any = exc  # one of typer's click exceptions (format_message, show)
+        if json_written() == before:
+            emit_json({"error": usage.format_message()})
+        usage.show()
+        sys.exit(usage.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def hoist_threads(args: list[str]) -> list[str]:
@@ -131,4 +160,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except BrokenPipeError:  # stdout closed outside a command (``--help | head -1``)
+        from tttembed.cli._common import quiet_pipe_exit
+
+        sys.exit(quiet_pipe_exit().exit_code)

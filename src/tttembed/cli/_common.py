@@ -42,10 +42,9 @@ def _width(stream: Any) -> int | None:
 console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False)
 
-#: Printed under every metrics table (one scale everywhere: 0-1, 4 decimals, as trec_eval).
-LEGEND = ("legend: nDCG@10, recall@100, MRR@10 = trec_eval means over judged queries "
-          "(0-1); b = rewards per query; alpha = n/(n+1), n = rewarded queries behind a "
-          "vector")
+#: Printed under every metrics table (one scale everywhere: 0-1, 4 decimals, as trec_eval);
+#: a table with more columns adds what they mean (eval: b and alpha).
+LEGEND = "legend: nDCG@10, recall@100, MRR@10 = trec_eval means over judged queries (0-1)"
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -122,6 +121,9 @@ def describe(exc: BaseException) -> str | None:
         detail = " ".join(str(exc).split()).rpartition("Error: ")[2] or _first_line(exc)
         return (f"FAISS could not read or write{at}: {detail[:200]} (a truncated or corrupt "
                 "index file; rebuild it with 'tttembed index DATA --out INDEX --overwrite')")
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"{where or 'an input file'}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}"
+                f" at offset {exc.start}: {exc.reason}) (save it as UTF-8)")
     if isinstance(exc, OSError):
         return _os_error(exc)
     return None
@@ -142,6 +144,10 @@ def summarised_warnings() -> Iterator[None]:
 
 
 def _print_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
+    for w in caught:
+        if w.category.__name__ == "JudgeCheck":  # tttembed.ttt.sanity: a note, not a fault
+            print(f"judge check: {w.message}", file=sys.stderr)
+    caught = [w for w in caught if w.category.__name__ != "JudgeCheck"]
     judged = [w for w in caught if w.category.__name__ == "JudgeWarning"]
     if judged:
         first = str(judged[0].message)
@@ -155,23 +161,108 @@ def _print_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
 def handle_errors(func: F) -> F:
     """Map every error a user can cause (ours, OSError, corrupt SQLite/JSON/FAISS/safetensors
     files, refused pickles, truncated files) to one line on stderr with the path and a fix:
-    exit 1, no traceback. Ctrl-C exits 130."""
+    exit 1, no traceback. Ctrl-C exits 130; a closed stdout (``| head``) ends quietly, exit
+    141 as Unix tools do. With ``--json`` (``as_json``), stdout holds exactly one JSON
+    document, the command's or ``{"error": ...}`` (:func:`json_stdout`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            with summarised_warnings():
-                return func(*args, **kwargs)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
-        except Exception as exc:
-            message = describe(exc)
-            if message is None:
+        with json_stdout(bool(kwargs.get("as_json"))) as doc:
+            try:
+                with summarised_warnings():
+                    return func(*args, **kwargs)
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                doc.error("interrupted")
+                raise typer.Exit(130) from None
+            except typer.Exit as exc:
+                if exc.exit_code:
+                    doc.error(f"exit status {exc.exit_code} (the message is on stderr)")
                 raise
-            raise _fail(message, 1) from None
+            except Exception as exc:
+                if is_usage_error(exc):  # typer.BadParameter & co: click prints them
+                    usage: Any = exc
+                    doc.error(str(usage.format_message()))
+                    raise
+                if closed_pipe(exc):
+                    raise quiet_pipe_exit() from None
+                message = describe(exc)
+                if message is None:
+                    raise
+                doc.error(message)
+                raise _fail(message, 1) from None
 
     return cast(F, wrapper)
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of click's own (a usage error, a bad parameter): typer
+    ships its own copy of click, so it is told by its interface."""
+    return callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code")
+
+
+def closed_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write to a closed pipe (``tttembed ... | head -2``)."""
+    return isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
+def quiet_pipe_exit() -> typer.Exit:
+    """End quietly after the reader of stdout went away: stdout points at /dev/null (so
+    that Python's flush at exit cannot fail again), exit status 141 (128 + SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return typer.Exit(141)
+
+
+class _JsonDocument:
+    """The one JSON document of a ``--json`` run: written to the stdout saved at its start
+    (while the command runs, ``sys.stdout`` is stderr, so no stray line reaches it); an
+    error writes ``{"error": ...}`` unless the command's document is already out."""
+
+    def __init__(self, enabled: bool, out: Any) -> None:
+        self.enabled, self.out, self.written = enabled, out, False
+
+    def write(self, document: Mapping[str, Any]) -> None:
+        self.written = True
+        _WRITTEN.append(True)
+        self.out.write(json.dumps(_finite(document), indent=2, sort_keys=False) + "\n")
+        self.out.flush()
+
+    def error(self, message: str) -> None:
+        if self.enabled and not self.written:
+            self.write({"error": message})
+
+
+_DOCUMENTS: list[_JsonDocument] = []
+_WRITTEN: list[bool] = []  # one entry per JSON document written by this process
+
+
+def json_written() -> int:
+    """How many ``--json`` documents this process wrote (the root's usage errors add
+    ``{"error": ...}`` only when the command wrote none)."""
+    return len(_WRITTEN)
+
+
+@contextmanager
+def json_stdout(enabled: bool) -> Iterator[_JsonDocument]:
+    """With ``--json``: ``sys.stdout`` is stderr while the command runs (prints, the
+    console, libraries), and :func:`emit_json` writes to the real stdout."""
+    doc = _JsonDocument(enabled, sys.stdout)
+    if not enabled:
+        yield doc
+        return
+    _DOCUMENTS.append(doc)
+    before = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        yield doc
+    finally:
+        sys.stdout = before
+        _DOCUMENTS.remove(doc)
 
 
 def http_embedder_for_index(handle: Any, cache_dir: Any, timeout: float | None = None,
@@ -331,19 +422,24 @@ def print_metrics(results: Mapping[str, tuple[Mapping[str, Any], Mapping[str, An
 def emit_json(document: Mapping[str, Any]) -> None:
     """The one JSON document of a ``--json`` run, on the real stdout (finite floats; NaN
     and infinities become null)."""
+    if _DOCUMENTS:
+        _DOCUMENTS[-1].write(document)
+        return
+    sys.stdout.write(json.dumps(_finite(document), indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither)."""
     import math
 
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, Mapping):
-            return {str(k): clean(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v) for v in value]
-        return value
-
-    sys.stdout.write(json.dumps(clean(document), indent=2, sort_keys=False) + "\n")
-    sys.stdout.flush()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 @contextmanager

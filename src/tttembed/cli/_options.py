@@ -54,6 +54,7 @@ CorpusOpt = Annotated[Optional[Path], typer.Option(
 InstructionOpt = Annotated[Optional[str], typer.Option(
     help="Reranker instruction (qwen3-reranker only).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the reward plan.")]
+RankOpt = Annotated[int, typer.Option("--rank", min=1, help="--scope adapter: the rank of each task's query-side map U V^T.")]
 LedgerOpt = Annotated[Optional[Path], typer.Option(
     help="Reward ledger (SQLite); default <cache>/ledger.sqlite.")]
 CacheOpt = Annotated[Optional[Path], typer.Option(

@@ -3,8 +3,9 @@ convention, our own paired tests), and the raw-vs-adapted table ``search`` print
 
 One row per metric: both means, the paired difference (B - A), its 95% bootstrap interval
 and the two-sided paired randomization p-value (:mod:`tttembed.metrics.stats`), over the
-judged queries both runs answer (a query missing from a run scores 0 there, as trec_eval
-counts it)."""
+judged queries both runs answer: a judged query one run lacks is left out of both means
+(never scored 0 in one of them), and how many each run lacks is printed. An empty run is
+refused."""
 
 from __future__ import annotations
 
@@ -24,21 +25,38 @@ DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
 
 def paired_rows(qrels: Qrels, run_a: Run, run_b: Run, metrics: Sequence[str],
-                n_resamples: int = 10000) -> list[dict[str, Any]]:
-    """One dict per metric: ``metric, a, b, delta (b - a), ci_low, ci_high, p_value, n``."""
+                n_resamples: int = 10000, names: tuple[str, str] = ("A", "B")
+                ) -> list[dict[str, Any]]:
+    """One dict per metric: ``metric, a, b, delta (b - a), ci_low, ci_high, p_value, n``
+    over the judged queries both runs answer, and ``lacks_a`` / ``lacks_b``: the judged
+    queries each run lacks (left out of both means). A run that answers none of the judged
+    queries is refused (:class:`DataError`)."""
+    from tttembed.core.errors import DataError
     from tttembed.metrics.ranking import evaluated_queries, per_query_metrics
     from tttembed.metrics.stats import compare
 
     judged = evaluated_queries(qrels)
+    answers = [{q for q in judged if run.get(q)} for run in (run_a, run_b)]
+    for name, answered in zip(names, answers):
+        if not answered:
+            raise DataError(f"run {name} answers none of the {len(judged)} judged queries "
+                            "(an empty run, or another query set): nothing to compare",
+                            fix="check that the run and the judgments are of the same queries")
+    common = [q for q in judged if q in answers[0] and q in answers[1]]
+    if not common:
+        raise DataError(f"runs {names[0]} and {names[1]} answer no judged query in common",
+                        fix="check that both runs are of the same queries")
     pa = per_query_metrics(qrels, run_a, metrics)
     pb = per_query_metrics(qrels, run_b, metrics)
     rows = []
     for m in metrics:
-        c = compare({q: pb[m][q] for q in judged}, {q: pa[m][q] for q in judged},
+        c = compare({q: pb[m][q] for q in common}, {q: pa[m][q] for q in common},
                     n_resamples=n_resamples)
         rows.append({"metric": m, "a": c.mean_b, "b": c.mean_a, "delta": c.delta,
                      "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
-                     "n": c.n})
+                     "n": c.n, "judged": len(judged),
+                     "lacks_a": len(judged) - len(answers[0]),
+                     "lacks_b": len(judged) - len(answers[1])})
     return rows
 
 
@@ -53,9 +71,14 @@ def print_paired(rows: Sequence[Mapping[str, Any]], names: tuple[str, str], titl
                       f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", _p(r["p_value"]),
                       str(r["n"]))
     console.print(table)
+    lacks = [(n, rows[0].get(f"lacks_{k}", 0)) for n, k in zip(names, "ab")] if rows else []
+    if any(count for _, count in lacks):
+        console.print(f"over the {rows[0]['n']} of {rows[0]['judged']} judged queries both "
+                      "runs answer; " + ", ".join(f"{n} lacks {c}" for n, c in lacks) +
+                      " (left out of both means)")
     console.print(f"{LEGEND}; {names[1]} - {names[0]}: paired difference of the means, "
-                  "95% CI: paired bootstrap, p: two-sided paired randomization test",
-                  style="dim")
+                  "95% CI: paired bootstrap, p: two-sided paired randomization test; "
+                  "queries: judged queries both runs answer", style="dim")
 
 
 def _p(p: float) -> str:
@@ -88,7 +111,7 @@ def compare_command(
     names = metric_names(metrics)
     judgments = load_judgments(qrels)
     a, b = read_run(run_a), read_run(run_b)
-    rows = paired_rows(judgments, a, b, names, n_resamples)
+    rows = paired_rows(judgments, a, b, names, n_resamples, (f"A ({run_a})", f"B ({run_b})"))
     if as_json:
         emit_json({"run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
                    "metrics": rows})

@@ -88,7 +88,9 @@ def _report(r: Any, budget: float) -> None:
                   "  tttembed index DATA --out idx\n"
                   "  tttembed learn DATA --index idx --scorer bm25 --method auto --budget 10 "
                   "--out vectors.npz\n"
-                  "  tttembed search DATA --index idx --state vectors.npz")
+                  "  tttembed search DATA --index idx --state vectors.npz\n"
+                  "  tttembed serve --index idx --registry reg --learn --judge bm25 "
+                  "--audit qrels:DATA --min-queries 20")
 
 
 def _paired(runs: dict, qrels: dict, ids: list, c: Any, title: str) -> None:

@@ -15,6 +15,7 @@ from tttembed.cli._common import (
     LEGEND,
     console,
     emit_json,
+    err_console,
     handle_errors,
     json_mode,
     progress_group,
@@ -82,7 +83,8 @@ def print_tables(report: Any) -> None:
         if s["alpha_regret"]:
             console.print(f"alpha regret [{s['scorer']}]: " + ", ".join(
                 f"{a} {v:.4f}" for a, v in s["alpha_regret"]["regret"].items()))
-    console.print(LEGEND + "; p [CI] = paired randomisation p-value and 95% bootstrap "
+    console.print(LEGEND + "; b = rewards per query; alpha = n/(n+1), n = rewarded queries "
+                  "behind a vector; p [CI] = paired randomisation p-value and 95% bootstrap "
                   "interval of the difference", style="dim")
     few = [t["name"] for t in result["tasks"] if t["few_queries"]]
     if few:
@@ -135,9 +137,7 @@ def eval_command(
     task_list = split_list(tasks)
     if not task_list:
         raise typer.BadParameter("give at least one task", param_hint="TASKS")
-    if out is not None and out.exists() and not overwrite:
-        raise api.ConfigError(f"report folder {out} already exists; pass --overwrite to "
-                              "replace it, or choose another --out")
+    plots = _check_out(out, overwrite, no_plots)  # before the work
     options: dict[str, Any] = dict(limits=api.HttpLimits(timeout, max_retries, concurrency, rpm),
                                    executor=ray_executor(executor, ray_address, ray_actors, ray_gpus),
                                    allocation=split_list([allocation]))
@@ -154,7 +154,35 @@ def eval_command(
                               use_cell_cache=not no_cell_cache, alphas=split_list([alpha]),
                               selects=split_list([select]) if select else (),
                               progress=stage, **options)
-    _finish(report, out, plots=not no_plots, overwrite=overwrite, as_json=as_json)
+    _finish(report, out, plots=plots, overwrite=overwrite, as_json=as_json)
+    if out is not None and not no_plots and not plots:
+        err_console.print(f"note: {SKIPPED}")
+
+
+def _check_out(out: Optional[Path], overwrite: bool, no_plots: bool) -> bool:
+    """Before the work: refuse an existing --out without --overwrite; whether the plots
+    can be drawn (False, with a note, when matplotlib is missing)."""
+    from tttembed.core.errors import ConfigError
+
+    if out is not None and out.exists() and not overwrite:
+        raise ConfigError(f"report folder {out} already exists; pass --overwrite to "
+                          "replace it, or choose another --out")
+    return out is not None and not no_plots and _plots_possible()
+
+
+#: What ``eval --out`` says when matplotlib is missing (before the work, and at its end).
+SKIPPED = ("matplotlib is not installed: the plots are skipped; results.json and report.md "
+           "are written (pip install 'tttembed[report]' for the plots)")
+
+
+def _plots_possible() -> bool:
+    """Whether matplotlib imports (checked before the work; a note when it does not)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        err_console.print(f"note: {SKIPPED}")
+        return False
+    return True
 
 
 def _finish(report: Any, out: Optional[Path], *, plots: bool, overwrite: bool,

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from tttembed.cli._common import (
-    LEGEND,
     console,
     emit_json,
     handle_errors,
@@ -38,6 +37,7 @@ from tttembed.cli._options import (
     OverwriteOpt,
     QueriesArg,
     QuietOpt,
+    RankOpt,
     RayActorsOpt,
     RayAddressOpt,
     RayGpusOpt,
@@ -57,7 +57,9 @@ from tttembed.cli.compare import metric_names
 from tttembed.cli.search import raw_beside_adapted, write_runs
 from tttembed.core.io import refuse_existing
 
-SCOPE_HELP = "global (one vector), task (one per task) or query (one per rewarded query)."
+SCOPE_HELP = ("global (one vector), task (one per task), query (one per rewarded query), "
+              "adapter (per task a vector and a rank --rank query-side map) or neighbour "
+              "(query-wise vectors that unseen queries close to a rewarded one borrow).")
 
 
 def folder_qrels(spec: str, queries: Sequence[Path], split: str = "test") -> str:
@@ -100,8 +102,8 @@ def learn(
     index: IndexOpt,
     scorer: ScorerOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="State file to write (.npz, with a .json sidecar); refused if it exists, unless --overwrite.")] = Path("vectors.npz"),
-    scope: Annotated[str, typer.Option(help=SCOPE_HELP)] = "task",
-    method: Annotated[str, typer.Option("--method", help="scope: learn the --scope state (default). auto: per task, the deployable state the validation says helps (raw, global, task, query, reward-weighted Rocchio, Qdrant's naive formula), one state file; --scope is then ignored.")] = "scope",
+    scope: Annotated[str, typer.Option(help=SCOPE_HELP)] = "task", rank: RankOpt = 8,
+    method: Annotated[str, typer.Option("--method", help="scope: learn the --scope state (default). auto: per task, the deployable state the validation says helps (raw, global, task or adapter for every query; query, reward-weighted Rocchio or Qdrant's naive formula for the rewarded texts; neighbour transfer for unseen queries near them), one state file; --scope is then ignored.")] = "scope",
     allocation: Annotated[str, typer.Option("--allocation", help="waterfill: the fixed plan (seeded query order, --depth candidates each; default). active: the same number of pairs chosen in rounds as the judge answers: the least certain queries first, then the misordered ones deeper and the corpus neighbours of their best-rewarded documents.")] = "waterfill",
     budget: BudgetOpt = 10.0,
     depth: DepthOpt = 10,
@@ -130,6 +132,7 @@ def learn(
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = 1,
     ray_gpus: RayGpusOpt = 0.0,
+    trust_judge: Annotated[bool, typer.Option("--trust-judge", help="Learn even when the judge check refuses the scorer: its rewards rise toward the bottom of the base ranking's lists (an inverted judge, unless you know better).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Spend a reward budget on retrieved candidates and learn query vectors."""
@@ -145,11 +148,11 @@ def learn(
     with json_mode(as_json), progress_group(not quiet) as stage:
         state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
                           objective=objective, dry_run=dry_run, split=split, depth=depth,
-                          seed=seed, embedder=emb, corpus=corpus, alpha=alpha,
-                          folds=folds, validate_budget=validate_budget, audit=audit,
+                          seed=seed, embedder=emb, corpus=corpus, alpha=alpha, folds=folds,
+                          validate_budget=validate_budget, audit=audit, rank=rank,
                           audit_min_auc=audit_min_auc, method=method, allocation=allocation,
-                          progress=stage, executor=ray_executor(executor, ray_address,
-                                                                ray_actors, ray_gpus))
+                          trust_judge=trust_judge, progress=stage,
+                          executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
         return
@@ -157,9 +160,12 @@ def learn(
 
 
 def _plan(p: dict, budget: float, depth: int, spec: str, as_json: bool) -> None:
-    console.print(f"reward plan: {p['requested']:,} pairs (b = {budget:g}), depth {depth}; "
-                  f"already in the ledger: {p['in_ledger']:,}; to pay: {p['to_pay']:,} "
-                  f"scorer calls ({spec}). Nothing was scored.")
+    cap = int(p.get("validation_cap") or 0)
+    more = (f"; then validation (--method auto / --alpha auto): at most {cap:,} more pairs, "
+            f"so at most {p['to_pay'] + cap:,} scorer calls in all") if cap else ""
+    console.print(f"reward plan: {p['requested']:,} pairs to learn from (b = {budget:g}), "
+                  f"depth {depth}; already in the ledger: {p['in_ledger']:,}; to pay: "
+                  f"{p['to_pay']:,} scorer calls ({spec}){more}. Nothing was scored.")
     if as_json:
         emit_json({"dry_run": True, "budget": budget, "depth": depth, "pairs": p,
                    "scorer": spec})
@@ -188,29 +194,23 @@ def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
 
 
 def _summary(state: Any, path: Path) -> None:
-    import numpy as np
 
     p = state.pairs
+    held = int(p.get("missing_in_ledger", 0))
     console.print(f"pairs requested {p['requested']:,}, served from the ledger {p['cached']:,}, "
-                  f"paid {p['paid']:,}, missing {p['missing']:,}")
+                  f"paid {p['paid']:,}, missing {p['missing']:,}" + (
+                      f" ({held:,} served from the ledger with no reward: an earlier run "
+                      "got no score for them; --retry-missing asks again)" if held else ""))
     if not len(state.keys):
         console.print(f"{state.scope}-wise state -> {path}: no vector (every task keeps its "
                       "raw query vectors)")
         console.print(f"next: tttembed search DATA --index INDEX --state {path}")
         return
-    table = Table(title=f"{state.scope}-wise state -> {path}")
-    for name in ("group", "n_g", "alpha", "|v|", "final loss"):
-        table.add_column(name, justify="left" if name == "group" else "right")
-    norms = np.linalg.norm(state.vectors, axis=1)
-    shown = min(len(state.keys), 15)
-    for g in range(shown):
-        loss = "" if state.final_loss is None else f"{state.final_loss[g]:.4f}"
-        table.add_row(state.names[g], str(int(state.n_g[g])), f"{state.alpha[g]:.4f}",
-                      f"{norms[g]:.4f}", loss)
-    if len(state.keys) > shown:
-        table.add_row(f"... {len(state.keys) - shown} more", "", "", "", "")
-    console.print(table)
-    console.print(LEGEND, style="dim")
+    from tttembed.cli.inspect import groups_table, state_summary
+
+    summary = state_summary(replace(state, source=str(path)))
+    groups_table(summary["groups"], summary, title=f"{state.scope}-wise state -> {path}",
+                 shown=15)
     console.print(f"next: tttembed search DATA --index INDEX --state {path}")
 
 

@@ -12,14 +12,23 @@ from tttembed.cli._common import emit_json, handle_errors, quiet_libraries
 from tttembed.cli._options import JsonOpt
 
 RegistryOpt = Annotated[Path, typer.Option("--registry", help="The state registry folder (created when absent): versions, served.json, the learner's loop.json and, by default, the feedback store loop.sqlite.")]
-JudgeOpt = Annotated[str, typer.Option("--judge", help="Scorer spec of the background judge (rerank:MODEL@URL, llm:MODEL@URL, qwen3-reranker:PATH, cross-encoder:PATH, bm25). Judges that read judgments by query id (qrels:, noisy-qrels:) cannot score live traffic.")]
+JudgeOpt = Annotated[str, typer.Option("--judge", help="Scorer spec of the background judge (rerank:MODEL@URL, llm:MODEL@URL, qwen3-reranker:PATH, cross-encoder:PATH, bm25). Judges that read judgments by query id (qrels:, noisy-qrels:) cannot score live traffic. none: no judge, learn from clicks (POST /v1/events) and labels only, paying nothing.")]
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Feedback store shared by the replicas: postgresql://USER@HOST/DB for several, or a SQLite path; default: loop.sqlite in the registry.")]
 JudgeBudgetOpt = Annotated[int, typer.Option("--judge-budget", min=0, help="Judge pairs to pay in total (served pairs, validation and drift re-scores; pairs the ledger already holds are free).")]
 JudgeRpmOpt = Annotated[float, typer.Option("--judge-rpm", min=0.001, help="Most judge pairs a minute.")]
 LearnEveryOpt = Annotated[int, typer.Option("--learn-every", min=1, help="New rewarded pairs between learning cycles (a cycle also runs when the judge has nothing left to do).")]
 LoopScopeOpt = Annotated[str, typer.Option("--scope", help="Comma-separated parts a version may use: query (query-wise, by the query's text), task, global.")]
 LoopCorpusOpt = Annotated[Optional[Path], typer.Option("--corpus", help="The documents' texts (BEIR folder or corpus.jsonl) for the judge; default: the index's source.")]
-AuditOpt = Annotated[Optional[str], typer.Option("--audit", help="qrels:PATH of people's judgments: each cycle the judge's AUC on them is measured and a low one freezes promotions.")]
+AuditOpt = Annotated[Optional[str], typer.Option("--audit", help="qrels:FOLDER (a BEIR folder) or qrels:FOLDER/qrels/SPLIT.tsv of people's judgments: each cycle the judge's AUC on them is measured and a low one freezes promotions. Without it the judge is unaudited (a warning, and judge_audited: false in /v1/loop).")]
+JudgeDepthOpt = Annotated[int, typer.Option("--judge-depth", min=1, help="Served ranks the judge considers per query.")]
+LoopDepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Base-retrieval candidates per rewarded query when learning.")]
+DriftSampleOpt = Annotated[int, typer.Option("--drift-sample", min=0, help="Past judge pairs re-scored each cycle by the drift audit.")]
+DriftThresholdOpt = Annotated[float, typer.Option("--drift-threshold", min=0.0, max=1.0, help="Mean |old - new| reward above which promotions freeze.")]
+AuditMinAucOpt = Annotated[float, typer.Option("--audit-min-auc", min=0.0, max=1.0, help="With --audit: the lowest AUC against people before promotions freeze.")]
+ClicksOpt = Annotated[str, typer.Option("--clicks", help="How clicks (POST /v1/events) become rewards: ips (debiased for position by propensities estimated from the traffic; with a judge, combined doubly robustly), naive (the raw click-through rate, for comparison only: it rewards whatever is on top), or off.")]
+ClickSettleOpt = Annotated[float, typer.Option("--click-settle-s", min=0.0, help="Seconds after a search before its clicks are read (later clicks of it are not counted).")]
+LoopInterleaveOpt = Annotated[float, typer.Option("--interleave", min=0.0, max=1.0, help="Interleaving as the online promotion test: a version the offline check does not refuse becomes the registry's candidate, which serve --interleave P replicas interleave with the served version on P of searches; it is promoted only when the clicks' sequential test (alpha 0.05) says better, dropped when it says not. Give the replicas' P (0: promote on the offline check alone).")]
+MinQueriesOpt = Annotated[int, typer.Option("--min-queries", min=2, help="Rewarded queries the promotion's paired test needs at least (it promotes only when that test says better at alpha 0.05); fewer decide nothing.")]
 
 
 def loop_config(registry: Path | None, index: Path, judge: str | None, **kw: Any) -> Any:
@@ -44,17 +53,22 @@ def loop(
     judge_rpm: JudgeRpmOpt = 600.0,
     learn_every: LearnEveryOpt = 100,
     scope: LoopScopeOpt = "query,task",
-    judge_depth: Annotated[int, typer.Option("--judge-depth", min=1, help="Served ranks the judge considers per query.")] = 10,
-    depth: Annotated[int, typer.Option("--depth", min=1, help="Base-retrieval candidates per rewarded query when learning.")] = 100,
-    drift_sample: Annotated[int, typer.Option("--drift-sample", min=0, help="Past judge pairs re-scored each cycle by the drift audit.")] = 20,
-    drift_threshold: Annotated[float, typer.Option("--drift-threshold", min=0.0, max=1.0, help="Mean |old - new| reward above which promotions freeze.")] = 0.3,
+    judge_depth: JudgeDepthOpt = 10,
+    depth: LoopDepthOpt = 100,
+    drift_sample: DriftSampleOpt = 20,
+    drift_threshold: DriftThresholdOpt = 0.3,
     audit: AuditOpt = None,
-    audit_min_auc: Annotated[float, typer.Option("--audit-min-auc", min=0.0, max=1.0, help="With --audit: the lowest AUC against people before promotions freeze.")] = 0.6,
+    audit_min_auc: AuditMinAucOpt = 0.6,
+    min_queries: MinQueriesOpt = 20,
+    clicks: ClicksOpt = "ips",
+    click_settle_s: ClickSettleOpt = 300.0,
+    interleave: LoopInterleaveOpt = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the validation and the audit samples.")] = 0,
     nice: Annotated[int, typer.Option("--nice", min=0, max=19, help="CPU priority offset of the learner (serving first).")] = 10,
 ) -> None:
     """Run the closed loop's learner: judge served pairs, learn, validate, promote."""
     quiet_libraries()
+    from tttembed.loop.config import check_specs
     from tttembed.loop.run import run_loop
 
     config = loop_config(registry, index, judge, store=store, corpus=corpus,
@@ -62,9 +76,21 @@ def loop(
                          learn_every=learn_every, scope=scope, judge_depth=judge_depth,
                          depth=depth, drift_sample=drift_sample,
                          drift_threshold=drift_threshold, audit=audit,
-                         audit_min_auc=audit_min_auc, seed=seed, nice=nice)
+                         audit_min_auc=audit_min_auc, min_queries=min_queries, seed=seed,
+                         nice=nice, clicks=clicks, click_settle_s=click_settle_s,
+                         interleave=interleave)
+    check_specs(config)
+    warn_unaudited(config)
     typer.echo(f"learning into {registry} (Ctrl-C stops after the step in flight)", err=True)
     run_loop(config)
+
+
+def warn_unaudited(config: Any) -> None:
+    """The start-up warning of a loop whose judge nobody audits."""
+    if not config.audit and config.has_judge:
+        from tttembed.loop.failures import UNAUDITED
+
+        typer.echo(f"warning: {UNAUDITED}", err=True)
 
 
 states_app = typer.Typer(help="The versions of a state registry.", no_args_is_help=True,
@@ -82,28 +108,78 @@ def _registry(folder: Path) -> Any:
 def _line(v: Any, served: str | None) -> str:
     m = v.manifest
     ev = m.get("evidence") or {}
-    gain = (f"{ev.get('gain', 0):+.4f} [{ev.get('ci_low', 0):+.4f}, {ev.get('ci_high', 0):+.4f}]"
-            if ev else "-")
+    lo, hi = ev.get("ci_low"), ev.get("ci_high")
+    if not ev:
+        gain = "-"
+    elif lo is None or hi is None:
+        gain = f"{ev.get('gain', 0):+.4f} (no interval with fewer than 2 queries)"
+    else:
+        gain = f"{ev.get('gain', 0):+.4f} [{lo:+.4f}, {hi:+.4f}] p {ev.get('p', 1.0):.3f}"
     mark = "*" if v.name == served else " "
-    state = "promoted" if v.promoted else "refused"
+    state = f"promoted by {v.promoted_by or 'user'}" if v.promoted else "not promoted"
+    reason = m.get("reason", "")
+    if v.promoted and v.promoted_by != "learner":
+        reason = f"promoted by {v.promoted_by or 'user'} at {v.promoted_at} (learner: {reason})"
+    if v.broken:
+        return f"{mark} {v.name:<5} BROKEN: {v.broken}"
     return (f"{mark} {v.name:<5} {m.get('created', ''):<20} parent {m.get('parent') or 'raw':<5} "
-            f"{state:<8} delta {gain}  {m.get('reason', '')}")
+            f"{state:<20} delta {gain}  {reason}")
+
+
+def _budget_line(folder: Path) -> str:
+    """The loop's two budget figures, labelled (``/v1/loop``'s ``budget``)."""
+    from tttembed.loop.status import read_status
+
+    st = read_status(folder)
+    paid = f"{st.pairs_judged} of {st.judge_budget}" if st else "none"
+    ledger = "?"
+    db = folder / "loop.sqlite"
+    if db.is_file():
+        from tttembed.loop.store import SQLiteStore
+
+        store = SQLiteStore(db)
+        try:
+            ledger = str(store.counts().get("rewards", 0))
+        finally:
+            store.close()
+    return f"judge pairs paid by this loop: {paid}; rewards in the ledger: {ledger}"
 
 
 @states_app.command("list")
 @handle_errors
-def states_list(folder: DirArg, as_json: JsonOpt = False) -> None:
-    """Every version, oldest first; * marks the one served."""
+def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[bool, typer.Option("--history", help="Also list every promotion and rollback: when, what, by whom, why.")] = False) -> None:
+    """Every version, oldest first; * marks the one the registry serves. Below: what each
+    replica reported serving in the last 30 s, and (--history) promotions and rollbacks."""
     reg = _registry(folder)
-    served = reg.served()
+    survey = reg.survey()
+    served, replicas = survey.served, reg.replicas()
     if as_json:
-        emit_json({"served": served, "versions": [
+        emit_json({"served": served, "problems": survey.problems, "replicas": replicas,
+                   "history": survey.history, "versions": [
             {**dict(v.manifest), "promoted": v.promoted, "promoted_at": v.promoted_at,
-             "promoted_by": v.promoted_by} for v in reg.versions()]})
+             "promoted_by": v.promoted_by, **({"broken": v.broken} if v.broken else {})}
+            for v in survey.versions]})
         return
-    typer.echo(f"{folder}: serving {served or 'raw vectors'}")
-    for v in reg.versions():
+    typer.echo(f"{folder}: the registry serves {served or 'raw vectors'}")
+    for v in survey.versions:
         typer.echo(_line(v, served))
+    typer.echo(_budget_line(folder))
+    if replicas:
+        for r in replicas:
+            lag = "" if r.get("version") == served else "  (not the registry's version)"
+            typer.echo(f"replica {r.get('replica')}: serves {r.get('version') or 'raw'} "
+                       f"(generation {r.get('generation')}){lag}")
+    else:
+        typer.echo("replicas: none reported in the last 30 s")
+    if history:
+        typer.echo("history:")
+        for h in survey.history:
+            typer.echo(f"  {h.get('at')}  {h.get('action'):<8} {h.get('from') or 'raw'} -> "
+                       f"{h.get('version') or 'raw'}  by {h.get('by')}  {h.get('reason') or ''}")
+    if survey.problems:  # what could be read is listed above; the exit says it is not all
+        from tttembed.core.errors import DataError
+
+        raise DataError("broken registry file(s): " + "; ".join(survey.problems))
 
 
 @states_app.command("show")
@@ -124,8 +200,9 @@ def states_show(folder: DirArg, version: VersionArg, as_json: JsonOpt = False) -
 def states_promote(folder: DirArg, version: VersionArg) -> None:
     """Serve VERSION now (running servers pick it up within seconds; thaws frozen promotions)."""
     reg = _registry(folder)
-    reg.promote(version, by="user", reason="promoted by hand")
-    typer.echo(f"{folder}: serving {version}")
+    reg.promote(version, by="user", reason="promoted by hand", check=True)
+    typer.echo(f"{folder}: serving {version} (replicas follow within seconds: "
+               f"`tttembed states list {folder}` shows what each serves)")
 
 
 @states_app.command("rollback")

@@ -59,7 +59,8 @@ def raw_beside_adapted(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resam
     out = {}
     for task, qrels in adapted.qrels.items():
         if task in runs:
-            out[task] = paired_rows(qrels, raw_runs[task], runs[task], metrics, n_resamples)
+            out[task] = paired_rows(qrels, raw_runs[task], runs[task], metrics, n_resamples,
+                                    ("raw", name))
             print_paired(out[task], ("raw", name), f"{task}: raw vs {name}{leak}")
     return out
 
@@ -112,18 +113,39 @@ def search(
         emit_json(doc)
 
 
+def no_part_reason(state: Any) -> str:
+    """Why a state (its tasks those of the queries) applied to none of them: it has no
+    part for these texts, read from its manifest (a --method auto choice per task: the
+    query-wise part applies only to the texts it was learned on, the shared part kept
+    raw; or a query-wise state whose texts are other ones)."""
+    sel = state.selection or {}
+    learned = f"{len(state.rewarded):,} texts it was learned on"
+    if sel:
+        shared = sel.get("shared") or {}
+        per_task = "; ".join(
+            f"task {t}: chose {c}" + (", shared part raw" if shared.get(t) == "raw" else "")
+            for t, c in (sel.get("choice") or {}).items())
+        return (f"it has no part for these texts (its query parts apply only to the "
+                f"{learned}; {per_task}): these queries keep their raw vectors")
+    if state.scope == "query":
+        return (f"it has no part for these texts (a query-wise state applies only to the "
+                f"{learned}): these queries keep their raw vectors")
+    return "no vector of it matches these queries: they keep their raw vectors"
+
+
 def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optional[str],
             overwrite: bool, names: tuple[str, ...], n_resamples: int, tag: str
             ) -> dict[str, Any]:
-    kind = ("adapted (" + ", ".join(f"{s.scope}-wise" for s in result.applied) + ")"
-            if result.applied else "raw")
+    used = [s for s, n in result.applied.items() if n]
+    kind = "adapted (" + ", ".join(f"{s.scope}-wise" for s in used) + ")" if used else "raw"
     console.print(f"searched {len(result.qids):,} queries, {kind}, top {top_k}: encode "
                   f"{result.timings['encode_s']:.2f} s, search {result.timings['search_s']:.3f} s")
     shadowed = _shadowed(result)
     for st, n in result.applied.items():
         extra = f" (shadowed by {shadowed[st]})" if st in shadowed else ""
+        why = "" if n or st in shadowed else f": {no_part_reason(st)}"
         console.print(f"state {st.label} ({st.scope}-wise): applied to {n:,} of "
-                      f"{len(result.qids):,} queries{extra}")
+                      f"{len(result.qids):,} queries{extra}{why}")
     for st, n in result.leaked.items():
         console.print(f"note: {n:,} of these judged queries rewarded {st.label} with their "
                       f"own judgments ({st.scorer}): adapted metrics on them are not a "

@@ -4,21 +4,29 @@ states applied to the query side (``/t/{task}/v1/embeddings``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from tttembed.cli._common import handle_errors, quiet_libraries
 from tttembed.cli._options import IndexOpt, SplitOpt, TaskOpt
 from tttembed.cli.loop import (
+    AuditMinAucOpt,
     AuditOpt,
+    ClickSettleOpt,
+    ClicksOpt,
+    DriftSampleOpt,
+    DriftThresholdOpt,
     JudgeBudgetOpt,
+    JudgeDepthOpt,
     JudgeRpmOpt,
     LearnEveryOpt,
     LoopCorpusOpt,
     LoopScopeOpt,
+    MinQueriesOpt,
     StoreOpt,
     loop_config,
+    warn_unaudited,
 )
 
 
@@ -51,17 +59,26 @@ def serve(
     store: StoreOpt = None,
     corpus: LoopCorpusOpt = None,
     audit: AuditOpt = None,
+    audit_min_auc: AuditMinAucOpt = 0.6,
+    judge_depth: JudgeDepthOpt = 10,
+    drift_sample: DriftSampleOpt = 20,
+    drift_threshold: DriftThresholdOpt = 0.3,
+    min_queries: MinQueriesOpt = 20,
+    clicks: ClicksOpt = "ips",
+    click_settle_s: ClickSettleOpt = 300.0,
+    explore: Annotated[float, typer.Option("--explore", min=0.0, max=1.0, help="RandPair exploration (needs --registry): on this fraction P of searches swap one random adjacent pair of the top 10 before returning it, logged as an intervention for the position-bias estimate. Traffic cost: P of searches show one pair in the other order (0: none).")] = 0.0,
+    interleave: Annotated[float, typer.Option("--interleave", min=0.0, max=1.0, help="Interleaving as the online promotion test (needs --registry): while the registry names a candidate version, serve this fraction P of searches as a team-draft interleaving of the served version and the candidate; the learner promotes the candidate only when the clicks on them say it is better (a sequential test at alpha 0.05). Traffic cost: up to half of each interleaved list comes from the unpromoted candidate, and those searches run the search twice (0: off).")] = 0.0,
 ) -> None:
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
-    from tttembed.core.errors import ConfigError
-    from tttembed.serve import ServeConfig, run_server
+    from tttembed.serve import ServeConfig
 
-    if learn and (registry is None or not judge):
-        raise ConfigError("--learn needs --registry DIR and --judge SPEC")
-    learner = loop_config(registry, index, judge, store=store, corpus=corpus,
-                          judge_budget=judge_budget, judge_rpm=judge_rpm,
-                          learn_every=learn_every, scope=scope, audit=audit) if learn else None
+    learner = _learner(learn, registry, index, judge, store=store, corpus=corpus,
+                       judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
+                       scope=scope, audit=audit, audit_min_auc=audit_min_auc,
+                       judge_depth=judge_depth, drift_sample=drift_sample,
+                       drift_threshold=drift_threshold, min_queries=min_queries,
+                       clicks=clicks, click_settle_s=click_settle_s, interleave=interleave)
 
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()),
@@ -71,12 +88,34 @@ def serve(
         max_body_bytes=max_body_bytes,
         max_inputs=max_inputs, cache_size=cache_size, max_batch=max_batch,
         max_wait_ms=max_wait_ms, log_level=log_level.lower(),
-        registry=str(registry) if registry else None, store=store)
-    typer.echo(f"serving {index} on http://{host}:{port} (queries of task T: "
-               f"http://{host}:{port}/t/T/v1; Ctrl-C stops)", err=True)
-    if learner is None:
-        run_server(config)
-        return
-    from tttembed.serve.run import with_learner
+        registry=str(registry) if registry else None, store=store, explore=explore,
+        interleave=interleave)
+    _start(config, learner)
 
-    with_learner(config, learner)
+
+def _learner(learn: bool, registry: Optional[Path], index: Path, judge: Optional[str],
+             **kw: Any) -> Any:
+    """``--learn``'s LoopConfig (None without ``--learn``), from the one loop option list."""
+    from tttembed.core.errors import ConfigError
+
+    if not learn:
+        return None
+    if registry is None or not judge:
+        raise ConfigError("--learn needs --registry DIR and --judge SPEC")
+    return loop_config(registry, index, judge, **kw)
+
+
+def _start(config: Any, learner: Any) -> None:
+    """Check the dependencies and every spec before the port is bound, then serve (with
+    the learner beside it)."""
+    from tttembed.serve.run import preflight, run, with_learner
+
+    preflight(config, learner)
+    if learner is not None:
+        warn_unaudited(learner)
+    announce = (f"serving {config.index} on http://{config.host}:{config.port} (queries of "
+                f"task T: http://{config.host}:{config.port}/t/T/v1; Ctrl-C stops)")
+    if learner is None:
+        run(config, announce=announce)
+    else:
+        with_learner(config, learner, announce=announce)

@@ -152,19 +152,40 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=free_cpus.forget)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count`` elsewhere)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
 def thread_count(threads: int | None = None) -> int:
-    """The threads a torch model should use now (module docstring)."""
+    """The threads a torch model should use now (module docstring). An explicit count
+    (``threads``, ``--threads``, $TTTEMBED_THREADS) above the CPUs this process may use is
+    capped at them, with a warning (torch crashes on a pool of 99999 threads)."""
     if threads:
-        return max(1, int(threads))
+        return _capped(max(1, int(threads)), "--threads")
     env = os.environ.get(THREADS_ENV, "").strip()
     if env:
         try:
-            return max(1, int(env))
+            return _capped(max(1, int(env)), f"{THREADS_ENV} / --threads")
         except ValueError:
             from tttembed.core.errors import ConfigError
 
             raise ConfigError(f"{THREADS_ENV}={env!r} is not a number of threads") from None
     return free_cpus()
+
+
+def _capped(n: int, source: str) -> int:
+    cpus = usable_cpus()
+    if n <= cpus:
+        return n
+    import warnings
+
+    warnings.warn(f"{source} {n} is more than the {cpus} CPUs this process may use: "
+                  f"using {cpus} threads", RuntimeWarning, stacklevel=3)
+    return cpus
 
 
 def use_threads(threads: int | None = None) -> int:
@@ -179,4 +200,4 @@ def use_threads(threads: int | None = None) -> int:
 
 
 __all__ = ["ENV", "THREADS_ENV", "cpu_threads", "free_cpus", "one_blas_thread", "pick_device",
-           "thread_count", "use_threads"]
+           "thread_count", "usable_cpus", "use_threads"]

@@ -220,6 +220,12 @@ def load_task(path: str | Path, split: str | None = "test", name: str | None = N
     all_queries = load_beir_queries(root / "queries.jsonl")
     task_name = name if name is not None else root.resolve().name
     qrels_dir = root / "qrels"
+    if split is not None and not qrels_dir.is_dir() and os.path.lexists(qrels_dir):
+        why = ("a file, not a folder" if qrels_dir.is_file() else
+               "a link that leads nowhere (a broken link, or a loop of links)")
+        raise DataError(f"qrels is {why}: the judgments cannot be read", path=qrels_dir,
+                        fix="make qrels/ a folder of <split>.tsv files (or remove it to "
+                            "search without judgments)")
     if split is None or not qrels_dir.is_dir():
         return Task(task_name, root, corpus, all_queries, {}, None)
     if not split or "/" in split or "\\" in split or split.startswith("."):

@@ -25,16 +25,32 @@ def shown(value: object) -> str:
     return text
 
 
+#: Longest line a data file may hold, in bytes ($TTTEMBED_MAX_LINE_BYTES; default 64 MiB):
+#: a file without line ends (``/dev/zero``, a binary file) is an error, never read whole.
+MAX_LINE_ENV = "TTTEMBED_MAX_LINE_BYTES"
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+def max_line_bytes() -> int:
+    """:data:`MAX_LINE_BYTES`, or $TTTEMBED_MAX_LINE_BYTES when set to a positive integer."""
+    import os
+
+    value = os.environ.get(MAX_LINE_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else MAX_LINE_BYTES
+
+
 def read_lines(path: str | Path, *, missing_fix: str | None = None) -> list[tuple[int, str]]:
     """Non-blank lines of a UTF-8 text file as (1-based line number, line without newline).
 
     Lines are split on "\\n" only ("\\r\\n" endings are accepted; other Unicode line
     separators stay inside their line, as JSON allows them in strings). A UTF-8 byte-order
-    mark at the start is ignored. Bad UTF-8 is an error naming the line.
+    mark at the start is ignored. Bad UTF-8 is an error naming the line; so is a line
+    longer than :func:`max_line_bytes` (read no further).
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            return _lines(fh, path)
     except FileNotFoundError:
         raise DataError("file not found", path=path,
                         fix=missing_fix or "check the path") from None
@@ -44,21 +60,32 @@ def read_lines(path: str | Path, *, missing_fix: str | None = None) -> list[tupl
     except OSError as exc:
         raise DataError(f"cannot read file: {exc.strerror}", path=path,
                         fix="check the path and its permissions") from None
-    data = data.removeprefix(codecs.BOM_UTF8)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"invalid UTF-8 at byte {col} of the line ({exc.reason})",
-                        path=path, line=line,
-                        fix="re-save the file as UTF-8") from None
+
+
+def _lines(fh: Any, path: Path) -> list[tuple[int, str]]:
+    limit = max_line_bytes()
     out: list[tuple[int, str]] = []
-    for number, raw in enumerate(text.split("\n"), start=1):
-        row = raw.removesuffix("\r")
+    number = 0
+    while True:
+        data = fh.readline(limit + 1)
+        if not data:
+            return out
+        number += 1
+        if len(data) > limit and not data.endswith(b"\n"):
+            raise DataError(f"line longer than {limit:,} bytes (a file without line ends, "
+                            "or not a text file?); read no further", path=path, line=number,
+                            fix=f"give a JSON-lines/TSV text file, or raise ${MAX_LINE_ENV}")
+        if number == 1:
+            data = data.removeprefix(codecs.BOM_UTF8)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"invalid UTF-8 at byte {exc.start + 1} of the line ({exc.reason})",
+                            path=path, line=number,
+                            fix="re-save the file as UTF-8") from None
+        row = text.removesuffix("\n").removesuffix("\r")
         if row.strip():
             out.append((number, row))
-    return out
 
 
 def iter_objects(path: str | Path, *, missing_fix: str | None = None,

@@ -59,6 +59,19 @@ def weighted_compare(a: Mapping[str, float], b: Mapping[str, float],
             "ci_high": c.ci_high, "n": c.n}
 
 
+def _known(record: Any, raw: Mapping[str, Mapping[str, float]]) -> Any:
+    """``record`` with its metric values restricted to the evaluated queries (the keys of
+    ``raw``, ``task/qid``): a value of another key (an edited or older cache entry, a task
+    no longer evaluated) cannot be paired with raw and is left out; other per-query
+    entries (the alpha chosen, the validation counts) are kept."""
+    from dataclasses import replace
+
+    per_query = {m: ({k: v for k, v in values.items() if k in raw.get(m, {})}
+                     if m in CELL_METRICS else values)
+                 for m, values in record.per_query.items()}
+    return replace(record, per_query=per_query)
+
+
 def _setting_key(r: Any) -> tuple:
     s = {k: v for k, v in r.setting.items() if k != "objective"}
     return (r.protocol, r.b, json.dumps(s, sort_keys=True, default=str))
@@ -69,6 +82,7 @@ def summarise(results: Sequence[Any], raw: Mapping[str, Mapping[str, float]], *,
               cache: ComparisonCache | None = None) -> dict[str, Any]:
     """Rows (one per record) plus AUBC, alpha regret and the LOTO mean. ``cache`` keeps
     the paired tests' results (the same numbers, read back on a rerun)."""
+    results = [_known(r, raw) for r in results]
     direct = {_setting_key(r): r for r in results if r.method == "direct"}
     rows = []
     for r in results:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,20 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: PathLike,
     return path
 
 
+def _utf8_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file as UTF-8; a line that is not UTF-8 is a DataError naming
+    the file, the line and the byte."""
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                                f"{exc.start + 1})", path=path, line=n,
+                                fix="save the file as UTF-8, or give a run tttembed wrote"
+                                ) from None
+
+
 def read_run(path: PathLike) -> dict[str, dict[str, float]]:
     """Read a run (TREC ``qid Q0 doc rank score tag`` or our JSONL); a line that is neither
     is a DataError naming the file and line."""
@@ -155,21 +169,20 @@ def read_run(path: PathLike) -> dict[str, dict[str, float]]:
                         fix="give a run written by `tttembed search --out` or trec_eval's format")
     run: dict[str, dict[str, float]] = {}
     jsonl = path.suffix in (".jsonl", ".json")
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                if jsonl:
-                    rec = json.loads(line)
-                    run[str(rec["query_id"])] = {str(r["doc_id"]): float(r["score"])
-                                                 for r in rec["results"]}
-                else:
-                    qid, _, did, _, score, *_ = line.split()
-                    run.setdefault(qid, {})[did] = float(score)
-            except (ValueError, KeyError, TypeError) as exc:
-                form = ("a JSON object with query_id and results [{doc_id, score}]" if jsonl
-                        else "qid Q0 doc rank score tag")
-                raise DataError(f"not a run line ({type(exc).__name__}); expected {form}",
-                                path=path, line=n) from None
+    for n, line in enumerate(_utf8_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            if jsonl:
+                rec = json.loads(line)
+                run[str(rec["query_id"])] = {str(r["doc_id"]): float(r["score"])
+                                             for r in rec["results"]}
+            else:
+                qid, _, did, _, score, *_ = line.split()
+                run.setdefault(qid, {})[did] = float(score)
+        except (ValueError, KeyError, TypeError) as exc:
+            form = ("a JSON object with query_id and results [{doc_id, score}]" if jsonl
+                    else "qid Q0 doc rank score tag")
+            raise DataError(f"not a run line ({type(exc).__name__}); expected {form}",
+                            path=path, line=n) from None
     return run

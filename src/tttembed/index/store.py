@@ -117,6 +117,9 @@ def _write_index(out: Path, doc_ids: list[str], vectors: np.ndarray, *,
             _raise_write_error(exc, tmp)
         write_json(tmp / "doc_ids.json", doc_ids)
         write_manifest(tmp, manifest)
+        from tttembed.index.knn_graph import carry_graph  # documents appended: extend it
+
+        carry_graph(resolve_version(out), tmp, doc_ids, vectors, manifest)
     return out
 
 
@@ -166,6 +169,20 @@ def _raise_write_error(exc: Exception, folder: Path) -> None:
                   f"({str(exc).strip().splitlines()[-1][:120]})", str(folder)) from exc
 
 
+def local_database(spec: str) -> Path | None:
+    """The file or folder of a local ``milvus:PATH/COLLECTION`` (Milvus Lite) or
+    ``qdrant:PATH/COLLECTION`` (local mode) spec; None for a server URL or another spec."""
+    from tttembed.index.base import split_collection
+
+    scheme, _, rest = spec.partition(":")
+    if scheme not in ("milvus", "qdrant"):
+        return None
+    location, _ = split_collection(rest, scheme)
+    if location.startswith(("http://", "https://", "tcp://", "unix:", "grpc://")):
+        return None
+    return Path(location)
+
+
 def load_index(path: PathLike, *, expected_identity: str | None = None,
                expected_dim: int | None = None) -> Index:
     """Open an index directory, refusing one built by another embedder or dimension.
@@ -177,8 +194,12 @@ def load_index(path: PathLike, *, expected_identity: str | None = None,
         from tttembed.core.registry import create
         from tttembed.index.collection import open_collection
 
-        return open_collection(create("index", repair_spec(path)), expected_identity,
-                               expected_dim)
+        spec = repair_spec(path)
+        local = local_database(spec)
+        if local is not None and not local.exists():  # opening would create it, empty
+            raise DataError(f"index {spec} does not exist (no database at {local})",
+                            fix=BUILD_FIX.replace("--out DIR", f"--out {spec}"))
+        return open_collection(create("index", spec), expected_identity, expected_dim)
     path = Path(path)
     for _ in range(5):
         version = resolve_version(path)

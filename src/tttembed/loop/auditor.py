@@ -38,6 +38,12 @@ class Auditor:
         """The judge without its ledger (fresh answers)."""
         return getattr(self.scorer, "inner", self.scorer)
 
+    def prepare(self) -> None:
+        """Read the audit set now (``--audit`` checked at start: a ConfigError, never at
+        the first cycle)."""
+        if self.config.audit and self._audit is None:
+            self._audit = audit_set(self.config.audit, self.index, self.embedder)
+
     def run(self, round_: int, budget: int) -> DriftCheck:
         """Re-score what ``budget`` (the loop's, in all) allows (module docstring);
         ``round_`` seeds the samples."""

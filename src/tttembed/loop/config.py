@@ -22,7 +22,12 @@ class LoopConfig:
     new). ``judge_depth``: served ranks the judge considers; ``depth``: the base
     retrieval's candidates per query; ``drift_sample`` pairs re-scored a cycle, freezing
     above ``drift_threshold`` mean disagreement; ``audit``: ``qrels:PATH`` of people's
-    judgments (AUC below ``audit_min_auc`` freezes)."""
+    judgments (AUC below ``audit_min_auc`` freezes). ``judge`` ``none``: no judge, learn
+    from clicks and labels only (the budget is 0). ``clicks``: how clicks become rewards
+    (``ips`` debiased, ``naive`` the raw rate for comparison, ``off``), read
+    ``click_settle_s`` after their search; ``interleave`` > 0: a version the offline check
+    does not refuse becomes the candidate the servers interleave (``serve --interleave``)
+    and is promoted only when the clicks' sequential test says it is better."""
 
     registry: str
     index: str
@@ -39,17 +44,45 @@ class LoopConfig:
     drift_threshold: float = 0.3
     audit: str | None = None
     audit_min_auc: float = 0.6
+    #: queries the promotion test needs at least (``--min-queries``)
+    min_queries: int = 20
     validate_share: float = 0.1
     poll_s: float = 0.5
     #: while frozen, seconds between audits when no cycle is due (promotions resume when
     #: the judge agrees again, even without new traffic)
     reaudit_s: float = 60.0
+    clicks: str = "ips"
+    click_settle_s: float = 300.0
+    interleave: float = 0.0
     seed: int = 0
     threads: int | None = 1
     nice: int = 10
 
+    @property
+    def has_judge(self) -> bool:
+        """Whether a judge pays rewards (``--judge none``: clicks and labels only)."""
+        from tttembed.loop.nojudge import NO_JUDGE
+
+        return self.judge.strip().lower() != NO_JUDGE
+
     def __post_init__(self) -> None:
+        from tttembed.loop.clicks.feed import CLICK_MODES
+
         object.__setattr__(self, "scopes", tuple(self.scopes))
+        if not self.has_judge:
+            object.__setattr__(self, "judge_budget", 0)
+            if self.audit:
+                raise ConfigError("--audit re-scores pairs through the judge: with --judge "
+                                  "none there is none (drop --audit, or name a judge)")
+        if self.clicks not in CLICK_MODES:
+            raise ConfigError(f"--clicks must be one of {', '.join(CLICK_MODES)}, got "
+                              f"{self.clicks!r}")
+        if not 0 <= self.interleave <= 1 or self.click_settle_s < 0:
+            raise ConfigError("--interleave must be a fraction in [0, 1] and "
+                              "--click-settle-s >= 0")
+        if not self.has_judge and self.clicks == "off":
+            raise ConfigError("--judge none --clicks off leaves only people's labels: "
+                              "give a judge or keep clicks on")
         bad = [s for s in self.scopes if s not in LOOP_SCOPES]
         if bad or not self.scopes:
             raise ConfigError(f"--scope must name some of {', '.join(LOOP_SCOPES)}, got "
@@ -57,6 +90,9 @@ class LoopConfig:
         if self.judge_budget < 0 or self.judge_rpm <= 0 or self.learn_every < 1:
             raise ConfigError("--judge-budget must be >= 0, --judge-rpm > 0 and "
                               "--learn-every >= 1")
+        if self.min_queries < 2:
+            raise ConfigError(f"--min-queries must be >= 2 (an interval needs 2 queries), "
+                              f"got {self.min_queries}")
         if not 0 < self.drift_threshold <= 1 or self.drift_sample < 0:
             raise ConfigError("--drift-threshold must be in (0, 1] and --drift-sample >= 0")
 
@@ -67,7 +103,10 @@ class LoopConfig:
                "--judge-rpm", str(self.judge_rpm), "--learn-every", str(self.learn_every),
                "--scope", ",".join(self.scopes), "--judge-depth", str(self.judge_depth),
                "--depth", str(self.depth), "--drift-sample", str(self.drift_sample),
-               "--drift-threshold", str(self.drift_threshold), "--seed", str(self.seed),
+               "--drift-threshold", str(self.drift_threshold),
+               "--min-queries", str(self.min_queries), "--clicks", self.clicks,
+               "--click-settle-s", str(self.click_settle_s),
+               "--interleave", str(self.interleave), "--seed", str(self.seed),
                "--nice", str(self.nice)]
         for flag, value in (("--store", self.store), ("--corpus", self.corpus),
                             ("--audit", self.audit)):
@@ -80,4 +119,54 @@ class LoopConfig:
         return out
 
 
-__all__ = ["DEFAULT_SCOPES", "LOOP_SCOPES", "LoopConfig"]
+def check_specs(config: LoopConfig) -> None:
+    """Every spec of ``config`` checked before anything starts or is paid (no model is
+    loaded): the judge's scheme (one that reads judgments by query id cannot score
+    traffic), the audit's ``qrels:`` path and the store's spec. A one-line ConfigError."""
+    from tttembed.core.registry import factory
+    from tttembed.loop.drift import audit_source
+    from tttembed.score.base import uses_labels
+
+    if not config.has_judge:
+        if config.store:
+            check_store(config.store)
+        return
+    try:
+        factory("scorer", config.judge)
+    except ImportError as exc:
+        raise ConfigError(f"--judge {config.judge}: its backend does not import ({exc}); "
+                          "install the extra it needs") from None
+    except ConfigError as exc:
+        raise ConfigError(f"--judge {config.judge}: {exc}") from None
+    if uses_labels(config.judge):
+        raise ConfigError(f"--judge {config.judge}: a judge that reads judgments by query "
+                          "id cannot score live traffic (texts only); use a reranker, an "
+                          "LLM judge, bm25 or a rerank: service")
+    if config.audit:
+        audit_source(config.audit)
+    if config.store:
+        check_store(config.store)
+
+
+def check_store(spec: str) -> None:
+    """``--store``'s spec: a known scheme, or a SQLite path whose folder exists."""
+    from pathlib import Path
+
+    from tttembed.core.registry import factory, split_spec
+
+    scheme, _ = split_spec(spec)
+    plain = "/" in scheme or "\\" in scheme or scheme == spec.strip() or len(scheme) == 1
+    if not plain:
+        try:
+            factory("store", spec)
+        except ConfigError as exc:
+            raise ConfigError(f"--store {spec}: {exc}") from None
+    elif Path(spec).is_dir():
+        raise ConfigError(f"--store {spec} is a folder: give a SQLite file path "
+                          "(e.g. DIR/loop.sqlite) or postgresql://...")
+    elif not Path(spec).parent.is_dir():
+        raise ConfigError(f"--store {spec}: its folder does not exist (create "
+                          f"{Path(spec).parent} or give another path)")
+
+
+__all__ = ["DEFAULT_SCOPES", "LOOP_SCOPES", "LoopConfig", "check_specs", "check_store"]

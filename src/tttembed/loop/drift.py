@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,28 +121,51 @@ def sample_audit(pairs: Sequence[tuple[str, str, int]], n: int, seed: int
     return [pairs[i] for i in sorted(take)]
 
 
-def audit_set(spec: str, index: Any, embedder: Any, depth: int = 10
-              ) -> list[tuple[str, str, int]]:
-    """``qrels:FOLDER`` (a BEIR folder: live traffic has texts, not ids, so the audit
-    needs the queries' texts) -> (query text, doc id, grade) for each judged document of
-    its test queries and their top-``depth`` retrieved documents it does not judge
-    (grade 0, as trec_eval counts them)."""
-    from pathlib import Path
-
+def audit_source(spec: str) -> tuple[Path, str]:
+    """``--audit qrels:PATH`` -> (BEIR folder, split), checked without reading it whole:
+    PATH a BEIR folder (its test split) or one of its qrels files (``FOLDER/qrels/
+    SPLIT.tsv``, the form ``learn --audit`` takes; the queries' texts are the folder's
+    ``queries.jsonl``, since live traffic carries texts, not ids). A ConfigError naming
+    the path and the fix otherwise."""
     from tttembed.core.errors import ConfigError
-    from tttembed.loop.promote import top_lists
     from tttembed.ttt.audit import audit_spec
-    from tttembed.ttt.queries import query_sources
 
     path = audit_spec(spec)
-    if not Path(path).is_dir():
-        raise ConfigError(f"--audit {spec}: the loop's audit takes a BEIR folder "
-                          "(queries.jsonl + qrels/test.tsv), since traffic carries texts")
-    qs = query_sources([path], split="test")
+    if path.is_dir():
+        folder, split = path, "test"
+    elif path.is_file() and path.parent.name == "qrels":
+        folder, split = path.parent.parent, path.stem
+    elif path.is_file():
+        raise ConfigError(f"--audit {spec}: the loop matches traffic by text, so a qrels "
+                          "file must sit in a BEIR folder (FOLDER/qrels/SPLIT.tsv beside "
+                          "FOLDER/queries.jsonl); give that file or the folder")
+    else:
+        raise ConfigError(f"--audit {spec}: {path} does not exist (give qrels:FOLDER or "
+                          "qrels:FOLDER/qrels/test.tsv)")
+    if not (folder / "queries.jsonl").is_file():
+        raise ConfigError(f"--audit {spec}: {folder} has no queries.jsonl (the loop's audit "
+                          "needs the judged queries' texts: a BEIR folder)")
+    if not (folder / "qrels" / f"{split}.tsv").is_file():
+        raise ConfigError(f"--audit {spec}: {folder} has no qrels/{split}.tsv")
+    return folder, split
+
+
+def audit_set(spec: str, index: Any, embedder: Any, depth: int = 10
+              ) -> list[tuple[str, str, int]]:
+    """``qrels:FOLDER`` or ``qrels:FOLDER/qrels/SPLIT.tsv`` (:func:`audit_source`) ->
+    (query text, doc id, grade) for each judged document of its queries and their
+    top-``depth`` retrieved documents it does not judge (grade 0, as trec_eval counts
+    them)."""
+    from tttembed.core.errors import ConfigError
+    from tttembed.loop.promote import top_lists
+    from tttembed.ttt.queries import query_sources
+
+    folder, split = audit_source(spec)
+    qs = query_sources([folder], split=split)
     qrels = next(iter(qs.qrels.values()), {})
     keep = [i for i, q in enumerate(qs.qids) if q in qrels]
     if not keep:
-        raise ConfigError(f"--audit {spec}: no test query of that folder is judged")
+        raise ConfigError(f"--audit {spec}: no {split} query of that folder is judged")
     texts = [qs.texts[i] for i in keep]
     lists = top_lists(index, embedder.encode(texts, "query"), depth)
     out = []
@@ -172,5 +196,5 @@ def judge_audit(old: np.ndarray, new: np.ndarray, *, threshold: float,
                       "; ".join(notes))
 
 
-__all__ = ["DriftCheck", "audit_set", "judge_audit", "people_auc", "rescore",
+__all__ = ["DriftCheck", "audit_set", "audit_source", "judge_audit", "people_auc", "rescore",
            "sample_audit", "sample_rewards"]

@@ -5,13 +5,18 @@ it excludes is not learned or paid for) -> the promotion check against the serve
 (:mod:`tttembed.loop.promote`) -> a registered version, promoted only when the check says
 it is better and promotions are not frozen.
 
-People's labels (``POST /v1/feedback``) win over the judge's reward for the same pair.
-Validation pairs are paid through the same judge and ledger, within the budget left.
+People's labels (``POST /v1/feedback``) win over clicks, clicks over the judge's reward
+for the same pair (with a judge and debiased clicks the pair's click reward is the doubly
+robust estimate, the judge its direct model: :mod:`tttembed.loop.clicks.feed`).
+Validation pairs are paid through the same judge and ledger, within the budget left;
+without a judge (``--judge none``) nothing is paid and an unseen pair counts 0
+(:mod:`tttembed.loop.nojudge`). With ``--interleave`` a version the offline check does
+not find worse becomes the candidate of the online test (:mod:`tttembed.loop.online`)
+instead of being promoted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,31 +25,42 @@ from tttembed.adapt.scopes import query_digest
 from tttembed.adapt.state import AdaptState
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
+from tttembed.loop.clicks.feed import ClickFeed, ClickView
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, Triple
-from tttembed.loop.promote import PromotionCheck, check_promotion
+from tttembed.loop.nojudge import UnseenAsZero
+from tttembed.loop.online import OnlineTest
+from tttembed.loop.promote import PromotionCheck, check_promotion, verdict
 from tttembed.loop.store import Store
 from tttembed.registry.versions import Registry, Version
 from tttembed.ttt.judged import Pair
 from tttembed.ttt.queries import QuerySet, base_retrieval
 from tttembed.types import Rewards
 
+#: The promotion check's cap without a judge (nothing is paid: every unseen pair is 0).
+UNLIMITED = 10**9
 #: (task, text) -> {doc id: reward}
 TextRewards = dict[tuple[str, str], dict[str, float]]
 
 
-def collect(store: Store) -> tuple[TextRewards, int, int]:
-    """Trusted finite judge rewards overlaid with people's labels; the counts of each."""
+def collect(store: Store, clicks: ClickFeed | None = None
+            ) -> tuple[TextRewards, int, int, ClickView | None]:
+    """Trusted finite judge rewards, overlaid with click rewards (``clicks``' window),
+    overlaid with people's labels; the counts of judge rewards and labels, and the
+    click view."""
     out: TextRewards = {}
-    n_judge = 0
+    judge: dict[tuple[str, str, str], float] = {}
     for r in store.rewards(trusted_only=True):
         if np.isfinite(r.reward):
             out.setdefault((r.task, r.query), {})[r.doc_id] = r.reward
-            n_judge += 1
+            judge[(r.task, r.query, r.doc_id)] = r.reward
+    view = clicks.view(judge) if clicks is not None else None
+    for key, docs in (view.rewards if view is not None else {}).items():
+        out.setdefault(key, {}).update(docs)
     fb = store.feedback()
     for f in fb:
         out.setdefault((f.task, f.query), {})[f.doc_id] = float(f.label)
-    return out, n_judge, len(fb)
+    return out, len(judge), len(fb), view
 
 
 @dataclass
@@ -86,9 +102,12 @@ class Learner:
     """Runs cycles over one index, judge, store and registry."""
 
     def __init__(self, config: LoopConfig, registry: Registry, store: Store, index: Index,
-                 embedder: Embedder, judge: BackgroundJudge) -> None:
+                 embedder: Embedder, judge: BackgroundJudge, *,
+                 clicks: ClickFeed | None = None, online: OnlineTest | None = None) -> None:
         self.config, self.registry, self.store = config, registry, store
         self.index, self.embedder, self.judge = index, embedder, judge
+        self.clicks, self.online = clicks, online
+        self.last_clicks: ClickView | None = None
 
     def _queries(self, judged: TextRewards) -> QuerySet:
         keys = sorted(judged)
@@ -110,7 +129,8 @@ class Learner:
         promotion check: what earlier cycles paid stays judged."""
         from tttembed.ttt.distil import learn_auto
 
-        judged, n_judge, n_feedback = collect(self.store)
+        judged, n_judge, n_feedback, view = collect(self.store, self.clicks)
+        self.last_clicks = view
         if not judged:
             return Cycle(None, False, 0, "no reward yet")
         qs = self._queries(judged)
@@ -119,8 +139,11 @@ class Learner:
         rewards = {k: judged[(t, q)] for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
         n_pairs = sum(len(r) for r in rewards.values())
         fresh = n_pairs if new_pairs is None else min(max(new_pairs, 0), n_pairs)
-        cap = max(min(budget_left, round(self.config.validate_share * fresh)), 0)
-        pay = JudgePay(self.judge, qs)
+        cap = max(round(self.config.validate_share * fresh), 0)
+        if self.config.has_judge:
+            cap = max(min(budget_left, cap), 0)
+        pay: JudgePay | UnseenAsZero = JudgePay(self.judge, qs) if self.config.has_judge \
+            else UnseenAsZero()
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
                            scorer=self.judge.scorer.spec, budget=n_pairs,
@@ -128,38 +151,36 @@ class Learner:
         parent, served = self.served_states()
         candidate = [state] if state is not None and len(state.keys) else []
         judged_now = {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
+        check_cap = max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \
+            else UNLIMITED
         check = check_promotion(self.index, qs, base.x, judged_now, served, candidate, pay,
-                                cap=max(min(cap, budget_left - pay.spent), 0),
-                                seed=self.config.seed)
-        ok, reason = _verdict(check, frozen, candidate)
+                                cap=check_cap,
+                                seed=self.config.seed, min_queries=self.config.min_queries)
+        ok, reason = verdict(check, frozen=frozen, candidate=candidate)
+        test = self.online is not None and bool(candidate) and not frozen and \
+            (ok or not self.config.has_judge or _not_worse(check))
+        if test:
+            ok, reason = False, (f"candidate: interleaved on {self.config.interleave:g} of "
+                                 f"searches until the clicks decide (offline: {reason})")
         record = {"parent": parent, "evidence": check.as_dict(), "reason": reason,
                   "trigger": trigger, "queries": len(qs),
                   "pairs": {"judged": n_judge, "feedback": n_feedback,
-                            "validation": pay.spent},
+                            "validation": pay.spent,
+                            "clicks": view.pairs if view is not None else 0},
                   "choice": dict((state.selection or {}).get("choice", {})) if state else {},
                   "scopes": list(self.config.scopes)}
         version = self.registry.register(state, **record)
         if ok:
             self.registry.promote(version.name, by="learner", reason=reason)
+        elif test and self.online is not None:
+            self.online.propose(version.name)
         return Cycle(version, ok, pay.spent, reason)
 
 
-def _verdict(check: PromotionCheck, frozen: bool, candidate: Sequence[AdaptState]
-             ) -> tuple[bool, str]:
-    if not candidate:
-        return False, "refused: the guard kept raw everywhere (no part helps)"
-    if not check.changed and check.left_out:
-        return False, (f"refused: the validation budget judged none of the {check.left_out} "
-                       "queries whose top-10 changes")
-    if not check.changed:
-        return False, "refused: no query's top-10 changes against the served version"
-    shown = (f"Delta nDCG@10 {check.gain:+.4f} [{check.ci_low:+.4f}, {check.ci_high:+.4f}] "
-             f"on {check.queries} queries against the served version")
-    if not check.better:
-        return False, f"refused: {shown}: the interval does not lie above 0"
-    if frozen:
-        return False, f"refused: promotions are frozen ({shown})"
-    return True, f"promoted: {shown}"
+def _not_worse(check: PromotionCheck) -> bool:
+    """The offline check does not find the candidate worse (its interval does not lie
+    below 0; no interval: nothing says worse)."""
+    return check.changed > 0 and (check.ci_high is None or check.ci_high >= 0)
 
 
 __all__ = ["Cycle", "JudgePay", "Learner", "TextRewards", "collect"]

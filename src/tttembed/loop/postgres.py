@@ -30,6 +30,8 @@ from tttembed.loop.store import SCHEMA, SQLStore
 SCHEMA_LOCK = 0x7474_7465_6D62_6564
 #: The advisory lock that serialises reservations of the judge budget ("spend").
 SPEND_LOCK = 0x7370_656E_64
+#: The advisory lock that serialises event writes, so the per-session caps hold ("events").
+EVENTS_LOCK = 0x6576_656E_7473
 CONNECT_TIMEOUT_S = 10
 _SECRET_KEYS = {"password", "passfile", "sslpassword"}
 
@@ -134,8 +136,12 @@ class PostgresStore(SQLStore):
         with super()._tx() as cur:
             yield cur
 
-    def _serialize(self, cur: Any) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SPEND_LOCK,))
+    #: the text column holding a JSON array, cast for ``json_array_length``
+    json_len = "json_array_length(({})::json)"
+
+    def _serialize(self, cur: Any, what: str = "spend") -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)",
+                    (EVENTS_LOCK if what == "events" else SPEND_LOCK,))
 
     def _init_schema(self) -> None:
         with self._tx() as cur:

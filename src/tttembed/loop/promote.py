@@ -7,8 +7,11 @@ in a seeded random order until the cap, :func:`tttembed.ttt.judged.whole_queries
 rest are left out and counted), so both lists are fully judged and
 ``Delta_q = nDCG@k(candidate) - nDCG@k(served)`` is exact under the judge
 (:func:`tttembed.ttt.judged.exact_gain`). Queries whose lists are equal count 0. The
-candidate is promoted only when the 95% bootstrap interval of the mean Delta (tasks
-weighted equally) lies above 0.
+candidate is promoted only when ONE paired test (:func:`tttembed.ttt.judged.paired_test`:
+a bootstrap of the task-balanced mean Delta) over at least ``min_queries`` queries says
+better at alpha 0.05, and the interval and p shown are that test's (:func:`verdict`, a
+small function over the typed evidence record :class:`PromotionCheck`, so that a second
+test can be added beside it). Fewer than 2 queries have no interval.
 
 This check is in-sample: a query-wise vector serves exactly the texts it was learned on,
 so for them it is the quantity that matters; the candidate's task-wise parts were kept
@@ -26,32 +29,90 @@ import numpy as np
 from tttembed.adapt.apply import apply_states, lookup_keys
 from tttembed.adapt.state import AdaptState
 from tttembed.index.base import Index
-from tttembed.ttt.judged import Judged, K, Pay, exact_gain, never_judged, top_lists, whole_queries
+from tttembed.ttt.judged import (
+    ALPHA,
+    Judged,
+    K,
+    Pay,
+    exact_deltas,
+    never_judged,
+    paired_test,
+    top_lists,
+    whole_queries,
+)
 from tttembed.ttt.queries import QuerySet
+
+#: Queries the promotion test needs at least, unless ``--min-queries`` says otherwise.
+MIN_QUERIES = 20
+#: What decided (shown beside the figures).
+TEST = "paired bootstrap of the mean Delta (tasks weighted equally)"
 
 
 @dataclass(frozen=True)
 class PromotionCheck:
-    """The candidate against the served version on the rewarded queries."""
+    """The candidate against the served version on the rewarded queries: the one paired
+    test's mean ``gain``, interval (None with fewer than 2 queries) and ``p`` over
+    ``queries`` rows, of which ``changed`` had a different top-k."""
 
     gain: float
-    ci_low: float
-    ci_high: float
+    ci_low: float | None
+    ci_high: float | None
     p: float
     queries: int
     changed: int
     validation_pairs: int
     left_out: int = 0
+    min_queries: int = MIN_QUERIES
+
+    @property
+    def enough(self) -> bool:
+        """Enough queries for the test to decide (``min_queries``, and 2 for an interval)."""
+        return self.queries >= max(self.min_queries, 2) and self.ci_low is not None
 
     @property
     def better(self) -> bool:
-        return self.changed > 0 and self.ci_low > 0
+        """The paired test says better at alpha 0.05 over enough queries."""
+        return (self.changed > 0 and self.enough and self.ci_low is not None
+                and self.ci_low > 0 and self.p < ALPHA)
 
     def as_dict(self) -> dict[str, Any]:
         return {"gain": self.gain, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                "p": self.p, "queries": self.queries, "changed": self.changed,
-                "validation_pairs": self.validation_pairs, "left_out": self.left_out,
-                "against": "served version", "k": K}
+                "p": self.p, "queries": self.queries, "n": self.queries,
+                "changed": self.changed, "validation_pairs": self.validation_pairs,
+                "left_out": self.left_out, "min_queries": self.min_queries,
+                "alpha": ALPHA, "test": TEST, "against": "served version", "k": K}
+
+    def shown(self) -> str:
+        """The figures that decided, as one phrase."""
+        n = f"{self.queries} quer{'y' if self.queries == 1 else 'ies'}"
+        if self.ci_low is None or self.ci_high is None:
+            return (f"Delta nDCG@10 {self.gain:+.4f} on {n} (no interval with fewer than "
+                    "2 queries)")
+        return (f"Delta nDCG@10 {self.gain:+.4f} [{self.ci_low:+.4f}, {self.ci_high:+.4f}] "
+                f"p {self.p:.3f} on {n} against the served version")
+
+
+def verdict(check: PromotionCheck, *, frozen: bool, candidate: Sequence[AdaptState]
+            ) -> tuple[bool, str]:
+    """Promote or not, and why (the figures of the one test that decided)."""
+    if not candidate:
+        return False, "refused: the guard kept raw everywhere (no part helps)"
+    if not check.changed and check.left_out:
+        return False, (f"refused: the validation budget judged none of the {check.left_out} "
+                       "queries whose top-10 changes")
+    if not check.changed:
+        return False, "refused: no query's top-10 changes against the served version"
+    shown = check.shown()
+    if check.ci_low is None:
+        return False, f"refused: {shown}"
+    if check.queries < check.min_queries:
+        return False, (f"refused: {shown}: fewer than --min-queries {check.min_queries} "
+                       "queries decide nothing")
+    if not check.better:
+        return False, f"refused: {shown}: the paired test does not say better at alpha {ALPHA}"
+    if frozen:
+        return False, f"refused: promotions are frozen ({shown})"
+    return True, f"promoted: {shown}"
 
 
 def adapted(x: np.ndarray, texts: Sequence[str], tasks: Sequence[str],
@@ -64,7 +125,8 @@ def adapted(x: np.ndarray, texts: Sequence[str], tasks: Sequence[str],
 
 def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judged,
                     served: Sequence[AdaptState], candidate: Sequence[AdaptState], pay: Pay,
-                    *, cap: int, seed: int = 0) -> PromotionCheck:
+                    *, cap: int, seed: int = 0, min_queries: int = MIN_QUERIES
+                    ) -> PromotionCheck:
     """The module docstring's check of the rewarded ``queries`` (base vectors ``x``);
     ``judged[key]`` the rewards a query already has, ``pay`` pays ``(query key, doc)``."""
     keys, texts, tasks = queries.keys, queries.texts, queries.tasks
@@ -81,12 +143,13 @@ def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judg
     rows = [q for q in range(len(keys)) if q not in moved or keys[q] in keep]
     left_out = len(changed) - len(kept)
     if not kept:
-        return PromotionCheck(0.0, 0.0, 0.0, 1.0, len(rows), 0, 0, left_out)
+        return PromotionCheck(0.0, None, None, 1.0, len(rows), 0, 0, left_out, min_queries)
     marks = [{**judged.get(keys[q], {}), **bought.get(keys[q], {})} for q in rows]
-    g, p = exact_gain([old[q] for q in rows], [new[q] for q in rows], marks,
-                      [tasks[q] for q in rows], rng)
-    return PromotionCheck(g.gain, g.ci_low, g.ci_high, p, len(rows), len(kept), len(pairs),
-                          left_out)
+    deltas = exact_deltas([old[q] for q in rows], [new[q] for q in rows], marks)
+    t = paired_test(deltas, [tasks[q] for q in rows], rng)
+    return PromotionCheck(t.gain, t.ci_low, t.ci_high, t.p, t.n, len(kept), len(pairs),
+                          left_out, min_queries)
 
 
-__all__ = ["PromotionCheck", "adapted", "check_promotion", "top_lists"]
+__all__ = ["MIN_QUERIES", "PromotionCheck", "adapted", "check_promotion", "top_lists",
+           "verdict"]

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # loop.clicks may import these rows: no import cycle at run time
+    from tttembed.loop.clicks.shown import Shown
 
 #: Sources of judge spend (``spend.source``): a served pair, a validation pair, a
 #: drift re-score, an audit re-score, and what a store held before it kept an account.
@@ -26,6 +29,9 @@ class SearchLog:
     ids: tuple[str, ...]
     kind: str = "search"
     replica: str = ""
+    #: how the served list was randomised, "" when it was not: ``randpair:R`` (ranks R
+    #: and R+1, 1-based, swapped by ``--explore``); stored in ``interventions``
+    intervention: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,83 @@ class Reward:
     trusted: bool = True
 
 
+@dataclass(frozen=True)
+class Event:
+    """One user action on a served document: ``action`` ``click``, ``dwell`` or any other
+    name a client sends (``add_to_cart``, ...; only ``click`` counts as a click), by
+    ``session`` (the client's session id, else its client id, else ""), on ``doc_id`` at
+    1-based ``rank`` of the search's impression; ``ordinal`` the position the client
+    reported (0: none); ``at`` the client's time of the event, ``created`` when the
+    server stored it (incremental reads go by ``created``: a client's clock never hides
+    an event from them)."""
+
+    search_id: str
+    doc_id: str
+    action: str
+    session: str = ""
+    client: str = ""
+    task: str = ""
+    query: str = ""
+    rank: int = 0
+    ordinal: int = 0
+    dwell_ms: float = 0.0
+    at: float = 0.0
+    created: float = 0.0
+
+    @property
+    def key(self) -> str:
+        """The row's identity: one event per (search, doc, session, action)."""
+        return "\x1e".join((self.search_id, self.doc_id, self.session, self.action))
+
+
+@dataclass(frozen=True)
+class Impression:
+    """What a client showed for a search, in order, when it is not the served list (it
+    re-ranked, or showed fewer)."""
+
+    search_id: str
+    ids: tuple[str, ...]
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClickCaps:
+    """Per-session limits on stored events, so one client cannot flood a query: clicks per
+    (search, session), clicks per (task, query text, session) across searches (named
+    sessions only: anonymous events are capped per search), and events of any action
+    per (search, session). Events past a cap are dropped (counted as ``capped``)."""
+
+    per_search: int = 5
+    per_query: int = 20
+    events_per_search: int = 100
+
+
+@dataclass(frozen=True)
+class EventsStored:
+    """What one :meth:`Store.add_events` call kept: ``stored`` new events, ``duplicates``
+    (already stored: a retry), ``capped`` (past a :class:`ClickCaps` limit), and
+    ``impressions`` new explicit impressions."""
+
+    stored: int = 0
+    duplicates: int = 0
+    capped: int = 0
+    impressions: int = 0
+
+
+@dataclass(frozen=True)
+class RankClicks:
+    """Clicks and impressions at one 1-based rank (every searched list counts once as an
+    impression at each of its ranks; its explicit impression replaces it)."""
+
+    rank: int
+    impressions: int
+    clicks: int
+
+    @property
+    def ctr(self) -> float | None:
+        return self.clicks / self.impressions if self.impressions else None
+
+
 class Store(Protocol):
     """What serve replicas and the learner share (SQLite or PostgreSQL)."""
 
@@ -79,15 +162,36 @@ class Store(Protocol):
                 partial: bool = True) -> int: ...
     def spent(self) -> dict[str, int]: ...
     def open_account(self, paid_before: int) -> None: ...
+    def add_events(self, rows: Sequence[Event], impressions: Sequence[Impression] = ...,
+                   caps: ClickCaps = ...) -> EventsStored: ...
+    def get_impression(self, search_id: str) -> Impression | None: ...
+    def has_events(self, search_id: str) -> bool: ...
+    def events_after(self, cursor: Cursor, limit: int = ...) -> list[Event]: ...
+    def shown_after(self, cursor: Cursor, limit: int = ...,
+                    before: float | None = ...) -> list[Shown]: ...
+    def click_counts_by_rank(self, k: int = ...) -> list[RankClicks]: ...
+    def event_counts(self) -> dict[str, int]: ...
     def close(self) -> None: ...
 
 
 #: Where an incremental read resumes: rows strictly after (created, key).
 Cursor = tuple[float, str]
 START: Cursor = (float("-inf"), "")
+
+
+def cursor_floor(cursor: Cursor) -> float:
+    """The cursor's time as SQL can compare it (-inf: before everything)."""
+    return cursor[0] if cursor[0] != float("-inf") else -1e300
+
 #: Rows read per incremental call at most (the caller loops while it gets a full page).
 PAGE = 5000
+#: Seconds after a search before its clicks are read as settled (``shown_after``'s
+#: ``before = now - CLICK_SETTLE_S``); later events are still in ``events_after``.
+CLICK_SETTLE_S = 300.0
+#: The action that counts as a click (UBI's ``click_through`` is read as one too).
+CLICK = "click"
 
 
-__all__ = ["PAGE", "SPEND_SOURCES", "START", "Cursor", "Feedback", "Reward", "SearchLog",
-           "Store"]
+__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Cursor",
+           "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
+           "SearchLog", "Store", "cursor_floor"]

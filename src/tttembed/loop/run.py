@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,12 +27,17 @@ from typing import Any
 from tttembed.core.errors import ConfigError
 from tttembed.core.io import now_utc
 from tttembed.loop.auditor import Auditor
+from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.config import LoopConfig
+from tttembed.loop.drift import audit_source
+from tttembed.loop.failures import Failures, configure_log
 from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent, Triple
 from tttembed.loop.learner import Cycle, Learner
+from tttembed.loop.nojudge import NoScorer
+from tttembed.loop.online import OnlineTest
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
-from tttembed.loop.status import LoopState, read_status, write_status
+from tttembed.loop.status import HEARTBEAT_S, LoopState, beat, read_status_checked, write_status
 from tttembed.loop.store import SearchLog, Store, open_store
 from tttembed.registry.versions import Registry, index_record
 
@@ -58,21 +64,39 @@ class Loop:
             raise ConfigError(f"--judge {config.judge}: a judge that reads judgments by "
                               "query id cannot score live traffic (texts only); use a "
                               "reranker, an LLM judge, bm25 or a rerank: service")
+        if config.audit:
+            audit_source(config.audit)  # a wrong --audit fails here, before paying
         self.config = config
         self.index = load_index(config.index)
         self.registry = Registry(config.registry, create=True, index=index_record(self.index))
         self.store = store or open_store(config.store, config.registry)
         self.corpus = corpus_for_index(self.index, config.corpus)
-        self.scorer = load_scorer(config.judge, index=self.index, corpus=self.corpus)
+        self.scorer = load_scorer(config.judge, index=self.index, corpus=self.corpus) \
+            if config.has_judge else NoScorer()
         self.judge = BackgroundJudge(self.scorer, self.corpus, self.store,
                                      budget=config.judge_budget)
         embedder = index_embedder(self.index, None)
+        self.clicks = None if config.clicks == "off" else ClickFeed(
+            self.store, mode=config.clicks, settle_s=config.click_settle_s, seed=config.seed)
+        self.online = OnlineTest(self.registry, self.clicks) \
+            if config.interleave > 0 and self.clicks is not None else None
         self.learner = Learner(config, self.registry, self.store, self.index, embedder,
-                               self.judge)
+                               self.judge, clicks=self.clicks, online=self.online)
         self.auditor = Auditor(config, self.scorer, self.corpus, self.store, self.index,
                                embedder)
-        self.state = _kept(read_status(config.registry))
+        self.auditor.prepare()  # the audit set read (and checked) before any judging
+        found, broken = read_status_checked(config.registry)
+        if broken:
+            log.warning("%s: the previous status could not be read, so its audit history "
+                        "starts anew (the budget's spend is the store's: nothing is lost)",
+                        broken)
+        self.state = _kept(found)
         self.state.judge_budget = config.judge_budget
+        self.state.judge_audited = bool(config.audit)
+        self.state.audit = config.audit or ""
+        self.state.min_queries = config.min_queries
+        self.state.host = socket.gethostname()
+        self.failures = Failures()
         # a store from before the spend account: what it paid (and the re-scores the old
         # status counted) opens the account, once
         self.store.open_account(self.state.drift_pairs)
@@ -102,6 +126,7 @@ class Loop:
         s.drift_pairs = s.spend.get("drift", 0) + s.spend.get("audit", 0)
         s.judge_budget_left = max(self.config.judge_budget - s.pairs_judged, 0)
         s.caches = {**self.traffic.sizes(), "base_lists": len(self._base)}
+        s.clicks = self._click_status()
         s.pid = os.getpid()
         same = {**s.as_dict(), "updated": "", "caches": {}}
         if not force and same == self._written and \
@@ -170,9 +195,35 @@ class Loop:
             self.save()
 
     def _rewarded(self) -> int:
-        """Rewards and labels in the store (read incrementally)."""
+        """Rewards and labels in the store and clicks read (incrementally)."""
         self.traffic.update()
-        return self.traffic.rewarded
+        return self.traffic.rewarded + self._clicks()
+
+    def _clicks(self) -> int:
+        if self.clicks is None:
+            return 0
+        self.clicks.refresh()
+        return self.clicks.clicks
+
+    def _click_status(self) -> dict[str, Any]:
+        if self.clicks is None:
+            return {"mode": "off"}
+        view = self.learner.last_clicks
+        return {"mode": self.clicks.mode, "read": self.clicks.clicks,
+                "window": len(self.clicks.window),
+                **(view.to_dict() if view is not None else {})}
+
+    def _online_step(self) -> bool:
+        """Advance the candidate's interleaving test; whether one is still running (no
+        new candidate is learned meanwhile)."""
+        if self.online is None:
+            return False
+        verdict = self.online.step()
+        s = self.state
+        s.online = verdict.as_dict() if verdict is not None else {}
+        if verdict is not None and verdict.decision != "undecided":
+            log.info("candidate %s: %s", verdict.candidate, verdict.reason())
+        return verdict is not None and verdict.decision == "undecided"
 
     def step(self) -> None:
         """One turn: read what is new, judge what is allowed, then learn when due (the
@@ -182,16 +233,19 @@ class Loop:
         paid = self.judge_step(pending, budget_left)
         budget_left -= paid
         s = self.state
-        new = self.traffic.rewarded - s.rewards_at_cycle
+        clicks = self._clicks()
+        testing = self._online_step()
+        new = self.traffic.rewarded + clicks - s.rewards_at_cycle
         s.pending = max(self.traffic.queue.total - paid, 0)
         drained = not s.pending or budget_left <= 0
-        due = new >= self.config.learn_every or (new > 0 and drained and not paid)
+        due = not testing and (new >= self.config.learn_every or
+                               (new > 0 and drained and not paid and self.config.has_judge))
         reaudit = (s.frozen and budget_left > 0
                    and time.time() - s.audited_at >= self.config.reaudit_s)
         if due or reaudit:
             self.run_cycle("learn-every" if new >= self.config.learn_every else
                            "drained" if due else "re-audit")
-            new = self.traffic.rewarded - s.rewards_at_cycle
+            new = self.traffic.rewarded + clicks - s.rewards_at_cycle
             s.pending = max(self.traffic.queue.total, 0)
         s.idle = drained and new <= 0 and not paid and not s.learning
         self.save(force=False)
@@ -201,15 +255,28 @@ class Loop:
                  self.config.registry, self.store.url, self.config.judge,
                  self.config.judge_budget, self.config.judge_rpm)
         self.save()
+        heart = threading.Thread(target=self._heartbeat, name="loop-heartbeat", daemon=True)
+        heart.start()
         while not self.stop.is_set():
+            wait = self.config.poll_s
             try:
                 self.step()
                 self.state.error = ""
+                self.failures.ok()
             except Exception as exc:  # noqa: BLE001  (keep learning; say why in the status)
-                log.exception("loop step failed")
-                self.state.error = f"{type(exc).__name__}: {exc}"
+                self.state.error = " ".join(f"{type(exc).__name__}: {exc}".split())
+                wait = self.failures.failed(exc, self.config.poll_s)
                 self.save()
-            self.stop.wait(self.config.poll_s)
+            self.stop.wait(wait)
+
+    def _heartbeat(self) -> None:
+        """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`)."""
+        while not self.stop.is_set():
+            try:
+                beat(self.config.registry)
+            except OSError as exc:
+                log.warning("heartbeat not written: %s", exc)
+            self.stop.wait(HEARTBEAT_S)
 
     def close(self) -> None:
         self.store.close()
@@ -269,6 +336,7 @@ def run_loop(config: LoopConfig) -> None:
     """``tttembed loop``: run until SIGTERM/SIGINT (the step in flight gets
     :data:`GRACE_S` seconds to finish; past them the process exits with
     :data:`FORCED_EXIT`). The store is closed on every way out."""
+    configure_log()
     if config.nice:
         try:
             os.nice(config.nice)

@@ -2,13 +2,28 @@
 ``DIR/loop.json`` and every reader reads back as the same record, and ``GET /v1/loop``'s
 view of it beside the registry and the shared store (:func:`loop_status`).
 
-A reader never fails on the learner's file: a missing, torn or foreign ``loop.json``
-reads as no learner (None); a field of the wrong type reads as its default.
+A reader never fails on the learner's file: a missing ``loop.json`` reads as no learner
+(None); a torn or foreign one too, and the status names it (``status_error``); a field of
+the wrong type reads as its default.
+
+Liveness is not what the file last said: the learner touches ``DIR/loop.heartbeat``
+(its pid, host and the time) every :data:`HEARTBEAT_S` seconds from a thread of its own,
+so a learner killed with ``kill -9`` (even mid-cycle) reads as not running, and not
+learning, once its pid is gone (same host) or its heartbeat is older than
+:data:`STALE_S`.
+
+The budget words, once: ``pairs_judged`` (``budget.paid_by_this_loop``) is the judge
+pairs this loop paid for (the store's spend account: served pairs, validation, drift and
+audit re-scores); ``budget.rewards_in_ledger`` the judge rewards the store holds, paid now
+or earlier (a version's ``pairs.judged`` counts those it learned from).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +33,10 @@ from tttembed.loop.store import Store
 from tttembed.registry.versions import Registry, Version
 
 STATUS_FILE = "loop.json"
+HEARTBEAT_FILE = "loop.heartbeat"
+#: Seconds between the learner's heartbeats, and the age past which it is not running.
+HEARTBEAT_S = 1.0
+STALE_S = 15.0
 
 
 @dataclass
@@ -26,7 +45,10 @@ class LoopState:
 
     ``pairs_judged``: judge pairs this loop paid for (served pairs, validation, drift and
     audit re-scores; the budget's own count, from the store); ``spend``: the same by
-    source; ``caches``: the learner's in-memory caches and their sizes."""
+    source; ``caches``: the learner's in-memory caches and their sizes; ``clicks``: the
+    click feed (clicks read, the propensities with their intervals and interventions, the
+    click-rewarded pairs of the last cycle); ``online``: the candidate's interleaving
+    test (empty without one)."""
 
     learning: bool = False
     idle: bool = False
@@ -46,7 +68,13 @@ class LoopState:
     rewards_at_cycle: int = 0
     last_cycle: dict[str, Any] = field(default_factory=dict)
     caches: dict[str, int] = field(default_factory=dict)
+    clicks: dict[str, Any] = field(default_factory=dict)
+    online: dict[str, Any] = field(default_factory=dict)
     pid: int = 0
+    host: str = ""
+    judge_audited: bool = False
+    audit: str = ""
+    min_queries: int = 0
     updated: str = ""
     error: str = ""
 
@@ -85,14 +113,68 @@ def status_path(registry: str | Path) -> Path:
 
 def read_status(registry: str | Path) -> LoopState | None:
     """The learner's record, or None when no learner has written one (or it is torn)."""
+    return read_status_checked(registry)[0]
+
+
+def read_status_checked(registry: str | Path) -> tuple[LoopState | None, str]:
+    """The learner's record (None: none, or unreadable) and why it could not be read
+    ("" when it could or there is none): a broken file is reported, never read as empty."""
     path = status_path(registry)
     if not path.exists():
-        return None
+        return None, ""
     try:
         got = read_json(path, what="loop status")
-    except Exception:  # noqa: BLE001  (a reader never fails on the learner's file)
-        return None
-    return LoopState.from_dict(got) if isinstance(got, dict) else None
+    except Exception as exc:  # noqa: BLE001  (a reader never fails on the learner's file)
+        return None, " ".join(str(exc).split())
+    if not isinstance(got, dict):
+        return None, f"{path}: the loop status is not a JSON object (the learner rewrites it)"
+    return LoopState.from_dict(got), ""
+
+
+def beat(registry: str | Path) -> None:
+    """One heartbeat of the learner (this process): pid, host and time."""
+    write_json(Path(registry) / HEARTBEAT_FILE,
+               {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()},
+               sync=False)
+
+
+def alive(registry: str | Path, state: LoopState | None) -> tuple[bool, str]:
+    """Whether the learner runs, and why not: a fresh heartbeat and, on this host, a live
+    pid (a learner from before heartbeats: its pid alone)."""
+    try:
+        hb = read_json(Path(registry) / HEARTBEAT_FILE, what="learner heartbeat")
+    except Exception:  # noqa: BLE001  (no heartbeat: judged by the pid)
+        hb = None
+    if not isinstance(hb, dict):
+        if state is None or not state.pid:
+            return False, "no learner has run here" if state is None else "no heartbeat"
+        if state.host and state.host != socket.gethostname():
+            return False, "no heartbeat"
+        return (True, "") if _pid_alive(state.pid) else (False, f"pid {state.pid} is gone")
+    pid, host, at = hb.get("pid"), hb.get("host"), hb.get("time")
+    age = time.time() - at if isinstance(at, (int, float)) else float("inf")
+    if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid):
+        return False, f"pid {pid} is gone"
+    if age > STALE_S:
+        return False, f"no heartbeat for {age:.0f} s"
+    return True, ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    if Path(f"/proc/{pid}/stat").exists():  # a zombie (killed, not yet reaped) is gone
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+        except OSError:
+            return True
+    return True
 
 
 def write_status(registry: str | Path, state: LoopState, *, sync: bool = True) -> None:
@@ -101,49 +183,87 @@ def write_status(registry: str | Path, state: LoopState, *, sync: bool = True) -
     write_json(status_path(registry), state.as_dict(), sync=sync)
 
 
-def _version_row(v: Version, served: str | None, by_version: dict[str, int]) -> dict[str, Any]:
+def _version_row(v: Version, served: str | None, by_version: dict[str, int],
+                 history: list[dict[str, Any]]) -> dict[str, Any]:
     m = v.manifest
+    reason = m.get("reason", "")
+    last = next((h for h in reversed(history) if h.get("version") == v.name
+                 and h.get("action") == "promote"), None)
+    if last is not None and last.get("by") != "learner":  # a hand promotion: its own why
+        reason = (f"promoted by {last.get('by') or 'user'} at {last.get('at')}"
+                  + (f" ({reason})" if reason else ""))
     return {"version": v.name, "created": m.get("created"), "parent": m.get("parent"),
             "promoted": v.promoted, "served": v.name == served,
-            "reason": m.get("reason", ""), "evidence": m.get("evidence"),
+            "reason": reason, "learner_reason": m.get("reason", ""),
+            "evidence": m.get("evidence"),
             "pairs": m.get("pairs", {}), "choice": m.get("choice", {}),
             "queries": m.get("queries"), "queries_served": by_version.get(v.name, 0),
-            "promoted_at": v.promoted_at, "promoted_by": v.promoted_by}
+            "promoted_at": v.promoted_at, "promoted_by": v.promoted_by,
+            **({"broken": v.broken} if v.broken else {})}
+
+
+def _candidate(registry: Registry) -> str | None:
+    from tttembed.registry.candidate import read_candidate
+
+    record = read_candidate(registry.root)
+    return None if record is None else str(record["version"])
 
 
 def loop_status(registry: Registry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
-    learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason)."""
-    found = read_status(registry.root)
+    learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
+    A broken registry file is named in ``registry_error``, never a failure."""
+    found, status_error = read_status_checked(registry.root)
     learner = found or LoopState()
+    running, why = alive(registry.root, found)
     counts = store.counts() if store is not None else {"by_version": {}}
-    served = registry.served()
+    survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
-    return {
-        "version": served,
-        "versions": [_version_row(v, served, by_version) for v in registry.versions()],
-        "learning": learner.learning,
-        "idle": learner.idle and not learner.learning,
+    out = {
+        "version": survey.served,
+        "versions": [_version_row(v, survey.served, by_version, survey.history)
+                     for v in survey.versions],
+        "learning": learner.learning and running,
+        "idle": learner.idle and not learner.learning and running,
         "pending": learner.pending,
         "pairs_judged": learner.pairs_judged,
         "judge_budget": learner.judge_budget,
         "judge_budget_left": learner.judge_budget_left,
+        "budget": {"paid_by_this_loop": learner.pairs_judged,
+                   "rewards_in_ledger": int(counts.get("rewards", 0)),
+                   "judge_budget": learner.judge_budget,
+                   "left": learner.judge_budget_left},
+        "rewards_in_ledger": int(counts.get("rewards", 0)),
         "spend": learner.spend,
         "feedback_received": int(counts.get("feedback", 0)),
         "frozen": learner.frozen,
         "reason": learner.reason,
+        "judge_audited": learner.judge_audited,
+        "audit": learner.audit or None,
+        "min_queries": learner.min_queries or None,
         "searches": int(counts.get("searches", 0)),
         "queries_served": by_version,
         "cycles": learner.cycles,
         "last_cycle": learner.last_cycle,
         "audits": learner.audits,
         "caches": learner.caches,
-        "learner": {"running": found is not None, "pid": learner.pid or None,
-                    "updated": learner.updated or None, "error": learner.error},
-        "history": registry.served_record().get("history", [])[-20:],
+        "learner_clicks": learner.clicks,
+        "propensities": learner.clicks.get("propensities"),
+        "online_test": learner.online or None,
+        "candidate": _candidate(registry),
+        "learner": {"running": running, "pid": learner.pid or None,
+                    "updated": learner.updated or None, "error": learner.error,
+                    **({"stopped": why} if not running and found is not None else {})},
+        "history": survey.history[-20:],
         "updated": learner.updated or None,
     }
+    if status_error:
+        out["status_error"] = status_error
+    if survey.problems:
+        out["registry_error"] = "; ".join(survey.problems)
+    return out
 
 
-__all__ = ["STATUS_FILE", "LoopState", "loop_status", "read_status", "status_path",
+__all__ = ["HEARTBEAT_FILE", "HEARTBEAT_S", "STALE_S", "STATUS_FILE", "LoopState", "alive",
+           "beat", "loop_status", "read_status", "read_status_checked", "status_path",
            "write_status"]

@@ -20,6 +20,10 @@ Tables:
   validation, drift and audit re-scores), written *before* the judge is asked, in one
   transaction with the check against the budget (:meth:`SQLStore.reserve`), so no
   number of learners, restarts or kills can pay more than the budget.
+- ``events``, ``impressions``, ``interventions``: what users did with served results,
+  what a client showed when it was not the served list, and the searches whose list was
+  randomised (:mod:`tttembed.loop.clickstore`, mixed in; a store older than them gains
+  them on opening).
 
 The learner reads traffic incrementally (:meth:`SQLStore.searches_after`,
 ``feedback_after``, ``rewards_after``: rows by ``(created, key)`` after a cursor, through
@@ -38,15 +42,22 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.core.errors import ConfigError
+from tttembed.loop.clickstore import CLICK_SCHEMA, ClickSQL
 from tttembed.loop.rows import (
     PAGE,
     SPEND_SOURCES,
     START,
+    ClickCaps,
     Cursor,
+    Event,
+    EventsStored,
     Feedback,
+    Impression,
+    RankClicks,
     Reward,
     SearchLog,
     Store,
+    cursor_floor,
 )
 
 SCHEMA = (
@@ -71,12 +82,18 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS spend (
         id TEXT PRIMARY KEY, source TEXT NOT NULL, pairs INTEGER NOT NULL,
         created DOUBLE PRECISION NOT NULL)""",
+    *CLICK_SCHEMA,
 )
+#: A search row as :func:`_search` reads it (with its intervention, "" when none).
+_SEARCH = ("SELECT s.search_id, s.task, s.query, s.created, s.version, s.ids, s.kind, "
+           "s.replica, COALESCE(v.kind, '') FROM searches s "
+           "LEFT JOIN interventions v ON v.search_id = s.search_id")
 
 
 
-class SQLStore:
-    """The SQL both backends run; subclasses give ``_connect`` and the placeholder."""
+class SQLStore(ClickSQL):
+    """The SQL both backends run; subclasses give ``_connect`` and the placeholder (the
+    click tables' SQL is :class:`~tttembed.loop.clickstore.ClickSQL`'s)."""
 
     url = ""
     placeholder = "?"
@@ -111,9 +128,10 @@ class SQLStore:
             for sql in SCHEMA:
                 cur.execute(sql)
 
-    def _serialize(self, cur: Any) -> None:
-        """Make the transaction of ``cur`` the only writer of the spend account until it
-        commits (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL overrides)."""
+    def _serialize(self, cur: Any, what: str = "spend") -> None:
+        """Make the transaction of ``cur`` the only writer of ``what`` (the spend account,
+        or the events) until it commits (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL
+        overrides)."""
         cur.execute("BEGIN IMMEDIATE")
 
     def close(self) -> None:
@@ -132,20 +150,22 @@ class SQLStore:
                 "replica) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                 [(r.search_id, r.task, r.query, r.created, r.version, json.dumps(list(r.ids)),
                   r.kind, r.replica) for r in rows])
+            marked = [(r.search_id, r.intervention, r.created) for r in rows if r.intervention]
+            if marked:
+                cur.executemany(self._sql(
+                    "INSERT INTO interventions (search_id, kind, created) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING"), marked)
 
     def get_search(self, search_id: str) -> SearchLog | None:
         with self._tx() as cur:
-            cur.execute(self._sql(
-                "SELECT search_id, task, query, created, version, ids, kind, replica "
-                "FROM searches WHERE search_id = ?"), (search_id,))
+            cur.execute(self._sql(f"{_SEARCH} WHERE s.search_id = ?"), (search_id,))
             row = cur.fetchone()
         return None if row is None else _search(row)
 
     def searches(self, since: float = 0.0) -> list[SearchLog]:
         with self._tx() as cur:
-            cur.execute(self._sql(
-                "SELECT search_id, task, query, created, version, ids, kind, replica "
-                "FROM searches WHERE created >= ? ORDER BY created, search_id"), (since,))
+            cur.execute(self._sql(f"{_SEARCH} WHERE s.created >= ? ORDER BY s.created, "
+                                  "s.search_id"), (since,))
             rows = cur.fetchall()
         return [_search(r) for r in rows]
 
@@ -202,10 +222,9 @@ class SQLStore:
         """Logged searches after ``cursor`` (by created, then search id), oldest first."""
         with self._tx() as cur:
             cur.execute(self._sql(
-                "SELECT search_id, task, query, created, version, ids, kind, replica "
-                "FROM searches WHERE (created, search_id) > (?, ?) "
-                "ORDER BY created, search_id LIMIT ?"),
-                (_lo(cursor), cursor[1], int(limit)))
+                f"{_SEARCH} WHERE (s.created, s.search_id) > (?, ?) "
+                "ORDER BY s.created, s.search_id LIMIT ?"),
+                (cursor_floor(cursor), cursor[1], int(limit)))
             rows = cur.fetchall()
         return [_search(r) for r in rows]
 
@@ -230,7 +249,8 @@ class SQLStore:
         with self._tx() as cur:
             cur.execute(self._sql(f"{select} WHERE created >= ? AND (created > ? OR {key} > ?) "
                                   f"ORDER BY created, {key} LIMIT ?"),
-                        (_lo(cursor), _lo(cursor), *sep, cursor[1], *sep, int(limit)))
+                        (cursor_floor(cursor), cursor_floor(cursor), *sep, cursor[1], *sep,
+                         int(limit)))
             return list(cur.fetchall())
 
     # -- the judge budget -------------------------------------------------------------
@@ -296,11 +316,6 @@ class SQLStore:
         return out
 
 
-def _lo(cursor: Cursor) -> float:
-    """The cursor's time as SQL can compare it (-inf: before everything)."""
-    return cursor[0] if cursor[0] != float("-inf") else -1e300
-
-
 def _reward(r: Sequence[Any]) -> Reward:
     return Reward(r[0], r[1], r[2], float("nan") if r[3] is None else float(r[3]),
                   float(r[4]), r[5], bool(r[6]), bool(r[7]))
@@ -312,7 +327,7 @@ def _finite(value: float) -> float | None:
 
 def _search(row: Sequence[Any]) -> SearchLog:
     return SearchLog(row[0], row[1], row[2], float(row[3]), row[4],
-                     tuple(json.loads(row[5])), row[6], row[7])
+                     tuple(json.loads(row[5])), row[6], row[7], row[8] or "")
 
 
 class SQLiteStore(SQLStore):
@@ -332,8 +347,10 @@ class SQLiteStore(SQLStore):
             _wal(conn, self.timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"feedback store {self.path} is unreadable: {exc} (move it "
-                              "aside to start a new one)") from exc
+            from tttembed.score.ledger import sqlite_problem
+
+            raise ConfigError(f"feedback store {self.path} " + sqlite_problem(
+                self.path, exc, "to start a new store", "loop.sqlite")) from exc
         return conn
 
 
@@ -374,5 +391,6 @@ def sqlite_from_spec(rest: str) -> SQLiteStore:
     return SQLiteStore(rest)
 
 
-__all__ = ["PAGE", "SPEND_SOURCES", "START", "Cursor", "Feedback", "Reward", "SQLStore", "SQLiteStore", "SearchLog", "Store", "open_store",
-           "sqlite_from_spec"]
+__all__ = ["PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Cursor", "Event", "EventsStored",
+           "Feedback", "Impression", "RankClicks", "Reward", "SQLStore", "SQLiteStore",
+           "SearchLog", "Store", "open_store", "sqlite_from_spec"]

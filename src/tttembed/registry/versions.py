@@ -11,6 +11,7 @@ Layout of ``DIR``::
                            the learner's verdict and why
     served.json            the version served now and the history of promotions and
                            rollbacks (replaced in one rename: a reader sees old or new)
+    replicas/NAME.json     each serving replica's report: the version it serves now
 
 A version folder is immutable once written: whether and when a version was promoted is
 read from ``served.json``'s history, the registry's own record, not from the version.
@@ -38,6 +39,9 @@ from tttembed.core.locks import writer_lock
 FORMAT = "tttembed-registry"
 FORMAT_VERSION = 1
 STATE_FILE = "vectors.npz"
+#: Where serving replicas report what they serve, and how recent a report must be.
+REPLICAS = "replicas"
+REPLICA_FRESH_S = 30.0
 _NAME = re.compile(r"v(\d+)")
 _FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made"
 
@@ -53,6 +57,8 @@ class Version:
     manifest: Mapping[str, Any] = field(repr=False)
     promoted_at: str | None = None
     promoted_by: str | None = None
+    #: why the version's manifest could not be read ("" when it could; see Registry.survey)
+    broken: str = ""
 
     @property
     def state_path(self) -> Path:
@@ -69,6 +75,16 @@ class Version:
 
     def load(self) -> AdaptState:
         return load_state(self.state_path)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """:meth:`Registry.survey`: versions, the served one, the history, broken files."""
+
+    versions: list[Version]
+    served: str | None
+    history: list[dict[str, Any]]
+    problems: list[str]
 
 
 def index_record(index: Any) -> dict[str, Any]:
@@ -139,6 +155,42 @@ class Registry:
         return {str(h.get("version")): h for h in self.served_record().get("history", [])
                 if h.get("action") == "promote" and h.get("version")}
 
+    def survey(self) -> Survey:
+        """What a status page shows, never failing on a broken file: every version (one
+        whose ``version.json`` cannot be read is listed with ``broken`` set), the served
+        version and history (none when ``served.json`` is corrupt) and one line per
+        broken file in ``problems``."""
+        problems: list[str] = []
+        try:
+            record = self.served_record()
+        except (DataError, OSError) as exc:
+            problems.append(" ".join(str(exc).split()))
+            record = {"served": None, "history": []}
+        history = [h for h in record.get("history", []) if isinstance(h, dict)]
+        promotions = {str(h.get("version")): h for h in history
+                      if h.get("action") == "promote" and h.get("version")}
+        folder = self.root / "versions"
+        names = sorted((p.name for p in folder.iterdir() if _NAME.fullmatch(p.name)
+                        and (p / "version.json").is_file()),
+                       key=version_number) if folder.is_dir() else []
+        out = []
+        for n in names:
+            try:
+                v = self._version(n, promotions)
+                if not isinstance(v.manifest, Mapping):
+                    raise DataError("corrupt version manifest (not an object)",
+                                    path=v.path / "version.json")
+                out.append(v)
+            except (DataError, OSError) as exc:
+                line = " ".join(str(exc).split())
+                problems.append(line)
+                last = promotions.get(n, {})
+                out.append(Version(n, self.root / "versions" / n, {"version": n},
+                                   promoted_at=last.get("at"), promoted_by=last.get("by"),
+                                   broken=line))
+        served = record.get("served")
+        return Survey(out, served if isinstance(served, str) else None, history, problems)
+
     def get(self, name: str) -> Version:
         version_number(name)
         path = self.root / "versions" / name
@@ -177,10 +229,69 @@ class Registry:
                 write_json(tmp / "version.json", record)
         return self.get(name)
 
-    def promote(self, name: str, *, by: str = "user", reason: str = "") -> dict[str, Any]:
-        """Serve ``name`` from now on; returns the new served record."""
+    def promote(self, name: str, *, by: str = "user", reason: str = "",
+                check: bool = False) -> dict[str, Any]:
+        """Serve ``name`` from now on; returns the new served record. ``check``: first
+        validate its state as the servers will (:meth:`validate`)."""
         v = self.get(name)
+        if check:
+            self.validate(v.name)
         return self._serve(v.name, "promote", by, reason)
+
+    def validate(self, name: str) -> None:
+        """Refuse (StateMismatch / DataError, one line) a version the servers would
+        refuse: a state that does not load (NaN or inf values, a torn file) or was learned
+        for another embedder or corpus than the registry's index (checked against the
+        index itself when its folder is here, else against the index record)."""
+        v = self.get(name)
+        if not v.state_path.exists():
+            return  # a version that applies nothing: raw
+        try:
+            st = v.load()
+        except (DataError, ValueError, OSError) as exc:
+            raise DataError(f"{name} cannot be served: {' '.join(str(exc).split())}",
+                            path=v.state_path, fix="promote another version") from None
+        index_path = self.manifest.get("index")
+        if index_path and Path(str(index_path)).exists():
+            from tttembed.index.store import load_index
+            from tttembed.ttt.search import check_states
+
+            try:
+                check_states([st], load_index(str(index_path)))
+            except StateMismatch as exc:
+                raise StateMismatch(f"{name} cannot be served: {exc}") from None
+            return
+        for key, mine in (("identity", st.identity),
+                          ("corpus_fingerprint", st.corpus_fingerprint)):
+            theirs = self.manifest.get(key)
+            if theirs and mine != theirs:
+                raise StateMismatch(f"{name} cannot be served: its state has {key} {mine!r}, "
+                                    f"the registry's index {theirs!r}; promote another "
+                                    "version")
+
+    # -- replicas ---------------------------------------------------------------------
+    def report_replica(self, replica: str, record: Mapping[str, Any]) -> None:
+        """A serving replica's report (``replicas/NAME.json``): what it serves, and when."""
+        folder = self.root / REPLICAS
+        folder.mkdir(exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", replica)
+        write_json(folder / f"{safe}.json", {"replica": replica, "time": time.time(),
+                                             **dict(record)}, sync=False)
+
+    def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]:
+        """The replicas that reported within ``fresh_s`` seconds (each its served
+        version, generation and whether it follows the registry), by name."""
+        folder = self.root / REPLICAS
+        out = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                got = read_json(path, what="replica report")
+            except DataError:
+                continue
+            at = got.get("time") if isinstance(got, dict) else None
+            if isinstance(at, (int, float)) and time.time() - at <= fresh_s:
+                out.append(got)
+        return out
 
     def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]:
         """Serve ``to``, or the version served before the current one (raw when none)."""
@@ -245,7 +356,9 @@ def _keys(v: Version) -> dict[str, tuple[float, np.ndarray]]:
     if not v.state_path.exists():
         return {}
     st = v.load()
-    vectors = np.asarray(st.vectors, dtype=np.float64)
+    vectors = [np.asarray(v, dtype=np.float64) for v in st.vectors]
+    for j, i in enumerate(st.parts.adapter_rows.tolist()):  # an adapter's map is compared too
+        vectors[i] = np.concatenate([vectors[i], st.parts.u[j].ravel(), st.parts.v[j].ravel()])
     return {k: (float(st.alpha[i]), vectors[i]) for i, k in enumerate(st.keys)}
 
 
@@ -253,4 +366,4 @@ def _now() -> str:
     return now_utc()
 
 
-__all__ = ["FORMAT", "STATE_FILE", "Registry", "Version", "index_record", "version_number"]
+__all__ = ["FORMAT", "STATE_FILE", "Registry", "Survey", "Version", "index_record", "version_number"]

@@ -81,11 +81,24 @@ def scorer_key(scorer: Any) -> str:
     return str(getattr(scorer, "identity", None) or scorer.spec)
 
 
+def sqlite_problem(path: Path, exc: sqlite3.DatabaseError, fresh: str,
+                   name: str = "ledger.sqlite") -> str:
+    """What is wrong with the SQLite file at ``path`` and the fix, after ``path``: a
+    folder, a path that cannot be opened (a missing or read-only folder), or a corrupt or
+    foreign file (only then is moving it aside the advice; ``fresh`` says what for)."""
+    if path.is_dir():
+        return (f"is a folder, not a SQLite file: {exc} (give the path of a file, e.g. "
+                f"{path / name})")
+    if "unable to open" in str(exc):
+        return (f"cannot be opened: {exc} (check that its folder exists and is writable, "
+                "and the path's permissions)")
+    return (f"is unreadable: {exc} (a corrupt or foreign SQLite file; try 'sqlite3 {path} "
+            f".recover' into a new file, or move it aside {fresh})")
+
+
 def _corrupt(path: Path, exc: sqlite3.DatabaseError) -> ConfigError:
-    return ConfigError(
-        f"reward ledger {path} is unreadable: {exc} (a corrupt or foreign SQLite file; "
-        f"try 'sqlite3 {path} .recover' into a new file, or move it aside to start a new "
-        "ledger, which means paying again)")
+    return ConfigError(f"reward ledger {path} " + sqlite_problem(
+        path, exc, "to start a new ledger, which means paying again"))
 
 
 class Ledger:
@@ -119,10 +132,7 @@ class Ledger:
                     conn.executescript(_SCHEMA)
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"cannot open reward ledger {self.path}: {exc} "
-                              "(give a writable path to an SQLite file; for a corrupt one try "
-                              f"'sqlite3 {self.path} .recover' into a new file, or move it "
-                              "aside, which means paying again)") from exc
+            raise _corrupt(self.path, exc) from exc
         self._conn, self._pid = conn, os.getpid()
         self._spec_ids = {}
         return conn

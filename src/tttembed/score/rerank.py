@@ -197,6 +197,11 @@ class RerankScorer:
                     raise ValueError(f"index {i} answered twice")
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError(f"score {value!r} of index {i} is not a number")
+                if not math.isfinite(value):
+                    raise BackendError(
+                        f"{where} answered the score {value!r} for document {i} of the {n} "
+                        "sent: a judge's score must be a finite number (NaN and infinities "
+                        "are refused, never stored; check the server's model and its input)")
                 out[i] = float(value)
         except (TypeError, KeyError, ValueError) as exc:
             raise BackendError(f"{where} returned malformed results ({exc}); expected "
@@ -206,7 +211,7 @@ class RerankScorer:
     def _map(self, value: float, where: str, n: int) -> float:
         if math.isnan(value) or math.isinf(value):
             raise BackendError(f"{where} left a document without a finite score (sent {n} "
-                               "documents with top_n = all); the server dropped results")
+                               "documents with top_n = all)")
         if self.sigmoid:
             return 1.0 / (1.0 + math.exp(-value)) if value > -700 else 0.0
         if not 0.0 <= value <= 1.0:

@@ -7,8 +7,9 @@ bodies (anything unexpected into a 500 without a traceback), counts the request 
 one JSON access-log line (never a header, so never the key). The model runs on its own
 thread (:class:`~tttembed.serve.engine.Batcher`): an embeddings request of a few texts
 awaits its rows on the event loop and is adapted and rendered there (tens of
-microseconds); larger ones, searches and anything that writes the traffic log run in a
-worker thread. The event loop never waits for the model.
+microseconds), and so does a search of a few texts, whose index call runs on the search
+thread (:class:`~tttembed.serve.searcher.Searcher`); larger requests and anything that
+writes the traffic log run in a worker thread. The event loop never waits for the model.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tttembed.embed.base import Embedder
-from tttembed.serve import loop_routes, routes
+from tttembed.serve import events, loop_routes, routes
 from tttembed.serve.config import ServeConfig
 from tttembed.serve.logs import access_log, configure_logging, log
 from tttembed.serve.routes import json_response
@@ -87,6 +88,7 @@ ROUTES: tuple[tuple[str, str, Any, list[str], bool], ...] = (
     ("/t/{task}/v1/models", "models", routes.models, ["GET"], True),
     ("/admin/reload", "reload", routes.reload, ["POST"], True),
     ("/v1/feedback", "feedback", loop_routes.feedback, ["POST"], True),
+    ("/v1/events", "events", events.events_route, ["POST"], True),
     ("/v1/loop", "loop", loop_routes.loop_route, ["GET"], True),
     ("/dashboard", "dashboard", loop_routes.dashboard, ["GET"], True),
 )

@@ -51,6 +51,19 @@ class ServeConfig:
     store: str | None = None
     #: seconds between looks at the registry's served version
     registry_poll_s: float = 1.0
+    #: RandPair exploration (``--explore``): the fraction of searches whose served top-k
+    #: has one random adjacent pair (ranks r, r+1 within the top 10) swapped, logged as
+    #: an intervention for the propensity estimate (needs ``registry``)
+    explore: float = 0.0
+    #: interleaving (``--interleave``): the fraction of searches served as a team-draft
+    #: interleaving of the served version and the registry's candidate (while there is
+    #: one), the online promotion test (needs ``registry``)
+    interleave: float = 0.0
+    #: ``POST /v1/events`` caps per session: clicks per search, clicks per query text
+    #: (across searches), events of any action per search; past them, dropped
+    max_clicks_per_search: int = 5
+    max_clicks_per_query: int = 20
+    max_events_per_search: int = 100
 
     def __post_init__(self) -> None:
         for name in ("states", "queries", "tasks"):
@@ -72,6 +85,22 @@ class ServeConfig:
                               "--state (or serve the files without --registry)")
         if self.store and not self.registry:
             raise ConfigError("--store needs --registry (the versions its traffic feeds)")
+        if not 0 <= self.explore <= 1:
+            raise ConfigError(f"explore (--explore) must be a fraction in [0, 1], got "
+                              f"{self.explore}")
+        if not 0 <= self.interleave <= 1:
+            raise ConfigError(f"interleave (--interleave) must be a fraction in [0, 1], "
+                              f"got {self.interleave}")
+        if self.interleave and not self.registry:
+            raise ConfigError("--interleave needs --registry (it tests the registry's "
+                              "candidate version)")
+        if self.explore and not self.registry:
+            raise ConfigError("--explore needs --registry (its searches are logged there "
+                              "as interventions)")
+        if min(self.max_clicks_per_search, self.max_clicks_per_query,
+               self.max_events_per_search) < 1:
+            raise ConfigError("max_clicks_per_search, max_clicks_per_query and "
+                              "max_events_per_search must be >= 1")
         if self.max_batch < 1 or not 0 <= self.max_wait_ms <= 1000:
             raise ConfigError("max_batch (--max-batch) must be >= 1 and max_wait_ms "
                               "(--max-wait-ms) within 0..1000")

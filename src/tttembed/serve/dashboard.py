@@ -26,7 +26,8 @@ from typing import Any
 REFRESH_SECONDS = 5
 #: The loop-wide fields, in the order a status mapping lists them.
 TOP_FIELDS = ("version", "learning", "idle", "pairs_judged", "judge_budget", "judge_budget_left",
-              "feedback_received", "frozen", "reason", "searches", "cycles", "updated")
+              "feedback_received", "frozen", "reason", "searches", "cycles", "updated",
+              "judge_audited", "rewards_in_ledger")
 #: A version's evidence fields (a difference against the version served before it).
 EVIDENCE_FIELDS = ("gain", "ci_low", "ci_high", "p", "queries", "validation_pairs")
 #: A version's pair counts, shown as ``pairs_<name>``.
@@ -162,7 +163,15 @@ def _header(status: Mapping[str, Any]) -> str:
                "badge"),
         _field("frozen", frozen, "FROZEN" if frozen is True else "live",
                "badge frozen" if frozen is True else "badge live"),
+        _field("judge_audited", status.get("judge_audited"),
+               "judge audited" if status.get("judge_audited") is True else
+               "judge NOT audited (no --audit)",
+               "badge live" if status.get("judge_audited") is True else "badge frozen"),
     ]
+    learner = _as_map(status.get("learner"))
+    if learner.get("running") is False and learner.get("stopped"):
+        badges.append(f'<span class="badge no">learner stopped: '
+                      f'{_esc(learner.get("stopped"))}</span>')
     meta = (f'cycles {_field("cycles", status.get("cycles"))} · '
             f'searches {_field("searches", status.get("searches"))} · '
             f'updated {_field("updated", status.get("updated"))}')
@@ -180,6 +189,11 @@ def _notice(status: Mapping[str, Any]) -> str:
                 "FOLLOWING</strong> this server cannot follow its registry and keeps serving "
                 f"{_esc(serving.get('version') or 'raw')}: {_esc(error or 'unknown error')}"
                 "</div>")
+    broken = "; ".join(str(status[k]) for k in ("registry_error", "status_error")
+                       if status.get(k))
+    if broken:
+        return ('<div class="banner" role="alert" data-banner="broken-file"><strong>BROKEN '
+                f"FILE</strong> {_esc(broken)}</div>")
     if status.get("frozen") is True:
         return ('<div class="banner" role="alert" data-banner="frozen"><strong>FROZEN</strong>'
                 f"no version is promoted until the loop is unfrozen: {_field('reason', reason)}"
@@ -197,10 +211,13 @@ def _budget(status: Mapping[str, Any]) -> str:
         bar = (f'<div class="bar" role="progressbar" aria-valuenow="{spent:g}" '
                f'aria-valuemax="{total:g}"><div class="{cls}" '
                f'style="width:{100 * frac:.1f}%"></div></div>')
+    ledger = status.get("rewards_in_ledger")
     return ('<div class="card"><h2>Judge budget (pairs)</h2>'
             f'<div class="big">{_field("pairs_judged", judged)} '
-            f'<span class="muted">/ {_field("judge_budget", budget)}</span></div>{bar}'
-            f'<div>{_field("judge_budget_left", status.get("judge_budget_left"))} left</div>'
+            f'<span class="muted">/ {_field("judge_budget", budget)}</span></div>'
+            '<div class="muted">paid by this loop</div>'
+            f'{bar}<div>{_field("judge_budget_left", status.get("judge_budget_left"))} left'
+            f' · {_field("rewards_in_ledger", ledger)} rewards in the ledger</div>'
             "</div>")
 
 
@@ -294,7 +311,9 @@ def _evidence(row: Mapping[str, Any]) -> str:
     tone = "pos" if lo is not None and lo > 0 else ("neg" if hi is not None and hi < 0 else "")
     gain = _field("gain", ev.get("gain"), _signed(ev.get("gain")), tone)
     ci = (f'[{_field("ci_low", ev.get("ci_low"), _signed(ev.get("ci_low")))}, '
-          f'{_field("ci_high", ev.get("ci_high"), _signed(ev.get("ci_high")))}]')
+          f'{_field("ci_high", ev.get("ci_high"), _signed(ev.get("ci_high")))}]'
+          if lo is not None and hi is not None else
+          '<span class="muted">(no interval with fewer than 2 queries)</span>')
     p = _field("p", ev.get("p"), _pvalue(ev.get("p")))
     return (f'<span class="muted nw">Δ nDCG@10 vs {base}</span> <span class="nw">{gain} {ci},'
             f'</span> <span class="nw">p {p},</span> <span class="nw">'
@@ -335,7 +354,22 @@ def _versions_table(status: Mapping[str, Any]) -> str:
             '<th class="num">Queries served</th><th>Reason</th></tr>')
     body = "".join(_version_row(row, _is_served(row, served)) for row in rows)
     return (f'<section><h2>Versions</h2><div class="scroll"><table><thead>{head}</thead>'
-            f"<tbody>{body}</tbody></table></div></section>")
+            f"<tbody>{body}</tbody></table></div></section>{_history(status)}")
+
+
+def _history(status: Mapping[str, Any]) -> str:
+    """Promotions and rollbacks, newest first: when, what, who, why."""
+    rows = [_as_map(h) for h in status.get("history") or () if isinstance(h, Mapping)]
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr data-history="{_esc(h.get("action"))}"><td class="nw">{_esc(h.get("at"))}</td>'
+        f'<td>{_esc(h.get("action"))}</td><td>{_esc(h.get("from") or "raw")} → '
+        f'{_esc(h.get("version") or "raw")}</td><td>{_esc(h.get("by"))}</td>'
+        f'<td class="reason">{_esc(h.get("reason"))}</td></tr>' for h in reversed(rows))
+    return ('<section><h2>History (promotions and rollbacks)</h2><table><thead><tr>'
+            "<th>When</th><th>Action</th><th>Served</th><th>By</th><th>Why</th></tr></thead>"
+            f"<tbody>{body}</tbody></table></section>")
 
 
 def _state_order(counts: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
@@ -368,12 +402,41 @@ def _states_table(status: Mapping[str, Any]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table></section>')
 
 
+def _clicks_table(status: Mapping[str, Any]) -> str:
+    """Click-through by position (``clicks.ctr_by_rank``). Its values are not loop-wide
+    ``data-field``s: the section carries ``data-events`` and ``data-clicks``, each rank's
+    ``<tr data-rank="R">`` its ``data-impressions``, ``data-clicks`` and ``data-ctr`` (exact,
+    as ``data-value`` is)."""
+    clicks = _as_map(status.get("clicks"))
+    ranks = [_as_map(r) for r in clicks.get("ctr_by_rank") or () if isinstance(r, Mapping)]
+    head = (f'<section data-events="{_esc(_exact(clicks.get("events")))}" '
+            f'data-clicks="{_esc(_exact(clicks.get("clicks")))}">'
+            '<h2>Click-through by position</h2><p class="note">'
+            f'{_plain(clicks.get("events"))} events, {_plain(clicks.get("clicks"))} clicks</p>')
+    if not any(_real(r.get("impressions")) for r in ranks):
+        return head + '<p class="muted">No searches shown yet.</p></section>'
+    rows = []
+    for r in ranks:
+        ctr = _real(r.get("ctr"))
+        width = 0.0 if ctr is None else 240 * min(max(ctr, 0.0), 1.0)
+        attrs = "".join(f' data-{k}="{_esc(_exact(r.get(k)))}"'
+                        for k in ("impressions", "clicks", "ctr"))
+        rows.append(f'<tr data-rank="{_esc(r.get("rank"))}"{attrs}><td>{_esc(r.get("rank"))}'
+                    f'</td><td class="num">{_plain(r.get("impressions"))}</td>'
+                    f'<td class="num">{_plain(r.get("clicks"))}</td><td class="num">'
+                    f'{"—" if ctr is None else f"{100 * ctr:.1f}%"}</td>'
+                    f'<td><span class="share" style="width:{width:.0f}px"></span></td></tr>')
+    return (head + '<table><thead><tr><th>Rank</th><th class="num">Impressions</th>'
+            '<th class="num">Clicks</th><th class="num">CTR</th><th></th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
 def render_dashboard(status: Mapping[str, Any]) -> str:
     """The loop's status (the ``GET /v1/loop`` mapping) as one complete HTML page."""
     served = status.get("version")
     title = f"tttembed loop: {served if served else 'raw'}"
     body = "".join((_header(status), _notice(status), _cards(status), _timeline(status),
-                    _versions_table(status), _states_table(status)))
+                    _versions_table(status), _states_table(status), _clicks_table(status)))
     return ("<!DOCTYPE html>\n"
             '<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'

@@ -8,6 +8,10 @@ merged into model batches of at most ``max_batch`` texts, waiting up to ``max_wa
 for others to join while traffic is concurrent, as embedding servers batch
 (:class:`Batcher`). Cache hits and the adaptation itself do not touch the model. The
 cache holds the embedder's own float32 rows, so a cached vector is the vector.
+
+Every index search runs on one persistent search thread beside the model thread
+(:class:`~tttembed.serve.searcher.Searcher`): concurrent searches merged into one index
+call with the same batching policy, so FAISS's OpenMP runtime has one thread team.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 
 from tttembed.embed.base import Embedder, Kind
 from tttembed.index.base import Index
+from tttembed.serve.searcher import Searcher
 from tttembed.ttt.snapshot import Snapshot
 
 
@@ -229,6 +234,7 @@ class Engine:
         self.index = index
         self.embedder = embedder
         self.encoder = LRUEncoder(embedder, cache_size, max_batch, max_wait_ms)
+        self.searcher = Searcher(index, max_batch, max_wait_ms)
 
     def embed(self, texts: Sequence[str], task: str | None, snap: Snapshot) -> Result:
         """Documents (``task`` None): base vectors. Queries: adapted with ``snap``."""
@@ -244,7 +250,16 @@ class Engine:
     def search(self, texts: Sequence[str], task: str, k: int, snap: Snapshot) -> Result:
         """Adapted queries against the unchanged index (as ``tttembed.api.search``)."""
         res = self.embed(texts, task, snap)
-        scores, rows = self.index.search(res.vectors, min(int(k), len(self.index)))
+        scores, rows = self.searcher.search(res.vectors, min(int(k), len(self.index)))
+        return Result(res.vectors, res.hits, res.generation, scores, rows)
+
+    async def search_async(self, texts: Sequence[str], task: str, k: int, snap: Snapshot
+                           ) -> Result:
+        """:meth:`search` awaited on the event loop: the model rows and the index hits
+        awaited from their threads, the adaptation on the loop."""
+        res = await self.embed_async(texts, task, snap)
+        scores, rows = await self.searcher.search_async(res.vectors,
+                                                        min(int(k), len(self.index)))
         return Result(res.vectors, res.hits, res.generation, scores, rows)
 
 

@@ -103,6 +103,9 @@ def _status(svc: Service) -> dict[str, Any]:
     status["serving"] = {"version": svc.states.current.version,
                          "generation": svc.states.current.generation,
                          "replica": svc.replica, **follow}
+    from tttembed.serve.events import click_status
+
+    status["clicks"] = click_status(svc.store)
     return status
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -138,38 +139,89 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation, k=req.k)
     task = served_task(svc, snap, req.task) or req.task  # a search always names a task
 
+    # a few texts: the model rows and the index hits awaited from their threads (engine)
+    found = await svc.engine.search_async(req.texts, task, req.k, snap) \
+        if len(req.texts) <= INLINE_TEXTS else None
+
     def work() -> tuple[bytes, Any]:
-        res = svc.engine.search(req.texts, task, req.k, snap)
+        res = found if found is not None else svc.engine.search(req.texts, task, req.k, snap)
         body = _search_body(svc, req, res)
         body["version"] = snap.version
         if svc.store is not None:
+            sids = [uuid.uuid4().hex for _ in req.texts]
+            marks = interleave_results(svc, snap, task, req, body["data"], sids)
             log_traffic(svc, snap, req.task, req.texts, [d["ids"] for d in body["data"]],
-                        body["data"])
+                        body["data"], sids=sids, marks=marks)
         return _render(body), res
 
-    content, res = await run_in_threadpool(work)
+    inline = found is not None and svc.store is None
+    content, res = work() if inline else await run_in_threadpool(work)
     info["states"] = res.hits
     svc.metrics.hit(res.hits, "search", len(req.texts))
     return Response(content, 200, headers=state_headers(res),
                     media_type="application/json")
 
 
+def interleave_results(svc: Service, snap: Snapshot, task: str, req: SearchRequest,
+                       data: list[dict[str, Any]], sids: Sequence[str]) -> list[str]:
+    """``--interleave``: the drawn searches' results become a team-draft interleaving of
+    the served list and the candidate's (searched only for those); the interventions to
+    log per search ("" where not interleaved)."""
+    from tttembed.serve.explore import interleave_drawn, interleave_item
+
+    cand = snap.candidate
+    fraction = svc.config.interleave
+    drawn = [i for i, sid in enumerate(sids) if interleave_drawn(sid, fraction)]
+    marks = [""] * len(sids)
+    if cand is None or not drawn:
+        return marks
+    res = svc.engine.search([req.texts[i] for i in drawn], task, req.k, cand)
+    rows, scores = np.asarray(res.rows), np.asarray(res.scores)
+    ids = svc.index.doc_ids
+    for j, i in enumerate(drawn):
+        keep = [c for c, r in enumerate(rows[j]) if r >= 0]
+        other = {"ids": [ids[rows[j][c]] for c in keep],
+                 "scores": [float(scores[j][c]) for c in keep]}
+        marks[i] = interleave_item(sids[i], data[i], other, fraction, cand.version or "")
+    return marks
+
+
 def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
-                lists: Sequence[Sequence[str]] | None, data: list[dict[str, Any]] | None
+                lists: Sequence[Sequence[str]] | None, data: list[dict[str, Any]] | None,
+                *, sids: Sequence[str] | None = None, marks: Sequence[str] | None = None
                 ) -> None:
     """Log each served query in the store (the closed loop's traffic); a search's
     results gain their ``search_id``. Embeddings traffic logs no list (the learner runs
-    the base retrieval itself)."""
+    the base retrieval itself). ``marks``: interventions already made (interleaving);
+    RandPair (``--explore``) may swap the others."""
     from tttembed.loop.store import SearchLog
 
     now = time.time()
-    rows = [SearchLog(uuid.uuid4().hex, task, text, now + 1e-6 * i, snap.version,
-                      tuple(lists[i]) if lists is not None else (),
-                      "search" if lists is not None else "embeddings", svc.replica)
+    sids = list(sids) if sids is not None else [uuid.uuid4().hex for _ in texts]
+    done = list(marks) if marks is not None else [""] * len(sids)
+    marks = [done[i] or apply_randpair(sid, item, svc.config.explore)
+             for i, (sid, item) in enumerate(zip(sids, data or ()))]  # as shown, and how
+    shown = [d["ids"] for d in data] if data else lists
+    rows = [SearchLog(sids[i], task, text, now + 1e-6 * i, snap.version,
+                      tuple(shown[i]) if shown is not None else (),
+                      "search" if lists is not None else "embeddings", svc.replica,
+                      marks[i] if marks else "")
             for i, text in enumerate(texts)]
     svc.store.log_searches(rows)
     for row, item in zip(rows, data or ()):
         item["search_id"] = row.search_id
+
+
+def apply_randpair(search_id: str, item: dict[str, Any], fraction: float) -> str:
+    """RandPair (``--explore``): swap one adjacent pair of ``item``'s ids and scores in
+    place when ``search_id`` is drawn; the intervention to log ("" when not drawn)."""
+    from tttembed.serve.explore import RANDPAIR, randpair, swapped
+
+    rank = randpair(search_id, len(item["ids"]), fraction)
+    if rank is None:
+        return ""
+    item["ids"], item["scores"] = swapped(item["ids"], rank), swapped(item["scores"], rank)
+    return f"{RANDPAIR}:{rank}"
 
 
 def _search_body(svc: Service, req: SearchRequest, res: Any) -> dict[str, Any]:

@@ -32,6 +32,19 @@ def _uvicorn():
     return uvicorn
 
 
+def preflight(config: ServeConfig, learner: Any = None) -> None:
+    """What ``serve`` checks before it binds the port (a one-line error, exit non-zero):
+    starlette/uvicorn import, the store spec, and with ``--learn`` the learner's judge,
+    audit and store specs (:func:`tttembed.loop.config.check_specs`)."""
+    from tttembed.loop.config import check_specs, check_store
+
+    _uvicorn()
+    if learner is not None:
+        check_specs(learner)
+    elif config.store:
+        check_store(config.store)
+
+
 def check_serve_states(config: ServeConfig) -> None:
     """Load every state file and check it against the index (no model)."""
     from tttembed.adapt.state import load_state
@@ -60,7 +73,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def with_learner(config: ServeConfig, learner: Any) -> None:
+def with_learner(config: ServeConfig, learner: Any, *, announce: str = "") -> None:
     """``serve --learn``: the learner (``python -m tttembed loop ...``, niced, one torch
     thread) runs as a child process beside the server and stops with it."""
     import subprocess
@@ -70,7 +83,7 @@ def with_learner(config: ServeConfig, learner: Any) -> None:
     child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()],
                              preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
-        run(config)
+        run(config, announce=announce)
     finally:
         child.terminate()
         try:
@@ -79,7 +92,17 @@ def with_learner(config: ServeConfig, learner: Any) -> None:
             child.kill()
 
 
-def run(config: ServeConfig) -> None:
+def _say(announce: str) -> None:
+    if announce:
+        import sys
+
+        sys.stderr.write(announce + "\n")
+        sys.stderr.flush()
+
+
+def run(config: ServeConfig, *, announce: str = "") -> None:
+    """Serve ``config``; ``announce`` is printed once the app is built, just before the
+    port is bound (never before a check that can fail)."""
     uvicorn = _uvicorn()
     configure_logging(config.log_level)
     common = dict(host=config.host, port=config.port, log_level=config.log_level,
@@ -88,9 +111,12 @@ def run(config: ServeConfig) -> None:
     if config.workers == 1:
         from tttembed.serve.app import build_app
 
-        uvicorn.run(build_app(config), **common)
+        app = build_app(config)
+        _say(announce)
+        uvicorn.run(app, **common)
         return
     check_serve_states(config)
+    _say(announce)
     os.environ[ENV] = config.to_json()
     import inspect
 

@@ -95,6 +95,7 @@ class Service:
                 self.follow.ok()
             except Exception as exc:  # noqa: BLE001  (the watcher must never end)
                 self.follow.failed(exc)
+            self.states.report(self.replica, self.follow.as_dict())
 
     def stop_watching(self) -> None:
         self._watching.clear()

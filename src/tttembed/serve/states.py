@@ -106,10 +106,32 @@ class ServedStates:
             states.append(load_state(path))
             mtimes.append(mtime)
         check_states(states, self.index, allow_foreign=self.config.allow_foreign_state)
-        return Snapshot(generation, tuple(states), tuple(mtimes), _text_map(self.config),
-                        version=version)
+        qids = _text_map(self.config)
+        return Snapshot(generation, tuple(states), tuple(mtimes), qids, version=version,
+                        candidate=self._candidate(generation, version, qids))
 
-    def served_mark(self) -> tuple[int, int] | None:
+    def _candidate(self, generation: int, served: str | None,
+                   qids: dict[str, dict[str, str]]) -> Snapshot | None:
+        """The registry's candidate as a snapshot of its own, when interleaving (a
+        candidate that cannot be loaded is not interleaved: logged, never fatal)."""
+        from tttembed.registry.candidate import read_candidate
+
+        if self.versions is None or not self.config.interleave:
+            return None
+        record = read_candidate(self.versions.root)
+        if record is None or record["version"] == served:
+            return None
+        try:
+            v = self.versions.get(str(record["version"]))
+            states = [load_state(v.state_path)] if v.state_path.exists() else []
+            check_states(states, self.index, allow_foreign=self.config.allow_foreign_state)
+        except (TTTEmbedError, OSError, ValueError) as exc:
+            log.error("not interleaving candidate %s: %s", record["version"], exc)
+            return None
+        return Snapshot(generation, tuple(states), (0.0,) * len(states), qids,
+                        version=v.name)
+
+    def served_mark(self) -> tuple[int, ...] | None:
         """What changes when the registry's served version does (None: no registry)."""
         if self.versions is None:
             return None
@@ -120,8 +142,32 @@ class ServedStates:
                 raise DataError("the state registry is gone (no registry.json)",
                                 path=self.versions.root,
                                 fix="mount or restore the registry folder") from None
+            return (0, 0, *self._candidate_mark())
+        return (st.st_mtime_ns, st.st_size, *self._candidate_mark())
+
+    def _candidate_mark(self) -> tuple[int, int]:
+        from tttembed.registry.candidate import CANDIDATE_FILE
+
+        if self.versions is None or not self.config.interleave:
+            return (0, 0)
+        try:
+            st = os.stat(self.versions.root / CANDIDATE_FILE)
+        except FileNotFoundError:
             return (0, 0)
         return (st.st_mtime_ns, st.st_size)
+
+    def report(self, replica: str, follow: dict[str, Any]) -> None:
+        """Tell the registry what this replica serves (``states list`` shows it); a
+        registry that cannot be written is skipped quietly (the watcher reports it)."""
+        if self.versions is None:
+            return
+        cur = self._current
+        try:
+            self.versions.report_replica(replica, {
+                "version": cur.version, "generation": cur.generation,
+                "following": follow.get("following"), "error": follow.get("error")})
+        except OSError:
+            pass
 
     def reload(self) -> tuple[bool, Snapshot, str | None]:
         """Re-read every state and query file; swap only if all of them load.

@@ -23,20 +23,21 @@ Graph = Callable[[Sequence[str]], Mapping[str, Sequence[str]]]
 
 def index_graph(index: Index, k: int = ACTIVE_NEIGHBOURS) -> Graph:
     """``graph(doc_ids)``: each document's ``k`` nearest other documents of ``index`` (inner
-    product of the stored vectors, the index's own search)."""
+    product of the stored vectors, the index's own search), read from the corpus k-NN
+    graph kept beside the index (built once on first use: :mod:`tttembed.index.knn_graph`)."""
+    from tttembed.index.knn_graph import index_graph_rows
+
     row_of: dict[str, int] = {}
+    table: list[np.ndarray] = []
 
     def graph(docs: Sequence[str]) -> Mapping[str, Sequence[str]]:
         if not row_of:
             row_of.update((d, r) for r, d in enumerate(index.doc_ids))
+            table.append(index_graph_rows(index, k).rows)
         have = [d for d in docs if d in row_of]
-        if not have:
-            return {}
-        vecs = np.asarray(index.get_vectors([row_of[d] for d in have]), dtype=np.float32)
-        _, found = index.search(vecs, min(k + 1, len(index)))
         ids = index.doc_ids
-        return {d: [ids[int(r)] for r in hit if r >= 0 and ids[int(r)] != d][:k]
-                for d, hit in zip(have, found)}
+        near = table[0][[row_of[d] for d in have]].tolist() if have else []
+        return {d: [ids[r] for r in hit if r >= 0] for d, hit in zip(have, near)}
     return graph
 
 

@@ -62,6 +62,8 @@ def audit_judge(spec: str, queries: QuerySet, pay: Pay, *, min_auc: float = MIN_
     from tttembed.data.beir import load_judgments
 
     path = audit_spec(spec)
+    if path.is_dir():  # qrels:FOLDER, as eval and the loop take it: its test judgments
+        path = path / "qrels" / "test.tsv"
     judged = load_judgments(path)
     key_of = {(t, q): k for t, q, k in zip(queries.tasks, queries.qids, queries.keys)}
     keys = {q: key_of[(t, q)] for t in dict.fromkeys(queries.tasks) for q in judged

@@ -17,6 +17,8 @@ from tttembed.adapt import (
     learn_vectors,
     make_groups,
 )
+from tttembed.adapt.adapter import RANK
+from tttembed.adapt.batch import LearnResult
 from tttembed.adapt.crossval import (
     FOLDS,
     CrossValidation,
@@ -25,7 +27,9 @@ from tttembed.adapt.crossval import (
     cross_validate,
     parse_alpha,
 )
-from tttembed.adapt.scopes import Groups, check_scope
+from tttembed.adapt.extras import scope_parts
+from tttembed.adapt.parts import StateParts
+from tttembed.adapt.scopes import Groups, check_scope, sharing
 from tttembed.core.errors import ConfigError
 from tttembed.index.base import Index
 from tttembed.ttt.guard import (
@@ -37,8 +41,15 @@ from tttembed.ttt.guard import (
     reward_rows,
 )
 from tttembed.ttt.judged import Pay, Source
-from tttembed.ttt.select import CoefFor, mixed_state, rewards_coef, select_methods, shared_scopes
-from tttembed.types import SCOPES
+from tttembed.ttt.mixed import mixed_state
+from tttembed.ttt.select import (
+    AUTO_SCOPES,
+    NEIGHBOUR,
+    CoefFor,
+    rewards_coef,
+    select_methods,
+    shared_scopes,
+)
 
 
 def _fingerprint(indexes: Sequence[Index]) -> str:
@@ -70,7 +81,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                 folds: int = FOLDS, seed: int = 0,
                 callback: Callable[[int], None] | None = None, pay: Pay | None = None,
                 validate_cap: int | None = None, table: Table | None = None,
-                **meta: Any) -> AdaptState | None:
+                rank: int = RANK, **meta: Any) -> AdaptState | None:
     """One scope's state from rewards already paid, over one or more sources, learned as
     one batched problem (None when no query has a finite reward). ``meta`` fills the
     state's scorer, reward_mapping and budget fields.
@@ -92,18 +103,14 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     table = table if table is not None else reward_rows(sources, rewards)
     if not table.keys:
         return None
-    x, zs, rs, qids, tasks, texts = table.x, table.zs, table.rs, table.qids, table.tasks, table.texts
-    groups = make_groups(scope, qids, tasks, texts)
-    perm = groups.order()  # rows in group order: the optimizer streams z without a copy
-    batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
-                                    groups.index[perm], groups.weights[perm])
-    res = learn_vectors(batch, len(groups.keys), objective, callback=callback)
+    x, zs, rs, qids, tasks = table.x, table.zs, table.rs, table.qids, table.tasks
+    groups, res, parts = _learn_groups(scope, table, objective, callback, rank=rank, seed=seed)
     guard = None
     if asked == "auto" and pay is not None:
         cap = validate_cap if validate_cap is not None else round(
             VALIDATE_SHARE * sum(len(r) for r in rs))
         guard = judged_diff(scope, sources, rewards, pay, cap=cap, objective=objective,
-                            folds=folds, seed=seed, table=table)
+                            folds=folds, seed=seed, table=table, rank=rank)
     guarded = guard is not None and guard.evidence is not None
     cv = None  # the judged-candidates estimate: asked for, or what auto falls back to
     if crossval or (asked == "auto" and not guarded):
@@ -116,7 +123,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
     meta.setdefault("rewarded", _rewarded(sources, rewards))
-    if scope == "query":
+    if sharing(scope) == "query":
         meta.setdefault("query_ids", _group_ids(groups, qids, tasks))
     return AdaptState(scope, tuple(groups.keys), res.vectors, alphas, res.n_g,
                       identity=index.identity, dim=index.dim, objective=objective,
@@ -124,7 +131,29 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                       embedder=str(index.manifest.get("embedder_spec", "")),
                       corpus_fingerprint=_fingerprint([s[2] for s in sources]),
                       final_loss=res.final_loss, alpha_asked=alpha_label(asked),
-                      alpha_chosen=chosen, crossval=_crossval_record(cv, guard), **meta)
+                      alpha_chosen=chosen, crossval=_crossval_record(cv, guard), parts=parts,
+                      **meta)
+
+
+def _learn_groups(scope: str, table: Table, objective: str,
+                  callback: Callable[[int], None] | None, *, rank: int, seed: int
+                  ) -> tuple[Groups, LearnResult, StateParts]:
+    """The groups of ``scope`` over the reward table, their vectors learned as one batched
+    problem, and what an adapter or neighbour state adds (:func:`scope_parts`)."""
+    x, zs, rs = table.x, table.zs, table.rs
+    groups = make_groups(scope, table.qids, table.tasks, table.texts)
+    perm = groups.order()  # rows in group order: the optimizer streams z without a copy
+    batch = RewardBatch.from_ragged(x[perm], [zs[i] for i in perm], [rs[i] for i in perm],
+                                    groups.index[perm], groups.weights[perm])
+    res = learn_vectors(batch, len(groups.keys), objective, callback=callback)
+    res, parts = scope_parts(scope, batch, res, x[perm][_firsts(groups.index[perm])],
+                             objective, rank=rank, seed=seed)
+    return groups, res, parts
+
+
+def _firsts(index: np.ndarray) -> np.ndarray:
+    """The first row of each group in rows sorted by group."""
+    return np.flatnonzero(np.r_[True, index[1:] != index[:-1]]) if len(index) else index
 
 
 def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
@@ -136,7 +165,8 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
     reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
     tenth of the rewarded pairs); ``coef_for`` gives Qdrant's coefficients (default:
     fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`); ``scopes`` limits
-    the choice to those parts (``global``, ``task``, ``query``; default all): a part it
+    the choice to those parts (``global``, ``task``, ``adapter``, ``query``,
+    ``neighbour``; default all): a part it
     excludes is not learned, validated or paid for."""
     allowed = _allowed(scopes)
     table = reward_rows(sources, rewards)
@@ -151,6 +181,9 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
              *(("query",) if "query" in allowed else ()))
     learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed,
                                   table=table) for scope in learn}
+    if NEIGHBOUR in allowed:  # the query-wise vectors, with their texts' embeddings
+        learned[NEIGHBOUR] = learn_state(NEIGHBOUR, sources, rewards, objective=objective,
+                                         seed=seed, table=table)
     chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
                             folds=folds, seed=seed, coef_for=coef_for, table=table,
                             scopes=allowed)
@@ -162,10 +195,10 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
 def _allowed(scopes: Sequence[str] | None) -> tuple[str, ...]:
     """The parts ``learn_auto`` may choose from (every scope by default)."""
     if scopes is None:
-        return SCOPES
+        return AUTO_SCOPES
     allowed = tuple(check_scope(s) for s in scopes)
     if not allowed:
-        raise ConfigError(f"give at least one scope to choose from ({', '.join(SCOPES)})")
+        raise ConfigError(f"give at least one scope to choose from ({', '.join(AUTO_SCOPES)})")
     return allowed
 
 

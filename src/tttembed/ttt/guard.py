@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.adapt.adapter import RANK, map_deltas
 from tttembed.adapt.crossval import ALPHA_GRID, CrossValidation, alpha_values
+from tttembed.adapt.extras import scope_parts
+from tttembed.adapt.neighbour import neighbours
 from tttembed.adapt.optimize import RewardBatch, learn_vectors
 from tttembed.adapt.scopes import group_key, make_groups
 from tttembed.adapt.validate import judged_deltas, task_folds
@@ -137,7 +140,7 @@ class _Heldout:
 def judged_diff(scope: str, sources: Sequence[Source],
                 rewards: Mapping[str, Mapping[str, float]], pay: Pay, *, cap: int,
                 objective: str = "kd", folds: int = 5, seed: int = 0, k: int = K,
-                table: Table | None = None) -> Guard:
+                table: Table | None = None, rank: int = RANK) -> Guard:
     """Judged-diff validation of a state (module docstring; a query-wise state is checked
     on the queries it was learned from, which are the ones it applies to). Past the cap
     a random sample of ``cap`` of the new pairs is paid, and the unpaid documents count
@@ -147,7 +150,7 @@ def judged_diff(scope: str, sources: Sequence[Source],
     table = table if table is not None else reward_rows(sources, rewards)
     if len(table.keys) < 2 and scope != "query":
         return Guard(None, 0, cap, "fewer than 2 rewarded queries: nothing to hold out")
-    held = _adapted_vectors(scope, table, objective, folds, rng)
+    held = _adapted_vectors(scope, table, objective, folds, rng, rank)
     if not held.rows:
         return Guard(None, 0, cap, "no held-out query has a vector learned without it")
     keys = [table.keys[r] for r in held.rows]
@@ -191,10 +194,12 @@ def reward_rows(sources: Sequence[Source],
 
 
 def _adapted_vectors(scope: str, t: Table, objective: str, folds: int,
-                     rng: np.random.Generator) -> _Heldout:
+                     rng: np.random.Generator, rank: int = RANK) -> _Heldout:
     """Each held-out row's adapted query vectors, one per alpha of the grid. A query-wise
     state applies to the very texts it was learned from: every row is learned once and
-    checked in-sample (one "fold")."""
+    checked in-sample (one "fold"). An adapter applies its task's map; neighbour
+    transfer lends a held-out query the vectors of its rewarded neighbours in the other
+    folds (a query without one keeps its raw vector at every alpha)."""
     in_sample = scope == "query"
     fold = np.ones(len(t.tasks), np.int64) if in_sample else task_folds(t.tasks, folds, rng)
     out = _Heldout()
@@ -202,23 +207,56 @@ def _adapted_vectors(scope: str, t: Table, objective: str, folds: int,
         train = (np.arange(len(t.tasks)) if in_sample else np.flatnonzero(fold != f)).tolist()
         if not train:
             continue
-        groups = make_groups(scope, [t.qids[i] for i in train], [t.tasks[i] for i in train],
-                             [t.texts[i] for i in train])
-        o = groups.order()
-        batch = RewardBatch.from_ragged(t.x[train][o], [t.zs[train[j]] for j in o],
-                                        [t.rs[train[j]] for j in o], groups.index[o],
-                                        groups.weights[o])
-        res = learn_vectors(batch, len(groups.keys), objective)
-        where = {key: g for g, key in enumerate(groups.keys)}
-        for i in (train if in_sample else np.flatnonzero(fold == f).tolist()):
-            g = where.get(group_key(scope, t.tasks[i], t.texts[i]))
-            if g is None:
-                continue
-            alphas = np.array([alpha_values(a, res.n_g[g:g + 1])[0] for a in ALPHA_GRID])
-            u = t.x[i][None, :] + alphas[:, None] * res.vectors[g][None, :]
+        held = train if in_sample else np.flatnonzero(fold == f).tolist()
+        for i, block in _fold_vectors(scope, t, train, held, objective, rank):
             out.rows.append(i)
-            out.vectors.append(u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12))
+            out.vectors.append(block)
     return out
+
+
+def _fold_vectors(scope: str, t: Table, train: list[int], held: list[int], objective: str,
+                  rank: int) -> list[tuple[int, np.ndarray]]:
+    """Learn ``scope`` on rows ``train``; each row of ``held`` with a vector, and its
+    unit query vectors, one per alpha of the grid."""
+    groups = make_groups(scope, [t.qids[i] for i in train], [t.tasks[i] for i in train],
+                         [t.texts[i] for i in train])
+    o = groups.order()
+    batch = RewardBatch.from_ragged(t.x[train][o], [t.zs[train[j]] for j in o],
+                                    [t.rs[train[j]] for j in o], groups.index[o],
+                                    groups.weights[o])
+    res = learn_vectors(batch, len(groups.keys), objective)
+    first = np.flatnonzero(np.r_[True, groups.index[o][1:] != groups.index[o][:-1]])
+    res, parts = scope_parts(scope, batch, res, t.x[train][o][first], objective, rank=rank)
+    x = t.x[held].astype(np.float32)
+    if scope == "neighbour":
+        mix, evidence, hit = neighbours(x, np.array([t.tasks[i] for i in held], dtype=str),
+                                        groups.keys, res.vectors, res.n_g, parts)
+        return [(i, _unit_block(x[j], mix[j], _grid(evidence[j]) if hit[j] else None))
+                for j, i in enumerate(held)]
+    where = {key: g for g, key in enumerate(groups.keys)}
+    out = []
+    for j, i in enumerate(held):
+        g = where.get(group_key(scope, t.tasks[i], t.texts[i]))
+        if g is None:
+            continue
+        v = res.vectors[g] + map_deltas(x[j:j + 1], parts, np.array([g]))[0]
+        out.append((i, _unit_block(x[j], v, np.array([
+            alpha_values(a, res.n_g[g:g + 1])[0] for a in ALPHA_GRID]))))
+    return out
+
+
+def _grid(evidence: float) -> np.ndarray:
+    """Every alpha of the grid for a neighbour mix of ``evidence`` (the rule:
+    ``n / (n + 1)``)."""
+    return np.array([evidence / (evidence + 1.0) if a == "rule" else float(a)
+                     for a in ALPHA_GRID])
+
+
+def _unit_block(x: np.ndarray, v: np.ndarray, alphas: np.ndarray | None) -> np.ndarray:
+    """``unit(x + a v)`` for every alpha ``a`` of the grid (``x`` at each when None)."""
+    a = np.zeros(len(ALPHA_GRID)) if alphas is None else alphas
+    u = x[None, :] + a[:, None] * v[None, :]
+    return u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
 
 
 __all__ = ["GUARD_VERSION", "VALIDATE_SHARE", "CrossvalRecord", "Guard", "Pay", "Table",

@@ -19,6 +19,9 @@ the loop's promotion check (:mod:`tttembed.loop.promote`) are policies on it.
   :meth:`~JudgedLists.per_task` give the task-balanced mean Delta, its 95% bootstrap
   interval (queries and paid samples resampled together) and sign-flip p-values;
   :func:`exact_gain` gives the same for lists that are fully judged.
+- **One test**: :func:`paired_test` gives the mean Delta, its 95% interval and its p from
+  one paired bootstrap (the interval lies above 0 exactly when the mean is positive and p
+  < 0.05), for a decision that shows what decided; fewer than 2 rows have no interval.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tttembed.adapt.crossval import N_BOOT, AlphaGain
+from tttembed.adapt.crossval import N_BOOT, AlphaGain, task_bootstrap
 from tttembed.adapt.sampled import (
     OpenParts,
     fill_samples,
@@ -219,6 +222,50 @@ def exact_gain(base: Sequence[Sequence[str]], other: Sequence[Sequence[str]],
     return g, float(p[0])
 
 
-__all__ = ["K", "JudgedLists", "Judged", "Lists", "Pair", "Pay", "Source", "exact_gain",
+#: The two-sided level of :func:`paired_test`'s decision (its interval is 1 - ALPHA).
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """One paired test of ``n`` rows' Delta: the task-balanced mean ``gain``, its
+    ``1 - ALPHA`` bootstrap interval (None with fewer than 2 rows: no interval) and the
+    two-sided p of the same bootstrap distribution."""
+
+    n: int
+    gain: float
+    ci_low: float | None
+    ci_high: float | None
+    p: float
+
+    @property
+    def better(self) -> bool:
+        """The interval lies above 0 (same as: gain > 0 and p < ALPHA)."""
+        return self.ci_low is not None and self.ci_low > 0
+
+
+def exact_deltas(base: Sequence[Sequence[str]], other: Sequence[Sequence[str]],
+                 judged: Sequence[Mapping[str, float]], *, k: int = K) -> np.ndarray:
+    """Per row, the exact ``Delta nDCG@k`` of ``other`` against ``base`` (fully judged)."""
+    return np.array([judged_deltas(b, [o], j, k)[1][0] for b, o, j in zip(base, other, judged)],
+                    dtype=np.float64)
+
+
+def paired_test(deltas: np.ndarray, tasks: Sequence[str], rng: np.random.Generator, *,
+                n_boot: int = N_BOOT) -> PairedTest:
+    """:class:`PairedTest` of ``deltas`` (one per row; tasks weighted equally): interval
+    and p come from the same bootstrap of the mean, so they never disagree."""
+    d = np.asarray(deltas, dtype=np.float64).reshape(-1)
+    if len(d) < 2:
+        return PairedTest(len(d), float(d.mean()) if len(d) else 0.0, None, None, 1.0)
+    mean, boot = task_bootstrap(d[:, None], np.asarray(tasks), n_boot, rng)
+    b = np.asarray(boot, dtype=np.float64).reshape(-1)
+    lo, hi = np.percentile(b, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+    tail = min(float((b <= 0).mean()), float((b >= 0).mean()))
+    p = 1.0 if np.all(b == 0) else min(1.0, max(2 * tail, 1.0 / n_boot))
+    return PairedTest(len(d), float(np.asarray(mean).reshape(-1)[0]), float(lo), float(hi), p)
+
+
+__all__ = ["ALPHA", "K", "JudgedLists", "PairedTest", "exact_deltas", "paired_test", "Judged", "Lists", "Pair", "Pay", "Source", "exact_gain",
            "judge_lists", "never_judged", "pay_into", "sample_pairs", "scorer_pay", "source_lists",
            "top_lists", "whole_queries"]

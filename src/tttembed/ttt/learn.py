@@ -47,6 +47,7 @@ from tttembed.ttt.rewards import (
     make_plan,
     score_plan_pairs,
 )
+from tttembed.ttt.sanity import check_judge
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,18 @@ class LearnOutcome:
 
 
 def pair_counts(scorer: Scorer, plan: RewardPlan, rewards: Rewards) -> dict[str, int]:
-    """requested / cached (served from the ledger) / paid / missing pairs of one run."""
+    """requested / cached (served from the ledger) / paid / missing pairs of one run:
+    ``missing`` counts every pair of the plan with no reward, those the ledger held
+    without a score too (``missing_in_ledger``, when any: a rerun with --retry-missing
+    asks for them again)."""
+    missing = sum(1 for r in rewards.values() for v in r.values() if not np.isfinite(v))
     counts = getattr(scorer, "counts", None)
     if counts is not None:
         c = counts()
+        held = max(0, missing - c.missing)
         return {"requested": len(plan.pairs), "cached": c.cached, "paid": c.paid,
-                "missing": c.missing}
-    missing = sum(1 for r in rewards.values() for v in r.values() if not np.isfinite(v))
+                "missing": max(missing, c.missing),
+                **({"missing_in_ledger": held} if held else {})}
     return {"requested": len(plan.pairs), "cached": 0, "paid": len(plan.pairs),
             "missing": missing}
 
@@ -77,8 +83,8 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                   dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
                   validate_budget: float | None = None, audit: str | None = None,
                   audit_min_auc: float = MIN_AUC, method: str = "scope",
-                  allocation: str = "waterfill",
-                  progress: Progress | None = None) -> LearnOutcome:
+                  allocation: str = "waterfill", trust_judge: bool = False,
+                  progress: Progress | None = None, rank: int = 8) -> LearnOutcome:
     """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
     0, a ``folds``-fold reward cross-validation is run and kept in the state
     (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds).
@@ -86,25 +92,24 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     are capped at ``validate_budget`` per query (default a tenth of ``budget``; past it a
     random sample of the documents to judge is paid, with a note).
     ``method="auto"`` learns the mixed state of :func:`learn_auto` instead of ``scope``'s;
-    ``allocation="active"``, the plan's size in pairs chosen by :func:`active_pairs`."""
-    asked = parse_alpha(alpha)
-    check_method(method)
-    check_allocation(allocation)
-    if folds == 1 or folds < 0:
-        raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
-    if method == "auto" and asked != "rule":
-        raise ConfigError("--alpha applies to --method scope: method auto validates each "
-                          "state at its rule alpha (drop --alpha, or use --method scope)")
-    if (asked == "auto" or method == "auto") and not folds:
-        raise ConfigError(f"{'method' if method == 'auto' else 'alpha'} auto is chosen by "
-                          "cross-validation: give at least 2 folds")
+    ``allocation="active"``, the plan's size in pairs chosen by :func:`active_pairs`.
+    Before learning, the judge's rewards are checked against the base ranking
+    (:mod:`tttembed.ttt.sanity`): one that prefers the bottom of the lists is refused
+    unless ``trust_judge``."""
+    asked = _checked_options(alpha, method, allocation, folds)
+    if budget <= 0 and not dry_run:  # before any work
+        _nothing_planned(budget, len(queries))
     k = candidate_depth(budget, depth, len(index))
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
     plan = make_plan(queries, base, index, budget, depth, seed)
+    if not plan.pairs and not dry_run:
+        _nothing_planned(budget, len(queries))
     if dry_run:  # an active plan's ledger share is unknown until the judge answers
         return LearnOutcome(state=None, plan=plan if allocation == "active" else
-                            count_in_ledger(plan, queries, corpus, scorer))
+                            count_in_ledger(plan, queries, corpus, scorer),
+                            counts=_validation_plan(method, asked, len(queries), plan,
+                                                    validate_budget))
     pay = scorer_pay(queries, corpus, scorer)
     checked = None if audit is None else audit_judge(
         audit, queries, pay, min_auc=audit_min_auc, seed=seed,
@@ -113,6 +118,8 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                           seed, progress)
     counts = pair_counts(scorer, plan, rewards)
     check_usable(rewards, scorer)
+    check_judge(rewards, base.candidates(index, queries.keys), trust=trust_judge,
+                spec=getattr(scorer, "spec", str(scorer)))
     step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
                  STEPS * (2 if folds else 1))
     cap = None if validate_budget is None else round(len(queries) * validate_budget)
@@ -124,7 +131,7 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     else:
         state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
                             alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
-                            callback=lambda _: step(1), pay=pay, validate_cap=cap, **meta)
+                            callback=lambda _: step(1), pay=pay, validate_cap=cap, rank=rank, **meta)
     if state is not None:
         paid = (state.selection or state.crossval or {}).get("validation_pairs_paid")
         state = replace(state, pairs=counts if paid is None else {**counts, "validation": paid},
@@ -140,6 +147,46 @@ def check_method(method: str) -> str:
     if method not in LEARN_METHODS:
         raise ConfigError(f"unknown method {method!r}; choose one of: {', '.join(LEARN_METHODS)}")
     return method
+
+
+def _checked_options(alpha: str | float, method: str, allocation: str, folds: int
+                     ) -> str | float:
+    """The alpha asked for, once the method, allocation and folds agree with it."""
+    asked = parse_alpha(alpha)
+    check_method(method)
+    check_allocation(allocation)
+    if folds == 1 or folds < 0:
+        raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
+    if method == "auto" and asked != "rule":
+        raise ConfigError("--alpha applies to --method scope: method auto validates each "
+                          "state at its rule alpha (drop --alpha, or use --method scope)")
+    if (asked == "auto" or method == "auto") and not folds:
+        raise ConfigError(f"{'method' if method == 'auto' else 'alpha'} auto is chosen by "
+                          "cross-validation: give at least 2 folds")
+    return asked
+
+
+def _validation_plan(method: str, asked: str | float, queries: int, plan: RewardPlan,
+                     validate_budget: float | None) -> dict[str, int]:
+    """A dry run's validation pairs (``--method auto`` / ``--alpha auto``): at most."""
+    if method != "auto" and asked != "auto":
+        return {}
+    return {"validation_cap": validation_cap(queries, len(plan.pairs), validate_budget)}
+
+
+def _nothing_planned(budget: float, queries: int) -> None:
+    raise ConfigError(f"a budget of {budget:g} rewards per query plans no pair to score "
+                      f"({queries} queries): there is nothing to learn from; give --budget "
+                      "above 0 (--dry-run shows what a budget costs)")
+
+
+def validation_cap(queries: int, pairs: int, validate_budget: float | None) -> int:
+    """The most validation pairs ``--alpha auto`` / ``--method auto`` pay beyond the plan:
+    ``validate_budget`` per query, else a tenth of the rewarded pairs (the guard's rule)."""
+    from tttembed.ttt.guard import VALIDATE_SHARE
+
+    return round(queries * validate_budget if validate_budget is not None
+                 else VALIDATE_SHARE * pairs)
 
 
 def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> None:
@@ -176,7 +223,7 @@ def planned_state(index: Index, outcome: LearnOutcome, *, scope: str, objective:
     plan's size as its budget."""
     plan = outcome.plan
     pairs = ({"requested": len(plan.pairs), "in_ledger": plan.in_ledger or 0,
-              "to_pay": plan.to_pay} if dry_run else outcome.counts)
+              "to_pay": plan.to_pay, **outcome.counts} if dry_run else outcome.counts)
     return AdaptState(scope, (), np.zeros((0, index.dim), np.float32), np.zeros(0),
                       np.zeros(0, np.int64), identity=index.identity, dim=index.dim,
                       objective=objective, pairs=pairs, dry_run=dry_run,
@@ -200,8 +247,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           seed: int = 0, embedder: Embedder | None = None, corpus: CorpusArg | None = None,
           alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
           executor: ExecutorLike = "local", validate_budget: float | None = None,
-          audit: str | None = None, audit_min_auc: float = MIN_AUC,
-          method: str = "scope", allocation: str = "waterfill") -> AdaptState:
+          audit: str | None = None, audit_min_auc: float = MIN_AUC, method: str = "scope",
+          allocation: str = "waterfill", trust_judge: bool = False, rank: int = 8) -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state;
     ``allocation="active"``: the pairs chosen in rounds (:mod:`tttembed.adapt.active`).
@@ -249,8 +296,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     outcome = learn_outcome(index, emb, qs, docs, sc, scope=scope, budget=budget,
                             depth=depth, objective=objective, seed=seed, dry_run=dry_run,
                             alpha=alpha, folds=folds, validate_budget=validate_budget,
-                            audit=audit, audit_min_auc=audit_min_auc, method=method,
-                            allocation=allocation, progress=progress)
+                            audit=audit, audit_min_auc=audit_min_auc, method=method, rank=rank,
+                            allocation=allocation, trust_judge=trust_judge, progress=progress)
     if outcome.state is not None:
         return outcome.state
     return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)

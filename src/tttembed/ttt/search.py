@@ -113,6 +113,8 @@ def check_applied(states: Sequence[AdaptState], queries: QuerySet) -> None:
     for st in states:
         if st.method == "auto" and (not len(st.keys) or set(st.tasks) & set(queries.tasks)):
             continue  # method auto: its tasks match (it may keep raw for these texts)
+        if len(st.parts.neighbour_rows) and set(st.tasks) & set(queries.tasks):
+            continue  # neighbour transfer: its tasks match (it lends to texts near its own)
         if applied_counts(queries, [st])[0] == 0:
             raise ConfigError(f"{st.label} ({st.scope}-wise, tasks {', '.join(st.tasks[:5])}) "
                               f"applies to none of the {len(queries)} queries (tasks "

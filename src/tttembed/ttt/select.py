@@ -19,7 +19,7 @@ Two choices per task, each by the paired validation of :mod:`tttembed.adapt.vali
 ``scopes`` limits the parts chosen from (``global``, ``task``, ``query``); a part it
 excludes is not learned, validated or paid for.
 
-The result is one ``mixed`` state (:class:`~tttembed.adapt.state.AdaptState`): task keys
+The result is one ``mixed`` state (:func:`tttembed.ttt.mixed.mixed_state`): task keys
 carry the shared part, query keys the query part; every part is an additive query vector
 (Rocchio's and Qdrant's vectors ``u`` are stored as ``unit(u) - x`` with alpha 1), so
 search, serving, MTEB and the vector databases apply it unchanged.
@@ -34,10 +34,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tttembed.adapt import AdaptState
+from tttembed.adapt.adapter import map_deltas
 from tttembed.adapt.crossval import ALPHA_GRID, FOLDS, N_BOOT, cv_deltas
 from tttembed.adapt.feedback import Coef, feedback_vector, reward_rocchio, unit_rows
 from tttembed.adapt.qdrant_fit import INIT, fit_on_rewards
-from tttembed.adapt.scopes import MIXED, query_key
+from tttembed.adapt.scopes import LEARN_SCOPES, query_key
 from tttembed.adapt.validate import best_method, task_gains
 from tttembed.ttt.guard import Guard, Table, judged_diff, reward_rows
 from tttembed.ttt.judged import (
@@ -49,14 +50,17 @@ from tttembed.ttt.judged import (
     sample_pairs,
     source_lists,
 )
-from tttembed.types import SCOPES
 
-SHARED = ("global", "task")
+SHARED = ("global", "task", "adapter")
 QUERY_LEVEL = ("query", "rw-rocchio", "qdrant-rf")
+#: The part for unseen queries near rewarded ones (kept beside the query part).
+NEIGHBOUR = "neighbour"
 #: The deployable states method auto chooses from, per task.
-METHODS = ("raw", *SHARED, *QUERY_LEVEL)
+METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
+#: The parts auto chooses from by default: every scope ``learn`` knows.
+AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 4
+SELECT_VERSION = 5
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
@@ -92,10 +96,12 @@ class Selection:
     cap: int
     notes: tuple[str, ...] = ()
     coefficients: dict[str, list[float]] = field(default_factory=dict)
+    neighbour: dict[str, str] = field(default_factory=dict)
 
     def choice(self, task: str) -> str:
-        """``task``, ``task+qdrant-rf``, ``rw-rocchio``, ``raw``..."""
-        parts = [self.shared.get(task, "raw"), self.query.get(task, "none")]
+        """``task``, ``task+qdrant-rf``, ``adapter+query+neighbour``, ``raw``..."""
+        parts = [self.shared.get(task, "raw"), self.query.get(task, "none"),
+                 self.neighbour.get(task, "none")]
         return "+".join(p for p in parts if p not in ("raw", "none")) or "raw"
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,7 +111,7 @@ class Selection:
                 "evidence": self.evidence, "estimators": dict(self.estimators),
                 "validation_pairs_needed": self.needed, "validation_pairs_paid": self.paid,
                 "validation_cap": self.cap, "notes": list(self.notes),
-                "qdrant_coefficients": self.coefficients}
+                "qdrant_coefficients": self.coefficients, "neighbour": dict(self.neighbour)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Selection:
@@ -115,7 +121,8 @@ class Selection:
                    {t: {m: dict(e) for m, e in per.items()} for t, per in d["evidence"].items()},
                    dict(d.get("estimators", {})), int(d.get("validation_pairs_needed", 0)),
                    int(d.get("validation_pairs_paid", 0)), int(d.get("validation_cap", 0)),
-                   tuple(d.get("notes", ())), dict(d.get("qdrant_coefficients", {})))
+                   tuple(d.get("notes", ())), dict(d.get("qdrant_coefficients", {})),
+                   {str(t): str(m) for t, m in d.get("neighbour", {}).items()})
 
     def gains(self, task: str) -> dict[str, MethodGain]:
         """Every method's evidence in ``task``."""
@@ -142,19 +149,22 @@ def rewards_coef(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
     return (lambda task, key: coefs.get(task, INIT)), {t: list(c) for t, c in coefs.items()}
 
 
-def shared_scopes(several_tasks: bool, scopes: Sequence[str] = SCOPES) -> tuple[str, ...]:
-    """The shared parts to learn and validate among ``scopes``: ``global`` and ``task``;
-    with one task only ``task`` (its global state is the same vector), or ``global`` when
-    that is the one allowed."""
+def shared_scopes(several_tasks: bool, scopes: Sequence[str] = AUTO_SCOPES
+                  ) -> tuple[str, ...]:
+    """The shared parts to learn and validate among ``scopes``: ``global``, ``task`` and
+    ``adapter``; with one task not ``global`` when ``task`` is allowed (its global state
+    is the same vector)."""
     wanted = tuple(s for s in SHARED if s in scopes)
-    return ("task",) if not several_tasks and len(wanted) > 1 else wanted
+    if not several_tasks and {"global", "task"} <= set(wanted):
+        return tuple(s for s in wanted if s != "global")
+    return wanted
 
 
 def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                    pay: Pay, learned: Mapping[str, AdaptState | None], *, cap: int,
                    objective: str = "kd", folds: int = FOLDS, seed: int = 0,
                    coef_for: CoefFor, k: int = K, table: Table | None = None,
-                   scopes: Sequence[str] = SCOPES) -> Selection:
+                   scopes: Sequence[str] = AUTO_SCOPES) -> Selection:
     """Choose each task's shared and query part (module docstring) among the parts
     ``scopes`` allow (``global``, ``task``: shared parts; ``query``: every query-level
     method); a part not allowed is neither validated nor paid for. ``learned`` holds the
@@ -164,13 +174,14 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
     rng = np.random.default_rng(seed)
     several = len(set(table.tasks)) > 1
     shared_parts, query = shared_scopes(several, scopes), "query" in scopes
+    near = NEIGHBOUR in scopes
     sh = _shared_part(sources, rewards, pay, table, shared_parts, cap=cap // (
         (2 if query else 1) * max(len(shared_parts), 1)), objective=objective, folds=folds,
         seed=seed, rng=rng)  # the shared parts share half the cap, the query part the rest
     if not several and {"global", "task"} <= set(scopes):
         sh.notes.insert(0, "one task: the global state is the task-wise one")
     sh.notes += [f"{s}: excluded by the scopes (not learned, validated or paid for)"
-                 for s in SCOPES if s not in scopes]
+                 for s in AUTO_SCOPES if s not in scopes]
     evidence: dict[str, dict[str, dict[str, float]]] = {t: {} for t in dict.fromkeys(table.tasks)}
     for t, got in sh.evidence.items():
         evidence.setdefault(t, {}).update(got)
@@ -179,16 +190,27 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
     qp = _QueryPart({}, "")
     if query:
         qp = _query_part(sources, table, sh.merged, pay, shared, learned,
-                         cap=max(cap - sh.spent, 0), coef_for=coef_for, k=k, rng=rng)
+                         cap=max(cap - sh.spent, 0) // (2 if near else 1), coef_for=coef_for,
+                         k=k, rng=rng)
     for t, got in qp.evidence.items():
         evidence[t].update(got)
     estimators = {**sh.estimators, **({m: qp.estimator for m in QUERY_LEVEL} if query else {})}
+    nb = _Shared()
+    if near:
+        nb = _shared_part(sources, sh.merged, pay, table, (NEIGHBOUR,),
+                          cap=max(cap - sh.spent - qp.paid, 0), objective=objective,
+                          folds=folds, seed=seed, rng=rng)
+        for t, got in nb.evidence.items():
+            evidence.setdefault(t, {}).update(got)
+        estimators.update(nb.estimators)
     return Selection(
         shared=shared,
         query={t: best_method({m: e[m] for m in QUERY_LEVEL if m in e}, "none")
                for t, e in evidence.items()},
-        evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed,
-        paid=sh.spent + qp.paid, cap=cap, notes=tuple(sh.notes + qp.notes))
+        evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed + nb.needed,
+        paid=sh.spent + qp.paid + nb.spent, cap=cap, notes=tuple(sh.notes + qp.notes + nb.notes),
+        neighbour={t: best_method({m: e[m] for m in (NEIGHBOUR,) if m in e}, "none")
+                   for t, e in evidence.items()} if near else {})
 
 
 Evidence = dict[str, dict[str, dict[str, float]]]
@@ -215,9 +237,10 @@ def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
                  pay: Pay, table: Table, scopes: Sequence[str], *, cap: int, objective: str,
                  folds: int, seed: int, rng: np.random.Generator) -> _Shared:
     """Each shared scope of ``scopes`` validated by the guard within ``cap`` pairs (task
-    first, then global on the rewards with those it bought)."""
+    first, then global, then adapter, on the rewards with those bought before; the
+    neighbour part the same way, on held-out queries)."""
     out = _Shared(merged={k: dict(v) for k, v in rewards.items()})
-    for scope in ("task", "global"):
+    for scope in ("task", "global", "adapter", NEIGHBOUR):
         if scope not in scopes:
             continue
         g: Guard = judged_diff(scope, sources, out.merged, pay, cap=cap,
@@ -278,7 +301,7 @@ def _query_part(sources: Sequence[Source], table: Table,
     return out
 
 
-def _shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | None]
+def shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | None]
                    ) -> dict[str, tuple[AdaptState, int]]:
     """Per task whose shared choice is not raw: the chosen state and its group row."""
     out = {}
@@ -294,11 +317,12 @@ def _shared_vectors(table: Table, shared: Mapping[str, str],
                     learned: Mapping[str, AdaptState | None]) -> np.ndarray:
     """Each rewarded row's query vector under its task's shared choice."""
     out = table.x.astype(np.float32).copy()
-    groups = _shared_groups(shared, learned)
+    groups = shared_groups(shared, learned)
     for i, task in enumerate(table.tasks):
         if task in groups:
             st, g = groups[task]
-            out[i] = unit_rows(table.x[i] + st.alpha[g] * st.vectors[g])
+            v = st.vectors[g] + map_deltas(table.x[i:i + 1], st.parts, np.array([g]))[0]
+            out[i] = unit_rows(table.x[i] + st.alpha[g] * v)
     return out
 
 
@@ -308,60 +332,13 @@ def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: 
     out = np.zeros_like(table.x, dtype=np.float32)
     rows = kd.index() if kd is not None else {}
     for i in range(len(table.keys)):
-        v = _query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
+        v = query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
                           rows, coef_for)
         out[i] = table.x[i] if v is None else unit_rows(table.x[i] + v[1] * v[0])
     return out
 
 
-@dataclass
-class _Parts:
-    keys: list[str] = field(default_factory=list)
-    vectors: list[np.ndarray] = field(default_factory=list)
-    alpha: list[float] = field(default_factory=list)
-    n_g: list[int] = field(default_factory=list)
-
-    def add(self, key: str, vector: np.ndarray, alpha: float, n: int) -> None:
-        self.keys.append(key)
-        self.vectors.append(np.asarray(vector, np.float32))
-        self.alpha.append(float(alpha))
-        self.n_g.append(int(n))
-
-
-def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], table: Table,
-                coef_for: CoefFor, template: AdaptState, **meta: Any) -> AdaptState:
-    """The one state that applies ``selection``: per task its shared part (the chosen
-    state's vector and alpha under the task's key) and, for its rewarded texts, its
-    query part. ``learned`` holds the global, task and query states learned on every
-    reward; ``template`` gives the embedder, corpus and hyperparameter fields."""
-    parts = _Parts()
-    for task, (st, g) in _shared_groups(selection.shared, learned).items():
-        parts.add(task, st.vectors[g], st.alpha[g], st.n_g[g])
-    kd = learned.get("query")
-    rows = kd.index() if kd is not None else {}
-    seen: set[str] = set()
-    for q, (task, text) in enumerate(zip(table.tasks, table.texts)):
-        key = query_key(task, text)
-        method = selection.query.get(task, "none")
-        if method == "none" or key in seen:
-            continue
-        seen.add(key)
-        vec = _query_vector(method, q, key, table, kd, rows, coef_for)
-        if vec is not None:
-            parts.add(key, *vec)
-    n = len(parts.keys)
-    d = template.dim
-    return AdaptState(
-        MIXED, tuple(parts.keys),
-        np.stack(parts.vectors) if n else np.zeros((0, d), np.float32),
-        np.asarray(parts.alpha), np.asarray(parts.n_g, np.int64), identity=template.identity,
-        dim=d, objective=template.objective, hyperparameters=template.hyperparameters,
-        embedder=template.embedder, corpus_fingerprint=template.corpus_fingerprint,
-        alpha_asked="rule", alpha_chosen="rule", method="auto",
-        selection=selection.as_dict(), **{"rewarded": template.rewarded, **meta})
-
-
-def _query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | None,
+def query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | None,
                   rows: Mapping[str, int], coef_for: CoefFor
                   ) -> tuple[np.ndarray, float, int] | None:
     """(vector, alpha, n) of one rewarded text under a query-level method (``rows``: the
@@ -376,5 +353,6 @@ def _query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | 
     return np.asarray(u, np.float32) - x, 1.0, 1
 
 
-__all__ = ["METHODS", "QUERY_LEVEL", "SELECT_VERSION", "SHARED", "CoefFor", "MethodGain",
-           "Selection", "mixed_state", "rewards_coef", "select_methods", "shared_scopes"]
+__all__ = ["AUTO_SCOPES", "METHODS", "NEIGHBOUR", "QUERY_LEVEL", "SELECT_VERSION", "SHARED",
+           "CoefFor", "MethodGain", "Selection", "query_vector", "rewards_coef",
+           "select_methods", "shared_groups", "shared_scopes"]

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.adapt.apply import apply_states, lookup_keys, state_owners
 from tttembed.adapt.state import AdaptState
 from tttembed.ttt.queries import QuerySet
-from tttembed.ttt.search import adapt_queries, applied_counts
 
 #: The path task meaning "global states only".
 GLOBAL_ONLY = "_"
@@ -41,6 +41,9 @@ class Snapshot:
     loaded_at: str = field(default_factory=now_iso)
     #: the registry version these states are (None: ``--state`` files, or raw)
     version: str | None = None
+    #: the registry's candidate under an interleaving test (``serve --interleave``), its
+    #: states as a snapshot of their own (None: no candidate, or not interleaving)
+    candidate: Snapshot | None = None
 
     def qid(self, task: str, text: str) -> str | None:
         return self.qids.get(task, {}).get(text)
@@ -77,10 +80,12 @@ class Snapshot:
         states = self.for_task(task)
         if not states or not len(texts):
             return x, {}
-        qs = self.query_set(texts, task)
-        counts = applied_counts(qs, states)
+        # one pass: the texts' keys (digests) once, shared by the counts and the vectors
+        keys = lookup_keys(states, texts, (task,) * len(texts))
+        owner, _ = state_owners(keys, states, len(texts))
+        counts = np.bincount(owner[owner >= 0], minlength=len(states)).tolist()
         hits = {st.label: n for st, n in zip(states, counts) if n}
-        return adapt_queries(x, qs, states), hits
+        return apply_states(x, keys, states), hits
 
     def describe(self) -> list[dict[str, Any]]:
         return [_describe(st, m) for st, m in zip(self.states, self.mtimes)]

@@ -1,0 +1,149 @@
+"""The learner's view of clicks: the store's shown documents tailed incrementally (only
+searches old enough that their clicks have settled), a bounded window of them, and from
+that window the propensities and the click rewards a cycle learns from.
+
+The window keeps the newest :data:`MAX_SHOWN` shown records (a year of traffic never
+sits in memory; old clicks age out), so a cycle's cost is bounded by the window, not by
+all past traffic. With a judge, a pair that has both a judge reward and clicks takes the
+doubly robust estimate (the judge as the direct model, clicks correct it); the mean
+judge-click disagreement is reported beside the propensities.
+
+Interleaved searches (``Shown.test`` names the candidate) are also credited as they are
+read: per (search, session) +1 when the candidate's team got more clicks, -1 when the
+served team did, 0 otherwise (:func:`tttembed.loop.clicks.interleave.credit`); the
+outcomes per candidate outlive the window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tttembed.loop.clicks.interleave import Interleaving, credit
+from tttembed.loop.clicks.propensity import Propensities, estimate, flat
+from tttembed.loop.clicks.rewards import ClickStat, click_rewards, doubly_robust
+from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.pending import Tail
+from tttembed.loop.rows import CLICK_SETTLE_S, Store
+
+#: Shown records the window keeps at most (the oldest age out first).
+MAX_SHOWN = 1_000_000
+#: Ways a click becomes a reward (``--clicks``): debiased by the propensities, or the
+#: naive click-through rate (for comparison only, never the default).
+CLICK_MODES = ("ips", "naive", "off")
+
+#: (task, query text) -> {doc id: reward}
+ClickTextRewards = dict[tuple[str, str], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class ClickView:
+    """What one cycle reads from the window: ``rewards`` by (task, text), their
+    statistics, the propensities, the sessions given no weight and the judge-click
+    disagreement (mean, over pairs with both; None without such pairs)."""
+
+    rewards: ClickTextRewards
+    stats: tuple[ClickStat, ...]
+    propensities: Propensities
+    dropped_sessions: tuple[str, ...]
+    disagreement: float | None = None
+    combined: int = 0
+
+    @property
+    def pairs(self) -> int:
+        return sum(len(v) for v in self.rewards.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"propensities": self.propensities.to_dict(), "pairs": self.pairs,
+                "clicked_pairs": sum(1 for s in self.stats if s.clicks),
+                "dropped_sessions": len(self.dropped_sessions),
+                "judge_disagreement": self.disagreement, "doubly_robust_pairs": self.combined}
+
+
+@dataclass
+class ClickFeed:
+    """Tails ``store.shown_after`` and turns the window into a :class:`ClickView`
+    (``mode`` one of :data:`CLICK_MODES`; ranks 1..``k``)."""
+
+    store: Store
+    k: int = 10
+    mode: str = "ips"
+    settle_s: float = CLICK_SETTLE_S
+    max_shown: int = MAX_SHOWN
+    seed: int = 0
+    window: deque[Shown] = field(init=False)
+    _tail: Tail[Shown] = field(init=False)
+    _clicks_seen: int = field(init=False, default=0)
+    _outcomes: dict[str, list[int]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.window = deque(maxlen=self.max_shown)
+        self._tail = Tail(self._read, lambda s: (s.created, _shown_key(s)))
+
+    def _read(self, cursor: Any, limit: int) -> list[Shown]:
+        return self.store.shown_after(cursor, limit, before=time.time() - self.settle_s)
+
+    def refresh(self) -> int:
+        """Read the settled searches not read before; the clicks among them."""
+        new = 0
+        for page in self._tail.pages():
+            self.window.extend(page)
+            new += sum(1 for s in page if s.clicked)
+            for test, outcome in _credits(page):
+                self._outcomes.setdefault(test, []).append(outcome)
+        self._clicks_seen += new
+        return new
+
+    def outcomes(self, candidate: str) -> list[int]:
+        """The interleaving outcomes of ``candidate`` read so far, oldest first."""
+        return list(self._outcomes.get(candidate, ()))
+
+    @property
+    def clicks(self) -> int:
+        """Clicks read so far (the window may hold fewer)."""
+        return self._clicks_seen
+
+    def view(self, judge: Mapping[tuple[str, str, str], float] | None = None) -> ClickView:
+        """Propensities and click rewards of the window (module docstring)."""
+        shown = list(self.window)
+        if self.mode == "off" or not any(s.clicked for s in shown):
+            return ClickView({}, (), flat(self.k), ())
+        prop = estimate(shown, self.k, seed=self.seed)
+        got = click_rewards(shown, prop, naive=self.mode == "naive")
+        out: ClickTextRewards = {}
+        for s in got.stats:
+            out.setdefault((s.task, s.query), {})[s.doc_id] = s.reward
+        disagreement, combined = None, 0
+        if judge and self.mode == "ips":
+            dr = doubly_robust(shown, prop, judge)
+            for d in dr:
+                out.setdefault((d.task, d.query), {})[d.doc_id] = d.reward
+            combined = len(dr)
+            disagreement = float(np.mean([d.disagreement for d in dr])) if dr else None
+        return ClickView(out, got.stats, prop, got.dropped_sessions, disagreement, combined)
+
+
+def _credits(page: list[Shown]) -> list[tuple[str, int]]:
+    """(candidate, outcome) per interleaved (search, session) of ``page``."""
+    groups: dict[tuple[str, str], list[Shown]] = {}
+    for s in page:
+        if s.test:
+            groups.setdefault((s.search_id, s.session), []).append(s)
+    out = []
+    for rows in groups.values():
+        rows.sort(key=lambda s: s.rank)
+        shown = Interleaving(tuple(s.doc_id for s in rows), tuple(s.ranker for s in rows))
+        out.append((rows[0].test, credit(shown, {s.doc_id for s in rows if s.clicked})))
+    return out
+
+
+def _shown_key(s: Shown) -> str:
+    return f"{s.search_id}\x1f{s.session}\x1f{s.rank:04d}"
+
+
+__all__ = ["CLICK_MODES", "MAX_SHOWN", "ClickFeed", "ClickTextRewards", "ClickView"]

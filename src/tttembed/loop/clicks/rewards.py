@@ -1,0 +1,145 @@
+"""Debiased click rewards per (task, query, doc) (METHOD.md Part 4, "Clicks as rewards").
+
+γ̂ = Σ clicks / Σ_impressions max(θ_r, clip), shrunk toward the task's mean with
+``prior`` pseudo-impressions (so a pair seen twice is not a reward of 0 or 1), clipped to
+[0, 1]; its variance by the delta method for a ratio. ``naive`` is the same with θ = 1
+(the raw click-through rate, for comparison only). :func:`doubly_robust` combines a
+judge's score j with the clicks: γ̂_DR = j + mean_i (c_i − θ_i j) / θ_i, and reports the
+judge–click disagreement γ̂_DR − j per pair for the drift audit. Robustness (in
+:mod:`tttembed.loop.clicks.robust`): clicks deduplicated, capped per session and query,
+sessions whose clicks ignore the document dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tttembed.core.errors import ConfigError
+from tttembed.loop.clicks.propensity import Propensities, flat
+from tttembed.loop.clicks.robust import Cleaned, clean_clicks
+from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.rows import Reward
+
+#: θ is clipped from below at this (inverse propensities at most 10)
+CLIP = 0.1
+#: pseudo-impressions (examination-weighted) of the task's mean in every pair's estimate
+PRIOR = 5.0
+
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class ClickStat:
+    """The click estimate of one (task, query, doc): ``reward`` in [0, 1], from
+    ``impressions`` and ``clicks``, ``exposure`` Σ max(θ_r, clip), ``variance`` of the
+    unshrunk rate, ``raw`` the unshrunk rate itself (may exceed 1)."""
+
+    task: str
+    query: str
+    doc_id: str
+    reward: float
+    impressions: int
+    clicks: int
+    exposure: float
+    variance: float
+    raw: float
+
+
+@dataclass(frozen=True)
+class ClickRewards:
+    """What :func:`click_rewards` returns: the loop's rows, their statistics (same
+    order), and the sessions given no weight."""
+
+    rows: tuple[Reward, ...]
+    stats: tuple[ClickStat, ...]
+    dropped_sessions: tuple[str, ...]
+
+
+def _groups(shown: Sequence[Shown]) -> dict[Key, list[Shown]]:
+    out: dict[Key, list[Shown]] = {}
+    for s in shown:
+        out.setdefault((s.task, s.query, s.doc_id), []).append(s)
+    return out
+
+
+def _stat(key: Key, items: Sequence[Shown], prop: Propensities, clip: float,
+          prior: float, mean: float) -> ClickStat:
+    theta = np.array([prop.at(s.rank, clip) for s in items])
+    c = np.array([1.0 if s.clicked else 0.0 for s in items])
+    exposure = float(theta.sum())
+    raw = float(c.sum() / exposure)
+    variance = float(((c - raw * theta) ** 2).sum() / exposure ** 2)
+    shrunk = (c.sum() + prior * mean) / (exposure + prior)
+    return ClickStat(key[0], key[1], key[2], float(np.clip(shrunk, 0.0, 1.0)), len(items),
+                     int(c.sum()), exposure, variance, raw)
+
+
+def click_stats(shown: Sequence[Shown], propensities: Propensities, *, clip: float = CLIP,
+                prior: float = PRIOR) -> list[ClickStat]:
+    """One :class:`ClickStat` per (task, query, doc) of ``shown`` (already cleaned),
+    shrunk toward its task's mean rate Σ clicks / Σ exposure."""
+    if not 0 < clip <= 1:
+        raise ConfigError(f"the propensity clip must be in (0, 1], got {clip}")
+    groups = _groups(shown)
+    clicks: dict[str, float] = {}
+    exposure: dict[str, float] = {}
+    for s in shown:
+        clicks[s.task] = clicks.get(s.task, 0.0) + (1.0 if s.clicked else 0.0)
+        exposure[s.task] = exposure.get(s.task, 0.0) + propensities.at(s.rank, clip)
+    return [_stat(key, items, propensities, clip, prior,
+                  clicks[key[0]] / max(exposure[key[0]], 1e-12))
+            for key, items in groups.items()]
+
+
+def click_rewards(shown: Sequence[Shown], propensities: Propensities, *,
+                  clip: float = CLIP, prior: float = PRIOR, naive: bool = False,
+                  created: float | None = None, cap: int | None = None) -> ClickRewards:
+    """The loop's click rewards from raw ``shown``: cleaned (:func:`robust.clean_clicks`: one
+    click per (search, doc, session), at most ``cap`` clicks per session and query,
+    document-blind sessions dropped), then :func:`click_stats` with ``propensities``
+    (θ = 1 when ``naive``). Rows are ``Reward(source="clicks", paid=False)``, ``created``
+    the newest record's time unless given."""
+    cleaned: Cleaned = clean_clicks(shown, propensities) if cap is None \
+        else clean_clicks(shown, propensities, cap=cap)
+    prop = flat(len(propensities.theta)) if naive else propensities
+    stats = click_stats(cleaned.shown, prop, clip=clip, prior=prior)
+    when = created if created is not None else max((s.created for s in shown), default=0.0)
+    rows = tuple(Reward(s.task, s.query, s.doc_id, s.reward, when, source="clicks",
+                        paid=False, trusted=True) for s in stats)
+    return ClickRewards(rows, tuple(stats), cleaned.dropped_sessions)
+
+
+@dataclass(frozen=True)
+class DRStat:
+    """The doubly robust estimate of one (task, query, doc): ``reward`` in [0, 1],
+    ``judge`` the direct model's score, ``disagreement`` = unclipped DR − judge (the
+    clicks' correction; large and one-signed across pairs means a drifting judge)."""
+
+    task: str
+    query: str
+    doc_id: str
+    reward: float
+    judge: float
+    disagreement: float
+    impressions: int
+
+
+def doubly_robust(shown: Sequence[Shown], propensities: Propensities,
+                  judge: Mapping[Key, float], *, clip: float = CLIP) -> list[DRStat]:
+    """γ̂_DR = j + mean_i (c_i − θ_i j) / θ_i per (task, query, doc) of ``shown`` that
+    ``judge`` scored (pairs without a judge score are left out: use :func:`click_stats`
+    for them), θ clipped at ``clip``, the reward clipped to [0, 1]."""
+    out = []
+    for key, items in _groups(shown).items():
+        if key not in judge:
+            continue
+        j = float(judge[key])
+        theta = np.array([propensities.at(s.rank, clip) for s in items])
+        c = np.array([1.0 if s.clicked else 0.0 for s in items])
+        dr = j + float(np.mean((c - theta * j) / theta))
+        out.append(DRStat(key[0], key[1], key[2], float(np.clip(dr, 0.0, 1.0)), j,
+                          dr - j, len(items)))
+    return out

@@ -1,0 +1,247 @@
+"""The store's click tables (mixed into :class:`tttembed.loop.store.SQLStore`, so SQLite
+and PostgreSQL run the same SQL):
+
+- ``events``: one row per (search, doc, session, action): a click, a dwell, or any other
+  action a client names; a retried POST stores nothing twice (``ON CONFLICT DO NOTHING``
+  on that primary key). Each row carries the search's task and query text (the
+  per-query cap reads them through ``events_session``) and the doc's 1-based rank in the
+  search's impression; ``created`` (the server's time) orders incremental reads;
+- ``impressions``: what a client showed for a search when it was not the served list;
+- ``interventions``: searches whose served list was randomised (``randpair:R``), written
+  in the same transaction as the search (:meth:`SQLStore.log_searches`).
+
+All three are ``CREATE TABLE IF NOT EXISTS``: a store written before them opens as it is
+and gains them. Event writes run serialised (SQLite ``BEGIN IMMEDIATE``, PostgreSQL an
+advisory lock of their own), so the caps hold however many replicas post at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from tttembed.loop.rows import (
+    CLICK,
+    PAGE,
+    ClickCaps,
+    Cursor,
+    Event,
+    EventsStored,
+    Impression,
+    RankClicks,
+    cursor_floor,
+)
+
+if TYPE_CHECKING:
+    from tttembed.loop.clicks.shown import Shown
+
+CLICK_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS interventions (
+        search_id TEXT PRIMARY KEY, kind TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS impressions (
+        search_id TEXT PRIMARY KEY, ids TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS events (
+        search_id TEXT NOT NULL, doc_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        action TEXT NOT NULL, client_id TEXT NOT NULL, task TEXT NOT NULL,
+        query TEXT NOT NULL, shown_rank INTEGER NOT NULL, ordinal INTEGER NOT NULL,
+        dwell_ms DOUBLE PRECISION NOT NULL, event_time DOUBLE PRECISION NOT NULL,
+        created DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (search_id, doc_id, session_id, action))""",
+    "CREATE INDEX IF NOT EXISTS events_created ON events (created)",
+    "CREATE INDEX IF NOT EXISTS events_session ON events (session_id, task, query)",
+)
+
+_EVENT_COLUMNS = ("search_id, doc_id, action, session_id, client_id, task, query, shown_rank, "
+                  "ordinal, dwell_ms, event_time, created")
+#: Search ids per ``IN (...)`` list when the events of a page of searches are read.
+_CHUNK = 500
+
+
+class ClickSQL:
+    """Events, impressions and interventions; needs the host's ``_tx``, ``_sql``,
+    ``_serialize`` and ``_after`` (:class:`tttembed.loop.store.SQLStore`)."""
+
+    #: The SQL of a JSON array's length (PostgreSQL casts the text column first).
+    json_len = "json_array_length({})"
+
+    if TYPE_CHECKING:
+        def _tx(self) -> AbstractContextManager[Any]: ...
+        def _sql(self, sql: str) -> str: ...
+        def _serialize(self, cur: Any, what: str = ...) -> None: ...
+        def _after(self, select: str, key: str, seps: int, cursor: Cursor,
+                   limit: int) -> list[Any]: ...
+
+    # -- writes -----------------------------------------------------------------------
+    def add_events(self, rows: Sequence[Event], impressions: Sequence[Impression] = (),
+                   caps: ClickCaps = ClickCaps()) -> EventsStored:
+        """Store ``impressions`` (each once per search) and ``rows`` in order, each once
+        per (search, doc, session, action) and within ``caps``; all in one transaction."""
+        if not rows and not impressions:
+            return EventsStored()
+        now = time.time()
+        stored = duplicates = capped = shown = 0
+        with self._tx() as cur:
+            self._serialize(cur, "events")
+            for imp in impressions:
+                cur.execute(self._sql("INSERT INTO impressions (search_id, ids, created) "
+                                      "VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+                            (imp.search_id, json.dumps(list(imp.ids)), imp.created or now))
+                shown += max(int(cur.rowcount or 0), 0)
+            for e in rows:
+                if self._stored(cur, e):
+                    duplicates += 1
+                elif self._over_cap(cur, e, caps):
+                    capped += 1
+                else:
+                    cur.execute(self._sql(
+                        f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                        "?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                        (e.search_id, e.doc_id, e.action, e.session, e.client, e.task,
+                         e.query, int(e.rank), int(e.ordinal), float(e.dwell_ms),
+                         e.at or now, e.created or now))
+                    stored += max(int(cur.rowcount or 0), 0)
+        return EventsStored(stored, duplicates, capped, shown)
+
+    def _stored(self, cur: Any, e: Event) -> bool:
+        cur.execute(self._sql("SELECT 1 FROM events WHERE search_id = ? AND doc_id = ? AND "
+                              "session_id = ? AND action = ?"),
+                    (e.search_id, e.doc_id, e.session, e.action))
+        return cur.fetchone() is not None
+
+    def _count(self, cur: Any, where: str, args: tuple[Any, ...]) -> int:
+        cur.execute(self._sql(f"SELECT COUNT(*) FROM events WHERE {where}"), args)
+        return int(cur.fetchone()[0])
+
+    def _over_cap(self, cur: Any, e: Event, caps: ClickCaps) -> bool:
+        same_search = "search_id = ? AND session_id = ?"
+        if self._count(cur, same_search, (e.search_id, e.session)) >= caps.events_per_search:
+            return True
+        if e.action != CLICK:
+            return False
+        if self._count(cur, f"{same_search} AND action = ?",
+                       (e.search_id, e.session, CLICK)) >= caps.per_search:
+            return True
+        return bool(e.session) and self._count(
+            cur, "session_id = ? AND task = ? AND query = ? AND action = ?",
+            (e.session, e.task, e.query, CLICK)) >= caps.per_query
+
+    # -- reads ------------------------------------------------------------------------
+    def get_impression(self, search_id: str) -> Impression | None:
+        with self._tx() as cur:
+            cur.execute(self._sql("SELECT search_id, ids, created FROM impressions WHERE "
+                                  "search_id = ?"), (search_id,))
+            row = cur.fetchone()
+        return None if row is None else Impression(row[0], tuple(json.loads(row[1])),
+                                                   float(row[2]))
+
+    def has_events(self, search_id: str) -> bool:
+        """Whether any event of ``search_id`` is stored (an impression must come first)."""
+        with self._tx() as cur:
+            cur.execute(self._sql("SELECT 1 FROM events WHERE search_id = ? LIMIT 1"),
+                        (search_id,))
+            return cur.fetchone() is not None
+
+    def events_after(self, cursor: Cursor, limit: int = PAGE) -> list[Event]:
+        """Events after ``cursor`` by (created, :attr:`Event.key`), oldest first."""
+        rows = self._after(f"SELECT {_EVENT_COLUMNS} FROM events",
+                           "search_id || ? || doc_id || ? || session_id || ? || action", 3,
+                           cursor, limit)
+        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], int(r[7]), int(r[8]),
+                      float(r[9]), float(r[10]), float(r[11])) for r in rows]
+
+    def shown_after(self, cursor: Cursor, limit: int = PAGE,
+                    before: float | None = None) -> list[Shown]:
+        """What was shown, rank by rank, for the searches after ``cursor`` (by created,
+        then search id; at most ``limit`` searches, each read whole; only those created
+        before ``before``, so their clicks have arrived: pass ``now - CLICK_SETTLE_S``):
+        the explicit impression where a client posted one, else the served list; one list
+        per session that sent events (one with session "" when none did)."""
+        with self._tx() as cur:
+            cur.execute(self._sql(
+                "SELECT s.search_id, s.task, s.query, s.created, s.version, s.ids, "
+                "COALESCE(v.kind, ''), p.ids FROM searches s "
+                "LEFT JOIN interventions v ON v.search_id = s.search_id "
+                "LEFT JOIN impressions p ON p.search_id = s.search_id "
+                "WHERE (s.created, s.search_id) > (?, ?) AND s.created < ? AND "
+                "(p.search_id IS NOT NULL OR (s.kind = 'search' AND s.ids <> '[]')) "
+                "ORDER BY s.created, s.search_id LIMIT ?"),
+                (cursor_floor(cursor), cursor[1], 1e300 if before is None else float(before),
+                 int(limit)))
+            searches = cur.fetchall()
+            acts = self._events_of(cur, [str(r[0]) for r in searches])
+        return [shown for row in searches for shown in _expand(row, acts.get(str(row[0]), []))]
+
+    def _events_of(self, cur: Any, ids: list[str]) -> dict[str, list[tuple[Any, ...]]]:
+        out: dict[str, list[tuple[Any, ...]]] = {}
+        for part in _chunks(ids, _CHUNK):
+            marks = ", ".join("?" * len(part))
+            cur.execute(self._sql("SELECT search_id, doc_id, session_id, action, dwell_ms "
+                                  f"FROM events WHERE search_id IN ({marks})"), part)
+            for row in cur.fetchall():
+                out.setdefault(str(row[0]), []).append(tuple(row))
+        return out
+
+    def click_counts_by_rank(self, k: int = 10) -> list[RankClicks]:
+        """Impressions and clicks at ranks 1..``k`` over all traffic."""
+        lists: dict[int, int] = {}
+        with self._tx() as cur:
+            cur.execute(f"SELECT {self.json_len.format('s.ids')}, COUNT(*) FROM searches s "
+                        "LEFT JOIN impressions p ON p.search_id = s.search_id "
+                        "WHERE s.kind = 'search' AND p.search_id IS NULL GROUP BY 1")
+            for n, count in [*cur.fetchall()]:
+                lists[int(n)] = lists.get(int(n), 0) + int(count)
+            cur.execute(f"SELECT {self.json_len.format('ids')}, COUNT(*) FROM impressions "
+                        "GROUP BY 1")
+            for n, count in cur.fetchall():
+                lists[int(n)] = lists.get(int(n), 0) + int(count)
+            cur.execute(self._sql("SELECT shown_rank, COUNT(*) FROM events WHERE action = ? "
+                                  "AND shown_rank BETWEEN 1 AND ? GROUP BY shown_rank"),
+                        (CLICK, int(k)))
+            clicks = {int(r): int(n) for r, n in cur.fetchall()}
+        return [RankClicks(r, sum(c for n, c in lists.items() if n >= r), clicks.get(r, 0))
+                for r in range(1, int(k) + 1)]
+
+    def event_counts(self) -> dict[str, int]:
+        """Stored events by action."""
+        with self._tx() as cur:
+            cur.execute("SELECT action, COUNT(*) FROM events GROUP BY action")
+            return {str(a): int(n) for a, n in cur.fetchall()}
+
+
+def _expand(row: Sequence[Any], acts: list[tuple[Any, ...]]) -> Iterator[Shown]:
+    """One search's rows: each rank of its impression, per session that acted on it."""
+    from tttembed.loop.clicks.shown import Shown
+
+    sid, task, query, created, version, served, kind, explicit = row
+    ids = json.loads(explicit if explicit is not None else served)
+    sessions = sorted({str(a[2]) for a in acts}) or [""]
+    for session in sessions:
+        mine = [a for a in acts if a[2] == session]
+        clicked = {a[1] for a in mine if a[3] == CLICK}
+        dwell: dict[str, float] = {}
+        for a in mine:
+            dwell[a[1]] = max(dwell.get(a[1], 0.0), float(a[4]))
+        test, teams = _interleaved(str(kind), len(ids))
+        for rank, doc in enumerate(ids, 1):
+            yield Shown(str(sid), str(task), str(query), str(doc), rank, doc in clicked,
+                        teams[rank - 1] if test else version or "raw", session, bool(kind),
+                        dwell.get(doc, 0.0), float(created), test)
+
+
+def _interleaved(kind: str, n: int) -> tuple[str, str]:
+    """(candidate, teams) of an ``interleave:V:TEAMS`` intervention, else ("", "")."""
+    parts = kind.split(":")
+    if len(parts) == 3 and parts[0] == "interleave" and len(parts[2]) == n:
+        return parts[1], parts[2]
+    return "", ""
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+__all__ = ["CLICK_SCHEMA", "ClickSQL"]

@@ -1,0 +1,61 @@
+"""The learner's log: one line each, with the time, on stderr; a failing step logged once
+per kind of failure with its backoff (:class:`Failures`), never a traceback for a user's
+error; the warning of a judge nobody audits (:data:`UNAUDITED`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+log = logging.getLogger("tttembed.loop")
+
+#: The warning of a loop started without ``--audit``.
+UNAUDITED = ("the judge is not audited (no --audit qrels:PATH): nothing checks its rewards "
+             "against people's judgments, so a wrong judge can promote worse versions; "
+             "/v1/loop says judge_audited: false")
+#: Longest wait between failing steps (seconds).
+MAX_BACKOFF_S = 60.0
+
+
+class Failures:
+    """Failing steps, one log line per kind (exception type and message) with the time
+    (the log's) and the backoff: the wait doubles while steps keep failing, up to
+    :data:`MAX_BACKOFF_S`; a user's error (TTTEmbedError) is one line, never a traceback."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.streak = 0
+
+    def ok(self) -> None:
+        self.streak = 0
+
+    def failed(self, exc: Exception, poll_s: float) -> float:
+        from tttembed.core.errors import TTTEmbedError
+
+        self.streak += 1
+        wait = min(max(poll_s, 0.5) * 2 ** min(self.streak - 1, 16), MAX_BACKOFF_S)
+        kind = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        n = self.seen.get(kind, 0) + 1
+        self.seen[kind] = n
+        if n == 1:
+            log.error("loop step failed (%s); retrying in %.0f s, backing off to %.0f s "
+                      "while it fails", kind, wait, MAX_BACKOFF_S,
+                      exc_info=None if isinstance(exc, TTTEmbedError) else exc)
+        elif n & (n - 1) == 0:  # 2, 4, 8, ...: a line now and then, not every step
+            log.error("loop step failed again (%s; %d times); retrying in %.0f s", kind, n,
+                      wait)
+        return wait
+
+
+def configure_log() -> None:
+    """The learner's log: one line each, with the time, on stderr."""
+    logger = logging.getLogger("tttembed.loop")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+__all__ = ["MAX_BACKOFF_S", "UNAUDITED", "Failures", "configure_log"]

@@ -1,0 +1,120 @@
+"""A label-free sanity check of a judge before anything is learned from it.
+
+The base retriever is imperfect but not adversarial: over many queries, the documents it
+ranks first are on average at least as relevant as those it ranks last. A judge whose
+rewards *fall* with the base ranking's rank (it prefers the bottom of the lists) is far
+more likely inverted (a reward mapping the wrong way round, a prompt that asks the
+opposite, swapped columns) than right; the guard cannot see this, as it measures gains
+with the same judge.
+
+Per query with at least two different rewards on its base list: Spearman's rank
+correlation between the reward and the list position (first = highest), in [-1, 1].
+Paired over queries (:func:`tttembed.metrics.stats.compare` against 0: mean, 95%
+bootstrap interval, two-sided randomisation p), the judge is refused when the interval
+lies below 0 (``trust=True``, the CLI's ``--trust-judge``, overrides). With fewer than
+:data:`MIN_QUERIES` such queries nothing is decided (said so).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from tttembed.core.errors import DataError
+
+#: Fewest queries with two different rewards on their base list before the check decides.
+MIN_QUERIES = 5
+
+
+class JudgeCheck(RuntimeWarning):
+    """The judge check's one line (the CLI prints it as ``judge check: ...``)."""
+
+
+@dataclass(frozen=True)
+class RankCheck:
+    """The check's result: queries used, mean rank correlation, its 95% interval, p."""
+
+    queries: int
+    mean: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    refused: bool
+    trusted: bool = False
+
+    def line(self) -> str:
+        if self.queries < MIN_QUERIES:
+            return (f"too few queries with two different rewards to check the judge against "
+                    f"the base ranking ({self.queries} < {MIN_QUERIES}): not checked")
+        verdict = ("it prefers the bottom of the lists" if self.refused else
+                   "rewards do not fall with the base ranking's rank")
+        if self.refused and self.trusted:
+            verdict += "; learning anyway (--trust-judge)"
+        return (f"reward vs base rank, mean Spearman {self.mean:+.3f} "
+                f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}] over {self.queries} queries "
+                f"(p {self.p_value:.3f}): {verdict}")
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        return asdict(self)
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 0..n-1 of ``values``, ties given their mean rank."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values), float)
+    ranks[order] = np.arange(len(values), dtype=float)
+    for v in np.unique(values):
+        tied = values == v
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def rank_agreement(rewards: Mapping[str, Mapping[str, float]],
+                   lists: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """Per query with two different finite rewards on its list: Spearman's correlation
+    between the reward and the list position, first highest (+1: rewards fall down the
+    list as the base ranks them; -1: they rise)."""
+    out: dict[str, float] = {}
+    for key, given in rewards.items():
+        ranked = [(i, given[d]) for i, d in enumerate(lists.get(key, ()))
+                  if d in given and np.isfinite(given[d])]
+        values = np.array([r for _, r in ranked], float)
+        if len(values) < 2 or len(np.unique(values)) < 2:
+            continue
+        top = -np.array([i for i, _ in ranked], float)  # higher = nearer the top
+        a, b = _ranks(values), _ranks(top)
+        out[key] = float(np.corrcoef(a, b)[0, 1])
+    return out
+
+
+def check_judge(rewards: Mapping[str, Mapping[str, float]],
+                lists: Mapping[str, Sequence[str]], *, spec: str = "the judge",
+                trust: bool = False, n_resamples: int = 2000, seed: int = 0) -> RankCheck:
+    """Run the check; its line is emitted as a :class:`JudgeCheck` warning. A judge that
+    prefers the bottom of the lists is a :class:`DataError` unless ``trust``."""
+    from tttembed.metrics.stats import compare
+
+    per_query = rank_agreement(rewards, lists)
+    if len(per_query) < MIN_QUERIES:
+        check = RankCheck(len(per_query), float("nan"), float("nan"), float("nan"),
+                          float("nan"), refused=False)
+    else:
+        c = compare(per_query, dict.fromkeys(per_query, 0.0), n_resamples=n_resamples,
+                    seed=seed)
+        check = RankCheck(c.n, c.delta, c.ci_low, c.ci_high, c.p_value,
+                          refused=c.ci_high < 0, trusted=trust)
+    if check.refused and not trust:
+        raise DataError(f"judge check: scorer {spec}: {check.line()}; an inverted judge "
+                        "(a reward mapping the wrong way round?) would teach the opposite of "
+                        "what it should, so nothing was learned",
+                        fix="check the judge with --audit qrels:PATH, or pass --trust-judge "
+                            "if it is right to prefer what the base ranks last")
+    warnings.warn(check.line(), JudgeCheck, stacklevel=2)
+    return check
+
+
+__all__ = ["MIN_QUERIES", "JudgeCheck", "RankCheck", "check_judge", "rank_agreement"]
