@@ -61,7 +61,13 @@ def test_query_scope_rows_with_one_text_share_a_group():
     g = make_groups("query", ["a", "b", "c"], ["t", "t", "t"], ["same", "same ", "other"])
     assert g.index.tolist() == [0, 0, 1]
     np.testing.assert_allclose(g.weights, [0.5, 0.5, 1])
-    assert g.counts.tolist() == [2, 1]
+    assert g.counts.tolist() == [1, 1]  # one text under two ids is one query (alpha 1/2)
+
+
+def test_a_task_counts_distinct_texts():
+    g = make_groups("task", ["a", "b", "c"], ["t", "t", "t"], ["same", "same ", "other"])
+    assert g.counts.tolist() == [2]
+    assert make_groups("task", ["a", "b"], ["t", "t"]).counts.tolist() == [2]  # no texts
 
 
 def test_query_scope_needs_texts():

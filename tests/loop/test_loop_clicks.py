@@ -19,7 +19,11 @@ from tests.loop.test_loop import QUERIES, TASK, _ndcg_served, world  # noqa: F40
 pytest.importorskip("sentence_transformers")
 
 
-def _clicky_traffic(store: Any, world: dict[str, Any], searches: int, seed: int) -> int:  # noqa: F811
+def _clicky_traffic(store: Any, world: dict[str, Any], searches: int, seed: int,  # noqa: F811
+                    bots: float = 0.0) -> int:
+    """``searches`` of the world's queries with people clicking by the module's model;
+    a share ``bots`` of them by four bot sessions instead, clicking one result uniformly
+    at random (half of them) or always the first."""
     from tttembed.loop.rows import Event, SearchLog
 
     rng = np.random.default_rng(seed)
@@ -30,6 +34,12 @@ def _clicky_traffic(store: Any, world: dict[str, Any], searches: int, seed: int)
         ids = tuple(world["raw"][q][:10])
         sid = f"c{seed}-{i}"
         rows.append(SearchLog(sid, TASK, q, now + 1e-4 * i, None, ids))
+        if rng.random() < bots:
+            bot = int(rng.integers(4))
+            r = 1 if bot < 2 else int(rng.integers(1, 11))
+            events.append(Event(sid, ids[r - 1], "click", f"bot-{bot}", task=TASK, query=q,
+                                rank=r))
+            continue
         for r, d in enumerate(ids, 1):
             gamma = 0.9 if d == world["relevant"][q] else 0.05
             if rng.random() < gamma / r:
@@ -70,6 +80,20 @@ def test_clicks_alone_promote_a_better_version_and_pay_nothing(world, tmp_path, 
     status = loop.state.clicks
     assert status["mode"] == "ips" and status["read"] == clicks
     assert status["propensities"]["theta"][0] == 1.0
+    loop.close()
+
+
+def test_bot_traffic_does_not_get_a_harmful_version_promoted(world, tmp_path,  # noqa: F811
+                                                             monkeypatch):
+    monkeypatch.setenv("TTTEMBED_CACHE_DIR", str(tmp_path / "cache"))
+    loop = _loop(world, tmp_path)
+    before = _ndcg_served(world, loop)
+    _clicky_traffic(loop.store, world, 1600, 3, bots=0.1)  # each bot ~40 clicks
+    for _ in range(3):
+        loop.step()
+    assert _ndcg_served(world, loop) >= before  # raw kept, or a version that helps
+    view = loop.learner.last_clicks
+    assert view is not None and set(view.dropped_sessions) == {f"bot-{i}" for i in range(4)}
     loop.close()
 
 

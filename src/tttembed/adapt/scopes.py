@@ -52,15 +52,20 @@ STATE_SCOPES: tuple[str, ...] = (*LEARN_SCOPES, MIXED)
 
 
 class Groups(NamedTuple):
-    """``index`` (N,) int64 group of each row; ``keys`` one per group; ``weights`` (N,)."""
+    """``index`` (N,) int64 group of each row; ``keys`` one per group; ``weights`` (N,);
+    ``texts`` (G,) distinct query texts per group, when known (a text rewarded under two
+    ids is one query: live traffic carries texts, not ids)."""
 
     index: np.ndarray  # type: ignore[assignment]
     keys: list[str]
     weights: np.ndarray
+    texts: np.ndarray | None = None
 
     @property
     def counts(self) -> np.ndarray:
-        """``n_g``: rewarded queries per group, int64 (G,)."""
+        """``n_g``: rewarded queries per group (distinct texts where known), int64 (G,)."""
+        if self.texts is not None:
+            return np.asarray(self.texts, dtype=np.int64)
         return np.bincount(self.index, minlength=len(self.keys)).astype(np.int64)
 
     def order(self) -> np.ndarray:
@@ -183,7 +188,13 @@ def make_groups(scope: str, qids: Sequence[str], tasks: Sequence[str],
     else:
         keys, index = _first_appearance([query_key(t, x) for x, t in zip(texts or (), tasks)])
         weights = 1.0 / np.bincount(index, minlength=len(keys)).astype(np.float64)[index]
-    return Groups(index.astype(np.int64), keys, np.asarray(weights, dtype=np.float64))
+    distinct = None
+    if texts is not None and len(texts) == n:
+        pairs = {(int(g), query_key(t, x)) for g, x, t in zip(index, texts, tasks)}
+        distinct = np.bincount(np.array([g for g, _ in pairs], dtype=np.int64),
+                               minlength=len(keys)).astype(np.int64)
+    return Groups(index.astype(np.int64), keys, np.asarray(weights, dtype=np.float64),
+                  distinct)
 
 
 def alpha_from_counts(n: np.ndarray | Sequence[int] | int) -> np.ndarray:

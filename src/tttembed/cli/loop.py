@@ -87,7 +87,11 @@ def loop(
 
 def warn_unaudited(config: Any) -> None:
     """The start-up warning of a loop whose judge nobody audits."""
-    if not config.audit and config.has_judge:
+    import os
+
+    from tttembed.serve.run import SERVED_LEARNER_ENV
+
+    if not config.audit and config.has_judge and not os.environ.get(SERVED_LEARNER_ENV):
         from tttembed.loop.failures import UNAUDITED
 
         typer.echo(f"warning: {UNAUDITED}", err=True)

@@ -415,8 +415,13 @@ def _clicks_table(status: Mapping[str, Any]) -> str:
             f'{_plain(clicks.get("events"))} events, {_plain(clicks.get("clicks"))} clicks</p>')
     if not any(_real(r.get("impressions")) for r in ranks):
         return head + '<p class="muted">No searches shown yet.</p></section>'
+    prop = _as_map(status.get("propensities"))
+    theta, low, high = (list(prop.get(k) or ()) for k in ("theta", "low", "high"))
     rows = []
     for r in ranks:
+        i = int(r.get("rank") or 0) - 1
+        est = (f"{theta[i]:.3f} [{low[i]:.3f}, {high[i]:.3f}]"
+               if 0 <= i < min(len(theta), len(low), len(high)) else "—")
         ctr = _real(r.get("ctr"))
         width = 0.0 if ctr is None else 240 * min(max(ctr, 0.0), 1.0)
         attrs = "".join(f' data-{k}="{_esc(_exact(r.get(k)))}"'
@@ -425,9 +430,19 @@ def _clicks_table(status: Mapping[str, Any]) -> str:
                     f'</td><td class="num">{_plain(r.get("impressions"))}</td>'
                     f'<td class="num">{_plain(r.get("clicks"))}</td><td class="num">'
                     f'{"—" if ctr is None else f"{100 * ctr:.1f}%"}</td>'
-                    f'<td><span class="share" style="width:{width:.0f}px"></span></td></tr>')
-    return (head + '<table><thead><tr><th>Rank</th><th class="num">Impressions</th>'
-            '<th class="num">Clicks</th><th class="num">CTR</th><th></th></tr></thead>'
+                    f'<td><span class="share" style="width:{width:.0f}px"></span></td>'
+                    f'<td class="num">{_esc(est)}</td></tr>')
+    basis = (f'<p class="note">examined: the learner\'s propensity estimate '
+             f'({_esc(prop.get("method"))}, {_plain(prop.get("interventions"))} interventions; '
+             "5-95% bootstrap band)</p>") if theta else ""
+    online = _as_map(status.get("online_test"))
+    test = (f'<p class="note">candidate {_esc(online.get("candidate"))} under interleaving: '
+            f'{_esc(online.get("decision"))} after {_plain(online.get("searches"))} searches '
+            f'({_plain(online.get("wins"))} wins, {_plain(online.get("losses"))} losses)</p>'
+            ) if online else ""
+    return (head + basis + test + '<table><thead><tr><th>Rank</th><th class="num">Impressions'
+            '</th><th class="num">Clicks</th><th class="num">CTR</th><th></th>'
+            '<th class="num">Examined</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></section>')
 
 

@@ -22,6 +22,8 @@ from tttembed.core.errors import MissingDependency
 from tttembed.serve.config import ENV, ServeConfig
 from tttembed.serve.logs import configure_logging
 
+#: Set in the environment of the learner ``serve --learn`` starts.
+SERVED_LEARNER_ENV = "TTTEMBED_SERVED_LEARNER"
 
 def _uvicorn():
     try:
@@ -80,7 +82,9 @@ def with_learner(config: ServeConfig, learner: Any, *, announce: str = "") -> No
     import sys
 
     check_serve_states(config)
-    child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()],
+    # the server already warned about an unaudited judge: its learner child says it once
+    env = {**os.environ, SERVED_LEARNER_ENV: "1"}
+    child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()], env=env,
                              preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
         run(config, announce=announce)
