@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _support import cli, free_port, pct, wait_healthy
+from _support import pct, start_serve
 from claims import Goal
 
 K = 10
@@ -90,7 +90,7 @@ def search_section(connect: Callable[[str, int], Any], work: Path, index: Path, 
     print(f"search: /v1/search k={K}, raw (task _) vs adapted at random, vs the bare "
           "embed + FAISS pipeline")
     for name, states in configs(work, index, work / "demo", task_state, which).items():
-        proc, url = start(index, states, args.server_args.split())
+        proc, url = start_serve(index, states, args.server_args.split())
         try:
             ok += run_state(connect, name, url, index, task, texts, levels,
                             args.search_requests, args.rounds, deadline, measured)
@@ -98,21 +98,6 @@ def search_section(connect: Callable[[str, int], Any], work: Path, index: Path, 
             proc.terminate()
             proc.wait(60)
     return ok
-
-
-def start(index: Path, states: Sequence[str], extra: Sequence[str]
-          ) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = cli("serve", "--index", str(index), *states, "--port", str(port),
-              "--log-level", "warning", *extra)
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, 180)
-    except SystemExit:
-        proc.kill()
-        raise
-    return proc, url
 
 
 async def phase(connect: Callable[[str, int], Any], url: str, task: str, texts: list[str],

@@ -75,6 +75,23 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300.0,
     raise SystemExit(f"the server at {url} did not start within {timeout:.0f} s")
 
 
+def start_serve(index: Path, args: Sequence[str], extra: Sequence[str] = ()
+                ) -> tuple[subprocess.Popen, str]:
+    """``tttembed serve --index INDEX ARGS EXTRA`` on a free port, quiet; (process, URL)
+    once it is healthy (killed when it never is)."""
+    port = free_port()
+    cmd = cli("serve", "--index", str(index), *args, "--port", str(port),
+              "--log-level", "warning", *extra)
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, 180)
+    except SystemExit:
+        proc.kill()
+        raise
+    return proc, url
+
+
 def log_tail(path: Path, n: int = 30) -> str:
     """The last ``n`` lines of a log file ("" when unreadable)."""
     try:

@@ -42,12 +42,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import _search_load
 import numpy as np
-from _support import cli, free_port, pct, wait_healthy
+from _support import pct, start_serve
 from claims import Goal, emit
 
 GOAL_RATIO = 1.05
@@ -96,21 +95,6 @@ def swap(src: Path, live: Path) -> None:
     tmp = live.with_name(live.name + ".tmp")
     shutil.copyfile(src, tmp)
     os.replace(tmp, live)
-
-
-def start_server(index: Path, live: Path, extra: Sequence[str] = ()
-                 ) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = cli("serve", "--index", str(index), "--state", str(live), "--port", str(port),
-              "--log-level", "warning", *extra)
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, 180)
-    except SystemExit:
-        proc.kill()
-        raise
-    return proc, url
 
 
 class LoadConnection:
@@ -364,7 +348,7 @@ def main() -> int:
     index, a, b, task, texts = prepare(work, tuple(m for m in args.modules.split(",") if m))
     live = work / "live.npz"
     swap(a, live)
-    proc, url = start_server(index, live, args.server_args.split())
+    proc, url = start_serve(index, ["--state", str(live)], args.server_args.split())
     ok: list[bool] = []
     try:
         print(f"goal: adapted/raw latency <= {GOAL_RATIO} at p50 and p99; 0 failed, 0 mixed")
