@@ -55,6 +55,7 @@ def queue_behind_busy_call(searcher: Searcher, index: GatedIndex, groups: list[n
     opens. Returns each group's (D, I)."""
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     index.gate.clear()
+    index.entered.clear()  # an earlier call set it: wait for this first call to block
     first = threading.Thread(target=lambda: out.update({-1: searcher.search(groups[0], k)}))
     first.start()
     assert index.entered.wait(30)
