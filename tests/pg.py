@@ -116,32 +116,68 @@ def _accepts(port: int, timeout: float = 30.0) -> bool:
     return False
 
 
+class PgServer:
+    """A running test server: ``url``, and ``stop()`` / ``start()`` / ``restart()`` on
+    the same port and data (a restart under traffic, a replica started while it is down)."""
+
+    def __init__(self, bindir: Path, prefix: list[str], root: Path, port: int) -> None:
+        self.bindir, self.prefix, self.root, self.port = bindir, prefix, root, port
+        self.url = f"postgresql://{USER}@127.0.0.1:{port}/{DATABASE}"
+        self.running = True
+
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run([*self.prefix, str(self.bindir / "pg_ctl"), "stop", "-D",
+                        str(self.root / "data"), "-m", mode, "-w"], cwd=self.root,
+                       capture_output=True, timeout=60)
+        self.running = False
+
+    def start(self) -> None:
+        cmd = [*self.prefix, str(self.bindir / "pg_ctl"), "start", "-D",
+               str(self.root / "data"), "-l", str(self.root / "postgres.log"), "-w",
+               "-t", "60", "-o", f"-p {self.port} -k {self.root} {SETTINGS}"]
+        done = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True,
+                              timeout=90)
+        if done.returncode != 0 or not _accepts(self.port):
+            raise RuntimeError(f"PostgreSQL did not start again: {done.stdout}\n"
+                               f"{done.stderr}")
+        self.running = True
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+
 @contextmanager
-def postgres_server(tmp_path: Path | None = None) -> Iterator[str]:
-    """A running PostgreSQL server with the database ``tttembed``: its URL."""
+def postgres_instance(tmp_path: Path | None = None) -> Iterator[PgServer]:
+    """A running PostgreSQL server with the database ``tttembed`` (a :class:`PgServer`)."""
     bindir = postgres_bindir()
     if bindir is None:
         pytest.skip("PostgreSQL is not installed (no initdb on PATH or in "
                     "/usr/lib/postgresql/*/bin): apt-get install -y postgresql")
     prefix = _as_server_user()
     root = _make_root()
-    started = False
+    server: PgServer | None = None
     try:
         _run([*prefix, str(bindir / "initdb"), "-D", str(root / "data"), "-U", USER,
               "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"], root, "initdb")
         port = _start(bindir, prefix, root)
-        started = True
+        server = PgServer(bindir, prefix, root, port)
         _run([*prefix, str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port),
               "-U", USER, DATABASE], root, "createdb")
-        yield f"postgresql://{USER}@127.0.0.1:{port}/{DATABASE}"
+        yield server
     finally:
-        if started:
-            subprocess.run([*prefix, str(bindir / "pg_ctl"), "stop", "-D", str(root / "data"),
-                            "-m", "immediate", "-w"], cwd=root, capture_output=True,
-                           timeout=60)
+        if server is not None and server.running:
+            server.stop("immediate")
         if tmp_path is not None and (root / "postgres.log").exists():
             shutil.copyfile(root / "postgres.log", Path(tmp_path) / "postgres.log")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def postgres_server(tmp_path: Path | None = None) -> Iterator[str]:
+    """A running PostgreSQL server with the database ``tttembed``: its URL."""
+    with postgres_instance(tmp_path) as server:
+        yield server.url
 
 
 def new_database(url: str, name: str) -> str:

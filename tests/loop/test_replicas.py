@@ -145,13 +145,18 @@ def test_serve_learn_promotes_from_its_own_traffic(world, tmp_path):  # noqa: F8
     assert (reg / "loop.sqlite").exists() and (reg / "loop.json").exists()
 
 
+@pytest.mark.parametrize("registry", ["folder", "postgresql"])
 def test_two_replicas_and_one_learner_share_a_postgresql_store(world, tmp_path,  # noqa: F811
-                                                               pg_url):
+                                                               pg_url, registry):
+    """The registry a shared folder (``--store`` the database) or the database itself
+    (``--registry postgresql://...``, no --store: the store is the same database; each
+    replica its own local cache)."""
     from tests.pg import new_database
 
-    store = new_database(pg_url, "replicas")
+    store = new_database(pg_url, f"replicas_{registry}")
     judge = Judgments(world["relevant"])
-    reg = tmp_path / "reg"
+    reg: Any = tmp_path / "reg" if registry == "folder" else store
+    shared = ["--store", store] if registry == "folder" else []
     ports = [_port(), _port()]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     logs = [tmp_path / "serve-a.log", tmp_path / "serve-b.log", tmp_path / "loop.log"]
@@ -159,8 +164,9 @@ def test_two_replicas_and_one_learner_share_a_postgresql_store(world, tmp_path, 
     index = str(world["root"] / "index")
     with LocalOpenAIServer(rerank=judge) as rerank, ExitStack() as stack:
         procs = [stack.enter_context(_process(
-            ["serve", "--index", index, "--port", str(p), "--registry", str(reg),
-             "--store", store], env, log)) for p, log in zip(ports, logs)]
+            ["serve", "--index", index, "--port", str(p), "--registry", str(reg), *shared,
+             *([] if registry == "folder" else ["--registry-cache", str(tmp_path / f"c{p}")])],
+            env, log)) for p, log in zip(ports, logs)]
         for url in urls:
             _wait(f"{url}", lambda url=url: _get(f"{url}/healthz"), procs, logs[:2])
         body = _search(urls[0], QUERIES[0])  # logged by replica A ...
@@ -169,7 +175,7 @@ def test_two_replicas_and_one_learner_share_a_postgresql_store(world, tmp_path, 
             "label": 0.0})
         assert status == 202 and fb["stored"] == 1, fb
         procs.append(stack.enter_context(_process(
-            ["loop", "--registry", str(reg), "--index", index, "--store", store,
+            ["loop", "--registry", str(reg), "--index", index, *shared,
              *_learner_args(world, reg, f"rerank:t@{rerank.url}")], env, logs[2])))
         got = _traffic_then_promotion(urls, procs, logs)
         assert got["status"]["feedback_received"] == 1

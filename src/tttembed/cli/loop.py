@@ -11,7 +11,8 @@ import typer
 from tttembed.cli._common import emit_json, handle_errors, quiet_libraries
 from tttembed.cli._options import JsonOpt
 
-RegistryOpt = Annotated[Path, typer.Option("--registry", help="The state registry folder (created when absent): versions, served.json, the learner's loop.json and, by default, the feedback store loop.sqlite.")]
+RegistryOpt = Annotated[str, typer.Option("--registry", help="The state registry: a folder (created when absent: versions, served.json, the learner's loop.json and, by default, the feedback store loop.sqlite) or postgresql://USER@HOST:PORT/DB (versions, the served pointer, the learner's record and, by default, the feedback store in that database; PG* variables read as psycopg reads them).")]
+RegistryCacheOpt = Annotated[Optional[Path], typer.Option("--registry-cache", help="With a postgresql:// registry: this machine's local copy of the versions it served (read-only, each checked against its id; a replica started while the database is down serves the version it served last). Default: $TTTEMBED_CACHE_DIR/registry/<database>.")]
 JudgeOpt = Annotated[str, typer.Option("--judge", help="Scorer spec of the background judge (rerank:MODEL@URL, llm:MODEL@URL, qwen3-reranker:PATH, cross-encoder:PATH, bm25). Judges that read judgments by query id (qrels:, noisy-qrels:) cannot score live traffic. none: no judge, learn from clicks (POST /v1/events) and labels only, paying nothing.")]
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Feedback store shared by the replicas: postgresql://USER@HOST/DB for several, or a SQLite path; default: loop.sqlite in the registry.")]
 JudgeBudgetOpt = Annotated[int, typer.Option("--judge-budget", min=0, help="Judge pairs to pay in total (served pairs, validation and drift re-scores; pairs the ledger already holds are free).")]
@@ -31,7 +32,7 @@ LoopInterleaveOpt = Annotated[float, typer.Option("--interleave", min=0.0, max=1
 MinQueriesOpt = Annotated[int, typer.Option("--min-queries", min=2, help="Rewarded queries the promotion's paired test needs at least (it promotes only when that test says better at alpha 0.05); fewer decide nothing.")]
 
 
-def loop_config(registry: Path | None, index: Path, judge: str | None, **kw: Any) -> Any:
+def loop_config(registry: str | Path | None, index: Path, judge: str | None, **kw: Any) -> Any:
     """The LoopConfig of the CLI's options (``scope`` a comma-separated list)."""
     from tttembed.loop.config import LoopConfig
 
@@ -65,6 +66,7 @@ def loop(
     interleave: LoopInterleaveOpt = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the validation and the audit samples.")] = 0,
     nice: Annotated[int, typer.Option("--nice", min=0, max=19, help="CPU priority offset of the learner (serving first).")] = 10,
+    registry_cache: RegistryCacheOpt = None,
 ) -> None:
     """Run the closed loop's learner: judge served pairs, learn, validate, promote."""
     quiet_libraries()
@@ -78,7 +80,8 @@ def loop(
                          drift_threshold=drift_threshold, audit=audit,
                          audit_min_auc=audit_min_auc, min_queries=min_queries, seed=seed,
                          nice=nice, clicks=clicks, click_settle_s=click_settle_s,
-                         interleave=interleave)
+                         interleave=interleave,
+                         registry_cache=str(registry_cache) if registry_cache else None)
     check_specs(config)
     warn_unaudited(config)
     typer.echo(f"learning into {registry} (Ctrl-C stops after the step in flight)", err=True)
@@ -99,14 +102,14 @@ def warn_unaudited(config: Any) -> None:
 
 states_app = typer.Typer(help="The versions of a state registry.", no_args_is_help=True,
                          add_completion=False, rich_markup_mode=None)
-DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The registry folder.", show_default=False)]
+DirArg = Annotated[str, typer.Argument(metavar="REGISTRY", help="The registry: its folder, or postgresql://USER@HOST:PORT/DB.", show_default=False)]
 VersionArg = Annotated[str, typer.Argument(metavar="VERSION", help="A version name (v1, v2, ...).", show_default=False)]
 
 
-def _registry(folder: Path) -> Any:
-    from tttembed.registry.versions import Registry
+def _registry(spec: str) -> Any:
+    from tttembed.registry.open import open_registry
 
-    return Registry(folder)
+    return open_registry(spec)
 
 
 def _line(v: Any, served: str | None) -> str:
@@ -130,23 +133,34 @@ def _line(v: Any, served: str | None) -> str:
             f"{state:<20} delta {gain}  {reason}")
 
 
-def _budget_line(folder: Path) -> str:
+def _budget_line(reg: Any) -> str:
     """The loop's two budget figures, labelled (``/v1/loop``'s ``budget``)."""
     from tttembed.loop.status import read_status
 
-    st = read_status(folder)
+    st = read_status(reg)
     paid = f"{st.pairs_judged} of {st.judge_budget}" if st else "none"
     ledger = "?"
-    db = folder / "loop.sqlite"
-    if db.is_file():
-        from tttembed.loop.store import SQLiteStore
-
-        store = SQLiteStore(db)
+    root = getattr(reg, "root", None)
+    if root is None or (Path(root) / "loop.sqlite").is_file():
+        store = reg.default_store()
         try:
             ledger = str(store.counts().get("rewards", 0))
         finally:
             store.close()
     return f"judge pairs paid by this loop: {paid}; rewards in the ledger: {ledger}"
+
+
+def _replica_line(r: dict[str, Any], served: str | None) -> str:
+    """What one replica serves, and the version it refused (never shown as served)."""
+    lag = "" if r.get("version") == served else "  (not the registry's version)"
+    line = (f"replica {r.get('replica')}: serves {r.get('version') or 'raw'} "
+            f"(generation {r.get('generation')}){lag}")
+    refused = r.get("refused")
+    if isinstance(refused, dict) and refused.get("version"):
+        line += f"; REFUSED {refused['version']}: {refused.get('error')}"
+    elif r.get("following") is False:
+        line += f"; NOT FOLLOWING: {r.get('error')}"
+    return line
 
 
 @states_app.command("list")
@@ -160,19 +174,17 @@ def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[boo
     if as_json:
         emit_json({"served": served, "problems": survey.problems, "replicas": replicas,
                    "history": survey.history, "versions": [
-            {**dict(v.manifest), "promoted": v.promoted, "promoted_at": v.promoted_at,
+            {**dict(v.manifest), **({"id": v.id} if v.id else {}), "promoted": v.promoted, "promoted_at": v.promoted_at,
              "promoted_by": v.promoted_by, **({"broken": v.broken} if v.broken else {})}
             for v in survey.versions]})
         return
-    typer.echo(f"{folder}: the registry serves {served or 'raw vectors'}")
+    typer.echo(f"{reg.location}: the registry serves {served or 'raw vectors'}")
     for v in survey.versions:
         typer.echo(_line(v, served))
-    typer.echo(_budget_line(folder))
+    typer.echo(_budget_line(reg))
     if replicas:
         for r in replicas:
-            lag = "" if r.get("version") == served else "  (not the registry's version)"
-            typer.echo(f"replica {r.get('replica')}: serves {r.get('version') or 'raw'} "
-                       f"(generation {r.get('generation')}){lag}")
+            typer.echo(_replica_line(r, served))
     else:
         typer.echo("replicas: none reported in the last 30 s")
     if history:
@@ -205,16 +217,17 @@ def states_promote(folder: DirArg, version: VersionArg) -> None:
     """Serve VERSION now (running servers pick it up within seconds; thaws frozen promotions)."""
     reg = _registry(folder)
     reg.promote(version, by="user", reason="promoted by hand", check=True)
-    typer.echo(f"{folder}: serving {version} (replicas follow within seconds: "
-               f"`tttembed states list {folder}` shows what each serves)")
+    typer.echo(f"{reg.location}: serving {version} (replicas follow within seconds: "
+               f"`tttembed states list {reg.location}` shows what each serves)")
 
 
 @states_app.command("rollback")
 @handle_errors
 def states_rollback(folder: DirArg, version: Annotated[Optional[str], typer.Argument(metavar="[VERSION]", help="The version to serve; default: the one the current version replaced (raw when none).", show_default=False)] = None) -> None:
     """Serve an earlier version (running servers pick it up within seconds)."""
-    record = _registry(folder).rollback(version, by="user")
-    typer.echo(f"{folder}: serving {record['served'] or 'raw vectors'}")
+    reg = _registry(folder)
+    record = reg.rollback(version, by="user")
+    typer.echo(f"{reg.location}: serving {record['served'] or 'raw vectors'}")
 
 
 @states_app.command("diff")

@@ -24,6 +24,7 @@ from tttembed.cli.loop import (
     LoopCorpusOpt,
     LoopScopeOpt,
     MinQueriesOpt,
+    RegistryCacheOpt,
     StoreOpt,
     loop_config,
     warn_unaudited,
@@ -49,7 +50,8 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most texts in one model call: concurrent requests are merged up to it.")] = 32,
     max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0, max=1000, help="How long a request waits for others to join its model batch (0: never).")] = 2.0,
     log_level: Annotated[str, typer.Option(help="debug, info (one JSON access line per request), warning or error.")] = "info",
-    registry: Annotated[Optional[Path], typer.Option("--registry", help="Serve the promoted version of this state registry (reloaded within a second of a promotion or rollback), log every query and take POST /v1/feedback into its store.")] = None,
+    registry: Annotated[Optional[str], typer.Option("--registry", help="Serve the promoted version of this state registry, a folder or postgresql://USER@HOST:PORT/DB (PG* variables read as psycopg reads them; replicas on several machines then share nothing but the database): reloaded within a second of a promotion or rollback (at once on PostgreSQL: LISTEN/NOTIFY); log every query and take POST /v1/feedback into its store.")] = None,
+    registry_cache: RegistryCacheOpt = None,
     learn: Annotated[bool, typer.Option("--learn", help="Also run the learner (a low-priority child process): judge served pairs, learn, validate, promote into --registry.")] = False,
     judge: Annotated[Optional[str], typer.Option("--judge", help="With --learn: the background judge's scorer spec (rerank:MODEL@URL, llm:MODEL@URL, bm25, ...).")] = None,
     judge_budget: JudgeBudgetOpt = 1000,
@@ -78,7 +80,8 @@ def serve(
                        scope=scope, audit=audit, audit_min_auc=audit_min_auc,
                        judge_depth=judge_depth, drift_sample=drift_sample,
                        drift_threshold=drift_threshold, min_queries=min_queries,
-                       clicks=clicks, click_settle_s=click_settle_s, interleave=interleave)
+                       clicks=clicks, click_settle_s=click_settle_s, interleave=interleave,
+                       registry_cache=str(registry_cache) if registry_cache else None)
 
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()),
@@ -89,11 +92,12 @@ def serve(
         max_inputs=max_inputs, cache_size=cache_size, max_batch=max_batch,
         max_wait_ms=max_wait_ms, log_level=log_level.lower(),
         registry=str(registry) if registry else None, store=store, explore=explore,
-        interleave=interleave)
+        interleave=interleave,
+        registry_cache=str(registry_cache) if registry_cache else None)
     _start(config, learner)
 
 
-def _learner(learn: bool, registry: Optional[Path], index: Path, judge: Optional[str],
+def _learner(learn: bool, registry: Optional[str], index: Path, judge: Optional[str],
              **kw: Any) -> Any:
     """``--learn``'s LoopConfig (None without ``--learn``), from the one loop option list."""
     from tttembed.core.errors import ConfigError
@@ -101,7 +105,7 @@ def _learner(learn: bool, registry: Optional[Path], index: Path, judge: Optional
     if not learn:
         return None
     if registry is None or not judge:
-        raise ConfigError("--learn needs --registry DIR and --judge SPEC")
+        raise ConfigError("--learn needs --registry DIR|URL and --judge SPEC")
     return loop_config(registry, index, judge, **kw)
 
 

@@ -57,6 +57,8 @@ class LoopConfig:
     seed: int = 0
     threads: int | None = 1
     nice: int = 10
+    #: a database registry's local copy (``--registry-cache``; None: the default)
+    registry_cache: str | None = None
 
     @property
     def has_judge(self) -> bool:
@@ -109,7 +111,7 @@ class LoopConfig:
                "--interleave", str(self.interleave), "--seed", str(self.seed),
                "--nice", str(self.nice)]
         for flag, value in (("--store", self.store), ("--corpus", self.corpus),
-                            ("--audit", self.audit)):
+                            ("--audit", self.audit), ("--registry-cache", self.registry_cache)):
             if value:
                 out += [flag, value]
         if self.audit:

@@ -12,7 +12,7 @@ from tttembed.core.io import now_utc
 from tttembed.loop.drift import DriftCheck
 from tttembed.loop.status import LoopState
 from tttembed.loop.store import Store
-from tttembed.registry.versions import Registry
+from tttembed.registry.base import StateRegistry
 
 log = logging.getLogger("tttembed.loop")
 #: Audits kept in the status.
@@ -44,7 +44,7 @@ def apply_audit(state: LoopState, audit: DriftCheck, store: Store) -> None:
     s.frozen, s.reason = False, ""
 
 
-def thawed_by_user(state: LoopState, registry: Registry) -> bool:
+def thawed_by_user(state: LoopState, registry: StateRegistry) -> bool:
     """Did a person promote a version since promotions froze?"""
     history = registry.served_record().get("history", [])
     return any(h.get("by") == "user" and h.get("action") == "promote"

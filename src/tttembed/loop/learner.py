@@ -32,7 +32,7 @@ from tttembed.loop.nojudge import UnseenAsZero
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.promote import PromotionCheck, check_promotion, verdict
 from tttembed.loop.store import Store
-from tttembed.registry.versions import Registry, Version
+from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
 from tttembed.ttt.queries import QuerySet, base_retrieval
 from tttembed.types import Rewards
@@ -101,7 +101,7 @@ class Cycle:
 class Learner:
     """Runs cycles over one index, judge, store and registry."""
 
-    def __init__(self, config: LoopConfig, registry: Registry, store: Store, index: Index,
+    def __init__(self, config: LoopConfig, registry: StateRegistry, store: Store, index: Index,
                  embedder: Embedder, judge: BackgroundJudge, *,
                  clicks: ClickFeed | None = None, online: OnlineTest | None = None) -> None:
         self.config, self.registry, self.store = config, registry, store

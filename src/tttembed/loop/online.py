@@ -19,8 +19,7 @@ from typing import Any
 
 from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.clicks.sequential import DECISIONS, SequentialTest
-from tttembed.registry.candidate import clear_candidate, read_candidate, set_candidate
-from tttembed.registry.versions import Registry
+from tttembed.registry.base import StateRegistry
 
 #: Outcomes after which an undecided test gives up (the candidate is dropped).
 MAX_OUTCOMES = 20_000
@@ -52,23 +51,23 @@ class OnlineVerdict:
 class OnlineTest:
     """Runs the candidate's test on ``registry`` from ``feed``'s outcomes."""
 
-    def __init__(self, registry: Registry, feed: ClickFeed, *,
+    def __init__(self, registry: StateRegistry, feed: ClickFeed, *,
                  max_outcomes: int = MAX_OUTCOMES) -> None:
         self.registry, self.feed, self.max_outcomes = registry, feed, max_outcomes
         self.last: OnlineVerdict | None = None
 
     def propose(self, version: str) -> None:
         """Make ``version`` the candidate tested against the version served now."""
-        set_candidate(self.registry.root, version, self.registry.served())
+        self.registry.set_candidate(version, self.registry.served())
 
     def candidate(self) -> str | None:
-        record = read_candidate(self.registry.root)
+        record = self.registry.candidate()
         return None if record is None else str(record["version"])
 
     def step(self) -> OnlineVerdict | None:
         """Update the test of the candidate (None: there is none); promote or drop it
         when it decides."""
-        record = read_candidate(self.registry.root)
+        record = self.registry.candidate()
         if record is None:
             return None
         name = str(record["version"])
@@ -83,9 +82,9 @@ class OnlineTest:
                                 test.p_value)
         if decision == DECISIONS[0]:
             self.registry.promote(name, by="interleaving", reason=verdict.reason())
-            clear_candidate(self.registry.root)
+            self.registry.clear_candidate()
         elif decision != DECISIONS[2]:
-            clear_candidate(self.registry.root)
+            self.registry.clear_candidate()
         self.last = verdict
         return verdict
 

@@ -84,12 +84,20 @@ class PostgresStore(SQLStore):
 
     placeholder = "%s"
 
-    def __init__(self, url: str, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, connect_timeout: float = CONNECT_TIMEOUT_S, *,
+                 lazy: bool = False) -> None:
         super().__init__()
         self._dsn = url
         self.url = mask_url(url)
         self.connect_timeout = connect_timeout
-        self._init_schema()
+        self._schema_ready = False
+        try:
+            self._init_schema()
+        except ConfigError:
+            if not lazy:
+                raise
+            # a replica started while the database is down: every call tries again (and
+            # creates the schema first) until it answers
 
     def _connect(self) -> Any:
         psycopg = _import_psycopg()
@@ -133,6 +141,8 @@ class PostgresStore(SQLStore):
                     self._conn = None
             with suppress(Exception):
                 conn.close()
+        if not self._schema_ready:
+            self._init_schema()
         with super()._tx() as cur:
             yield cur
 
@@ -144,10 +154,11 @@ class PostgresStore(SQLStore):
                     (EVENTS_LOCK if what == "events" else SPEND_LOCK,))
 
     def _init_schema(self) -> None:
-        with self._tx() as cur:
+        with super()._tx() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             for sql in SCHEMA:
                 cur.execute(sql)
+        self._schema_ready = True
 
 
 def from_spec(rest: str) -> PostgresStore:

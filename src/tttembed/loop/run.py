@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from tttembed.core.errors import ConfigError
+from tttembed.core.errors import ConfigError, TTTEmbedError
 from tttembed.core.io import now_utc
 from tttembed.loop.auditor import Auditor
 from tttembed.loop.clicks.feed import ClickFeed
@@ -39,7 +39,8 @@ from tttembed.loop.online import OnlineTest
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
 from tttembed.loop.status import HEARTBEAT_S, LoopState, beat, read_status_checked, write_status
 from tttembed.loop.store import SearchLog, Store, open_store
-from tttembed.registry.versions import Registry, index_record
+from tttembed.registry.base import index_record
+from tttembed.registry.open import open_registry
 
 log = logging.getLogger("tttembed.loop")
 #: Pairs paid in one step at most.
@@ -68,8 +69,11 @@ class Loop:
             audit_source(config.audit)  # a wrong --audit fails here, before paying
         self.config = config
         self.index = load_index(config.index)
-        self.registry = Registry(config.registry, create=True, index=index_record(self.index))
-        self.store = store or open_store(config.store, config.registry)
+        self.registry = open_registry(config.registry, create=True,
+                                      index=index_record(self.index),
+                                      cache=config.registry_cache)
+        self.store = store or (open_store(config.store) if config.store
+                               else self.registry.default_store())
         self.corpus = corpus_for_index(self.index, config.corpus)
         self.scorer = load_scorer(config.judge, index=self.index, corpus=self.corpus) \
             if config.has_judge else NoScorer()
@@ -85,7 +89,7 @@ class Loop:
         self.auditor = Auditor(config, self.scorer, self.corpus, self.store, self.index,
                                embedder)
         self.auditor.prepare()  # the audit set read (and checked) before any judging
-        found, broken = read_status_checked(config.registry)
+        found, broken = read_status_checked(self.registry)
         if broken:
             log.warning("%s: the previous status could not be read, so its audit history "
                         "starts anew (the budget's spend is the store's: nothing is lost)",
@@ -135,7 +139,7 @@ class Loop:
         s.updated = now_utc()
         kept = {k: same[k] for k in _KEPT}
         durable = force or kept != {k: self._written.get(k) for k in _KEPT}
-        write_status(self.config.registry, s, sync=durable)  # what a restart takes over
+        write_status(self.registry, s, sync=durable)  # what a restart takes over
         self._written, self._written_at = same, time.monotonic()
 
     # -- judging ------------------------------------------------------------------
@@ -252,7 +256,7 @@ class Loop:
 
     def run(self) -> None:
         log.info("learning into %s from %s (judge %s, budget %d pairs, %g a minute)",
-                 self.config.registry, self.store.url, self.config.judge,
+                 self.registry.location, self.store.url, self.config.judge,
                  self.config.judge_budget, self.config.judge_rpm)
         self.save()
         heart = threading.Thread(target=self._heartbeat, name="loop-heartbeat", daemon=True)
@@ -273,13 +277,14 @@ class Loop:
         """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`)."""
         while not self.stop.is_set():
             try:
-                beat(self.config.registry)
-            except OSError as exc:
+                beat(self.registry)
+            except (OSError, TTTEmbedError) as exc:
                 log.warning("heartbeat not written: %s", exc)
             self.stop.wait(HEARTBEAT_S)
 
     def close(self) -> None:
         self.store.close()
+        self.registry.close()
 
 
 #: What a restarted learner takes over from ``loop.json`` (the rest is measured anew;
@@ -346,7 +351,8 @@ def run_loop(config: LoopConfig) -> None:
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _stopper(loop))
-        loop.run()
+        with loop.registry.learner_lock():  # one learner per registry
+            loop.run()
     finally:
         loop.close()
 

@@ -26,14 +26,12 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
-from tttembed.core.io import read_json, write_json
 from tttembed.loop.store import Store
-from tttembed.registry.versions import Registry, Version
+from tttembed.registry.base import StateRegistry, Version
+from tttembed.registry.versions import HEARTBEAT_FILE, STATUS_FILE, Registry
 
-STATUS_FILE = "loop.json"
-HEARTBEAT_FILE = "loop.heartbeat"
 #: Seconds between the learner's heartbeats, and the age past which it is not running.
 HEARTBEAT_S = 1.0
 STALE_S = 15.0
@@ -111,40 +109,45 @@ def status_path(registry: str | Path) -> Path:
     return Path(registry) / STATUS_FILE
 
 
-def read_status(registry: str | Path) -> LoopState | None:
+RegistryRef = Union[str, Path, StateRegistry]
+
+
+def _registry(registry: RegistryRef) -> StateRegistry:
+    """The registry object of a folder path (its files only), a URL, or itself."""
+    if isinstance(registry, (str, Path)):
+        from tttembed.registry.postgres import is_url
+
+        if is_url(registry):
+            from tttembed.registry.open import open_registry
+
+            return open_registry(str(registry))
+        return Registry.files(registry)
+    return registry
+
+
+def read_status(registry: RegistryRef) -> LoopState | None:
     """The learner's record, or None when no learner has written one (or it is torn)."""
     return read_status_checked(registry)[0]
 
 
-def read_status_checked(registry: str | Path) -> tuple[LoopState | None, str]:
+def read_status_checked(registry: RegistryRef) -> tuple[LoopState | None, str]:
     """The learner's record (None: none, or unreadable) and why it could not be read
-    ("" when it could or there is none): a broken file is reported, never read as empty."""
-    path = status_path(registry)
-    if not path.exists():
-        return None, ""
-    try:
-        got = read_json(path, what="loop status")
-    except Exception as exc:  # noqa: BLE001  (a reader never fails on the learner's file)
-        return None, " ".join(str(exc).split())
-    if not isinstance(got, dict):
-        return None, f"{path}: the loop status is not a JSON object (the learner rewrites it)"
-    return LoopState.from_dict(got), ""
+    ("" when it could or there is none): a broken record is reported, never read as
+    empty."""
+    got, error = _registry(registry).read_status()
+    return (None if got is None else LoopState.from_dict(got)), error
 
 
-def beat(registry: str | Path) -> None:
+def beat(registry: RegistryRef) -> None:
     """One heartbeat of the learner (this process): pid, host and time."""
-    write_json(Path(registry) / HEARTBEAT_FILE,
-               {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()},
-               sync=False)
+    _registry(registry).beat({"pid": os.getpid(), "host": socket.gethostname(),
+                              "time": time.time()})
 
 
-def alive(registry: str | Path, state: LoopState | None) -> tuple[bool, str]:
+def alive(registry: RegistryRef, state: LoopState | None) -> tuple[bool, str]:
     """Whether the learner runs, and why not: a fresh heartbeat and, on this host, a live
     pid (a learner from before heartbeats: its pid alone)."""
-    try:
-        hb = read_json(Path(registry) / HEARTBEAT_FILE, what="learner heartbeat")
-    except Exception:  # noqa: BLE001  (no heartbeat: judged by the pid)
-        hb = None
+    hb = _registry(registry).heartbeat()
     if not isinstance(hb, dict):
         if state is None or not state.pid:
             return False, "no learner has run here" if state is None else "no heartbeat"
@@ -177,10 +180,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def write_status(registry: str | Path, state: LoopState, *, sync: bool = True) -> None:
+def write_status(registry: RegistryRef, state: LoopState, *, sync: bool = True) -> None:
     """Write the record whole (``sync=False``: without fsync, for a write that changes
     only counters: a power failure may lose it, a crash never tears it)."""
-    write_json(status_path(registry), state.as_dict(), sync=sync)
+    _registry(registry).write_status(state.as_dict(), sync=sync)
 
 
 def _version_row(v: Version, served: str | None, by_version: dict[str, int],
@@ -202,20 +205,27 @@ def _version_row(v: Version, served: str | None, by_version: dict[str, int],
             **({"broken": v.broken} if v.broken else {})}
 
 
-def _candidate(registry: Registry) -> str | None:
-    from tttembed.registry.candidate import read_candidate
-
-    record = read_candidate(registry.root)
+def _candidate(registry: StateRegistry) -> str | None:
+    record = registry.candidate()
     return None if record is None else str(record["version"])
 
 
-def loop_status(registry: Registry, store: Store | None) -> dict[str, Any]:
+def _replicas(registry: StateRegistry) -> list[dict[str, Any]]:
+    """What each replica reported serving in the last 30 s (a version it refused
+    included), never failing."""
+    try:
+        return registry.replicas()
+    except Exception:  # noqa: BLE001  (a status page shows what it can)
+        return []
+
+
+def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
     learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
     A broken registry file is named in ``registry_error``, never a failure."""
-    found, status_error = read_status_checked(registry.root)
+    found, status_error = read_status_checked(registry)
     learner = found or LoopState()
-    running, why = alive(registry.root, found)
+    running, why = alive(registry, found)
     counts = store.counts() if store is not None else {"by_version": {}}
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
@@ -255,6 +265,7 @@ def loop_status(registry: Registry, store: Store | None) -> dict[str, Any]:
                     "updated": learner.updated or None, "error": learner.error,
                     **({"stopped": why} if not running and found is not None else {})},
         "history": survey.history[-20:],
+        "replicas": _replicas(registry),
         "updated": learner.updated or None,
     }
     if status_error:

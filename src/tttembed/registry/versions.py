@@ -1,5 +1,7 @@
-"""A registry of state versions on disk: what the closed loop registers and promotes and
-what ``tttembed serve --registry DIR`` serves.
+"""The folder backend of the state registry (:mod:`tttembed.registry.base`): what the
+closed loop registers and promotes and what ``tttembed serve --registry DIR`` serves, on
+one machine or a shared file system (several machines without one: the PostgreSQL
+backend, :mod:`tttembed.registry.postgres`).
 
 Layout of ``DIR``::
 
@@ -12,6 +14,9 @@ Layout of ``DIR``::
     served.json            the version served now and the history of promotions and
                            rollbacks (replaced in one rename: a reader sees old or new)
     replicas/NAME.json     each serving replica's report: the version it serves now
+    candidate.json         the version under an online test (:mod:`.candidate`)
+    loop.json              the learner's record; loop.heartbeat its liveness; .learner.lock
+                           held by the one learner that runs
 
 A version folder is immutable once written: whether and when a version was promoted is
 read from ``served.json``'s history, the registry's own record, not from the version.
@@ -22,91 +27,56 @@ judges: :mod:`tttembed.loop` does.
 
 from __future__ import annotations
 
+import os
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from tttembed.adapt.state import AdaptState, load_state, save_state
-from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.adapt.state import AdaptState, save_state
+from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import atomic_directory, now_utc, read_json, write_json
 from tttembed.core.locks import writer_lock
+from tttembed.registry.base import (
+    DIFF_TOL,
+    FORMAT,
+    FORMAT_VERSION,
+    REPLICA_FRESH_S,
+    STATE_FILE,
+    RegistryBase,
+    Survey,
+    Version,
+    index_record,
+    key_change,
+    promotions,
+    version_number,
+)
+from tttembed.registry.candidate import clear_candidate, read_candidate, set_candidate
 
-FORMAT = "tttembed-registry"
-FORMAT_VERSION = 1
-STATE_FILE = "vectors.npz"
-#: Where serving replicas report what they serve, and how recent a report must be.
+if TYPE_CHECKING:
+    from tttembed.loop.store import Store
+
+#: Where serving replicas report what they serve.
 REPLICAS = "replicas"
-REPLICA_FRESH_S = 30.0
+#: The learner's record and its heartbeat (:mod:`tttembed.loop.status`).
+STATUS_FILE = "loop.json"
+HEARTBEAT_FILE = "loop.heartbeat"
+#: The lock file one learner holds while it runs.
+LEARNER_LOCK = "learner"
 _NAME = re.compile(r"v(\d+)")
 _FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made"
 
 
-@dataclass(frozen=True)
-class Version:
-    """One registered version: its name (``v1``, ``v2``, ...), its folder and manifest
-    (what was written once), and when it was last promoted (from the registry's history;
-    None: never)."""
-
-    name: str
-    path: Path
-    manifest: Mapping[str, Any] = field(repr=False)
-    promoted_at: str | None = None
-    promoted_by: str | None = None
-    #: why the version's manifest could not be read ("" when it could; see Registry.survey)
-    broken: str = ""
-
-    @property
-    def state_path(self) -> Path:
-        return self.path / STATE_FILE
-
-    @property
-    def number(self) -> int:
-        return int(self.name[1:])
-
-    @property
-    def promoted(self) -> bool:
-        """Ever promoted (by the learner or by hand), by the registry's history."""
-        return self.promoted_at is not None
-
-    def load(self) -> AdaptState:
-        return load_state(self.state_path)
-
-
-@dataclass(frozen=True)
-class Survey:
-    """:meth:`Registry.survey`: versions, the served one, the history, broken files."""
-
-    versions: list[Version]
-    served: str | None
-    history: list[dict[str, Any]]
-    problems: list[str]
-
-
-def index_record(index: Any) -> dict[str, Any]:
-    """What a registry records of the index it serves (and refuses another by)."""
-    return {"identity": index.identity, "index": str(index.path),
-            "corpus_fingerprint": str(index.manifest.get("corpus_fingerprint", ""))}
-
-
-def version_number(name: str) -> int:
-    m = _NAME.fullmatch(str(name).strip())
-    if not m:
-        raise ConfigError(f"not a version name: {name!r} (versions are v1, v2, ...; "
-                          "`tttembed states list DIR` lists them)")
-    return int(m.group(1))
-
-
-class Registry:
-    """Versions of one index's states under ``root`` (created with ``create=True``)."""
+class Registry(RegistryBase):
+    """Versions of one index's states under the folder ``root`` (created with
+    ``create=True``)."""
 
     def __init__(self, root: str | Path, *, create: bool = False,
                  index: Mapping[str, Any] | None = None) -> None:
         self.root = Path(root)
+        self.location = str(self.root)
         manifest_path = self.root / "registry.json"
         if not manifest_path.exists():
             if not create:
@@ -125,15 +95,6 @@ class Registry:
             self.check_index(index)
 
     # -- reading ----------------------------------------------------------------------
-    def check_index(self, index: Mapping[str, Any]) -> None:
-        """Refuse a registry made for another index (embedder identity or corpus)."""
-        for key in ("identity", "corpus_fingerprint"):
-            mine, theirs = self.manifest.get(key), index.get(key)
-            if mine and theirs and mine != theirs:
-                raise StateMismatch(f"registry {self.root} holds states for {key} {mine!r}, "
-                                    f"the index has {theirs!r}: give the index it was made "
-                                    "for, or a new registry folder")
-
     def versions(self) -> list[Version]:
         """Every complete version, oldest first (a half-written one is never listed)."""
         folder = self.root / "versions"
@@ -141,19 +102,18 @@ class Registry:
             return []
         names = [p.name for p in folder.iterdir()
                  if _NAME.fullmatch(p.name) and (p / "version.json").is_file()]
-        promotions = self._promotions()
-        return sorted((self._version(n, promotions) for n in names), key=lambda v: v.number)
+        promoted = self._promotions()
+        return sorted((self._version(n, promoted) for n in names), key=lambda v: v.number)
 
-    def _version(self, name: str, promotions: Mapping[str, Mapping[str, Any]]) -> Version:
+    def _version(self, name: str, promoted: Mapping[str, Mapping[str, Any]]) -> Version:
         path = self.root / "versions" / name
-        last = promotions.get(name, {})
+        last = promoted.get(name, {})
         return Version(name, path, read_json(path / "version.json", what="version manifest"),
                        promoted_at=last.get("at"), promoted_by=last.get("by"))
 
     def _promotions(self) -> dict[str, dict[str, Any]]:
         """Each version's last promotion entry of the history."""
-        return {str(h.get("version")): h for h in self.served_record().get("history", [])
-                if h.get("action") == "promote" and h.get("version")}
+        return promotions(self.served_record().get("history", []))
 
     def survey(self) -> Survey:
         """What a status page shows, never failing on a broken file: every version (one
@@ -167,8 +127,7 @@ class Registry:
             problems.append(" ".join(str(exc).split()))
             record = {"served": None, "history": []}
         history = [h for h in record.get("history", []) if isinstance(h, dict)]
-        promotions = {str(h.get("version")): h for h in history
-                      if h.get("action") == "promote" and h.get("version")}
+        promoted = promotions(history)
         folder = self.root / "versions"
         names = sorted((p.name for p in folder.iterdir() if _NAME.fullmatch(p.name)
                         and (p / "version.json").is_file()),
@@ -176,7 +135,7 @@ class Registry:
         out = []
         for n in names:
             try:
-                v = self._version(n, promotions)
+                v = self._version(n, promoted)
                 if not isinstance(v.manifest, Mapping):
                     raise DataError("corrupt version manifest (not an object)",
                                     path=v.path / "version.json")
@@ -184,7 +143,7 @@ class Registry:
             except (DataError, OSError) as exc:
                 line = " ".join(str(exc).split())
                 problems.append(line)
-                last = promotions.get(n, {})
+                last = promoted.get(n, {})
                 out.append(Version(n, self.root / "versions" / n, {"version": n},
                                    promoted_at=last.get("at"), promoted_by=last.get("by"),
                                    broken=line))
@@ -209,10 +168,6 @@ class Registry:
             raise DataError("corrupt served-version record", path=path, fix=_FIX)
         return record
 
-    def served(self) -> str | None:
-        """The version served now (None: raw vectors)."""
-        return self.served_record().get("served")
-
     # -- writing ----------------------------------------------------------------------
     def register(self, state: AdaptState | None, **manifest: Any) -> Version:
         """Write a new version (the state and its manifest) whole, not promoted. ``state``
@@ -228,46 +183,6 @@ class Registry:
                     save_state(tmp / STATE_FILE, state)
                 write_json(tmp / "version.json", record)
         return self.get(name)
-
-    def promote(self, name: str, *, by: str = "user", reason: str = "",
-                check: bool = False) -> dict[str, Any]:
-        """Serve ``name`` from now on; returns the new served record. ``check``: first
-        validate its state as the servers will (:meth:`validate`)."""
-        v = self.get(name)
-        if check:
-            self.validate(v.name)
-        return self._serve(v.name, "promote", by, reason)
-
-    def validate(self, name: str) -> None:
-        """Refuse (StateMismatch / DataError, one line) a version the servers would
-        refuse: a state that does not load (NaN or inf values, a torn file) or was learned
-        for another embedder or corpus than the registry's index (checked against the
-        index itself when its folder is here, else against the index record)."""
-        v = self.get(name)
-        if not v.state_path.exists():
-            return  # a version that applies nothing: raw
-        try:
-            st = v.load()
-        except (DataError, ValueError, OSError) as exc:
-            raise DataError(f"{name} cannot be served: {' '.join(str(exc).split())}",
-                            path=v.state_path, fix="promote another version") from None
-        index_path = self.manifest.get("index")
-        if index_path and Path(str(index_path)).exists():
-            from tttembed.index.store import load_index
-            from tttembed.ttt.search import check_states
-
-            try:
-                check_states([st], load_index(str(index_path)))
-            except StateMismatch as exc:
-                raise StateMismatch(f"{name} cannot be served: {exc}") from None
-            return
-        for key, mine in (("identity", st.identity),
-                          ("corpus_fingerprint", st.corpus_fingerprint)):
-            theirs = self.manifest.get(key)
-            if theirs and mine != theirs:
-                raise StateMismatch(f"{name} cannot be served: its state has {key} {mine!r}, "
-                                    f"the registry's index {theirs!r}; promote another "
-                                    "version")
 
     # -- replicas ---------------------------------------------------------------------
     def report_replica(self, replica: str, record: Mapping[str, Any]) -> None:
@@ -293,21 +208,6 @@ class Registry:
                 out.append(got)
         return out
 
-    def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]:
-        """Serve ``to``, or the version served before the current one (raw when none)."""
-        record = self.served_record()
-        if to is None:
-            current = record.get("served")
-            before = [h.get("from") for h in record["history"]
-                      if h.get("action") == "promote" and h.get("version") == current]
-            to = before[-1] if before else None  # what its promotion replaced
-            if current is None:
-                raise ConfigError(f"registry {self.root} serves raw vectors: nothing to roll "
-                                  "back (give a version: `tttembed states rollback DIR v1`)")
-        if to is not None:
-            self.get(to)
-        return self._serve(to, "rollback", by, "")
-
     def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
         path = self.root / "served.json"
         with writer_lock(path, wait=True):
@@ -318,52 +218,128 @@ class Registry:
             write_json(path, record)
         return record
 
-    def diff(self, a: str, b: str) -> dict[str, Any]:
-        """What changes from version ``a`` to ``b``: keys added, removed, changed (whole
-        vectors compared: per changed key the norm of ``alpha v`` 's difference, the
-        cosine of the two vectors and both alphas, in ``changes``)."""
-        sa, sb = _keys(self.get(a)), _keys(self.get(b))
-        common = sorted(set(sa) & set(sb))
-        changes = {k: c for k in common if (c := key_change(sa[k], sb[k])) is not None}
-        return {"from": a, "to": b, "added": sorted(set(sb) - set(sa)),
-                "removed": sorted(set(sa) - set(sb)), "changed": sorted(changes),
-                "changes": changes, "unchanged": len(common) - len(changes)}
+    # -- the candidate under an online test (candidate.json) --------------------------
+    def candidate(self) -> dict[str, Any] | None:
+        return read_candidate(self.root)
 
+    def set_candidate(self, version: str, against: str | None,
+                      by: str = "learner") -> dict[str, Any]:
+        return set_candidate(self.root, version, against, by)
 
-#: Differences below this (in norm, or in alpha) are float noise, not a change.
-DIFF_TOL = 1e-6
+    def clear_candidate(self) -> None:
+        clear_candidate(self.root)
 
+    # -- the learner's record (loop.json), heartbeat and lock -------------------------
+    def read_status(self) -> tuple[dict[str, Any] | None, str]:
+        """The learner's record (None: none, or unreadable) and why it could not be read
+        ("" when it could or there is none): a broken file is reported, never read as
+        empty."""
+        return read_status_file(self.root)
 
-def key_change(old: tuple[float, np.ndarray], new: tuple[float, np.ndarray]
-               ) -> dict[str, float] | None:
-    """How one key's (alpha, vector) changed, or None when it did not: the norm of the
-    difference of the applied offsets ``alpha v``, the cosine of the vectors, both alphas."""
-    (a0, v0), (a1, v1) = old, new
-    if v0.shape != v1.shape:
-        return {"delta_norm": float("inf"), "cosine": float("nan"), "alpha_from": a0,
-                "alpha_to": a1}
-    delta = float(np.linalg.norm(a1 * v1 - a0 * v0))
-    if delta <= DIFF_TOL and abs(a1 - a0) <= DIFF_TOL and \
-            float(np.linalg.norm(v1 - v0)) <= DIFF_TOL:
+    def write_status(self, record: Mapping[str, Any], *, sync: bool = True) -> None:
+        write_json(self.root / STATUS_FILE, dict(record), sync=sync)
+
+    def beat(self, record: Mapping[str, Any]) -> None:
+        write_json(self.root / HEARTBEAT_FILE, dict(record), sync=False)
+
+    def heartbeat(self) -> dict[str, Any] | None:
+        try:
+            got = read_json(self.root / HEARTBEAT_FILE, what="learner heartbeat")
+        except Exception:  # noqa: BLE001  (no heartbeat: judged by the pid)
+            return None
+        return got if isinstance(got, dict) else None
+
+    @contextmanager
+    def learner_lock(self) -> Iterator[None]:
+        """Hold the registry's learner lock while the learner runs; another learner's
+        is a ConfigError naming it (its pid, from the lock file and its heartbeat)."""
+        try:
+            with writer_lock(self.root / LEARNER_LOCK):
+                yield
+        except ConfigError as exc:
+            if "another process" not in str(exc):
+                raise
+            raise ConfigError(f"another learner runs on registry {self.root} "
+                              f"({_holder(self.heartbeat())}): one learner per registry; "
+                              "stop it first, or give another --registry") from None
+
+    # -- following --------------------------------------------------------------------
+    def mark(self, candidate: bool = False) -> tuple[Any, ...]:
+        """What changes when the served version (and, with ``candidate``, the candidate)
+        does: the record files' times and sizes."""
+        try:
+            st = os.stat(self.root / "served.json")
+            served: tuple[int, int] = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            if not (self.root / "registry.json").is_file():
+                raise DataError("the state registry is gone (no registry.json)",
+                                path=self.root,
+                                fix="mount or restore the registry folder") from None
+            served = (0, 0)
+        if not candidate:
+            return served
+        from tttembed.registry.candidate import CANDIDATE_FILE
+
+        try:
+            cs = os.stat(self.root / CANDIDATE_FILE)
+            return (*served, cs.st_mtime_ns, cs.st_size)
+        except FileNotFoundError:
+            return (*served, 0, 0)
+
+    def wait_change(self, timeout: float) -> None:
+        """Wait for the next look (a folder has no notifications: ``timeout`` s)."""
+        time.sleep(timeout)
+
+    def remember_served(self, version: Version | None) -> None:
+        """Nothing to keep: the folder itself is every replica's copy."""
+
+    def cached_served(self) -> Version | None:
         return None
-    n0, n1 = float(np.linalg.norm(v0)), float(np.linalg.norm(v1))
-    cosine = float(v0 @ v1) / (n0 * n1) if n0 > 0 and n1 > 0 else float("nan")
-    return {"delta_norm": round(delta, 6), "cosine": round(cosine, 6),
-            "alpha_from": round(a0, 6), "alpha_to": round(a1, 6)}
 
+    def default_store(self) -> Store:
+        from tttembed.loop.store import SQLiteStore
 
-def _keys(v: Version) -> dict[str, tuple[float, np.ndarray]]:
-    if not v.state_path.exists():
-        return {}
-    st = v.load()
-    vectors = [np.asarray(v, dtype=np.float64) for v in st.vectors]
-    for j, i in enumerate(st.parts.adapter_rows.tolist()):  # an adapter's map is compared too
-        vectors[i] = np.concatenate([vectors[i], st.parts.u[j].ravel(), st.parts.v[j].ravel()])
-    return {k: (float(st.alpha[i]), vectors[i]) for i, k in enumerate(st.keys)}
+        return SQLiteStore(self.root / "loop.sqlite")
+
+    @classmethod
+    def files(cls, root: str | Path) -> Registry:
+        """The folder's files without its manifest (the learner's record of a folder
+        that may not be a registry yet)."""
+        reg = cls.__new__(cls)
+        reg.root, reg.location, reg.manifest = Path(root), str(root), {}
+        return reg
 
 
 def _now() -> str:
     return now_utc()
 
 
-__all__ = ["FORMAT", "STATE_FILE", "Registry", "Survey", "Version", "index_record", "version_number"]
+def read_status_file(root: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """``root/loop.json`` parsed (None: absent or unreadable) and why not."""
+    path = Path(root) / STATUS_FILE
+    if not path.exists():
+        return None, ""
+    try:
+        got = read_json(path, what="loop status")
+    except Exception as exc:  # noqa: BLE001  (a reader never fails on the learner's file)
+        return None, " ".join(str(exc).split())
+    if not isinstance(got, dict):
+        return None, f"{path}: the loop status is not a JSON object (the learner rewrites it)"
+    return got, ""
+
+
+def _holder(hb: Mapping[str, Any] | None) -> str:
+    if not hb:
+        return "no heartbeat"
+    age = time.time() - float(hb.get("time", 0) or 0)
+    return f"pid {hb.get('pid')} on {hb.get('host')}, heartbeat {age:.1f} s ago"
+
+
+def holder(hb: Mapping[str, Any] | None) -> str:
+    """A learner's heartbeat in words (who holds the learner lock)."""
+    return _holder(hb)
+
+
+__all__ = ["DIFF_TOL", "FORMAT", "HEARTBEAT_FILE", "STATE_FILE", "STATUS_FILE", "Registry",
+           "Survey", "Version", "holder", "index_record", "key_change", "read_status_file",
+           "version_number"]

@@ -49,6 +49,8 @@ class ServeConfig:
     #: changes; log traffic and take feedback into ``store`` (default: its loop.sqlite)
     registry: str | None = None
     store: str | None = None
+    #: a database registry's local copy of the versions served (None: the default)
+    registry_cache: str | None = None
     #: seconds between looks at the registry's served version
     registry_poll_s: float = 1.0
     #: RandPair exploration (``--explore``): the fraction of searches whose served top-k

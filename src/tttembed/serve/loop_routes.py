@@ -105,7 +105,14 @@ def _status(svc: Service) -> dict[str, Any]:
                          "replica": svc.replica, **follow}
     from tttembed.serve.events import click_status
 
-    status["clicks"] = click_status(svc.store)
+    try:
+        status["clicks"] = click_status(svc.store)
+    except (TTTEmbedError, OSError) as exc:  # the store restarting: said, never a 500
+        status["clicks"] = {"error": " ".join(str(exc).split())}
+    if svc.log_error is not None or svc.unlogged:
+        serving = status["serving"]
+        serving.update(log_error=svc.log_error, unlogged=len(svc.unlogged),
+                       unlogged_dropped=svc.unlogged_dropped)
     return status
 
 

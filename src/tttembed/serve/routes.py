@@ -207,7 +207,7 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
                       "search" if lists is not None else "embeddings", svc.replica,
                       marks[i] if marks else "")
             for i, text in enumerate(texts)]
-    svc.store.log_searches(rows)
+    svc.log_searches(rows)
     for row, item in zip(rows, data or ()):
         item["search_id"] = row.search_id
 

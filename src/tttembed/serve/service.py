@@ -4,6 +4,7 @@ metrics and the key, built once when the app starts."""
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import signal
 import socket
@@ -19,6 +20,11 @@ from tttembed.serve.config import ServeConfig
 from tttembed.serve.engine import Engine
 from tttembed.serve.metrics import Metrics
 from tttembed.serve.states import Follow, ServedStates
+
+log = logging.getLogger("tttembed.serve")
+#: Searches kept in memory while the store cannot be written, and the pause between tries.
+UNLOGGED_MAX = 100_000
+LOG_RETRY_S = 1.0
 
 
 class Service:
@@ -51,13 +57,57 @@ class Service:
         self._watching = threading.Event()
         self.follow = Follow()
         self._doc_ids: frozenset[str] | None = None
+        self._log_lock = threading.Lock()
+        self.unlogged: list[Any] = []
+        self.unlogged_dropped = 0
+        self.log_error: str | None = None
+        self._log_retry_at = 0.0
 
     def _open_store(self) -> Any:
-        if not self.config.registry:
+        if not self.config.registry or self.states.versions is None:
             return None
         from tttembed.loop.store import open_store
+        from tttembed.registry.postgres import is_url
 
-        return open_store(self.config.store, self.config.registry)
+        if not self.config.store:
+            return self.states.versions.default_store()
+        if is_url(self.config.store):  # a replica may start while the database is down
+            from tttembed.loop.postgres import PostgresStore
+
+            return PostgresStore(self.config.store, lazy=True)
+        return open_store(self.config.store)
+
+    def log_searches(self, rows: list[Any]) -> None:
+        """Log served queries in the store; while it cannot be written (the database
+        restarting) they wait in :attr:`unlogged` (bounded: the oldest dropped beyond
+        :data:`UNLOGGED_MAX`, counted) and go in with the next write that succeeds. A
+        search never fails because its log cannot be written."""
+        with self._log_lock:
+            self.unlogged.extend(rows)
+            if time.monotonic() < self._log_retry_at:
+                self._trim_unlogged()
+                return
+            batch = list(self.unlogged)
+            try:
+                self.store.log_searches(batch)
+            except Exception as exc:  # noqa: BLE001  (the search is answered anyway)
+                self._log_retry_at = time.monotonic() + LOG_RETRY_S
+                if self.log_error is None:
+                    log.error("cannot log searches (kept in memory, retried every %.0f s): "
+                              "%s", LOG_RETRY_S, " ".join(str(exc).split()))
+                self.log_error = " ".join(f"{type(exc).__name__}: {exc}".split())
+                self._trim_unlogged()
+                return
+            del self.unlogged[:len(batch)]
+            if self.log_error is not None:
+                log.info("searches logged again (%d kept meanwhile)", len(batch))
+            self.log_error = None
+
+    def _trim_unlogged(self) -> None:
+        over = len(self.unlogged) - UNLOGGED_MAX
+        if over > 0:
+            del self.unlogged[:over]
+            self.unlogged_dropped += over
 
     @property
     def doc_ids(self) -> frozenset[str]:
@@ -83,7 +133,7 @@ class Service:
         except Exception as exc:  # noqa: BLE001  (the watcher must never end)
             self.follow.failed(exc)
         while self._watching.is_set():
-            time.sleep(self.config.registry_poll_s)
+            self.states.wait_change(self.config.registry_poll_s)  # LISTEN, or a poll
             try:
                 now = self.states.served_mark()
                 if now != mark or not self.follow.following:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from tttembed.adapt.state import load_state
-from tttembed.core.errors import DataError, TTTEmbedError
+from tttembed.core.errors import ConfigError, TTTEmbedError
 from tttembed.index.base import Index
 from tttembed.serve.config import ServeConfig
 from tttembed.ttt.queries import query_sources
@@ -73,13 +73,18 @@ class ServedStates:
     """Holds the current :class:`Snapshot`; ``reload()`` swaps it atomically."""
 
     def __init__(self, config: ServeConfig, index: Index) -> None:
-        from tttembed.registry.versions import Registry, index_record
+        from tttembed.registry.base import index_record
+        from tttembed.registry.open import open_registry
 
         self.config = config
         self.index = index
-        self.versions = None if not config.registry else Registry(
-            config.registry, create=True, index=index_record(index))
+        self.versions = None if not config.registry else open_registry(
+            config.registry, create=True, index=index_record(index),
+            cache=config.registry_cache, offline_ok=True)
         self._lock = threading.Lock()
+        #: the registry's version this replica refused last (None: none refused)
+        self.refused: dict[str, Any] | None = None
+        self._wanted: str | None = None
         self._current = self._build(1)
         self.last_reload: dict[str, Any] = {"ok": True, "at": self._current.loaded_at,
                                             "generation": 1, "error": None}
@@ -88,25 +93,49 @@ class ServedStates:
     def current(self) -> Snapshot:
         return self._current
 
-    def _paths(self) -> tuple[str | None, list[str]]:
-        """The registry's served version and its state file, or the ``--state`` files."""
+    def _paths(self, first: bool = False) -> tuple[Any, list[str]]:
+        """The registry's served version and its state file, or the ``--state`` files.
+        ``first``: at start a database registry that cannot be reached gives the version
+        this replica's cache served last (none cached: a one-line error)."""
+        from tttembed.registry.postgres import RegistryUnavailable
+
         if self.versions is None:
             return None, list(self.config.states)
-        name = self.versions.served()
-        if name is None:
-            return None, []
-        v = self.versions.get(name)
-        return name, [str(v.state_path)] if v.state_path.exists() else []
+        try:
+            name = self.versions.served()
+            self._wanted = name
+            v = None if name is None else self.versions.get(name)
+        except RegistryUnavailable as exc:
+            if not first:
+                raise
+            v = self._cached(exc)
+        return v, [str(v.state_path)] if v is not None and v.state_path.exists() else []
+
+    def _cached(self, exc: Exception) -> Any:
+        assert self.versions is not None
+        has = getattr(self.versions, "has_cached_served", lambda: False)()
+        if not has:
+            cache = getattr(self.versions, "cache", "")
+            raise ConfigError(f"{' '.join(str(exc).split())}; and this replica has no cached "
+                              f"served version in {cache} to serve meanwhile: start the "
+                              "replica when the database answers") from None
+        v = self.versions.cached_served()
+        log.warning("registry unreachable at start: serving the cached version %s",
+                    v.name if v is not None else "raw")
+        return v
 
     def _build(self, generation: int) -> Snapshot:
         states, mtimes = [], []
-        version, paths = self._paths()
+        served, paths = self._paths(first=generation == 1)
+        version = None if served is None or isinstance(served, str) else served.name
         for path in paths:
             mtime = os.stat(path).st_mtime if os.path.exists(path) else 0.0
             states.append(load_state(path))
             mtimes.append(mtime)
         check_states(states, self.index, allow_foreign=self.config.allow_foreign_state)
         qids = _text_map(self.config)
+        if self.versions is not None:
+            self.versions.remember_served(served)
         return Snapshot(generation, tuple(states), tuple(mtimes), qids, version=version,
                         candidate=self._candidate(generation, version, qids))
 
@@ -114,11 +143,9 @@ class ServedStates:
                    qids: dict[str, dict[str, str]]) -> Snapshot | None:
         """The registry's candidate as a snapshot of its own, when interleaving (a
         candidate that cannot be loaded is not interleaved: logged, never fatal)."""
-        from tttembed.registry.candidate import read_candidate
-
         if self.versions is None or not self.config.interleave:
             return None
-        record = read_candidate(self.versions.root)
+        record = self.versions.candidate()
         if record is None or record["version"] == served:
             return None
         try:
@@ -131,30 +158,19 @@ class ServedStates:
         return Snapshot(generation, tuple(states), (0.0,) * len(states), qids,
                         version=v.name)
 
-    def served_mark(self) -> tuple[int, ...] | None:
-        """What changes when the registry's served version does (None: no registry)."""
+    def served_mark(self) -> tuple[Any, ...] | None:
+        """What changes when the registry's served version (or, interleaving, its
+        candidate) does (None: no registry)."""
         if self.versions is None:
             return None
-        try:
-            st = os.stat(self.versions.root / "served.json")
-        except FileNotFoundError:
-            if not (self.versions.root / "registry.json").is_file():
-                raise DataError("the state registry is gone (no registry.json)",
-                                path=self.versions.root,
-                                fix="mount or restore the registry folder") from None
-            return (0, 0, *self._candidate_mark())
-        return (st.st_mtime_ns, st.st_size, *self._candidate_mark())
+        return self.versions.mark(candidate=self.config.interleave > 0)
 
-    def _candidate_mark(self) -> tuple[int, int]:
-        from tttembed.registry.candidate import CANDIDATE_FILE
-
-        if self.versions is None or not self.config.interleave:
-            return (0, 0)
-        try:
-            st = os.stat(self.versions.root / CANDIDATE_FILE)
-        except FileNotFoundError:
-            return (0, 0)
-        return (st.st_mtime_ns, st.st_size)
+    def wait_change(self, timeout: float) -> None:
+        """Until the registry notifies a change, or ``timeout`` s."""
+        if self.versions is None:
+            time.sleep(timeout)
+        else:
+            self.versions.wait_change(timeout)
 
     def report(self, replica: str, follow: dict[str, Any]) -> None:
         """Tell the registry what this replica serves (``states list`` shows it); a
@@ -165,8 +181,9 @@ class ServedStates:
         try:
             self.versions.report_replica(replica, {
                 "version": cur.version, "generation": cur.generation,
-                "following": follow.get("following"), "error": follow.get("error")})
-        except OSError:
+                "following": follow.get("following"), "error": follow.get("error"),
+                "refused": self.refused})
+        except (OSError, TTTEmbedError):
             pass
 
     def reload(self) -> tuple[bool, Snapshot, str | None]:
@@ -178,12 +195,19 @@ class ServedStates:
                 new = self._build(self._current.generation + 1)
             except (TTTEmbedError, OSError, ValueError) as exc:
                 error = str(exc)
+                from tttembed.registry.postgres import RegistryUnavailable
+
+                if self.versions is not None and not isinstance(exc, RegistryUnavailable) \
+                        and self._wanted != self._current.version:
+                    self.refused = {"version": self._wanted, "error": " ".join(error.split()),
+                                    "at": now_iso()}
                 self.last_reload = {"ok": False, "at": now_iso(), "error": error,
                                     "generation": self._current.generation}
                 log.error("reload refused, keeping generation %d: %s",
                           self._current.generation, error)
                 return False, self._current, error
             self._current = new
+            self.refused = None
             self.last_reload = {"ok": True, "at": new.loaded_at, "error": None,
                                 "generation": new.generation}
             log.info("reloaded %d state file(s): generation %d (%.0f ms)", len(new.states),

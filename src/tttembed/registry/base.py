@@ -1,0 +1,287 @@
+"""The state registry's role: what the closed loop registers and promotes, what
+``tttembed serve --registry SPEC`` follows, and what ``tttembed states`` inspects.
+
+Two backends share this contract (:func:`tttembed.registry.open.open_registry` picks one
+by its spec): a folder (:mod:`.versions`, one machine or a shared file system) and a
+PostgreSQL database (:mod:`.postgres`, replicas on several machines sharing nothing but
+the database). What is the same for both lives here: the version record, the survey a
+status page reads, and the logic above the storage (promote, rollback, validate, diff).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from tttembed.adapt.state import AdaptState, load_state
+from tttembed.core.errors import ConfigError, DataError, StateMismatch
+
+if TYPE_CHECKING:
+    from tttembed.loop.store import Store
+
+FORMAT = "tttembed-registry"
+FORMAT_VERSION = 1
+STATE_FILE = "vectors.npz"
+#: How recent a replica's report must be to be listed.
+REPLICA_FRESH_S = 30.0
+_NAME = re.compile(r"v(\d+)")
+
+
+@dataclass(frozen=True)
+class Version:
+    """One registered version: its name (``v1``, ``v2``, ...), its folder (for a database
+    registry: the local cache folder it is read from) and manifest (what was written
+    once), and when it was last promoted (from the registry's history; None: never).
+    ``id``: the content address of a database version (``sha256:...``; "" in a folder)."""
+
+    name: str
+    path: Path
+    manifest: Mapping[str, Any] = field(repr=False)
+    promoted_at: str | None = None
+    promoted_by: str | None = None
+    #: why the version's manifest could not be read ("" when it could; see survey)
+    broken: str = ""
+    id: str = ""
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / STATE_FILE
+
+    @property
+    def number(self) -> int:
+        return int(self.name[1:])
+
+    @property
+    def promoted(self) -> bool:
+        """Ever promoted (by the learner or by hand), by the registry's history."""
+        return self.promoted_at is not None
+
+    def load(self) -> AdaptState:
+        return load_state(self.state_path)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What a status page shows: versions, the served one, the history, broken parts."""
+
+    versions: list[Version]
+    served: str | None
+    history: list[dict[str, Any]]
+    problems: list[str]
+
+
+def index_record(index: Any) -> dict[str, Any]:
+    """What a registry records of the index it serves (and refuses another by)."""
+    return {"identity": index.identity, "index": str(index.path),
+            "corpus_fingerprint": str(index.manifest.get("corpus_fingerprint", ""))}
+
+
+def version_number(name: str) -> int:
+    m = _NAME.fullmatch(str(name).strip())
+    if not m:
+        raise ConfigError(f"not a version name: {name!r} (versions are v1, v2, ...; "
+                          "`tttembed states list REGISTRY` lists them)")
+    return int(m.group(1))
+
+
+def promotions(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each version's last promotion entry of a history."""
+    return {str(h.get("version")): h for h in history
+            if isinstance(h, dict) and h.get("action") == "promote" and h.get("version")}
+
+
+class StateRegistry(Protocol):
+    """A registry of one index's state versions (folder or database)."""
+
+    manifest: Mapping[str, Any]
+    #: what messages name: the folder, or the database URL without its password
+    location: str
+
+    def versions(self) -> list[Version]: ...
+    def survey(self) -> Survey: ...
+    def get(self, name: str) -> Version: ...
+    def served_record(self) -> dict[str, Any]: ...
+    def served(self) -> str | None: ...
+    def register(self, state: AdaptState | None, **manifest: Any) -> Version: ...
+    def promote(self, name: str, *, by: str = "user", reason: str = "",
+                check: bool = False) -> dict[str, Any]: ...
+    def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]: ...
+    def validate(self, name: str) -> None: ...
+    def diff(self, a: str, b: str) -> dict[str, Any]: ...
+    def check_index(self, index: Mapping[str, Any]) -> None: ...
+    # the candidate under an online test
+    def candidate(self) -> dict[str, Any] | None: ...
+    def set_candidate(self, version: str, against: str | None,
+                      by: str = "learner") -> dict[str, Any]: ...
+    def clear_candidate(self) -> None: ...
+    # the learner's record and liveness
+    def read_status(self) -> tuple[dict[str, Any] | None, str]: ...
+    def write_status(self, record: Mapping[str, Any], *, sync: bool = True) -> None: ...
+    def beat(self, record: Mapping[str, Any]) -> None: ...
+    def heartbeat(self) -> dict[str, Any] | None: ...
+    def learner_lock(self) -> AbstractContextManager[None]: ...
+    # replicas
+    def report_replica(self, replica: str, record: Mapping[str, Any]) -> None: ...
+    def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]: ...
+    # following
+    def mark(self, candidate: bool = False) -> tuple[Any, ...]: ...
+    def wait_change(self, timeout: float) -> None: ...
+    def remember_served(self, version: Version | None) -> None: ...
+    def cached_served(self) -> Version | None: ...
+    def default_store(self) -> Store: ...
+    def close(self) -> None: ...
+
+
+class RegistryBase:
+    """What both backends do the same way above their storage. A backend provides
+    ``get``, ``served_record``, ``_serve`` and ``location``/``manifest``."""
+
+    manifest: Mapping[str, Any]
+    location: str
+
+    def get(self, name: str) -> Version:
+        raise NotImplementedError
+
+    def served_record(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def served(self) -> str | None:
+        """The version served now (None: raw vectors)."""
+        served = self.served_record().get("served")
+        return served if isinstance(served, str) else None
+
+    def check_index(self, index: Mapping[str, Any]) -> None:
+        """Refuse a registry made for another index (embedder identity or corpus)."""
+        for key in ("identity", "corpus_fingerprint"):
+            mine, theirs = self.manifest.get(key), index.get(key)
+            if mine and theirs and mine != theirs:
+                raise StateMismatch(f"registry {self.location} holds states for {key} "
+                                    f"{mine!r}, the index has {theirs!r}: give the index it "
+                                    "was made for, or a new registry")
+
+    def promote(self, name: str, *, by: str = "user", reason: str = "",
+                check: bool = False) -> dict[str, Any]:
+        """Serve ``name`` from now on; returns the new served record. ``check``: first
+        validate its state as the servers will (:meth:`validate`)."""
+        v = self.get(name)
+        if check:
+            self.validate(v.name)
+        return self._serve(v.name, "promote", by, reason)
+
+    def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]:
+        """Serve ``to``, or the version served before the current one (raw when none)."""
+        record = self.served_record()
+        if to is None:
+            current = record.get("served")
+            if current is None:
+                raise ConfigError(f"registry {self.location} serves raw vectors: nothing to "
+                                  "roll back (give a version: `tttembed states rollback "
+                                  "REGISTRY v1`)")
+            before = [h.get("from") for h in record.get("history", [])
+                      if h.get("action") == "promote" and h.get("version") == current]
+            to = before[-1] if before else None  # what its promotion replaced
+        if to is not None:
+            self.get(to)
+        return self._serve(to, "rollback", by, "")
+
+    def validate(self, name: str) -> None:
+        """Refuse (StateMismatch / DataError, one line) a version the servers would
+        refuse: a state that does not load (NaN or inf values, a torn file) or was learned
+        for another embedder or corpus than the registry's index (checked against the
+        index itself when its folder is here, else against the index record)."""
+        v = self.get(name)
+        if not v.state_path.exists():
+            return  # a version that applies nothing: raw
+        try:
+            st = v.load()
+        except (DataError, ValueError, OSError) as exc:
+            raise DataError(f"{name} cannot be served: {' '.join(str(exc).split())}",
+                            path=v.state_path, fix="promote another version") from None
+        index_path = self.manifest.get("index")
+        if index_path and Path(str(index_path)).exists():
+            from tttembed.index.store import load_index
+            from tttembed.ttt.search import check_states
+
+            try:
+                check_states([st], load_index(str(index_path)))
+            except StateMismatch as exc:
+                raise StateMismatch(f"{name} cannot be served: {exc}") from None
+            return
+        for key, mine in (("identity", st.identity),
+                          ("corpus_fingerprint", st.corpus_fingerprint)):
+            theirs = self.manifest.get(key)
+            if theirs and mine != theirs:
+                raise StateMismatch(f"{name} cannot be served: its state has {key} {mine!r}, "
+                                    f"the registry's index {theirs!r}; promote another "
+                                    "version")
+
+    def diff(self, a: str, b: str) -> dict[str, Any]:
+        """What changes from version ``a`` to ``b``: keys added, removed, changed (whole
+        vectors compared: per changed key the norm of ``alpha v`` 's difference, the
+        cosine of the two vectors and both alphas, in ``changes``)."""
+        sa, sb = _keys(self.get(a)), _keys(self.get(b))
+        common = sorted(set(sa) & set(sb))
+        changes = {k: c for k in common if (c := key_change(sa[k], sb[k])) is not None}
+        return {"from": a, "to": b, "added": sorted(set(sb) - set(sa)),
+                "removed": sorted(set(sa) - set(sb)), "changed": sorted(changes),
+                "changes": changes, "unchanged": len(common) - len(changes)}
+
+    def __enter__(self) -> RegistryBase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release what the registry holds open (nothing, for a folder)."""
+
+
+#: Differences below this (in norm, or in alpha) are float noise, not a change.
+DIFF_TOL = 1e-6
+
+
+def key_change(old: tuple[float, np.ndarray], new: tuple[float, np.ndarray]
+               ) -> dict[str, float] | None:
+    """How one key's (alpha, vector) changed, or None when it did not: the norm of the
+    difference of the applied offsets ``alpha v``, the cosine of the vectors, both alphas."""
+    (a0, v0), (a1, v1) = old, new
+    if v0.shape != v1.shape:
+        return {"delta_norm": float("inf"), "cosine": float("nan"), "alpha_from": a0,
+                "alpha_to": a1}
+    delta = float(np.linalg.norm(a1 * v1 - a0 * v0))
+    if delta <= DIFF_TOL and abs(a1 - a0) <= DIFF_TOL and \
+            float(np.linalg.norm(v1 - v0)) <= DIFF_TOL:
+        return None
+    n0, n1 = float(np.linalg.norm(v0)), float(np.linalg.norm(v1))
+    cosine = float(v0 @ v1) / (n0 * n1) if n0 > 0 and n1 > 0 else float("nan")
+    return {"delta_norm": round(delta, 6), "cosine": round(cosine, 6),
+            "alpha_from": round(a0, 6), "alpha_to": round(a1, 6)}
+
+
+def _keys(v: Version) -> dict[str, tuple[float, np.ndarray]]:
+    if not v.state_path.exists():
+        return {}
+    st = v.load()
+    vectors = [np.asarray(v, dtype=np.float64) for v in st.vectors]
+    for j, i in enumerate(st.parts.adapter_rows.tolist()):  # an adapter's map is compared too
+        vectors[i] = np.concatenate([vectors[i], st.parts.u[j].ravel(), st.parts.v[j].ravel()])
+    return {k: (float(st.alpha[i]), vectors[i]) for i, k in enumerate(st.keys)}
+
+
+def iter_names(names: Iterator[str]) -> list[str]:
+    """Version names, in number order."""
+    return sorted((n for n in names if _NAME.fullmatch(n)), key=version_number)
+
+
+__all__ = ["DIFF_TOL", "FORMAT", "FORMAT_VERSION", "REPLICA_FRESH_S", "STATE_FILE",
+           "RegistryBase", "StateRegistry", "Survey", "Version", "index_record",
+           "iter_names", "key_change", "promotions", "version_number"]

@@ -1,0 +1,36 @@
+"""One entry to the state registry: a folder path or a ``postgresql://`` URL."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tttembed.registry.base import StateRegistry
+
+
+def open_registry(spec: str | Path, *, create: bool = False,
+                  index: Mapping[str, Any] | None = None, cache: str | Path | None = None,
+                  offline_ok: bool = False) -> StateRegistry:
+    """The registry ``spec`` names: ``postgresql://USER@HOST:PORT/DB`` (or
+    ``postgres://``; ``cache`` its local copy, ``offline_ok`` open from that copy while
+    the database is down) or a folder (created with ``create``; ``index``: the index
+    record it must match)."""
+    from tttembed.registry.postgres import PostgresRegistry, is_url
+
+    if is_url(spec):
+        return PostgresRegistry(str(spec), create=create, index=index, cache=cache,
+                                offline_ok=offline_ok)
+    from tttembed.registry.versions import Registry
+
+    return Registry(spec, create=create, index=index)
+
+
+def registry_cache(spec: str | Path) -> Path | None:
+    """Where a database registry keeps its local copy (None: a folder is its own)."""
+    from tttembed.registry.postgres import default_cache, is_url
+
+    return default_cache(str(spec)) if is_url(spec) else None
+
+
+__all__ = ["open_registry", "registry_cache"]

@@ -1,0 +1,617 @@
+"""The state registry in PostgreSQL (``--registry postgresql://USER@HOST:PORT/DB``, the
+``PG*`` variables read as psycopg reads them): replicas on several machines share nothing
+but the database.
+
+Tables (beside the feedback store's, in the same database by default):
+
+    registry_manifest   the registry's manifest (format, index identity, corpus)
+    registry_versions   one immutable row per version: number (v1, v2, ...), id (the
+                        content address ``sha256:...`` of its manifest and state bytes, so a
+                        retried write stores nothing twice), manifest, state file bytes,
+                        parent, created
+    registry_pointer    the served version, its generation, the candidate under an online
+                        test; updated in one transaction with a history row, then
+                        ``NOTIFY tttembed_registry`` (delivered at commit)
+    registry_history    every promotion and rollback
+    registry_replicas   each replica's report: what it serves, whether it follows, what
+                        it refused
+    registry_loop       the learner's record and heartbeat (its spend is the store's)
+
+Each process keeps a local read-only cache (``--registry-cache DIR``, default
+``$TTTEMBED_CACHE_DIR/registry/<host-port-db>``) of the versions it read, each verified
+against its id before use, and ``served.json``: the version it served last, so a replica
+started while the database is down serves that (one line and exit when it has none).
+One learner at a time holds the session advisory lock :data:`LEARNER_LOCK`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tttembed.adapt.state import AdaptState, save_state
+from tttembed.core.errors import ConfigError, DataError
+from tttembed.core.io import atomic_directory, fault_point, now_utc, read_json, write_json
+from tttembed.registry.base import (
+    FORMAT,
+    FORMAT_VERSION,
+    REPLICA_FRESH_S,
+    STATE_FILE,
+    RegistryBase,
+    Survey,
+    Version,
+    promotions,
+    version_number,
+)
+from tttembed.registry.versions import holder
+
+if TYPE_CHECKING:
+    from tttembed.loop.store import Store
+
+log = logging.getLogger("tttembed.registry")
+CHANNEL = "tttembed_registry"
+#: Advisory locks: creating the schema, numbering a new version, the one learner.
+SCHEMA_LOCK = 0x7265_6769_7374_7279  # "registry"
+WRITE_LOCK = 0x7265_6777_7269_7465  # "regwrite"
+LEARNER_LOCK = 0x6C65_6172_6E65_72  # "learner"
+CONNECT_TIMEOUT_S = 5
+#: Tries (and the first pause, doubled each time) of a write the database dropped.
+WRITE_TRIES, WRITE_PAUSE_S = 4, 0.5
+SIDECAR = "vectors.json"
+_FIX = ("check that PostgreSQL runs there and that the host, port, user, password and "
+        "database in the URL (or the PG* variables) are right")
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS registry_manifest (key TEXT PRIMARY KEY, doc TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS registry_versions (number INTEGER PRIMARY KEY, "
+    "id TEXT NOT NULL UNIQUE, manifest TEXT NOT NULL, state BYTEA, sidecar BYTEA, "
+    "parent TEXT, created TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS registry_pointer (key TEXT PRIMARY KEY, served TEXT, "
+    "generation BIGINT NOT NULL, candidate TEXT, updated DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS registry_history (seq BIGSERIAL PRIMARY KEY, "
+    "entry TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS registry_replicas (name TEXT PRIMARY KEY, "
+    "record TEXT NOT NULL, time DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS registry_loop (name TEXT PRIMARY KEY, doc TEXT NOT NULL, "
+    "time DOUBLE PRECISION NOT NULL)",
+    "INSERT INTO registry_pointer (key, served, generation, candidate, updated) "
+    "VALUES ('served', NULL, 0, NULL, 0) ON CONFLICT (key) DO NOTHING",
+)
+
+
+class RegistryUnavailable(ConfigError):
+    """The registry's database cannot be reached (or dropped the connection)."""
+
+
+def is_url(spec: str | Path | None) -> bool:
+    return isinstance(spec, str) and bool(re.match(r"postgres(ql)?://", spec.strip()))
+
+
+def content_id(manifest: Mapping[str, Any], state: bytes | None, sidecar: bytes | None) -> str:
+    """A version's content address: sha256 of its manifest (without the name, id and
+    time the registry gives it) and its state file bytes."""
+    body = {k: v for k, v in manifest.items() if k not in ("version", "id", "created")}
+    h = hashlib.sha256(b"tttembed-version\0")
+    for part in (json.dumps(body, sort_keys=True, default=str).encode(), state or b"",
+                 sidecar or b""):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return "sha256:" + h.hexdigest()
+
+
+def default_cache(url: str) -> Path:
+    from tttembed.core.paths import cache_dir
+    from tttembed.loop.postgres import mask_url
+
+    tag = hashlib.sha256(mask_url(url).encode()).hexdigest()[:16]
+    return cache_dir() / "registry" / tag
+
+
+class PostgresRegistry(RegistryBase):
+    """One index's state versions in the database at ``url``. ``offline_ok``: when the
+    database cannot be reached but ``cache`` holds the registry's manifest, open
+    anyway (``offline`` true: reads come from the cache until the database answers)."""
+
+    def __init__(self, url: str, *, create: bool = False,
+                 index: Mapping[str, Any] | None = None, cache: str | Path | None = None,
+                 offline_ok: bool = False,
+                 connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+        from tttembed.loop.postgres import mask_url
+
+        self._dsn = url.strip()
+        self.location = mask_url(self._dsn)
+        self.cache = Path(cache) if cache else default_cache(self._dsn)
+        self.connect_timeout = connect_timeout
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self._listen: Any = None
+        self.offline = False
+        try:
+            self.manifest = self._open(create, index)
+        except RegistryUnavailable as exc:
+            cached = self.cache / "registry.json"
+            if not offline_ok:
+                raise
+            if not cached.is_file():
+                raise RegistryUnavailable(
+                    f"{' '.join(str(exc).split())}; and this machine has no cached served "
+                    f"version in {self.cache} to serve meanwhile: start it when the database "
+                    "answers") from None
+            self.manifest = read_json(cached, what="cached registry manifest")
+            self.offline = True
+            log.warning("registry %s unreachable: serving from the cache %s until it "
+                        "answers", self.location, self.cache)
+        if index:
+            self.check_index(index)
+
+    # -- connections ----------------------------------------------------------------
+    def _connect(self, autocommit: bool = False) -> Any:
+        from tttembed.loop.postgres import _import_psycopg, _nul_safe_dumper
+
+        psycopg = _import_psycopg()
+        try:
+            conn = psycopg.connect(self._dsn, autocommit=autocommit,
+                                   connect_timeout=max(int(self.connect_timeout), 1))
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"registry {self.location} is not a valid PostgreSQL URL: "
+                              f"{self._scrub(exc)} (write postgresql://USER@HOST:PORT/"
+                              "DATABASE)") from None
+        except psycopg.Error as exc:
+            raise RegistryUnavailable(f"cannot reach the registry {self.location}: "
+                                      f"{self._scrub(exc)} ({_FIX})") from None
+        conn.adapters.register_dumper(str, _nul_safe_dumper())
+        return conn
+
+    def _scrub(self, exc: BaseException) -> str:
+        from urllib.parse import urlsplit
+
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        try:
+            secret = urlsplit(self._dsn).password
+        except ValueError:
+            secret = None
+        return text.replace(secret, "***") if secret and len(secret) >= 3 else text
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        """One transaction (committed on success); a dropped connection is opened anew
+        on the next call and reported as :class:`RegistryUnavailable`."""
+        from tttembed.loop.postgres import _import_psycopg
+
+        psycopg = _import_psycopg()
+        with self._lock:
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                with suppress(Exception):
+                    self._conn.close()
+                self._conn = None
+            if self._conn is None:
+                self._conn = self._connect()
+            conn = self._conn
+            try:
+                with conn.cursor() as cur:
+                    yield cur
+                conn.commit()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                with suppress(Exception):
+                    conn.close()
+                self._conn = None
+                raise RegistryUnavailable(f"lost the registry {self.location}: "
+                                          f"{self._scrub(exc)} ({_FIX})") from None
+            except BaseException:
+                with suppress(Exception):
+                    conn.rollback()
+                raise
+        self.offline = False
+
+    def _open(self, create: bool, index: Mapping[str, Any] | None) -> dict[str, Any]:
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            for sql in SCHEMA:
+                cur.execute(sql)
+            cur.execute("SELECT doc FROM registry_manifest WHERE key = 'registry'")
+            row = cur.fetchone()
+            if row is None:
+                if not create:
+                    raise DataError(f"registry {self.location} holds no registry yet",
+                                    fix="start `tttembed serve --learn --registry URL` or "
+                                        "`tttembed loop --registry URL` first")
+                doc = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                       "created": now_utc(), **dict(index or {})}
+                cur.execute("INSERT INTO registry_manifest (key, doc) VALUES ('registry', %s)",
+                            (json.dumps(doc),))
+            else:
+                doc = _json(row[0], "registry manifest")
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise DataError(f"registry {self.location}: not a registry manifest (format is "
+                            f"not {FORMAT!r})")
+        self.cache.mkdir(parents=True, exist_ok=True)
+        write_json(self.cache / "registry.json", doc)
+        return doc
+
+    def _retry(self, what: str, fn: Any) -> Any:
+        """``fn()`` tried again (same arguments) while the database drops it: a write whose
+        commit was lost is idempotent (content-addressed rows), so a retry is safe."""
+        pause = WRITE_PAUSE_S
+        for attempt in range(WRITE_TRIES):
+            try:
+                return fn()
+            except RegistryUnavailable as exc:
+                if attempt == WRITE_TRIES - 1:
+                    raise
+                log.warning("%s: %s; retrying in %.1f s", what, exc, pause)
+                time.sleep(pause)
+                pause *= 2
+        raise AssertionError("unreachable")
+
+    # -- reading --------------------------------------------------------------------
+    def _folder(self, vid: str) -> Path:
+        return self.cache / "versions" / vid.removeprefix("sha256:")
+
+    def versions(self) -> list[Version]:
+        return [v for v in self.survey().versions if not v.broken]
+
+    def survey(self) -> Survey:
+        problems: list[str] = []
+        with self._tx() as cur:
+            cur.execute("SELECT number, id, manifest FROM registry_versions ORDER BY number")
+            rows = cur.fetchall()
+        record = self.served_record()
+        promoted = promotions(record["history"])
+        out = []
+        for number, vid, text in rows:
+            name = f"v{number}"
+            last = promoted.get(name, {})
+            try:
+                manifest = _json(text, f"manifest of {name}")
+                if not isinstance(manifest, dict):
+                    raise DataError(f"registry {self.location}: the manifest of {name} is not "
+                                    "an object")
+                out.append(Version(name, self._folder(vid), manifest, last.get("at"),
+                                   last.get("by"), id=vid))
+            except DataError as exc:
+                line = " ".join(str(exc).split())
+                problems.append(line)
+                out.append(Version(name, self._folder(vid), {"version": name},
+                                   last.get("at"), last.get("by"), broken=line, id=vid))
+        return Survey(out, record.get("served"), record["history"], problems)
+
+    def get(self, name: str) -> Version:
+        """The version ``name``, its files in the local cache (fetched once, checked
+        against its id every time: bytes that do not match are refused)."""
+        number = version_number(name)
+        try:
+            return self._get(number, name)
+        except RegistryUnavailable:
+            cached = self._cached(name)  # the database is down: the copy served before
+            if cached is None:
+                raise
+            return cached
+
+    def _get(self, number: int, name: str) -> Version:
+        with self._tx() as cur:
+            cur.execute("SELECT id, manifest FROM registry_versions WHERE number = %s",
+                        (number,))
+            row = cur.fetchone()
+        if row is None:
+            known = ", ".join(v.name for v in self.versions()) or "none yet"
+            raise ConfigError(f"registry {self.location} has no version {name!r} "
+                              f"(versions: {known})")
+        vid, text = row
+        folder = self._folder(vid)
+        if not self._verified(folder, vid):
+            self._fetch(number, name, folder)
+        last = promotions(self.served_record()["history"]).get(name, {})
+        return Version(name, folder, _json(text, f"manifest of {name}"), last.get("at"),
+                       last.get("by"), id=vid)
+
+    def _fetch(self, number: int, name: str, folder: Path) -> None:
+        with self._tx() as cur:
+            cur.execute("SELECT id, manifest, state, sidecar FROM registry_versions "
+                        "WHERE number = %s", (number,))
+            row = cur.fetchone()
+        vid, text, state, sidecar = row
+        manifest = _json(text, f"manifest of {name}")
+        state = bytes(state) if state is not None else None
+        sidecar = bytes(sidecar) if sidecar is not None else None
+        if content_id(manifest, state, sidecar) != vid:
+            raise DataError(f"registry {self.location}: the bytes of {name} do not match its "
+                            f"id {vid} (a damaged row): refused",
+                            fix="promote another version; re-register this one")
+        with atomic_directory(folder) as tmp:
+            if state is not None:
+                (tmp / STATE_FILE).write_bytes(state)
+            if sidecar is not None:
+                (tmp / SIDECAR).write_bytes(sidecar)
+            write_json(tmp / "version.json", manifest)
+
+    def _verified(self, folder: Path, vid: str) -> bool:
+        """Whether the cached copy of ``vid`` is there and still matches its id."""
+        try:
+            manifest = read_json(folder / "version.json", what="cached version")
+        except (DataError, OSError):
+            return False
+        state, sidecar = folder / STATE_FILE, folder / SIDECAR
+        return isinstance(manifest, dict) and content_id(
+            manifest, state.read_bytes() if state.exists() else None,
+            sidecar.read_bytes() if sidecar.exists() else None) == vid
+
+    def _cached(self, name: str) -> Version | None:
+        """The cached copy of version ``name`` (verified), or None."""
+        root = self.cache / "versions"
+        for folder in sorted(root.iterdir()) if root.is_dir() else []:
+            try:
+                manifest = read_json(folder / "version.json", what="cached version")
+            except (DataError, OSError):
+                continue
+            vid = "sha256:" + folder.name
+            if isinstance(manifest, dict) and manifest.get("version") == name and \
+                    self._verified(folder, vid):
+                return Version(name, folder, manifest, id=vid)
+        return None
+
+    def served_record(self) -> dict[str, Any]:
+        with self._tx() as cur:
+            cur.execute("SELECT served, generation FROM registry_pointer WHERE key = 'served'")
+            row = cur.fetchone()
+            cur.execute("SELECT entry FROM registry_history ORDER BY seq")
+            history = [h for (text,) in cur.fetchall()
+                       if isinstance(h := _json(text, "history entry", strict=False), dict)]
+        served, generation = row if row else (None, 0)
+        return {"served": served, "generation": int(generation), "history": history}
+
+    def served(self) -> str | None:
+        with self._tx() as cur:
+            cur.execute("SELECT served FROM registry_pointer WHERE key = 'served'")
+            row = cur.fetchone()
+        return row[0] if row else None
+
+    # -- writing --------------------------------------------------------------------
+    def register(self, state: AdaptState | None, **manifest: Any) -> Version:
+        """Store a new version (its state bytes and manifest) in one row, not promoted;
+        the same content again (a retried write) returns the version already stored."""
+        record = {"created": now_utc(), "applies": state is not None, **manifest}
+        blob = side = None
+        if state is not None:
+            with tempfile.TemporaryDirectory(prefix="tttembed-version-") as tmp:
+                path = save_state(Path(tmp) / STATE_FILE, state)
+                blob, side = path.read_bytes(), path.with_suffix(".json").read_bytes()
+        vid = content_id(record, blob, side)
+        number = self._retry("registering a version",
+                             lambda: self._insert(vid, record, blob, side))
+        return self.get(f"v{number}")
+
+    def _insert(self, vid: str, record: dict[str, Any], blob: bytes | None,
+                side: bytes | None) -> int:
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            cur.execute("SELECT number FROM registry_versions WHERE id = %s", (vid,))
+            row = cur.fetchone()
+            if row is not None:
+                return int(row[0])
+            cur.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM registry_versions")
+            number = int(cur.fetchone()[0])
+            doc = {"version": f"v{number}", "id": vid, **record}
+            cur.execute("INSERT INTO registry_versions (number, id, manifest, state, sidecar, "
+                        "parent, created) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                        (number, vid, json.dumps(doc), blob, side,
+                         record.get("parent"), record["created"]))
+            fault_point("registry:insert")
+        return number
+
+    def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
+        """The pointer and a history row in one transaction, then NOTIFY (at commit)."""
+        def write() -> None:
+            with self._tx() as cur:
+                cur.execute("SELECT served FROM registry_pointer WHERE key = 'served' "
+                            "FOR UPDATE")
+                row = cur.fetchone()
+                entry = {"action": action, "version": name, "from": row[0] if row else None,
+                         "at": now_utc(), "time": time.time(), "by": by, "reason": reason}
+                cur.execute("INSERT INTO registry_history (entry) VALUES (%s)",
+                            (json.dumps(entry),))
+                cur.execute("UPDATE registry_pointer SET served = %s, "
+                            "generation = generation + 1, updated = %s WHERE key = 'served'",
+                            (name, time.time()))
+                fault_point("registry:promote")
+                cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "served"))
+
+        self._retry("changing the served version", write)
+        return self.served_record()
+
+    # -- the candidate --------------------------------------------------------------
+    def candidate(self) -> dict[str, Any] | None:
+        try:
+            with self._tx() as cur:
+                cur.execute("SELECT candidate FROM registry_pointer WHERE key = 'served'")
+                row = cur.fetchone()
+        except RegistryUnavailable:
+            return None
+        got = _json(row[0], "candidate", strict=False) if row and row[0] else None
+        return got if isinstance(got, dict) and isinstance(got.get("version"), str) else None
+
+    def set_candidate(self, version: str, against: str | None,
+                      by: str = "learner") -> dict[str, Any]:
+        record = {"version": version, "against": against, "since": now_utc(), "by": by}
+        self._set_candidate(json.dumps(record))
+        return record
+
+    def clear_candidate(self) -> None:
+        self._set_candidate(None)
+
+    def _set_candidate(self, text: str | None) -> None:
+        def write() -> None:
+            with self._tx() as cur:
+                cur.execute("UPDATE registry_pointer SET candidate = %s, updated = %s "
+                            "WHERE key = 'served'", (text, time.time()))
+                cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "candidate"))
+
+        self._retry("naming the candidate", write)
+
+    # -- the learner's record, heartbeat and lock -------------------------------------
+    def _doc(self, name: str) -> tuple[Any, str]:
+        with self._tx() as cur:
+            cur.execute("SELECT doc FROM registry_loop WHERE name = %s", (name,))
+            row = cur.fetchone()
+        if row is None:
+            return None, ""
+        try:
+            return json.loads(row[0]), ""
+        except ValueError as exc:
+            return None, f"registry {self.location}: the learner's {name} is not JSON ({exc})"
+
+    def _put(self, name: str, record: Mapping[str, Any]) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO registry_loop (name, doc, time) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, "
+                        "time = EXCLUDED.time", (name, json.dumps(dict(record)), time.time()))
+
+    def read_status(self) -> tuple[dict[str, Any] | None, str]:
+        try:
+            got, error = self._doc("status")
+        except RegistryUnavailable as exc:
+            return None, " ".join(str(exc).split())
+        if got is not None and not isinstance(got, dict):
+            return None, f"registry {self.location}: the loop status is not a JSON object"
+        return got, error
+
+    def write_status(self, record: Mapping[str, Any], *, sync: bool = True) -> None:
+        self._put("status", record)  # a committed row is durable either way
+
+    def beat(self, record: Mapping[str, Any]) -> None:
+        self._put("heartbeat", record)
+
+    def heartbeat(self) -> dict[str, Any] | None:
+        try:
+            got, _ = self._doc("heartbeat")
+        except RegistryUnavailable:
+            return None
+        return got if isinstance(got, dict) else None
+
+    @contextmanager
+    def learner_lock(self) -> Iterator[None]:
+        """Hold the session advisory lock :data:`LEARNER_LOCK` while the learner runs (on
+        a connection of its own); a second learner gets a ConfigError naming the holder."""
+        conn = self._connect(autocommit=True)
+        try:
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEARNER_LOCK,)).fetchone()
+            if not got or not got[0]:
+                raise ConfigError(f"another learner runs on registry {self.location} "
+                                  f"({holder(self.heartbeat())}): one learner per registry; "
+                                  "stop it first, or give another --registry")
+            yield
+        finally:
+            with suppress(Exception):
+                conn.close()  # the session ends: the lock is released
+
+    # -- replicas -------------------------------------------------------------------
+    def report_replica(self, replica: str, record: Mapping[str, Any]) -> None:
+        doc = {"replica": replica, "time": time.time(), **dict(record)}
+        with self._tx() as cur:
+            cur.execute("INSERT INTO registry_replicas (name, record, time) VALUES "
+                        "(%s, %s, %s) ON CONFLICT (name) DO UPDATE SET record = "
+                        "EXCLUDED.record, time = EXCLUDED.time",
+                        (replica, json.dumps(doc), doc["time"]))
+
+    def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]:
+        with self._tx() as cur:
+            cur.execute("SELECT record FROM registry_replicas WHERE time >= %s ORDER BY name",
+                        (time.time() - fresh_s,))
+            rows = cur.fetchall()
+        return [r for (text,) in rows
+                if isinstance(r := _json(text, "replica report", strict=False), dict)]
+
+    # -- following ------------------------------------------------------------------
+    def mark(self, candidate: bool = False) -> tuple[Any, ...]:
+        """The pointer's generation (and the candidate): what changes on a promotion."""
+        with self._tx() as cur:
+            cur.execute("SELECT generation, candidate FROM registry_pointer "
+                        "WHERE key = 'served'")
+            row = cur.fetchone()
+        generation, cand = row if row else (0, None)
+        return (int(generation), cand) if candidate else (int(generation),)
+
+    def wait_change(self, timeout: float) -> None:
+        """Return at the next notification of a change (``LISTEN``), or after ``timeout``
+        s (the polling fallback: a connection that cannot listen just waits)."""
+        deadline = time.monotonic() + timeout
+        try:
+            if self._listen is None or self._listen.closed or self._listen.broken:
+                self._listen = self._connect(autocommit=True)
+                self._listen.execute(f"LISTEN {CHANNEL}")
+            for _ in self._listen.notifies(timeout=max(timeout, 0.01), stop_after=1):
+                break
+        except Exception:  # noqa: BLE001  (the watcher reports the error on its next look)
+            with suppress(Exception):
+                if self._listen is not None:
+                    self._listen.close()
+            self._listen = None
+            left = deadline - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+
+    def remember_served(self, version: Version | None) -> None:
+        """Keep in the cache which version this process serves (read at a start while the
+        database is down)."""
+        record = {"served": version.name if version else None,
+                  "id": version.id if version else None, "time": time.time()}
+        write_json(self.cache / "served.json", record, sync=False)
+
+    def cached_served(self) -> Version | None:
+        """The version this cache served last, verified (None: raw, or nothing cached).
+        Raises DataError when the cache remembers a version whose copy is damaged."""
+        path = self.cache / "served.json"
+        if not path.is_file():
+            return None
+        record = read_json(path, what="cached served version")
+        vid = record.get("id") if isinstance(record, dict) else None
+        if not vid:
+            return None
+        folder = self._folder(str(vid))
+        if not self._verified(folder, str(vid)):
+            raise DataError("the cached served version does not match its id", path=folder,
+                            fix="start the replica when the database answers")
+        manifest = read_json(folder / "version.json", what="cached version")
+        return Version(str(record.get("served")), folder, manifest, id=str(vid))
+
+    def has_cached_served(self) -> bool:
+        return (self.cache / "served.json").is_file()
+
+    def default_store(self) -> Store:
+        from tttembed.loop.postgres import PostgresStore
+
+        return PostgresStore(self._dsn, lazy=True)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in (self._conn, self._listen):
+                if conn is not None:
+                    with suppress(Exception):
+                        conn.close()
+            self._conn = self._listen = None
+
+    def drop_cache(self) -> None:
+        """Remove the local cache (tests; a replica rebuilds it from the database)."""
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+
+def _json(text: Any, what: str, *, strict: bool = True) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        if not strict:
+            return None
+        raise DataError(f"the registry's {what} is not JSON ({exc})") from None
+
+
+__all__ = ["CHANNEL", "LEARNER_LOCK", "PostgresRegistry", "RegistryUnavailable",
+           "content_id", "default_cache", "is_url"]
