@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import random
 import subprocess
 import sys
@@ -80,6 +81,50 @@ def configs(work: Path, index: Path, folder: Path, task_state: Path,
     return out
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of process ``pid`` ({} once gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def busy_cores() -> float:
+    """CPU seconds every process of the machine has used so far (/proc/stat, all CPUs,
+    idle and iowait excluded)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_profile(pid: int, before: dict[int, float], after: dict[int, float], n: int,
+                wall: float, machine: float = float("nan"), client: float = float("nan")
+                ) -> str:
+    """Where the CPU went during a phase of ``n`` requests (``wall`` seconds): the
+    server's event loop (its main thread), its three busiest other threads (the model
+    thread first; then torch's OpenMP worker when the model runs on two threads, the
+    search thread, the anyio worker that renders and logs a ``--registry`` search) and
+    the rest of its threads summed, per request; the load client's own CPU (``client``
+    seconds) and what the rest of the machine used (``machine``: every process's CPU
+    seconds, from /proc/stat, less the server's and the client's) in cores."""
+    used = {t: after[t] - before.get(t, 0.0) for t in after}
+    loop = used.pop(pid, 0.0)
+    top = sorted(used.values(), reverse=True)
+    busy = [u for u in top if u > 0]
+    total = loop + sum(top)
+    head = ", ".join(f"{u / n * 1000:.2f}" for u in top[:3])
+    rest = sum(top[3:])
+    return (f"server CPU {total / n * 1000:.2f} ms/req ({total / wall:.2f} cores): event "
+            f"loop {loop / n * 1000:.2f}, top threads {head}, {len(busy) - min(3, len(busy))}"
+            f" other busy threads {rest / n * 1000:.2f} ms/req; load client "
+            f"{client / n * 1000:.2f} ms/req; the rest of the machine (other processes) "
+            f"{(machine - total - client) / wall:.2f} cores")
+
+
 def search_section(connect: Callable[[str, int], Any], work: Path, index: Path, task: str,
                    task_state: Path, texts: list[str], args: Any, deadline: float,
                    measured: dict[str, float]) -> list[bool]:
@@ -93,7 +138,8 @@ def search_section(connect: Callable[[str, int], Any], work: Path, index: Path, 
         proc, url = start_serve(index, states, args.server_args.split())
         try:
             ok += run_state(connect, name, url, index, task, texts, levels,
-                            args.search_requests, args.rounds, deadline, measured)
+                            args.search_requests, args.rounds, deadline, measured,
+                            pid=proc.pid)
         finally:
             proc.terminate()
             proc.wait(60)
@@ -165,25 +211,43 @@ def bare(index_path: Path, texts: list[str], batch: int = 32, batches: int = 24
 
 def run_state(connect: Callable[[str, int], Any], name: str, url: str, index: Path,
               task: str, texts: list[str], levels: Sequence[int], n: int, rounds: int,
-              deadline: float, measured: dict[str, float]) -> list[bool]:
-    """Every client level against one server; updates ``measured``; one bool per goal."""
+              deadline: float, measured: dict[str, float], pid: int | None = None
+              ) -> list[bool]:
+    """Every client level against one server; updates ``measured``; one bool per goal.
+    With the server's ``pid``, each level also prints where the server's CPU went."""
     logged = "registry" in name
     ok: list[bool] = []
     for clients in levels:
         paired = clients in (1, 32)
         lat: dict[str, list[float]] = {"raw": [], "adapted": []}
         stats, wall = [], 0.0
+        cpu0: dict[int, float] = {}
+        cpu1: dict[int, float] = {}
+        machine = client = 0.0
         for _ in range(max(1, rounds) if paired else 1):
             ref = bare_reference(index, texts) if paired else (0.0, 0.0)
+            before = thread_cpu(pid) if pid is not None else {}
+            m0, c0 = busy_cores(), time.process_time()
             t0 = time.perf_counter()
             got = asyncio.run(phase(connect, url, task, texts, clients,
                                     n // (rounds if paired else 1), deadline))
             dt = time.perf_counter() - t0
+            machine += busy_cores() - m0
+            client += time.process_time() - c0
+            if pid is not None:  # the slices' CPU only, not the references' idle time
+                after = thread_cpu(pid)
+                for t, v in after.items():
+                    cpu1[t] = cpu1.get(t, 0.0) + v
+                    cpu0[t] = cpu0.get(t, 0.0) + before.get(t, 0.0)
             wall += dt
             for kind in lat:
                 lat[kind] += got[kind]
             stats.append(((len(got["raw"]) + len(got["adapted"])) / dt, *ref))
         ok += report(name, clients, lat, wall, stats if paired else [], logged, measured)
+        if pid is not None and cpu1:
+            print("      " + cpu_profile(pid, cpu0, cpu1,
+                                         len(lat["raw"]) + len(lat["adapted"]), wall,
+                                         machine, client))
     return ok
 
 

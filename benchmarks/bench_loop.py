@@ -17,6 +17,36 @@ commit, for before/after on the same machine in the same run).
 
 Goals (the loop-promises issue): with 1,000,000 logged searches one learner step p50
 <= 50 ms, and RSS within +100 MB of the 10,000-search run, on SQLite and PostgreSQL.
+
+Several machines (the registry in PostgreSQL, issue 40):
+
+    python benchmarks/bench_loop.py --replicas 3 [--registry postgresql://USER@HOST:PORT/DB
+        --restart-cmd 'systemctl restart postgresql'] [--docs 500] [--promotions 20]
+        [--clients 2] [--gap-s 2] [--down-s 3] [--no-learner] [--work DIR]
+
+``--replicas N`` starts N ``tttembed serve --registry URL`` replicas, each with its own
+``--registry-cache`` folder (they share nothing but the database), and one learner
+(``tttembed loop --registry URL``, the bm25 judge on the traffic, holding the learner's
+lock, its ``--min-queries`` out of reach so that it never promotes by itself). Without
+``--registry`` a PostgreSQL server is started for the run (tests/pg.py), the registry and
+the feedback store in its database. The promotions are made by this script through the
+registry's API (``PostgresRegistry.promote(name, by="learner")``, the call the learner
+makes): each is then a known commit at a known time, a distinct version registered
+beforehand, and no learning cycle competes for the CPU while the latencies are measured.
+Traffic: ``--clients`` keep-alive connections per replica (``LoadConnection`` of
+bench_serve.py), each request a new text, ``/v1/search`` (4 in 5) or ``/v1/embeddings``.
+Per promotion: ``--gap-s`` s idle, the promotion, then ``--gap-s`` s (at least until every
+replica serves it); then the database is stopped for ``--down-s`` s and started again
+under the same traffic (``--restart-cmd`` restarts a database given by ``--registry``;
+without it that goal is not measured), and one more promotion is made once it answers.
+
+Goals: a promotion visible on every replica p99 <= 2 s after the commit (per promotion and
+replica: from the return of the promote call to that replica's first /v1/search response
+carrying the new ``version``); 0 failed requests (non-200 or connection errors, search
+and embeddings) from the stop of the database until the promotion made after its restart
+is served everywhere; /v1/search p99 of requests sent during a promotion (the ``--gap-s``
+s after it) <= 1.5x the p99 of those sent in the idle gaps between promotions (the same
+clients, interleaved).
 """
 
 from __future__ import annotations
@@ -35,7 +65,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _support import DATA, proc_status  # noqa: E402
+from _loop_support import CHILDREN, server_env  # noqa: E402
+from _support import DATA, cli, free_port, log_tail, proc_status, wait_healthy  # noqa: E402
 from claims import Goal, emit  # noqa: E402
 
 GOALS = {
@@ -192,6 +223,364 @@ def _postgres(work: Path) -> Any:
     (work / "pg").mkdir(exist_ok=True)
     return postgres_server(work / "pg")
 
+# -- several machines: N replicas, one learner, the registry in PostgreSQL ---------------
+REPLICA_GOALS = {
+    "visible": Goal("loop replicas: promotion visible on every replica after the commit, "
+                    "p99 over promotions x replicas", "<=", 2.0, " s"),
+    "failed": Goal("loop replicas: failed /v1/search + /v1/embeddings requests across a "
+                   "PostgreSQL restart", "==", 0.0),
+    "ratio": Goal("loop replicas: /v1/search p99 during a promotion / idle (same clients)",
+                  "<=", 1.5),
+    "after_restart": Goal("loop replicas: promotion after the restart visible on every "
+                          "replica, slowest replica", "info", None, " s"),
+    "failed_total": Goal("loop replicas: failed requests in the whole run", "info", None),
+}
+TASK = "bench"
+EMBED_SHARE = 0.2
+VISIBLE_TIMEOUT_S = 15.0
+
+
+class _Traffic:
+    """``clients`` keep-alive connections per replica in a thread of their own (one asyncio
+    loop), until :meth:`stop`. Every request is kept as (replica, kind, sent, done, ok,
+    version, error), times ``time.monotonic()``; ``first[(replica, version)]`` is when a
+    /v1/search response of that replica first carried that version."""
+
+    def __init__(self, urls: list[str], texts: list[str], clients: int) -> None:
+        import threading
+
+        self.urls, self.texts, self.clients = urls, texts, clients
+        self.rows: list[tuple[int, str, float, float, bool, Any, str]] = []
+        self.first: dict[tuple[int, Any], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> _Traffic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        import asyncio
+
+        from bench_serve import LoadConnection
+
+        conns = []
+        for r, url in enumerate(self.urls):
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            conns += [(r, c, LoadConnection(host, int(port))) for c in range(self.clients)]
+        try:
+            await asyncio.gather(*(self._client(r, c, conn) for r, c, conn in conns))
+        finally:
+            for _, _, conn in conns:
+                conn.close()
+
+    async def _client(self, replica: int, c: int, conn: Any) -> None:
+        import asyncio
+        import random
+
+        from _search_load import fresh
+
+        rng = random.Random(1000 * replica + c)
+        i = rng.randrange(len(self.texts))
+        while not self._stop.is_set():
+            i += 1
+            kind = "embeddings" if rng.random() < EMBED_SHARE else "search"
+            text = fresh(self.texts, i)
+            path, body = ("/v1/embeddings", {"input": text, "model": "m"}) \
+                if kind == "embeddings" else ("/v1/search", {"query": text, "task": TASK,
+                                                             "k": 10})
+            sent = time.monotonic()
+            version, error = None, ""
+            try:
+                status, data = await asyncio.wait_for(conn.post(path, body), 30.0)
+                ok = status == 200
+                if ok and kind == "search":
+                    version = json.loads(data).get("version")
+                elif not ok:
+                    error = f"{status} {data[:200]!r}"
+            except (Exception, SystemExit) as exc:  # noqa: BLE001  (a failure is measured)
+                ok, error = False, f"{type(exc).__name__}: {exc}"
+                conn.close()
+                conn.reader = conn.writer = None  # the next request opens a new connection
+            done = time.monotonic()
+            self.rows.append((replica, kind, sent, done, ok, version, error))
+            if ok and kind == "search":
+                self.first.setdefault((replica, version), done)
+            if not ok:
+                await asyncio.sleep(0.05)
+
+    def wait_visible(self, version: str, since: float, timeout: float) -> list[float]:
+        """Seconds from ``since`` to each replica's first response with ``version``
+        (inf for a replica that showed none within ``timeout``)."""
+        deadline = since + timeout
+        n = len(self.urls)
+        while time.monotonic() < deadline and \
+                any((r, version) not in self.first for r in range(n)):
+            time.sleep(0.01)
+        return [max(0.0, self.first[(r, version)] - since) if (r, version) in self.first
+                else float("inf") for r in range(n)]
+
+
+def _states(index: Any, n: int, seed: int = 7) -> list[Any]:
+    """``n`` distinct task-wise states for the index (a small random vector for the task
+    ``TASK`` each): what the registry's versions hold."""
+    import numpy as np
+
+    from tttembed.adapt.state import AdaptState
+
+    rng = np.random.default_rng(seed)
+    fp = str(index.manifest.get("corpus_fingerprint", ""))
+    out = []
+    for _ in range(n):
+        v = rng.normal(size=(1, index.dim)).astype(np.float32)
+        v *= 0.2 / float(np.linalg.norm(v))
+        out.append(AdaptState("task", (TASK,), v, np.array([0.5]), np.array([10]),
+                              identity=index.identity, dim=index.dim,
+                              corpus_fingerprint=fp, scorer="bench"))
+    return out
+
+
+def _p99(xs: list[float]) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(xs), 99)) if xs else float("nan")
+
+
+def _in_windows(t: float, windows: list[tuple[float, float]]) -> bool:
+    return any(a <= t < b for a, b in windows)
+
+
+class _Database:
+    """The database under test: a server started for the run (``tests/pg.py``), or the
+    one at ``--registry`` (restarted by ``--restart-cmd``, when given)."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work = args, work
+        self.server: Any = None
+        self._ctx: Any = None
+
+    def __enter__(self) -> str:
+        if self.args.registry:
+            return str(self.args.registry)
+        sys.path.insert(0, str(HERE.parent))
+        from tests.pg import postgres_instance
+
+        (self.work / "pg").mkdir(exist_ok=True)
+        self._ctx = postgres_instance(self.work / "pg")
+        self.server = self._ctx.__enter__()
+        return str(self.server.url)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+    @property
+    def can_restart(self) -> bool:
+        return self.server is not None or bool(self.args.restart_cmd)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop("fast")
+
+    def start(self) -> None:
+        if self.server is not None:
+            self.server.start()
+
+    def restart(self, down_s: float) -> None:
+        if self.server is not None:
+            self.stop()
+            time.sleep(down_s)
+            self.start()
+        else:
+            done = subprocess.run(self.args.restart_cmd, shell=True, capture_output=True,
+                                  text=True, timeout=300)
+            if done.returncode != 0:
+                raise SystemExit(f"--restart-cmd exited {done.returncode}: "
+                                 f"{done.stdout[-1000:]}{done.stderr[-1000:]}")
+
+
+def replicas(args: argparse.Namespace) -> int:
+    """The several-machines benchmark (``--replicas N``): see the module's docstring."""
+    data = Path(args.data)
+    if not (data / "queries.jsonl").exists():
+        print(f"skipped: no BEIR folder at {data}")
+        return 0
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        print("skipped: psycopg is not installed (pip install -e '.[loop]')")
+        return 0
+    own_work = args.work is None
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-loop-replicas-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    t_setup = time.perf_counter()
+    world = _world(data, args.docs, work)
+    database = _Database(args, work)
+    try:
+        url = database.__enter__()
+    except BaseException as exc:  # noqa: BLE001  (pytest.skip: no PostgreSQL here)
+        if type(exc).__name__ == "Skipped":
+            print(f"skipped: {exc}")
+            return 0
+        raise
+    try:
+        return _replicas_run(args, work, world, url, database, t_setup)
+    finally:
+        CHILDREN.stop_all()
+        database.__exit__(None, None, None)
+        if own_work:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _replicas_run(args: argparse.Namespace, work: Path, world: dict[str, Any], url: str,
+                  database: _Database, t_setup: float) -> int:
+    import numpy as np
+
+    from tttembed.index.store import load_index
+    from tttembed.registry.base import index_record
+    from tttembed.registry.open import open_registry
+
+    index = load_index(world["index"])
+    reg = open_registry(url, create=True, index=index_record(index), cache=work / "bench-cache")
+    names = [reg.register(st, parent=None, reason=f"bench state {i}").name
+             for i, st in enumerate(_states(index, args.promotions + 2))]
+    reg.promote(names[0], by="learner", reason="bench: the first served version")
+    env = server_env(work / "cache")
+    logs, urls, procs = [], [], []
+    for r in range(args.replicas):
+        port = free_port()
+        log = work / f"replica-{r}.log"
+        cmd = cli("serve", "--index", world["index"], "--registry", url, "--registry-cache",
+                  str(work / f"replica-{r}-cache"), "--port", str(port),
+                  "--log-level", "warning")
+        procs.append(CHILDREN.start(cmd, log, env))
+        urls.append(f"http://127.0.0.1:{port}")
+        logs.append(log)
+    learner = None
+    if args.learner:
+        log = work / "learner.log"
+        cmd = cli("loop", "--registry", url, "--index", world["index"], "--judge", "bm25",
+                  "--corpus", world["corpus"], "--judge-budget", str(args.judge_budget),
+                  "--learn-every", "1000000", "--min-queries", "1000000", "--drift-sample",
+                  "0")
+        learner = CHILDREN.start(cmd, log, env)
+        logs.append(log)
+    for proc, u, log in zip(procs, urls, logs):
+        wait_healthy(u, proc, 600, log)
+    if learner is not None:
+        deadline = time.monotonic() + 300
+        while reg.heartbeat() is None:
+            if learner.poll() is not None:
+                raise SystemExit(f"the learner exited ({learner.returncode}):\n"
+                                 f"{log_tail(logs[-1])}")
+            if time.monotonic() > deadline:
+                raise SystemExit("the learner wrote no heartbeat within 300 s")
+            time.sleep(0.3)
+    print(f"{args.replicas} replicas (separate --registry-cache folders) and "
+          f"{'one learner' if learner else 'no learner'} on {reg.location}, "
+          f"{len(world['texts'])} query texts, {args.docs} documents; set up in "
+          f"{time.perf_counter() - t_setup:.0f} s", flush=True)
+
+    traffic = _Traffic(urls, world["texts"], args.clients).start()
+    during: list[tuple[float, float]] = []
+    idle: list[tuple[float, float]] = []
+    visible: list[float] = []
+    try:
+        time.sleep(max(1.0, args.gap_s))  # warm-up: not counted
+        if any((r, names[0]) not in traffic.first for r in range(args.replicas)):
+            traffic.wait_visible(names[0], time.monotonic(), VISIBLE_TIMEOUT_S)
+        for i, name in enumerate(names[1:args.promotions + 1]):
+            t0 = time.monotonic()
+            time.sleep(args.gap_s)
+            idle.append((t0, time.monotonic()))
+            call = time.monotonic()
+            reg.promote(name, by="learner", reason=f"bench promotion {i + 1}")
+            done = time.monotonic()
+            seen = traffic.wait_visible(name, done, VISIBLE_TIMEOUT_S)
+            visible += seen
+            end = max(call + args.gap_s, done + max(seen) + 0.5 if all(
+                np.isfinite(seen)) else done + VISIBLE_TIMEOUT_S)
+            time.sleep(max(0.0, end - time.monotonic()))
+            during.append((call, end))
+            print(f"  promotion {i + 1:>2} -> {name}: commit {1000 * (done - call):.0f} ms, "
+                  "visible after " + ", ".join(f"{s:.3f}" for s in seen) + " s", flush=True)
+        restart_window = None
+        after: float | None = None
+        if database.can_restart:
+            t0 = time.monotonic()
+            database.restart(args.down_s)
+            up = time.monotonic()
+            final = names[args.promotions + 1]
+            reg.promote(final, by="learner", reason="bench: after the restart")
+            done = time.monotonic()
+            seen = traffic.wait_visible(final, done, 60.0)
+            after = max(seen)
+            time.sleep(1.0)
+            restart_window = (t0, time.monotonic())
+            print(f"  PostgreSQL stopped for {up - t0:.1f} s and started again; then "
+                  f"{final} promoted: visible after " + ", ".join(f"{s:.3f}" for s in seen)
+                  + " s", flush=True)
+        else:
+            final = names[args.promotions]
+            print("  no PostgreSQL restart: --registry given without --restart-cmd")
+        time.sleep(0.5)
+    finally:
+        traffic.stop()
+    rows = traffic.rows
+    search_idle = [d - s for r, k, s, d, ok, v, e in rows
+                   if k == "search" and ok and _in_windows(s, idle)]
+    search_during = [d - s for r, k, s, d, ok, v, e in rows
+                     if k == "search" and ok and _in_windows(s, during)]
+    failed = [row for row in rows if not row[4]]
+    failed_restart = None if restart_window is None else \
+        [row for row in failed if restart_window[0] <= row[2] < restart_window[1]]
+    for row in failed[:5]:
+        print(f"  failed: replica {row[0]} {row[1]}: {row[6]}")
+    n_ok = sum(1 for row in rows if row[4])
+    p99_idle, p99_during = _p99(search_idle), _p99(search_during)
+    print(f"  {len(rows)} requests ({n_ok} ok, {len(failed)} failed); /v1/search idle "
+          f"p50 {1000 * float(np.median(search_idle)):.1f} p99 {1000 * p99_idle:.1f} ms "
+          f"({len(search_idle)}), during a promotion p50 "
+          f"{1000 * float(np.median(search_during)):.1f} p99 {1000 * p99_during:.1f} ms "
+          f"({len(search_during)}); visible p50 {float(np.median(visible)):.3f} max "
+          f"{max(visible):.3f} s over {len(visible)} (promotion, replica) pairs", flush=True)
+    for u in urls:  # what each replica says it serves
+        try:
+            import httpx
+
+            got = httpx.get(u + "/v1/loop", timeout=30).json()
+            s = got.get("serving", {})
+            print(f"  {u}: serving {s.get('version')} (generation {s.get('generation')}, "
+                  f"following {s.get('following')}, error {s.get('error')}); replicas "
+                  f"reported: {len(got.get('replicas') or [])}")
+        except Exception as exc:  # noqa: BLE001  (a report, not a goal)
+            print(f"  {u}: /v1/loop failed: {type(exc).__name__}: {exc}")
+    if learner is not None:  # the learner is no goal here, but say what became of it
+        said = log_tail(logs[-1], 3).splitlines()
+        print("  the learner: " + ("still running" if learner.poll() is None else
+                                   f"exited ({learner.returncode}): "
+                                   f"{said[-1] if said else ''}"))
+    reg.close()
+    how = (f"{args.replicas} replicas, {args.promotions} promotions, {args.clients} "
+           f"clients per replica")
+    emit(REPLICA_GOALS, {
+        "visible": _p99(visible), "ratio": p99_during / p99_idle,
+        "failed": None if failed_restart is None else float(len(failed_restart)),
+        "after_restart": after, "failed_total": float(len(failed))}, how)
+    return 0
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -206,10 +595,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=None, help="Work folder (index cache); default: temp.")
     ap.add_argument("--src", default=None, help="Run the learner from this src folder.")
     ap.add_argument("--timeout", type=float, default=3600, help="Seconds per size at most.")
+    ap.add_argument("--replicas", type=int, default=0,
+                    help="Several machines: this many `tttembed serve` replicas on a "
+                    "PostgreSQL registry, one learner, promotions and a database restart "
+                    "under traffic (instead of --history).")
+    ap.add_argument("--registry", default=None,
+                    help="--replicas: the registry's database, postgresql://USER@HOST:PORT/"
+                    "DB; default: a PostgreSQL server started for the run.")
+    ap.add_argument("--restart-cmd", default=None,
+                    help="--replicas with --registry: a shell command that restarts that "
+                    "database (without it the restart goal is not measured).")
+    ap.add_argument("--promotions", type=int, default=20, help="--replicas: promotions.")
+    ap.add_argument("--clients", type=int, default=2,
+                    help="--replicas: keep-alive connections per replica.")
+    ap.add_argument("--gap-s", type=float, default=2.0,
+                    help="--replicas: idle seconds before each promotion, and seconds "
+                    "counted as during it after it.")
+    ap.add_argument("--down-s", type=float, default=3.0,
+                    help="--replicas: seconds the database stays stopped.")
+    ap.add_argument("--judge-budget", type=int, default=300,
+                    help="--replicas: the learner's judge pairs (bm25) on the traffic.")
+    ap.add_argument("--learner", action=argparse.BooleanOptionalAction, default=True,
+                    help="--replicas: run the one learner beside the replicas.")
     ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--store", default="sqlite", help=argparse.SUPPRESS)
     ap.add_argument("--store-url", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.replicas:
+        return replicas(args)
+    if args.registry or args.restart_cmd:
+        ap.error("--registry and --restart-cmd go with --replicas N")
     if args.one:
         print(json.dumps(one(args)))
         return 0

@@ -144,6 +144,23 @@ def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, s
         _wait("both replicas reported", lambda: {r["version"] for r in reg.replicas()}
               == {v2} and len(reg.replicas()) == 2, procs, logs, limit=10)
 
+        # a version learned on another corpus: every replica refuses it and says so
+        foreign = _state(world, 3)
+        object.__setattr__(foreign, "corpus_fingerprint", "another-corpus")
+        v3 = reg.register(foreign, reason="foreign").name
+        reg.promote(v3, by="user")  # unchecked: the replicas are the last line
+        _wait("both replicas refused v3", lambda: all(
+            (r.get("refused") or {}).get("version") == v3 for r in reg.replicas())
+            and len(reg.replicas()) == 2, procs, logs, limit=15)
+        assert all(_version(b) == v2 for b, _, _ in reps)  # still the version before
+        loop = _get(f"{reps[1][0]}/v1/loop")
+        assert loop["version"] == v3 and loop["serving"]["version"] == v2
+        assert loop["following"] is False
+        listed = subprocess.run([sys.executable, "-m", "tttembed", "states", "list", url],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert listed.stdout.count(f"serves {v2}") == 2, listed.stdout
+        assert listed.stdout.count(f"REFUSED {v3}") == 2, listed.stdout
+
         with Traffic([r[0] for r in reps]) as traffic:
             time.sleep(1.0)
             server.restart()
@@ -243,3 +260,30 @@ def test_a_learner_killed_mid_write_leaves_the_old_pointer(world, url, tmp_path,
     shutil.rmtree(tmp_path / "c" / "versions")  # fetched anew, checked against each id
     for name in names:
         assert reg.get(name).load().keys == (TASK,)
+
+
+def test_the_learner_survives_a_database_outage(world, url, server, tmp_path):  # noqa: F811
+    """PostgreSQL down for 8 s under a running ``tttembed loop``: the learner keeps
+    running (its failing steps logged, not fatal), and beats again once the database is
+    back, holding its lock."""
+    from tttembed.registry.postgres import PostgresRegistry
+
+    _registry(url, world, tmp_path / "c").close()
+    env = _env(tmp_path)
+    log = tmp_path / "loop.log"
+    with _process(_loop_args(world, url, tmp_path, "l"), env, log) as proc:
+        reg = PostgresRegistry(url, cache=tmp_path / "c")
+        _wait("a heartbeat", lambda: (reg.heartbeat() or {}).get("pid") == proc.pid,
+              [proc], [log], limit=120)
+        reg.close()
+        server.stop()
+        time.sleep(8.0)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        server.start()
+        since = time.time()
+        _wait("a heartbeat after the outage", lambda: float(
+            (reg.heartbeat() or {}).get("time", 0)) > since, [proc], [log], limit=60)
+        with pytest.raises(Exception, match="another learner"):
+            with reg.learner_lock():
+                pass
+        assert proc.poll() is None

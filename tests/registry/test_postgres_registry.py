@@ -82,7 +82,11 @@ def test_bytes_that_do_not_match_the_id_are_refused(url, tmp_path):
 
     reg = PostgresRegistry(url, create=True, cache=tmp_path / "c")
     v = reg.register(_state(("a",), 1))
-    with psycopg.connect(url, autocommit=True) as conn:  # the row damaged behind our back
+    with psycopg.connect(url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.RaiseException, match="immutable"):
+            conn.execute("UPDATE registry_versions SET parent = 'v0'")
+        # the row damaged behind the database's back (its guard switched off)
+        conn.execute("ALTER TABLE registry_versions DISABLE TRIGGER registry_versions_immutable")
         conn.execute("UPDATE registry_versions SET state = state || '\\x00'::bytea")
     fresh = PostgresRegistry(url, cache=tmp_path / "fresh")
     with pytest.raises(DataError, match="do not match its id"):
@@ -151,3 +155,39 @@ def test_a_replica_serves_its_cached_version_while_the_database_is_down(server, 
         server.start()
     assert offline.served() == v  # reconnected
     assert not offline.offline
+
+
+def test_the_pg_variables_fill_what_the_url_leaves_out(url, tmp_path, monkeypatch):
+    """``postgresql://`` alone, the server, user and database from PGHOST, PGPORT, PGUSER
+    and PGDATABASE (as psycopg reads them); a scheme no backend serves is refused."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    monkeypatch.setenv("PGHOST", parts.hostname or "")
+    monkeypatch.setenv("PGPORT", str(parts.port))
+    monkeypatch.setenv("PGUSER", parts.username or "")
+    monkeypatch.setenv("PGDATABASE", parts.path.lstrip("/"))
+    PostgresRegistry(url, create=True, cache=tmp_path / "a").register(None, reason="raw")
+    reg = open_registry("postgresql://", cache=tmp_path / "b")
+    assert [v.name for v in reg.versions()] == ["v1"]
+    with pytest.raises(ConfigError, match="unknown registry scheme 'mysql'"):
+        open_registry("mysql://x/y")
+
+
+def test_the_learner_lock_is_taken_again_after_a_restart(server, url, tmp_path):
+    """A restart ends the learner's session and its lock: the next heartbeat takes it
+    again; when another learner took it first, the heartbeat raises LockLost."""
+    from tttembed.registry.base import LockLost
+
+    reg = PostgresRegistry(url, create=True, cache=tmp_path / "c")
+    other = PostgresRegistry(url, cache=tmp_path / "o")
+    with reg.learner_lock():
+        server.restart()
+        reg.beat({"pid": 1, "host": "h", "time": time.time()})  # taken again
+        with pytest.raises(ConfigError, match="another learner"):
+            with other.learner_lock():
+                pass
+        server.restart()
+        with other.learner_lock():  # the other learner is first this time
+            with pytest.raises(LockLost, match="took registry"):
+                reg.beat({"pid": 1, "host": "h", "time": time.time()})

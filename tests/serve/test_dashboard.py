@@ -281,3 +281,19 @@ def test_screenshot_shows_the_dashboard(serve_html, tmp_path):
     assert counts.get((0x1A, 0x7F, 0x37), 0) > 200  # promoted markers (green)
     assert counts.get((0xC6, 0x28, 0x28), 0) > 100  # the refused marker (red)
     assert counts.get((0x0B, 0x5C, 0xAD), 0) > 300  # the served ring and badges (blue)
+
+
+def test_replicas_show_what_each_serves_and_what_it_refused():
+    status = copy.deepcopy(STATUS)
+    status["replicas"] = [
+        {"replica": "a:1", "version": "v3", "generation": 4, "following": True},
+        {"replica": "b:2", "version": "v2", "generation": 3, "following": False,
+         "error": "StateMismatch: <corpus>", "refused": {"version": "v3",
+                                                         "error": "another <corpus>"}},
+        "junk"]
+    page = render_dashboard(status)
+    a = page.split('data-replica="a:1"')[1].split("</tr>")[0]
+    b = page.split('data-replica="b:2"')[1].split("</tr>")[0]
+    assert ">v3<" in a and "refused" not in a and 'class="warn"' not in a
+    assert ">v2<" in b and 'class="warn"' in b and "refused v3: another &lt;corpus&gt;" in b
+    assert "Replicas (reported" not in render_dashboard(STATUS)  # none reported: no table

@@ -74,26 +74,23 @@ def serve(
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
     from tttembed.serve import ServeConfig
-
+    cache = str(registry_cache) if registry_cache else None
     learner = _learner(learn, registry, index, judge, store=store, corpus=corpus,
                        judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
                        scope=scope, audit=audit, audit_min_auc=audit_min_auc,
                        judge_depth=judge_depth, drift_sample=drift_sample,
                        drift_threshold=drift_threshold, min_queries=min_queries,
                        clicks=clicks, click_settle_s=click_settle_s, interleave=interleave,
-                       registry_cache=str(registry_cache) if registry_cache else None)
-
+                       registry_cache=cache)
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()),
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), split=split,
         host=host, port=port, workers=workers, api_key_env=api_key_env,
         allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
-        max_body_bytes=max_body_bytes,
-        max_inputs=max_inputs, cache_size=cache_size, max_batch=max_batch,
-        max_wait_ms=max_wait_ms, log_level=log_level.lower(),
+        max_body_bytes=max_body_bytes, max_inputs=max_inputs, cache_size=cache_size,
+        max_batch=max_batch, max_wait_ms=max_wait_ms, log_level=log_level.lower(),
         registry=str(registry) if registry else None, store=store, explore=explore,
-        interleave=interleave,
-        registry_cache=str(registry_cache) if registry_cache else None)
+        interleave=interleave, registry_cache=cache)
     _start(config, learner)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tttembed.core.errors import ConfigError
 
-ROLES = ("embedder", "scorer", "index", "store")
+ROLES = ("embedder", "scorer", "index", "store", "registry")
 
 _BUILTIN: dict[str, dict[str, str]] = {
     "embedder": {
@@ -44,10 +44,16 @@ _BUILTIN: dict[str, dict[str, str]] = {
         "postgresql": "tttembed.loop.postgres:from_spec",
         "postgres": "tttembed.loop.postgres:from_spec",
     },
+    # the state registry (a plain path is the folder backend and skips the registry)
+    "registry": {
+        "postgresql": "tttembed.registry.postgres:from_spec",
+        "postgres": "tttembed.registry.postgres:from_spec",
+    },
 }
 _EXTRA: dict[str, dict[str, str | Callable[..., Any]]] = {role: {} for role in ROLES}
 _ENTRY_GROUPS = {"embedder": "tttembed.embedders", "scorer": "tttembed.scorers",
-                 "index": "tttembed.indexes", "store": "tttembed.stores"}
+                 "index": "tttembed.indexes", "store": "tttembed.stores",
+                 "registry": "tttembed.registries"}
 
 
 def register(role: str, scheme: str, factory: str | Callable[..., Any]) -> None:

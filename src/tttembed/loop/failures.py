@@ -38,11 +38,11 @@ class Failures:
         n = self.seen.get(kind, 0) + 1
         self.seen[kind] = n
         if n == 1:
-            log.error("loop step failed (%s); retrying in %.0f s, backing off to %.0f s "
+            log.error("loop step failed (%s); retrying in %.1f s, backing off to %.0f s "
                       "while it fails", kind, wait, MAX_BACKOFF_S,
                       exc_info=None if isinstance(exc, TTTEmbedError) else exc)
         elif n & (n - 1) == 0:  # 2, 4, 8, ...: a line now and then, not every step
-            log.error("loop step failed again (%s; %d times); retrying in %.0f s", kind, n,
+            log.error("loop step failed again (%s; %d times); retrying in %.1f s", kind, n,
                       wait)
         return wait
 

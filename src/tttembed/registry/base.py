@@ -33,6 +33,11 @@ REPLICA_FRESH_S = 30.0
 _NAME = re.compile(r"v(\d+)")
 
 
+class LockLost(ConfigError):
+    """The learner lost its registry's learner lock to another learner (after the
+    database dropped its session): it must stop."""
+
+
 @dataclass(frozen=True)
 class Version:
     """One registered version: its name (``v1``, ``v2``, ...), its folder (for a database
@@ -282,6 +287,6 @@ def iter_names(names: Iterator[str]) -> list[str]:
     return sorted((n for n in names if _NAME.fullmatch(n)), key=version_number)
 
 
-__all__ = ["DIFF_TOL", "FORMAT", "FORMAT_VERSION", "REPLICA_FRESH_S", "STATE_FILE",
+__all__ = ["DIFF_TOL", "LockLost", "FORMAT", "FORMAT_VERSION", "REPLICA_FRESH_S", "STATE_FILE",
            "RegistryBase", "StateRegistry", "Survey", "Version", "index_record",
            "iter_names", "key_change", "promotions", "version_number"]

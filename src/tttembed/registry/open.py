@@ -16,11 +16,14 @@ def open_registry(spec: str | Path, *, create: bool = False,
     ``postgres://``; ``cache`` its local copy, ``offline_ok`` open from that copy while
     the database is down) or a folder (created with ``create``; ``index``: the index
     record it must match)."""
-    from tttembed.registry.postgres import PostgresRegistry, is_url
+    from tttembed.registry.postgres import is_url
 
-    if is_url(spec):
-        return PostgresRegistry(str(spec), create=create, index=index, cache=cache,
-                                offline_ok=offline_ok)
+    if is_url(spec):  # a backend by its scheme (third parties: tttembed.registries)
+        from tttembed.core.registry import create as build
+
+        got: StateRegistry = build("registry", str(spec).strip(), create=create, index=index,
+                                   cache=cache, offline_ok=offline_ok)
+        return got
     from tttembed.registry.versions import Registry
 
     return Registry(spec, create=create, index=index)

@@ -26,6 +26,7 @@ One learner at a time holds the session advisory lock :data:`LEARNER_LOCK`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -34,19 +35,21 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tttembed.adapt.state import AdaptState, save_state
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import atomic_directory, fault_point, now_utc, read_json, write_json
+from tttembed.core.locks import writer_lock
 from tttembed.registry.base import (
     FORMAT,
     FORMAT_VERSION,
     REPLICA_FRESH_S,
     STATE_FILE,
+    LockLost,
     RegistryBase,
     Survey,
     Version,
@@ -86,6 +89,14 @@ SCHEMA = (
     "time DOUBLE PRECISION NOT NULL)",
     "INSERT INTO registry_pointer (key, served, generation, candidate, updated) "
     "VALUES ('served', NULL, 0, NULL, 0) ON CONFLICT (key) DO NOTHING",
+    # a version row never changes: the database refuses an UPDATE of one
+    "CREATE OR REPLACE FUNCTION registry_version_is_immutable() RETURNS trigger AS $$ "
+    "BEGIN RAISE EXCEPTION 'registry versions are immutable (register a new one)'; END "
+    "$$ LANGUAGE plpgsql",
+    "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = "
+    "'registry_versions_immutable') THEN CREATE TRIGGER registry_versions_immutable "
+    "BEFORE UPDATE ON registry_versions FOR EACH ROW EXECUTE FUNCTION "
+    "registry_version_is_immutable(); END IF; END $$",
 )
 
 
@@ -93,8 +104,40 @@ class RegistryUnavailable(ConfigError):
     """The registry's database cannot be reached (or dropped the connection)."""
 
 
+class _Dropped(RegistryUnavailable):
+    """A connection opened earlier was found dropped (a restart): worth one more try."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reconnecting(fn: F) -> F:
+    """Run ``fn`` once more, on a new connection, when the one it used had been dropped
+    since its last use (the database restarted in between): a caller sees an error only
+    while the database is really down."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _Dropped:
+            return fn(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
 def is_url(spec: str | Path | None) -> bool:
-    return isinstance(spec, str) and bool(re.match(r"postgres(ql)?://", spec.strip()))
+    """Whether a registry spec names a backend by its URL scheme (``postgresql://...``;
+    a plain path is a folder)."""
+    return isinstance(spec, str) and bool(re.match(r"[A-Za-z][A-Za-z0-9+.-]+://",
+                                                   spec.strip()))
+
+
+def from_spec(rest: str, **options: Any) -> PostgresRegistry:
+    """``postgresql://...`` (or ``postgres://...``): ``rest`` is the spec after the scheme."""
+    if not rest.startswith("//"):
+        raise ConfigError(f"postgresql:{rest} is not a PostgreSQL URL; write "
+                          "postgresql://USER@HOST:PORT/DATABASE")
+    return PostgresRegistry("postgresql:" + rest, **options)
 
 
 def content_id(manifest: Mapping[str, Any], state: bytes | None, sidecar: bytes | None) -> str:
@@ -135,6 +178,7 @@ class PostgresRegistry(RegistryBase):
         self._lock = threading.RLock()
         self._conn: Any = None
         self._listen: Any = None
+        self._held: Any = None
         self.offline = False
         try:
             self.manifest = self._open(create, index)
@@ -194,6 +238,7 @@ class PostgresRegistry(RegistryBase):
                 with suppress(Exception):
                     self._conn.close()
                 self._conn = None
+            reused = self._conn is not None
             if self._conn is None:
                 self._conn = self._connect()
             conn = self._conn
@@ -205,8 +250,9 @@ class PostgresRegistry(RegistryBase):
                 with suppress(Exception):
                     conn.close()
                 self._conn = None
-                raise RegistryUnavailable(f"lost the registry {self.location}: "
-                                          f"{self._scrub(exc)} ({_FIX})") from None
+                kind = _Dropped if reused else RegistryUnavailable
+                raise kind(f"lost the registry {self.location}: {self._scrub(exc)} "
+                           f"({_FIX})") from None
             except BaseException:
                 with suppress(Exception):
                     conn.rollback()
@@ -248,6 +294,8 @@ class PostgresRegistry(RegistryBase):
             except RegistryUnavailable as exc:
                 if attempt == WRITE_TRIES - 1:
                     raise
+                if isinstance(exc, _Dropped):
+                    continue  # a stale connection: at once, on a new one
                 log.warning("%s: %s; retrying in %.1f s", what, exc, pause)
                 time.sleep(pause)
                 pause *= 2
@@ -260,6 +308,7 @@ class PostgresRegistry(RegistryBase):
     def versions(self) -> list[Version]:
         return [v for v in self.survey().versions if not v.broken]
 
+    @reconnecting
     def survey(self) -> Survey:
         problems: list[str] = []
         with self._tx() as cur:
@@ -297,6 +346,7 @@ class PostgresRegistry(RegistryBase):
                 raise
             return cached
 
+    @reconnecting
     def _get(self, number: int, name: str) -> Version:
         with self._tx() as cur:
             cur.execute("SELECT id, manifest FROM registry_versions WHERE number = %s",
@@ -314,6 +364,7 @@ class PostgresRegistry(RegistryBase):
         return Version(name, folder, _json(text, f"manifest of {name}"), last.get("at"),
                        last.get("by"), id=vid)
 
+    @reconnecting
     def _fetch(self, number: int, name: str, folder: Path) -> None:
         with self._tx() as cur:
             cur.execute("SELECT id, manifest, state, sidecar FROM registry_versions "
@@ -327,12 +378,22 @@ class PostgresRegistry(RegistryBase):
             raise DataError(f"registry {self.location}: the bytes of {name} do not match its "
                             f"id {vid} (a damaged row): refused",
                             fix="promote another version; re-register this one")
+        with writer_lock(folder, wait=True):  # another process of this cache may fetch it too
+            if self._verified(folder, vid):
+                return
+            self._write_copy(folder, manifest, state, sidecar)
+
+    @staticmethod
+    def _write_copy(folder: Path, manifest: Mapping[str, Any], state: bytes | None,
+                    sidecar: bytes | None) -> None:
         with atomic_directory(folder) as tmp:
             if state is not None:
                 (tmp / STATE_FILE).write_bytes(state)
             if sidecar is not None:
                 (tmp / SIDECAR).write_bytes(sidecar)
             write_json(tmp / "version.json", manifest)
+            for path in tmp.iterdir():
+                path.chmod(0o444)  # the cache is read-only: a copy, checked on every read
 
     def _verified(self, folder: Path, vid: str) -> bool:
         """Whether the cached copy of ``vid`` is there and still matches its id."""
@@ -359,6 +420,7 @@ class PostgresRegistry(RegistryBase):
                 return Version(name, folder, manifest, id=vid)
         return None
 
+    @reconnecting
     def served_record(self) -> dict[str, Any]:
         with self._tx() as cur:
             cur.execute("SELECT served, generation FROM registry_pointer WHERE key = 'served'")
@@ -369,6 +431,7 @@ class PostgresRegistry(RegistryBase):
         served, generation = row if row else (None, 0)
         return {"served": served, "generation": int(generation), "history": history}
 
+    @reconnecting
     def served(self) -> str | None:
         with self._tx() as cur:
             cur.execute("SELECT served FROM registry_pointer WHERE key = 'served'")
@@ -390,6 +453,7 @@ class PostgresRegistry(RegistryBase):
                              lambda: self._insert(vid, record, blob, side))
         return self.get(f"v{number}")
 
+    @reconnecting
     def _insert(self, vid: str, record: dict[str, Any], blob: bytes | None,
                 side: bytes | None) -> int:
         with self._tx() as cur:
@@ -458,6 +522,7 @@ class PostgresRegistry(RegistryBase):
         self._retry("naming the candidate", write)
 
     # -- the learner's record, heartbeat and lock -------------------------------------
+    @reconnecting
     def _doc(self, name: str) -> tuple[Any, str]:
         with self._tx() as cur:
             cur.execute("SELECT doc FROM registry_loop WHERE name = %s", (name,))
@@ -469,6 +534,7 @@ class PostgresRegistry(RegistryBase):
         except ValueError as exc:
             return None, f"registry {self.location}: the learner's {name} is not JSON ({exc})"
 
+    @reconnecting
     def _put(self, name: str, record: Mapping[str, Any]) -> None:
         with self._tx() as cur:
             cur.execute("INSERT INTO registry_loop (name, doc, time) VALUES (%s, %s, %s) "
@@ -488,6 +554,7 @@ class PostgresRegistry(RegistryBase):
         self._put("status", record)  # a committed row is durable either way
 
     def beat(self, record: Mapping[str, Any]) -> None:
+        self.check_lock()
         self._put("heartbeat", record)
 
     def heartbeat(self) -> dict[str, Any] | None:
@@ -501,19 +568,56 @@ class PostgresRegistry(RegistryBase):
     def learner_lock(self) -> Iterator[None]:
         """Hold the session advisory lock :data:`LEARNER_LOCK` while the learner runs (on
         a connection of its own); a second learner gets a ConfigError naming the holder."""
-        conn = self._connect(autocommit=True)
+        conn = self._take_lock()
+        if conn is None:
+            raise ConfigError(f"another learner runs on registry {self.location} "
+                              f"({holder(self.heartbeat())}): one learner per registry; "
+                              "stop it first, or give another --registry")
+        self._held = conn
         try:
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEARNER_LOCK,)).fetchone()
-            if not got or not got[0]:
-                raise ConfigError(f"another learner runs on registry {self.location} "
-                                  f"({holder(self.heartbeat())}): one learner per registry; "
-                                  "stop it first, or give another --registry")
             yield
         finally:
+            held, self._held = self._held, None
             with suppress(Exception):
-                conn.close()  # the session ends: the lock is released
+                held.close()  # the session ends: the lock is released
+
+    def _take_lock(self) -> Any:
+        """A connection holding :data:`LEARNER_LOCK`, or None when another holds it."""
+        conn = self._connect(autocommit=True)
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEARNER_LOCK,)).fetchone()
+        if got and got[0]:
+            return conn
+        conn.close()
+        return None
+
+    def check_lock(self) -> None:
+        """While the learner runs (its heartbeat): a session the database dropped (a
+        restart) lost the lock with it, so take it again; :class:`LockLost` when another
+        learner took it meanwhile. A database still down is left for the next beat."""
+        conn = self._held
+        if conn is None:
+            return
+        try:
+            if not (conn.closed or conn.broken):
+                conn.execute("SELECT 1")
+                return
+        except Exception:  # noqa: BLE001  (dropped: taken again below)
+            pass
+        with suppress(Exception):
+            conn.close()
+        try:
+            again = self._take_lock()
+        except RegistryUnavailable:
+            return
+        if again is None:
+            self._held = None
+            raise LockLost(f"another learner took registry {self.location}'s learner lock "
+                           f"while the database restarted ({holder(self.heartbeat())}): "
+                           "this learner stops")
+        self._held = again
 
     # -- replicas -------------------------------------------------------------------
+    @reconnecting
     def report_replica(self, replica: str, record: Mapping[str, Any]) -> None:
         doc = {"replica": replica, "time": time.time(), **dict(record)}
         with self._tx() as cur:
@@ -522,6 +626,7 @@ class PostgresRegistry(RegistryBase):
                         "EXCLUDED.record, time = EXCLUDED.time",
                         (replica, json.dumps(doc), doc["time"]))
 
+    @reconnecting
     def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]:
         with self._tx() as cur:
             cur.execute("SELECT record FROM registry_replicas WHERE time >= %s ORDER BY name",
@@ -531,6 +636,7 @@ class PostgresRegistry(RegistryBase):
                 if isinstance(r := _json(text, "replica report", strict=False), dict)]
 
     # -- following ------------------------------------------------------------------
+    @reconnecting
     def mark(self, candidate: bool = False) -> tuple[Any, ...]:
         """The pointer's generation (and the candidate): what changes on a promotion."""
         with self._tx() as cur:
@@ -614,4 +720,4 @@ def _json(text: Any, what: str, *, strict: bool = True) -> Any:
 
 
 __all__ = ["CHANNEL", "LEARNER_LOCK", "PostgresRegistry", "RegistryUnavailable",
-           "content_id", "default_cache", "is_url"]
+           "content_id", "default_cache", "from_spec", "is_url"]

@@ -372,6 +372,29 @@ def _history(status: Mapping[str, Any]) -> str:
             f"<tbody>{body}</tbody></table></section>")
 
 
+def _replicas_table(status: Mapping[str, Any]) -> str:
+    """What each replica reported serving in the last 30 s, and what it refused."""
+    rows = [_as_map(r) for r in status.get("replicas") or () if isinstance(r, Mapping)]
+    if not rows:
+        return ""
+    served = status.get("version")
+
+    def row(r: Mapping[str, Any]) -> str:
+        refused = _as_map(r.get("refused"))
+        note = (f'refused {_esc(refused.get("version"))}: {_esc(refused.get("error"))}'
+                if refused.get("version") else
+                "" if r.get("following") is not False else
+                f'not following: {_esc(r.get("error"))}')
+        lag = "" if r.get("version") == served else ' class="warn"'
+        return (f'<tr data-replica="{_esc(r.get("replica"))}"><td>{_esc(r.get("replica"))}'
+                f'</td><td{lag}>{_esc(r.get("version") or "raw")}</td>'
+                f'<td>{_esc(r.get("generation"))}</td><td class="reason">{note}</td></tr>')
+
+    return ('<section><h2>Replicas (reported in the last 30 s)</h2><table><thead><tr>'
+            "<th>Replica</th><th>Serves</th><th>Generation</th><th>Refused / error</th>"
+            f'</tr></thead><tbody>{"".join(row(r) for r in rows)}</tbody></table></section>')
+
+
 def _state_order(counts: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
     """``raw`` first, then the versions in order, then any other state by name."""
     known = ["raw"] + [str(row.get("version")) for row in _versions(status)]
@@ -451,7 +474,8 @@ def render_dashboard(status: Mapping[str, Any]) -> str:
     served = status.get("version")
     title = f"tttembed loop: {served if served else 'raw'}"
     body = "".join((_header(status), _notice(status), _cards(status), _timeline(status),
-                    _versions_table(status), _states_table(status), _clicks_table(status)))
+                    _versions_table(status), _replicas_table(status), _states_table(status),
+                    _clicks_table(status)))
     return ("<!DOCTYPE html>\n"
             '<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
