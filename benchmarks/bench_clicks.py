@@ -31,9 +31,31 @@ Goals (issue 36, must-have 5), each printed as a claim:
   bot sessions are dropped from the click rewards and real ones kept, and the worse
   version as candidate is never called better in 20 interleaving runs.
 
-The through-the-server goals (clicks-only loop gain with ``--judge none``; debiased vs
-naive served nDCG@10) need the events route and the learner integration; a ``--server``
-mode would replace :class:`Versions` by lists served over HTTP and keep the rest.
+``--server``: the through-the-server goals, against real ``tttembed serve --index I
+--registry DIR --learn`` processes on 127.0.0.1 (the server, its learner child and the
+store as deployed; nothing faked). One query stream per task (Zipf, exponent 1, over the
+judged test queries; ``--searches`` long, seeded) is replayed once per condition as
+single-query ``POST /v1/search`` calls (k = 10) from ``--clients`` threads; every
+search is one simulated user (its own session id) clicking by the position-based model
+above (1/r^eta, attraction 0.1 + 0.8 * grade / top grade; the click draws seeded by the
+search's position in the stream, so two conditions that serve the same list draw the
+same clicks), posted at once to ``POST /v1/events`` in the short form
+(``{"search_id", "doc_id", "type": "click", "session_id"}``). The stream is cut into
+``--windows`` windows; after each the benchmark waits until the learner has read the
+window's clicks (``--click-settle-s``, default 1 s: a search's clicks are read 1 s after
+it, not the server's 300 s) and no cycle runs. Conditions: ``--judge none --clicks ips``
+and ``--clicks naive`` at each ``--etas`` value, and the same loop with a judge instead
+of clicks (``--clicks off``): the loopback rerank server of ``bench_loop_gain.py``
+scoring a pair 1 when the qrels grade it > 0 else 0, plus N(0, ``--sigma``^2) noise,
+clipped (what ``noisy-qrels:?sigma=0.2`` does by query id, by query text), with a
+``--judge-budget`` pair budget. "Served nDCG@10" is the nDCG@10 of the lists the
+server returned, from the qrels; per query, averaged over its searches in a window.
+
+- g1: clicks only (ips, eta 1): served nDCG@10 of the last window above the first,
+  paired sign-flip over the queries searched in both, p < 0.05; and its gain at least
+  half of the judge loop's gain over the same windows of the same stream;
+- g2: at each eta, ips above naive in the last window (paired over its queries, the
+  same for both: one stream), p < 0.05; naive's own first-to-last change reported.
 """
 
 from __future__ import annotations
@@ -48,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _support import DATA, write_json
+from _support import DATA, log_tail, pct, write_json
 from claims import Goal, emit
 
 from tttembed.loop.clicks import simulate as sim
@@ -434,6 +456,490 @@ def measured(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
             "g5_harm": max(get("g5", "harm"))}
 
 
+# -- --server: the loop through a real server over HTTP ------------------------------------------
+def server_goals(etas: Sequence[float]) -> dict[str, Goal]:
+    out = {
+        "g1_p": Goal("clicks (server): clicks only (ips, eta 1), served nDCG@10 last window "
+                     "> first, paired sign-flip p", "<=", 0.05),
+        "g1_gain": Goal("clicks (server): clicks-only served nDCG@10 gain, last window - "
+                        "first", "info", None),
+        "judge_gain": Goal("clicks (server): the judge loop's served nDCG@10 gain (noisy "
+                           "qrels by text, sigma 0.2), last window - first", "info", None),
+        "g1_share": Goal("clicks (server): clicks-only gain / the judge loop's gain", ">=",
+                         0.5),
+    }
+    for e in etas:
+        t = f"eta {e:g}"
+        out[f"g2_p_{e:g}"] = Goal(f"clicks (server): ips > naive, served nDCG@10 of the last "
+                                  f"window, {t}, paired sign-flip p", "<=", 0.05)
+        out[f"g2_diff_{e:g}"] = Goal(f"clicks (server): ips - naive, served nDCG@10 of the "
+                                     f"last window, {t}", "info", None)
+        out[f"naive_gain_{e:g}"] = Goal(f"clicks (server): naive's served nDCG@10 change, "
+                                        f"last window - first, {t}", "info", None)
+        out[f"ips_gain_{e:g}"] = Goal(f"clicks (server): ips's served nDCG@10 change, last "
+                                      f"window - first, {t}", "info", None)
+    return out
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One server run: ``clicks`` ips | naive (``--judge none``), or ``judge`` (the
+    noisy judge, clicks off); ``eta`` the users' examination exponent."""
+
+    clicks: str
+    eta: float
+
+    @property
+    def name(self) -> str:
+        return "judge" if self.clicks == "judge" else f"{self.clicks}-eta{self.eta:g}"
+
+
+@dataclass
+class Search:
+    """One search of the replay, as served and clicked."""
+
+    i: int
+    qid: str
+    window: int
+    ok: bool
+    version: str | None = None
+    ids: tuple[str, ...] = ()
+    clicks: int = 0
+    stored: int = 0
+    latency: float = 0.0
+    error: str = ""
+
+
+class Client:
+    """One httpx client per thread: a search, its user's clicks, the loop's status."""
+
+    def __init__(self, url: str, task: str) -> None:
+        import threading
+
+        self.url, self.task = url, task
+        self._local = threading.local()
+
+    def http(self) -> Any:
+        import httpx
+
+        c = getattr(self._local, "c", None)
+        if c is None:
+            c = self._local.c = httpx.Client(base_url=self.url, timeout=120.0)
+        return c
+
+    def status(self) -> dict[str, Any]:
+        r = self.http().get("/v1/loop")
+        r.raise_for_status()
+        return dict(r.json())
+
+
+@dataclass
+class Replay:
+    """A task's judged queries, its stream and the users' click model."""
+
+    data: Any  # _loop_support.TaskData
+    stream: list[str]
+    top: float
+    seed: int
+    ndcg_cache: dict[tuple[str, tuple[str, ...]], float]
+
+    def ndcg(self, qid: str, ids: Sequence[str]) -> float:
+        from tttembed.metrics.ranking import ndcg_at_k
+
+        key = (qid, tuple(ids))
+        if key not in self.ndcg_cache:
+            run = {qid: {d: float(K - r) for r, d in enumerate(ids)}}
+            self.ndcg_cache[key] = float(ndcg_at_k({qid: dict(self.data.qrels[qid])}, run,
+                                                   K).get(qid, 0.0))
+        return self.ndcg_cache[key]
+
+
+def one_search(client: Client, rp: Replay, cond: Condition, i: int, window: int,
+               post_clicks: bool) -> Search:
+    """Search ``rp.stream[i]``; the user's clicks posted to /v1/events."""
+    qid = rp.stream[i]
+    t0 = time.perf_counter()
+    try:
+        r = client.http().post("/v1/search", json={"queries": [rp.data.queries[qid]],
+                                                   "task": client.task, "k": K})
+        if r.status_code != 200:
+            return Search(i, qid, window, False, error=f"search {r.status_code} {r.text[:200]}")
+        body = r.json()
+        item = body["data"][0]
+        ids = tuple(item["ids"])
+        s = Search(i, qid, window, True, body.get("version"), ids)
+        if post_clicks and ids:
+            user = sim.PositionBased(eta=cond.eta, top=rp.top)
+            rng = np.random.default_rng([rp.seed, i])
+            hit = user.clicks(sim.grades_of(ids, rp.data.qrels[qid]), rng)
+            events = [{"search_id": item["search_id"], "doc_id": d, "type": "click",
+                       "session_id": f"user-{i}"} for d, c in zip(ids, hit) if c]
+            s.clicks = len(events)
+            if events:
+                e = client.http().post("/v1/events", json=events)
+                if e.status_code != 202:
+                    s.ok, s.error = False, f"events {e.status_code} {e.text[:200]}"
+                else:
+                    s.stored = int(e.json()["stored"])
+        s.latency = time.perf_counter() - t0
+        return s
+    except Exception as exc:  # noqa: BLE001  (a failed request is a measured outcome)
+        return Search(i, qid, window, False, error=f"{type(exc).__name__}: {exc}")
+
+
+def settle(client: Client, since: float, stored: int, judged: bool, args: argparse.Namespace
+           ) -> dict[str, Any]:
+    """Wait until the learner is done with the traffic so far: not learning, for
+    ``--settle`` s in a row of statuses written after ``since`` + the click settle time,
+    and (clicks) every stored click read, or (judge) idle. Past ``--idle-timeout`` s, the
+    status as it is (``settled`` False)."""
+    from _loop_support import _epoch
+
+    deadline = time.monotonic() + args.idle_timeout
+    calm_from: float | None = None
+    s: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            s = client.status()
+        except Exception:  # noqa: BLE001  (retry until the deadline)
+            time.sleep(0.5)
+            continue
+        fresh = _epoch(s.get("updated")) >= since + args.click_settle_s + 1.0
+        read = int((s.get("learner_clicks") or {}).get("read", 0))
+        done = s.get("idle") if judged else read >= stored
+        if fresh and done and not s.get("learning"):
+            calm_from = calm_from or time.monotonic()
+            if time.monotonic() - calm_from >= args.settle:
+                return {**s, "settled": True}
+        else:
+            calm_from = None
+        if (s.get("learner") or {}).get("error"):
+            print(f"   learner error: {s['learner']['error']}")
+        time.sleep(0.2)
+    return {**s, "settled": False}
+
+
+def window_row(rp: Replay, searches: Sequence[Search], status: Mapping[str, Any],
+               n: int, wall: float) -> dict[str, Any]:
+    ok = [s for s in searches if s.ok]
+    per: dict[str, list[float]] = {}
+    for s in ok:
+        per.setdefault(s.qid, []).append(rp.ndcg(s.qid, s.ids))
+    clicks = status.get("learner_clicks") or {}
+    prop = clicks.get("propensities") or {}
+    last = status.get("last_cycle") or {}
+    return {"window": n, "searches": len(searches), "failed": len(searches) - len(ok),
+            "errors": sorted({s.error for s in searches if s.error})[:3],
+            "ndcg_traffic": float(np.mean([rp.ndcg(s.qid, s.ids) for s in ok])) if ok
+            else float("nan"),
+            "per_query": {q: float(np.mean(v)) for q, v in per.items()},
+            "versions": sorted({s.version or "raw" for s in ok}),
+            "served": status.get("version") or "raw", "cycles": status.get("cycles"),
+            "clicks_posted": sum(s.clicks for s in searches),
+            "clicks_stored": sum(s.stored for s in searches),
+            "clicks_read": clicks.get("read"), "propensity_method": prop.get("method"),
+            "theta": [round(t, 3) for t in prop.get("theta", [])],
+            "pairs_judged": status.get("pairs_judged"),
+            "last_cycle": last.get("reason", ""), "settled": status.get("settled"),
+            "p50_ms": pct([s.latency for s in ok], 50), "wall_s": round(wall, 1)}
+
+
+def print_window(cond: Condition, r: Mapping[str, Any]) -> None:
+    q = r["per_query"]
+    print(f"  {cond.name:<10} w{r['window']:<2} nDCG@10 {r['ndcg_traffic']:.4f} (traffic), "
+          f"{np.mean(list(q.values())):.4f} over {len(q)} queries; served "
+          f"{'+'.join(r['versions'])} -> {r['served']}; cycles {r['cycles']}; clicks "
+          f"{r['clicks_stored']} stored, {r['clicks_read']} read so far; judge pairs "
+          f"{r['pairs_judged']}; propensities {r['propensity_method']}; p50 "
+          f"{r['p50_ms']:.0f} ms; {r['failed']} failed; {r['wall_s']} s"
+          + ("" if r["settled"] else "  (learner not settled at the timeout)"))
+    for e in r["errors"]:
+        print(f"      error: {e}")
+    if r["last_cycle"]:
+        print(f"      last cycle: {r['last_cycle'][:160]}")
+    sys.stdout.flush()
+
+
+def serve_args(cond: Condition, args: argparse.Namespace, data_path: Path,
+               judge_url: str | None) -> list[str]:
+    common = ["--learn", "--learn-every", str(args.learn_every), "--min-queries",
+              str(args.min_queries), "--corpus", str(data_path)]
+    if cond.clicks == "judge":
+        return [*common, "--judge", f"rerank:judge@{judge_url}", "--judge-budget",
+                str(args.judge_budget), "--judge-rpm", "1000000", "--clicks", "off"]
+    return [*common, "--judge", "none", "--clicks", cond.clicks, "--click-settle-s",
+            str(args.click_settle_s)]
+
+
+def run_condition(cond: Condition, rp: Replay, index: Path, data_path: Path,
+                  args: argparse.Namespace, work: Path, judge_url: str | None
+                  ) -> dict[str, Any]:
+    """One fresh registry and server for ``cond``; the stream replayed window by window."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from _loop_support import CHILDREN, start_serve
+
+    t0 = time.perf_counter()
+    folder = work / cond.name
+    folder.mkdir(parents=True)
+    server = start_serve(index, folder / "registry", folder,
+                         serve_args(cond, args, data_path, judge_url), "serve")
+    client = Client(server.url, rp.data.name)
+    rows: list[dict[str, Any]] = []
+    bounds = np.linspace(0, len(rp.stream), args.windows + 1).astype(int)
+    judged = cond.clicks == "judge"
+    stored = 0
+    try:
+        deadline = time.monotonic() + 180
+        while not client.status()["learner"]["running"]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{cond.name}: the learner never started; "
+                                 f"{folder / 'serve.log'}:\n{log_tail(folder / 'serve.log')}")
+            time.sleep(0.3)
+        with ThreadPoolExecutor(args.clients) as pool:
+            for n in range(args.windows):
+                w0 = time.perf_counter()
+                idx = range(bounds[n], bounds[n + 1])
+                searches = list(pool.map(
+                    lambda i, n=n: one_search(client, rp, cond, i, n + 1, not judged), idx))
+                stored += sum(s.stored for s in searches)
+                status = settle(client, time.time(), stored, judged, args)
+                rows.append(window_row(rp, searches, status, n + 1,
+                                       time.perf_counter() - w0))
+                print_window(cond, rows[-1])
+        final = client.status()
+    finally:
+        CHILDREN.stop(server.proc)
+    return {"condition": cond.name, "clicks": cond.clicks, "eta": cond.eta, "rows": rows,
+            "versions": [{"version": v["version"], "promoted": v["promoted"],
+                          "reason": v["reason"][:300], "pairs": v.get("pairs")}
+                         for v in final.get("versions", [])],
+            "promotions": sum(1 for h in final.get("history", [])
+                              if h.get("action") == "promote"),
+            "pairs_judged": final.get("pairs_judged"),
+            "learner_clicks": final.get("learner_clicks"),
+            "last_selection": last_selection(folder / "registry"),
+            "seconds": time.perf_counter() - t0}
+
+
+def last_selection(registry: Path) -> dict[str, Any]:
+    """The newest registered version's method-auto choice, evidence and notes (why the
+    guard kept raw, or what it chose), from its state file."""
+    import json
+
+    versions = sorted((registry / "versions").glob("v*/vectors.json"),
+                      key=lambda p: int(p.parent.name[1:]) if p.parent.name[1:].isdigit()
+                      else -1)
+    if not versions:
+        return {}
+    sel = json.loads(versions[-1].read_text()).get("selection") or {}
+    return {"version": versions[-1].parent.name, "choice": sel.get("choice"),
+            "evidence": sel.get("evidence"), "notes": sel.get("notes")}
+
+
+def paired(a: Mapping[str, float], b: Mapping[str, float], seed: int) -> dict[str, Any]:
+    """mean(a) - mean(b) over the queries in both, its sign-flip p (two-sided) and the
+    one-sided p of the goal (a above b: p when the difference is positive, else 1)."""
+    from tttembed.metrics.stats import paired_randomization_test
+
+    qs = sorted(set(a) & set(b))
+    x, y = np.array([a[q] for q in qs]), np.array([b[q] for q in qs])
+    diff = float(x.mean() - y.mean()) if qs else float("nan")
+    p = float(paired_randomization_test(x, y, 20000, seed)) if len(qs) > 1 else 1.0
+    return {"queries": len(qs), "a": float(x.mean()) if qs else None,
+            "b": float(y.mean()) if qs else None, "diff": diff, "p": p,
+            "p_goal": p if diff > 0 else 1.0, "better": int((x - y > 1e-9).sum()),
+            "worse": int((y - x > 1e-9).sum())}
+
+
+def gain(run: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    rows = run["rows"]
+    return paired(rows[-1]["per_query"], rows[0]["per_query"], seed)
+
+
+def server_index(data_path: Path, args: argparse.Namespace, work: Path) -> Path:
+    """The task's index (``--index-root``/TASK, built once when absent)."""
+    import subprocess
+
+    from _loop_support import server_env
+    from _support import cli
+
+    root = args.index_root or Path(tempfile_dir()) / "bench-clicks-index"
+    out = root / data_path.name
+    if (out / "manifest.json").exists() or (out / "CURRENT").exists():
+        return out
+    print(f"indexing {data_path} into {out} (once; reused from --index-root)")
+    subprocess.run(cli("index", str(data_path), "-o", str(out), "--quiet"), check=True,
+                   env=server_env(work / "index-cache"))
+    return out
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def conditions(args: argparse.Namespace) -> list[Condition]:
+    """The judge run (when ``--judge-budget`` > 0), then ips and naive at each eta;
+    ``--only`` keeps those named."""
+    conds = [Condition("judge", 1.0)] if args.judge_budget > 0 else []
+    conds += [Condition(m, e) for e in args.etas for m in ("ips", "naive")]
+    if args.only:
+        keep = set(args.only.split(","))
+        unknown = keep - {c.name for c in conds}
+        if unknown:
+            raise SystemExit(f"--only: no condition {sorted(unknown)} (there are "
+                             f"{', '.join(c.name for c in conds)})")
+        conds = [c for c in conds if c.name in keep]
+    return conds
+
+
+def server_task(task: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from _loop_support import load_data
+    from _support import loopback_servers
+    from bench_loop_gain import Judge
+
+    data_path = args.data_root / task
+    data = load_data(data_path, "test")
+    index = server_index(data_path, args, work)
+    qids = sorted(data.queries)
+    stream = sim.zipf_queries(qids, args.searches, np.random.default_rng(args.seed))
+    top = float(max(g for q in data.qrels.values() for g in q.values()))
+    rp = Replay(data, stream, top, args.seed, {})
+    conds = conditions(args)
+    print(f"\n== {data.name} (server): {len(qids)} judged queries, {args.searches} searches "
+          f"({len(set(stream))} distinct queries) in {args.windows} windows, "
+          f"{args.clients} clients; click settle {args.click_settle_s:g} s, learn every "
+          f"{args.learn_every}, min queries {args.min_queries}; judge: sigma {args.sigma:g}, "
+          f"{args.judge_budget} pairs; conditions {', '.join(c.name for c in conds)}")
+    runs: dict[str, dict[str, Any]] = {}
+    judge = Judge(data, args.sigma, args.seed)
+    with loopback_servers().LocalOpenAIServer(rerank=judge) as rerank:
+        for c in conds:
+            runs[c.name] = run_condition(c, rp, index, data_path, args, work / data.name,
+                                         rerank.url if c.clicks == "judge" else None)
+            print(f"  {c.name}: {runs[c.name]['promotions']} promotions, "
+                  f"{runs[c.name]['seconds']:.0f} s")
+    out = summarise({"task": data.name, "queries": len(qids), "searches": args.searches,
+                     "windows": args.windows, "runs": runs,
+                     "judge_pairs_scored": judge.pairs}, args.seed)
+    show_server(out)
+    return out
+
+
+def summarise(task: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``task`` (its runs) with the paired comparisons: each run's last window against its
+    first, and ips against naive in the last window at each eta both ran."""
+    runs = task["runs"]
+    task["gains"] = {name: gain(r, seed) for name, r in runs.items()}
+    etas = sorted({r["eta"] for r in runs.values() if r["clicks"] == "ips"} &
+                  {r["eta"] for r in runs.values() if r["clicks"] == "naive"})
+    task["ips_vs_naive"] = {f"{e:g}": paired(runs[f"ips-eta{e:g}"]["rows"][-1]["per_query"],
+                                             runs[f"naive-eta{e:g}"]["rows"][-1]["per_query"],
+                                             seed) for e in etas}
+    return task
+
+
+def show_server(out: Mapping[str, Any]) -> None:
+    print(f"\n  {out['task']}: served nDCG@10, window 1 -> window {out['windows']} (paired "
+          "over the queries searched in both):")
+    for name, g in out["gains"].items():
+        print(f"    {name:<10} {g['b']:.4f} -> {g['a']:.4f} ({g['diff']:+.4f}, "
+              f"{g['better']} better / {g['worse']} worse of {g['queries']}, p = "
+              f"{g['p']:.4g}); {out['runs'][name]['promotions']} promotions")
+    for e, g in out["ips_vs_naive"].items():
+        print(f"    last window, eta {e}: ips {g['a']:.4f} vs naive {g['b']:.4f} "
+              f"({g['diff']:+.4f}, {g['better']} / {g['worse']} of {g['queries']}, p = "
+              f"{g['p']:.4g})")
+
+
+def server_measured(tasks: Sequence[Mapping[str, Any]], etas: Sequence[float]
+                    ) -> dict[str, float | None]:
+    """The goals over the tasks: the weakest task's value (None where a task lacks the
+    runs a goal needs)."""
+    def worst(vals: list[float | None], hi: bool) -> float | None:
+        got = [v for v in vals if v is not None and np.isfinite(v)]
+        if len(got) < len(vals) or not got:
+            return None
+        return max(got) if hi else min(got)
+
+    def field(g: Mapping[str, Any] | None, key: str) -> float | None:
+        return None if g is None else g[key]
+
+    g1 = [t["gains"].get("ips-eta1") for t in tasks]
+    judge = [t["gains"].get("judge") for t in tasks]
+    shares = [None if a is None or j is None or not j["diff"] > 0 else a["diff"] / j["diff"]
+              for a, j in zip(g1, judge)]
+    out: dict[str, float | None] = {
+        "g1_p": worst([field(g, "p_goal") for g in g1], True),
+        "g1_gain": worst([field(g, "diff") for g in g1], False),
+        "judge_gain": worst([field(g, "diff") for g in judge], False),
+        "g1_share": worst(shares, False)}
+    for e in etas:
+        vs = [t["ips_vs_naive"].get(f"{e:g}") for t in tasks]
+        out[f"g2_p_{e:g}"] = worst([field(g, "p_goal") for g in vs], True)
+        out[f"g2_diff_{e:g}"] = worst([field(g, "diff") for g in vs], False)
+        out[f"naive_gain_{e:g}"] = worst([field(t["gains"].get(f"naive-eta{e:g}"), "diff")
+                                          for t in tasks], True)
+        out[f"ips_gain_{e:g}"] = worst([field(t["gains"].get(f"ips-eta{e:g}"), "diff")
+                                        for t in tasks], False)
+    return out
+
+
+def merged(paths: Sequence[Path], seed: int) -> list[dict[str, Any]]:
+    """The tasks of earlier ``--server --json`` files, each task's runs put together (a
+    condition in two files: the later file's)."""
+    import json
+
+    tasks: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for t in json.loads(path.read_text())["tasks"]:
+            into = tasks.setdefault(t["task"], {**t, "runs": {}})
+            if (into["searches"], into["windows"]) != (t["searches"], t["windows"]):
+                raise SystemExit(f"{path}: {t['task']} was run with another stream "
+                                 f"({t['searches']} searches, {t['windows']} windows)")
+            into["runs"].update(t["runs"])
+            into["judge_pairs_scored"] = max(into.get("judge_pairs_scored", 0),
+                                             t.get("judge_pairs_scored", 0))
+    return [summarise(t, seed) for t in tasks.values()]
+
+
+def server_main(args: argparse.Namespace, tasks: Sequence[str]) -> int:
+    import os
+    import shutil
+    import signal
+    import tempfile
+
+    from _loop_support import CHILDREN, _terminate
+
+    if args.from_json:
+        rows = [t for t in merged(args.from_json, args.seed) if t["task"] in tasks]
+        for t in rows:
+            show_server(t)
+        searches = sorted({t["searches"] for t in rows})
+        etas = sorted({r["eta"] for t in rows for r in t["runs"].values()
+                       if r["clicks"] != "judge"})
+    else:
+        signal.signal(signal.SIGTERM, _terminate)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        work = Path(tempfile.mkdtemp(prefix="bench-clicks-server-"))
+        try:
+            rows = [server_task(t, args, work) for t in tasks]
+        finally:
+            CHILDREN.stop_all()
+            if args.keep is not None:
+                shutil.copytree(work, args.keep, dirs_exist_ok=True)
+            shutil.rmtree(work, ignore_errors=True)
+        searches, etas = [args.searches], list(args.etas)
+    write_json(args.json, {"args": vars(args), "tasks": rows})
+    emit(server_goals(etas), server_measured(rows, etas),
+         note=f"{','.join(t['task'] for t in rows)}, "
+              f"{'/'.join(str(n) for n in searches)} searches, click settle "
+              f"{args.click_settle_s:g} s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-root", type=Path, default=DATA)
@@ -456,12 +962,43 @@ def main() -> int:
                     "position-based model")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
+    srv = ap.add_argument_group("--server: the loop through tttembed serve over HTTP")
+    srv.add_argument("--server", action="store_true", help="measure g1/g2 through real "
+                     "servers (module docstring) instead of the offline goals")
+    srv.add_argument("--windows", type=int, default=10)
+    srv.add_argument("--etas", type=lambda s: [float(x) for x in s.split(",") if x],
+                     default=[1.0, 2.0], help="examination exponents of the ips/naive runs")
+    srv.add_argument("--clients", type=int, default=2, help="threads sending the searches")
+    srv.add_argument("--click-settle-s", type=float, default=1.0,
+                     help="the server's --click-settle-s")
+    srv.add_argument("--learn-every", type=int, default=1000,
+                     help="the server's --learn-every (clicks, or judge rewards)")
+    srv.add_argument("--min-queries", type=int, default=20, help="the server's --min-queries")
+    srv.add_argument("--judge-budget", type=int, default=4000,
+                     help="the judge loop's pairs (0: no judge run, goal 1's share n/a)")
+    srv.add_argument("--sigma", type=float, default=0.2, help="the judge's noise")
+    srv.add_argument("--settle", type=float, default=2.0, help="seconds the learner must "
+                     "stay done before a window counts as settled")
+    srv.add_argument("--idle-timeout", type=float, default=600.0,
+                     help="most seconds to wait for the learner after a window")
+    srv.add_argument("--index-root", type=Path, default=None, help="folder of the tasks' "
+                     "indexes (TASK/ under it; built once when absent; default: the "
+                     "temp folder's bench-clicks-index)")
+    srv.add_argument("--keep", type=Path, default=None, help="copy the work folder "
+                     "(registries, logs) here")
+    srv.add_argument("--only", default="", help="run only these conditions (judge, "
+                     "ips-eta1, naive-eta1, ...; comma-separated)")
+    srv.add_argument("--from-json", type=lambda s: [Path(x) for x in s.split(",") if x],
+                     default=None, help="start no server: put the runs of earlier --server "
+                     "--json files together (by task) and report the goals on them")
     args = ap.parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
     if not all((args.data_root / t).exists() for t in tasks):
         print(f"skipped: the tasks {tasks} are not all under {args.data_root}")
         return 0
     print("$ " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
+    if args.server:
+        return server_main(args, tasks)
     rows = []
     for v in load_versions(args.data_root, tasks, args.seed):
         rows.append(one_task(v, args))

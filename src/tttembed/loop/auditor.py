@@ -1,6 +1,7 @@
 """Running the drift audit within the judge budget: the seeded sample of past judge
 rewards and, with ``--audit``, the people's audit set, each re-scored only after its pairs
-are reserved in the store's spend account (:mod:`tttembed.loop.drift` holds the verdict).
+are reserved in the store's spend account, and the judge-click gap of the cycle's click
+view, which costs nothing (:mod:`tttembed.loop.drift` holds the verdict).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.loop.clicks.feed import ClickView
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.drift import (
     DriftCheck,
@@ -44,21 +46,20 @@ class Auditor:
         if self.config.audit and self._audit is None:
             self._audit = audit_set(self.config.audit, self.index, self.embedder)
 
-    def run(self, round_: int, budget: int) -> DriftCheck:
-        """Re-score what ``budget`` (the loop's, in all) allows (module docstring);
+    def run(self, round_: int, budget: int, clicks: ClickView | None = None) -> DriftCheck:
+        """Re-score what ``budget`` (the loop's, in all) allows (module docstring) and
+        check the judge against ``clicks`` (the cycle's click view, its ``gap``);
         ``round_`` seeds the samples."""
         seed = self.config.seed + round_
         sample = sample_rewards(self.store.rewards(trusted_only=True),
                                 self.config.drift_sample, seed)
         sample = sample[:self.store.reserve("drift", len(sample), budget)]
         auc, note = self._people_auc(seed, budget)
-        if not sample:
-            return judge_audit(np.zeros(0), np.zeros(0), threshold=self.config.drift_threshold,
-                               auc=auc, min_auc=self.config.audit_min_auc, note=note)
-        new = rescore(self.inner, self.corpus, sample)
-        return judge_audit(np.array([r.reward for r in sample]), new,
-                           threshold=self.config.drift_threshold, auc=auc,
-                           min_auc=self.config.audit_min_auc, note=note)
+        gap = clicks.gap if clicks is not None and self.config.has_judge else None
+        old = np.array([r.reward for r in sample])
+        new = rescore(self.inner, self.corpus, sample) if sample else np.zeros(0)
+        return judge_audit(old, new, threshold=self.config.drift_threshold, auc=auc,
+                           min_auc=self.config.audit_min_auc, note=note, clicks=gap)
 
     def _people_auc(self, seed: int, budget: int) -> tuple[float | None, str]:
         """The judge's AUC on (what the budget allows of) the audit set, scored afresh;

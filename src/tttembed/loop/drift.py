@@ -13,6 +13,16 @@ pairs count against the judge budget and are reserved before the judge is asked:
 no budget left an audit re-scores nothing, and with less than the audit set needs it
 re-scores a seeded sample of it. An audit whose re-scores failed, or whose sample holds
 one class only, could not score: it says so and neither freezes nor passes.
+
+With clicks as well (debiased, ``--clicks ips``) the judge is checked against people's
+clicks each cycle at no judge cost: the judge-click gap
+(:func:`tttembed.loop.clicks.rewards.judge_gap`: the root mean squared difference between
+the clicks' debiased rate and the trusted judge reward, noise taken out, over at least
+:data:`~tttembed.loop.clicks.rewards.GAP_PAIRS` pairs shown at least
+:data:`~tttembed.loop.clicks.rewards.GAP_IMPRESSIONS` times each, under propensities
+harvested from interventions) above the same threshold freezes as well ("the judge and
+the clicks disagree"); with fewer such pairs, or propensities from the EM fallback, it
+is not measured (``click_disagreement`` None) and decides nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import TTTEmbedError
+from tttembed.loop.clicks.rewards import JudgeGap
 from tttembed.loop.store import Reward
 from tttembed.metrics.quality import auc
 from tttembed.score.base import Item, Scorer
@@ -38,7 +49,8 @@ log = logging.getLogger("tttembed.loop")
 class DriftCheck:
     """One drift audit: pairs re-scored, the mean disagreement, the people's AUC (None
     without an audit set, NaN when it could not be scored), whether it passed, why not,
-    and what could not be measured (``note``)."""
+    and what could not be measured (``note``); ``click_disagreement`` the judge-click gap
+    on ``click_pairs`` pairs (None: not measured)."""
 
     pairs: int
     disagreement: float
@@ -46,17 +58,22 @@ class DriftCheck:
     passed: bool
     reason: str = ""
     note: str = ""
+    click_disagreement: float | None = None
+    click_pairs: int = 0
 
     @property
     def blank(self) -> bool:
         """Nothing measured: no evidence either way."""
-        return not self.pairs and (self.auc is None or not np.isfinite(self.auc))
+        return not self.pairs and (self.auc is None or not np.isfinite(self.auc)) \
+            and self.click_disagreement is None
 
     def as_dict(self) -> dict[str, Any]:
         auc = None if self.auc is None or not np.isfinite(self.auc) else round(self.auc, 4)
+        clicks = None if self.click_disagreement is None else round(self.click_disagreement, 4)
         return {"pairs": self.pairs, "disagreement": round(self.disagreement, 4),
                 "auc": auc, "passed": self.passed, "reason": self.reason,
-                "note": self.note}
+                "note": self.note, "click_disagreement": clicks,
+                "click_pairs": self.click_pairs}
 
 
 def sample_rewards(rewards: Sequence[Reward], n: int, seed: int) -> list[Reward]:
@@ -177,9 +194,10 @@ def audit_set(spec: str, index: Any, embedder: Any, depth: int = 10
 
 def judge_audit(old: np.ndarray, new: np.ndarray, *, threshold: float,
                 auc: float | None = None, min_auc: float = 0.6,
-                note: str = "") -> DriftCheck:
-    """The verdict on re-scored pairs (``old`` vs ``new`` rewards) and the audit AUC (an
-    AUC that could not be scored, NaN, neither passes nor fails)."""
+                note: str = "", clicks: JudgeGap | None = None) -> DriftCheck:
+    """The verdict on re-scored pairs (``old`` vs ``new`` rewards), the audit AUC (an
+    AUC that could not be scored, NaN, neither passes nor fails) and the judge-click gap
+    (``clicks``; None: not measured)."""
     ok = np.isfinite(old) & np.isfinite(new)
     dis = float(np.abs(old[ok] - new[ok]).mean()) if ok.any() else 0.0
     reasons, notes = [], [note] if note else []
@@ -192,8 +210,13 @@ def judge_audit(old: np.ndarray, new: np.ndarray, *, threshold: float,
     if auc is not None and np.isfinite(auc) and auc < min_auc:
         reasons.append(f"the judge agrees with people at AUC {auc:.3f} < {min_auc:g} on "
                        "the audit set")
+    if clicks is not None and clicks.gap > threshold:
+        reasons.append(f"the judge and the clicks disagree: gap {clicks.gap:.3f} (clicks - "
+                       f"judge {clicks.bias:+.3f} on average) on {clicks.pairs} pairs with "
+                       f"both > {threshold:g}")
     return DriftCheck(int(ok.sum()), dis, auc, not reasons, "; ".join(reasons),
-                      "; ".join(notes))
+                      "; ".join(notes), None if clicks is None else clicks.gap,
+                      0 if clicks is None else clicks.pairs)
 
 
 __all__ = ["DriftCheck", "audit_set", "audit_source", "judge_audit", "people_auc", "rescore",

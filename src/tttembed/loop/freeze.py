@@ -1,5 +1,7 @@
-"""Freezing and thawing promotions from drift audits (:mod:`tttembed.loop.drift`): a
-failed audit freezes and distrusts the rewards judged since the last audit that passed;
+"""Freezing and thawing promotions from drift audits (:mod:`tttembed.loop.drift`: the
+judge against its own past rewards, against people's audit set, against the clicks): a
+failed audit freezes and distrusts the rewards judged (and the click rewards estimated)
+since the last audit that passed;
 a passing one thaws; an audit that measured nothing is recorded with ``passed: None``
 and changes nothing; a person's promotion after the freeze thaws too."""
 

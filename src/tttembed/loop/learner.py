@@ -7,7 +7,9 @@ it is better and promotions are not frozen.
 
 People's labels (``POST /v1/feedback``) win over clicks, clicks over the judge's reward
 for the same pair (with a judge and debiased clicks the pair's click reward is the doubly
-robust estimate, the judge its direct model: :mod:`tttembed.loop.clicks.feed`).
+robust estimate, the judge its direct model: :mod:`tttembed.loop.clicks.feed`); a click
+reward the store holds as distrusted (the ``click_rewards`` table, written each cycle by
+:meth:`Learner.record_clicks`) is not learned from.
 Validation pairs are paid through the same judge and ledger, within the budget left;
 without a judge (``--judge none``) nothing is paid and an unseen pair counts 0
 (:mod:`tttembed.loop.nojudge`). With ``--interleave`` a version the offline check does
@@ -17,6 +19,7 @@ instead of being promoted.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,20 +46,29 @@ UNLIMITED = 10**9
 TextRewards = dict[tuple[str, str], dict[str, float]]
 
 
-def collect(store: Store, clicks: ClickFeed | None = None
+def judge_rewards(store: Store) -> dict[tuple[str, str, str], float]:
+    """The trusted finite judge rewards by (task, query text, doc)."""
+    return {(r.task, r.query, r.doc_id): r.reward for r in store.rewards(trusted_only=True)
+            if np.isfinite(r.reward)}
+
+
+def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | None = None
             ) -> tuple[TextRewards, int, int, ClickView | None]:
-    """Trusted finite judge rewards, overlaid with click rewards (``clicks``' window),
-    overlaid with people's labels; the counts of judge rewards and labels, and the
-    click view."""
+    """Trusted finite judge rewards, overlaid with click rewards (``view``, else
+    ``clicks``' window now) but those the store distrusts, overlaid with people's labels;
+    the counts of judge rewards and labels, and the click view."""
     out: TextRewards = {}
-    judge: dict[tuple[str, str, str], float] = {}
-    for r in store.rewards(trusted_only=True):
-        if np.isfinite(r.reward):
-            out.setdefault((r.task, r.query), {})[r.doc_id] = r.reward
-            judge[(r.task, r.query, r.doc_id)] = r.reward
-    view = clicks.view(judge) if clicks is not None else None
-    for key, docs in (view.rewards if view is not None else {}).items():
-        out.setdefault(key, {}).update(docs)
+    judge = judge_rewards(store)
+    for (task, query, doc), reward in judge.items():
+        out.setdefault((task, query), {})[doc] = reward
+    if view is None and clicks is not None:
+        view = clicks.view(judge)
+    if view is not None and view.rewards:
+        distrusted = {(r.task, r.query, r.doc_id) for r in store.click_rewards(trusted=False)}
+        for (task, query), docs in view.rewards.items():
+            kept = {d: r for d, r in docs.items() if (task, query, d) not in distrusted}
+            if kept:
+                out.setdefault((task, query), {}).update(kept)
     fb = store.feedback()
     for f in fb:
         out.setdefault((f.task, f.query), {})[f.doc_id] = float(f.label)
@@ -108,6 +120,25 @@ class Learner:
         self.index, self.embedder, self.judge = index, embedder, judge
         self.clicks, self.online = clicks, online
         self.last_clicks: ClickView | None = None
+        #: the store's click rewards after the last :meth:`record_clicks`
+        self.click_rows: dict[str, int] = {}
+
+    def click_view(self) -> ClickView | None:
+        """The click view of this cycle over the trusted judge rewards (None without
+        clicks)."""
+        if self.clicks is None:
+            return None
+        self.last_clicks = self.clicks.view(judge_rewards(self.store))
+        return self.last_clicks
+
+    def record_clicks(self, view: ClickView | None, *, trusted: bool) -> int:
+        """Upsert ``view``'s click rewards into the store (``trusted``: promotions are not
+        frozen); the rows written."""
+        if view is None:
+            return 0
+        written = self.store.add_click_rewards(view.rows(time.time(), trusted=trusted))
+        self.click_rows = {"written": written, **self.store.click_reward_counts()}
+        return written
 
     def _queries(self, judged: TextRewards) -> QuerySet:
         keys = sorted(judged)
@@ -122,14 +153,15 @@ class Learner:
         return name, [v.load()] if v.state_path.exists() else []
 
     def cycle(self, budget_left: int, *, frozen: bool, trigger: str = "",
-              new_pairs: int | None = None) -> Cycle:
+              new_pairs: int | None = None, view: ClickView | None = None) -> Cycle:
         """Learn, check and register one version (module docstring). The validation pays
         at most ``validate_share`` of the ``new_pairs`` rewarded since the last cycle
         (default: of every rewarded pair) for the guard, and as much again for the
-        promotion check: what earlier cycles paid stays judged."""
+        promotion check: what earlier cycles paid stays judged. ``view``: this cycle's
+        click view when already read (:meth:`click_view`)."""
         from tttembed.ttt.distil import learn_auto
 
-        judged, n_judge, n_feedback, view = collect(self.store, self.clicks)
+        judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view)
         self.last_clicks = view
         if not judged:
             return Cycle(None, False, 0, "no reward yet")
@@ -183,4 +215,4 @@ def _not_worse(check: PromotionCheck) -> bool:
     return check.changed > 0 and (check.ci_high is None or check.ci_high >= 0)
 
 
-__all__ = ["Cycle", "JudgePay", "Learner", "TextRewards", "collect"]
+__all__ = ["Cycle", "JudgePay", "Learner", "TextRewards", "collect", "judge_rewards"]

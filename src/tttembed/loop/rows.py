@@ -65,6 +65,36 @@ class Reward:
 
 
 @dataclass(frozen=True)
+class ClickReward:
+    """One (task, query text, doc)'s click reward as a learning cycle estimated it (the
+    ``click_rewards`` table, ``source`` "clicks"): ``reward`` in [0, 1] (the doubly robust
+    estimate where ``judge``, the judge's reward the clicks corrected, is not None; else
+    the clipped inverse-propensity rate shrunk toward the task's mean), from ``clicks`` in
+    ``impressions`` (``exposure`` = Σ max(θ_rank, clip)); ``raw`` the unshrunk rate and
+    ``variance`` its variance; ``mode`` ``ips`` or ``naive``; ``basis`` the propensities'
+    method (``harvest``, ``em``, ``none``: θ = 1) resting on ``interventions`` (query, doc)
+    pairs seen at two ranks; ``created`` the cycle's time; ``trusted`` as for judge
+    rewards (False while promotions are frozen, or after a drift audit distrusted it)."""
+
+    task: str
+    query: str
+    doc_id: str
+    reward: float
+    clicks: int
+    impressions: int
+    exposure: float = 0.0
+    variance: float = 0.0
+    raw: float = 0.0
+    mode: str = "ips"
+    basis: str = "none"
+    interventions: int = 0
+    judge: float | None = None
+    created: float = 0.0
+    trusted: bool = True
+    source: str = "clicks"
+
+
+@dataclass(frozen=True)
 class Event:
     """One user action on a served document: ``action`` ``click``, ``dwell`` or any other
     name a client sends (``add_to_cart``, ...; only ``click`` counts as a click), by
@@ -154,6 +184,9 @@ class Store(Protocol):
     def add_rewards(self, rows: Sequence[Reward]) -> None: ...
     def rewards(self, trusted_only: bool = True) -> list[Reward]: ...
     def distrust(self, since: float) -> int: ...
+    def add_click_rewards(self, rows: Sequence[ClickReward]) -> int: ...
+    def click_rewards(self, trusted: bool | None = None) -> list[ClickReward]: ...
+    def click_reward_counts(self) -> dict[str, int]: ...
     def counts(self) -> dict[str, Any]: ...
     def searches_after(self, cursor: Cursor, limit: int = ...) -> list[SearchLog]: ...
     def feedback_after(self, cursor: Cursor, limit: int = ...) -> list[Feedback]: ...
@@ -192,6 +225,7 @@ CLICK_SETTLE_S = 300.0
 CLICK = "click"
 
 
-__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Cursor",
+__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps",
+           "ClickReward", "Cursor",
            "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
            "SearchLog", "Store", "cursor_floor"]

@@ -39,7 +39,7 @@ from tttembed.loop.online import OnlineTest
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
 from tttembed.loop.status import HEARTBEAT_S, LoopState, beat, read_status_checked, write_status
 from tttembed.loop.store import SearchLog, Store, open_store
-from tttembed.registry.base import index_record
+from tttembed.registry.base import LockLost, index_record
 from tttembed.registry.open import open_registry
 
 log = logging.getLogger("tttembed.loop")
@@ -106,6 +106,8 @@ class Loop:
         self.store.open_account(self.state.drift_pairs)
         self.bucket = Bucket(config.judge_rpm)
         self.stop = threading.Event()
+        #: set when another learner took the learner lock (this one then stops)
+        self.lost: LockLost | None = None
         self._base: LRU[tuple[str, ...]] = LRU(BASE_CACHE)
         self._written: dict[str, Any] = {}
         self._written_at = 0.0
@@ -182,11 +184,15 @@ class Loop:
         try:
             if s.frozen and thawed_by_user(s, self.registry):
                 s.frozen, s.reason = False, ""
-            apply_audit(s, self.auditor.run(s.cycles, self.config.judge_budget), self.store)
+            view = self.learner.click_view()
+            apply_audit(s, self.auditor.run(s.cycles, self.config.judge_budget, view),
+                        self.store)
+            self.learner.record_clicks(view, trusted=not s.frozen)
             if s.frozen:
                 return None
             cycle = self.learner.cycle(self.budget_left(), frozen=s.frozen, trigger=trigger,
-                                       new_pairs=self._rewarded() - s.rewards_at_cycle)
+                                       new_pairs=self._rewarded() - s.rewards_at_cycle,
+                                       view=view)
             s.cycles += 1
             s.last_cycle = {"version": cycle.version.name if cycle.version else None,
                             "promoted": cycle.promoted, "reason": cycle.reason,
@@ -214,7 +220,7 @@ class Loop:
             return {"mode": "off"}
         view = self.learner.last_clicks
         return {"mode": self.clicks.mode, "read": self.clicks.clicks,
-                "window": len(self.clicks.window),
+                "window": len(self.clicks.window), "stored": self.learner.click_rows,
                 **(view.to_dict() if view is not None else {})}
 
     def _online_step(self) -> bool:
@@ -270,7 +276,10 @@ class Loop:
             except Exception as exc:  # noqa: BLE001  (keep learning; say why in the status)
                 self.state.error = " ".join(f"{type(exc).__name__}: {exc}".split())
                 wait = self.failures.failed(exc, self.config.poll_s)
-                self.save()
+                try:
+                    self.save()
+                except (TTTEmbedError, OSError) as why:  # the store (or registry) is down
+                    log.warning("status not written: %s", " ".join(str(why).split()))
             self.stop.wait(wait)
 
     def _heartbeat(self) -> None:
@@ -278,6 +287,10 @@ class Loop:
         while not self.stop.is_set():
             try:
                 beat(self.registry)
+            except LockLost as exc:
+                self.lost = exc
+                self.stop.set()
+                return
             except (OSError, TTTEmbedError) as exc:
                 log.warning("heartbeat not written: %s", exc)
             self.stop.wait(HEARTBEAT_S)
@@ -353,6 +366,8 @@ def run_loop(config: LoopConfig) -> None:
             signal.signal(sig, _stopper(loop))
         with loop.registry.learner_lock():  # one learner per registry
             loop.run()
+        if loop.lost is not None:
+            raise loop.lost
     finally:
         loop.close()
 

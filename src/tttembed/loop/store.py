@@ -20,6 +20,13 @@ Tables:
   validation, drift and audit re-scores), written *before* the judge is asked, in one
   transaction with the check against the budget (:meth:`SQLStore.reserve`), so no
   number of learners, restarts or kills can pay more than the budget.
+- ``click_rewards``: each learning cycle's click rewards for (task, query text,
+  document), ``source`` "clicks" (:class:`~tttembed.loop.rows.ClickReward`: the reward,
+  its clicks, impressions and variance, the mode and the propensities' basis), upserted
+  every cycle; a table of their own, so a judge reward for the same pair is never
+  overwritten. ``trusted`` as for judge rewards: False when written while promotions
+  are frozen, cleared by :meth:`SQLStore.distrust`; a distrusted row regains trust only
+  when a cycle that is not frozen re-estimates it from more impressions than it had;
 - ``events``, ``impressions``, ``interventions``: what users did with served results,
   what a client showed when it was not the served list, and the searches whose list was
   randomised (:mod:`tttembed.loop.clickstore`, mixed in; a store older than them gains
@@ -48,6 +55,7 @@ from tttembed.loop.rows import (
     SPEND_SOURCES,
     START,
     ClickCaps,
+    ClickReward,
     Cursor,
     Event,
     EventsStored,
@@ -82,8 +90,32 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS spend (
         id TEXT PRIMARY KEY, source TEXT NOT NULL, pairs INTEGER NOT NULL,
         created DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS click_rewards (
+        task TEXT NOT NULL, query TEXT NOT NULL, doc_id TEXT NOT NULL,
+        reward DOUBLE PRECISION NOT NULL, clicks INTEGER NOT NULL,
+        impressions INTEGER NOT NULL, exposure DOUBLE PRECISION, variance DOUBLE PRECISION,
+        raw DOUBLE PRECISION, mode TEXT NOT NULL, basis TEXT NOT NULL,
+        interventions INTEGER NOT NULL, judge DOUBLE PRECISION, source TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, trusted INTEGER NOT NULL,
+        PRIMARY KEY (task, query, doc_id))""",
+    "CREATE INDEX IF NOT EXISTS click_rewards_created ON click_rewards (created)",
     *CLICK_SCHEMA,
 )
+_CLICK_REWARD_COLUMNS = ("task, query, doc_id, reward, clicks, impressions, exposure, "
+                         "variance, raw, mode, basis, interventions, judge, source, created, "
+                         "trusted")
+#: An upsert keeps a distrusted row distrusted unless the new estimate is trusted and
+#: rests on more impressions than the distrusted one (new evidence).
+_CLICK_UPSERT = (
+    f"INSERT INTO click_rewards ({_CLICK_REWARD_COLUMNS}) VALUES "
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task, query, doc_id) "
+    "DO UPDATE SET reward = excluded.reward, clicks = excluded.clicks, "
+    "impressions = excluded.impressions, exposure = excluded.exposure, "
+    "variance = excluded.variance, raw = excluded.raw, mode = excluded.mode, "
+    "basis = excluded.basis, interventions = excluded.interventions, "
+    "judge = excluded.judge, source = excluded.source, created = excluded.created, "
+    "trusted = CASE WHEN excluded.trusted = 1 AND (click_rewards.trusted = 1 OR "
+    "excluded.impressions > click_rewards.impressions) THEN 1 ELSE 0 END")
 #: A search row as :func:`_search` reads it (with its intervention, "" when none).
 _SEARCH = ("SELECT s.search_id, s.task, s.query, s.created, s.version, s.ids, s.kind, "
            "s.replica, COALESCE(v.kind, '') FROM searches s "
@@ -211,11 +243,48 @@ class SQLStore(ClickSQL):
         return [_reward(r) for r in rows]
 
     def distrust(self, since: float) -> int:
-        """Clear ``trusted`` on every reward judged at or after ``since`` (drift)."""
+        """Clear ``trusted`` on every reward judged, and every click reward estimated, at
+        or after ``since`` (drift); the count of rows distrusted."""
+        n = 0
         with self._tx() as cur:
-            cur.execute(self._sql("UPDATE rewards SET trusted = 0 WHERE created >= ? AND "
-                                  "trusted = 1"), (since,))
-            return max(int(cur.rowcount or 0), 0)
+            for table in ("rewards", "click_rewards"):
+                cur.execute(self._sql(f"UPDATE {table} SET trusted = 0 WHERE created >= ? "
+                                      "AND trusted = 1"), (since,))
+                n += max(int(cur.rowcount or 0), 0)
+        return n
+
+    # -- click rewards ----------------------------------------------------------------
+    def add_click_rewards(self, rows: Sequence[ClickReward]) -> int:
+        """Upsert a cycle's click rewards (one row per (task, query, doc); trust as the
+        module docstring says); the count written."""
+        if not rows:
+            return 0
+        with self._tx() as cur:
+            cur.executemany(self._sql(_CLICK_UPSERT), [
+                (r.task, r.query, r.doc_id, float(r.reward), int(r.clicks),
+                 int(r.impressions), _finite(r.exposure), _finite(r.variance),
+                 _finite(r.raw), r.mode, r.basis, int(r.interventions),
+                 None if r.judge is None else _finite(r.judge), r.source, float(r.created),
+                 int(r.trusted)) for r in rows])
+        return len(rows)
+
+    def click_rewards(self, trusted: bool | None = None) -> list[ClickReward]:
+        """The stored click rewards (``trusted`` True: trusted ones only, False: the
+        distrusted ones only, None: all), by (task, query, doc)."""
+        where = "" if trusted is None else f" WHERE trusted = {int(bool(trusted))}"
+        with self._tx() as cur:
+            cur.execute(f"SELECT {_CLICK_REWARD_COLUMNS} FROM click_rewards{where} "
+                        "ORDER BY task, query, doc_id")
+            rows = cur.fetchall()
+        return [_click_reward(r) for r in rows]
+
+    def click_reward_counts(self) -> dict[str, int]:
+        """Stored click rewards: ``click_rewards`` in all, ``click_untrusted`` of them
+        (apart from :meth:`counts`, whose keys callers compare whole)."""
+        with self._tx() as cur:
+            cur.execute("SELECT COUNT(*), COALESCE(SUM(1 - trusted), 0) FROM click_rewards")
+            total, untrusted = cur.fetchone()
+        return {"click_rewards": int(total), "click_untrusted": int(untrusted)}
 
     # -- incremental reads ------------------------------------------------------------
     def searches_after(self, cursor: Cursor, limit: int = PAGE) -> list[SearchLog]:
@@ -321,6 +390,16 @@ def _reward(r: Sequence[Any]) -> Reward:
                   float(r[4]), r[5], bool(r[6]), bool(r[7]))
 
 
+def _click_reward(r: Sequence[Any]) -> ClickReward:
+    def num(x: Any) -> float:
+        return float("nan") if x is None else float(x)
+
+    return ClickReward(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), num(r[6]),
+                       num(r[7]), num(r[8]), r[9], r[10], int(r[11]),
+                       None if r[12] is None else float(r[12]), float(r[14]), bool(r[15]),
+                       r[13])
+
+
 def _finite(value: float) -> float | None:
     return None if value != value else float(value)
 
@@ -391,6 +470,6 @@ def sqlite_from_spec(rest: str) -> SQLiteStore:
     return SQLiteStore(rest)
 
 
-__all__ = ["PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Cursor", "Event", "EventsStored",
-           "Feedback", "Impression", "RankClicks", "Reward", "SQLStore", "SQLiteStore",
+__all__ = ["PAGE", "SPEND_SOURCES", "START", "ClickCaps", "ClickReward", "Cursor", "Event",
+           "EventsStored", "Feedback", "Impression", "RankClicks", "Reward", "SQLStore", "SQLiteStore",
            "SearchLog", "Store", "open_store", "sqlite_from_spec"]

@@ -8,13 +8,16 @@ from tttembed.loop.clicks.rewards import (
     ClickRewards,
     ClickStat,
     DRStat,
+    JudgeGap,
     click_rewards,
     click_stats,
     doubly_robust,
+    judge_gap,
 )
 from tttembed.loop.clicks.sequential import SequentialTest, first_decisions
 from tttembed.loop.clicks.shown import Shown
 
-__all__ = ["ClickRewards", "ClickStat", "DRStat", "Interleaving", "Propensities",
+__all__ = ["ClickRewards", "ClickStat", "DRStat", "Interleaving", "JudgeGap", "Propensities",
            "SequentialTest", "Shown", "click_rewards", "click_stats", "credit",
-           "doubly_robust", "estimate", "first_decisions", "flat", "team_draft"]
+           "doubly_robust", "estimate", "first_decisions", "flat", "judge_gap",
+           "team_draft"]

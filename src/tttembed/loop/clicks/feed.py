@@ -6,7 +6,9 @@ The window keeps the newest :data:`MAX_SHOWN` shown records (a year of traffic n
 sits in memory; old clicks age out), so a cycle's cost is bounded by the window, not by
 all past traffic. With a judge, a pair that has both a judge reward and clicks takes the
 doubly robust estimate (the judge as the direct model, clicks correct it); the mean
-judge-click disagreement is reported beside the propensities.
+judge-click disagreement is reported beside the propensities, and the judge-click gap
+(:func:`tttembed.loop.clicks.rewards.judge_gap`) goes to the drift audit. Each cycle's
+click rewards become rows of the store (:meth:`ClickView.rows`, ``source`` "clicks").
 
 Interleaved searches (``Shown.test`` names the candidate) are also credited as they are
 read: per (search, session) +1 when the candidate's team got more clicks, -1 when the
@@ -26,10 +28,18 @@ import numpy as np
 
 from tttembed.loop.clicks.interleave import Interleaving, credit
 from tttembed.loop.clicks.propensity import Propensities, estimate, flat
-from tttembed.loop.clicks.rewards import ClickStat, click_rewards, doubly_robust
+from tttembed.loop.clicks.rewards import (
+    GAP_BASES,
+    ClickStat,
+    DRStat,
+    JudgeGap,
+    click_rewards,
+    doubly_robust,
+    judge_gap,
+)
 from tttembed.loop.clicks.shown import Shown
 from tttembed.loop.pending import Tail
-from tttembed.loop.rows import CLICK_SETTLE_S, Store
+from tttembed.loop.rows import CLICK_SETTLE_S, ClickReward, Store
 
 #: Shown records the window keeps at most (the oldest age out first).
 MAX_SHOWN = 1_000_000
@@ -45,7 +55,9 @@ ClickTextRewards = dict[tuple[str, str], dict[str, float]]
 class ClickView:
     """What one cycle reads from the window: ``rewards`` by (task, text), their
     statistics, the propensities, the sessions given no weight and the judge-click
-    disagreement (mean, over pairs with both; None without such pairs)."""
+    disagreement (mean, over pairs with both; None without such pairs); ``robust`` the
+    doubly robust estimates, ``gap`` the judge-click gap the drift audit checks (None:
+    too few pairs with both), ``mode`` the feed's."""
 
     rewards: ClickTextRewards
     stats: tuple[ClickStat, ...]
@@ -53,6 +65,9 @@ class ClickView:
     dropped_sessions: tuple[str, ...]
     disagreement: float | None = None
     combined: int = 0
+    robust: tuple[DRStat, ...] = ()
+    gap: JudgeGap | None = None
+    mode: str = "ips"
 
     @property
     def pairs(self) -> int:
@@ -62,7 +77,25 @@ class ClickView:
         return {"propensities": self.propensities.to_dict(), "pairs": self.pairs,
                 "clicked_pairs": sum(1 for s in self.stats if s.clicks),
                 "dropped_sessions": len(self.dropped_sessions),
-                "judge_disagreement": self.disagreement, "doubly_robust_pairs": self.combined}
+                "judge_disagreement": self.disagreement, "doubly_robust_pairs": self.combined,
+                "judge_gap": self.gap.as_dict() if self.gap is not None else None}
+
+    def rows(self, created: float, *, trusted: bool) -> list[ClickReward]:
+        """The store's rows of this view (one per pair of ``stats``): the reward the
+        learner uses (doubly robust where a judge reward was corrected), its counts and
+        variance, the mode and the propensities' basis."""
+        judge = {(d.task, d.query, d.doc_id): d.judge for d in self.robust}
+        prop = self.propensities
+        basis = prop.method if self.mode == "ips" else "none"
+        out = []
+        for s in self.stats:
+            reward = self.rewards.get((s.task, s.query), {}).get(s.doc_id, s.reward)
+            out.append(ClickReward(
+                s.task, s.query, s.doc_id, float(reward), s.clicks, s.impressions,
+                s.exposure, s.variance, s.raw, self.mode, basis,
+                prop.interventions if self.mode == "ips" else 0,
+                judge.get((s.task, s.query, s.doc_id)), created, trusted))
+        return out
 
 
 @dataclass
@@ -112,20 +145,21 @@ class ClickFeed:
         """Propensities and click rewards of the window (module docstring)."""
         shown = list(self.window)
         if self.mode == "off" or not any(s.clicked for s in shown):
-            return ClickView({}, (), flat(self.k), ())
+            return ClickView({}, (), flat(self.k), (), mode=self.mode)
         prop = estimate(shown, self.k, seed=self.seed)
         got = click_rewards(shown, prop, naive=self.mode == "naive")
         out: ClickTextRewards = {}
         for s in got.stats:
             out.setdefault((s.task, s.query), {})[s.doc_id] = s.reward
-        disagreement, combined = None, 0
+        disagreement, dr, gap = None, [], None
         if judge and self.mode == "ips":
-            dr = doubly_robust(shown, prop, judge)
+            dr = doubly_robust(got.cleaned, prop, judge)
             for d in dr:
                 out.setdefault((d.task, d.query), {})[d.doc_id] = d.reward
-            combined = len(dr)
             disagreement = float(np.mean([d.disagreement for d in dr])) if dr else None
-        return ClickView(out, got.stats, prop, got.dropped_sessions, disagreement, combined)
+            gap = judge_gap(got.stats, judge) if prop.method in GAP_BASES else None
+        return ClickView(out, got.stats, prop, got.dropped_sessions, disagreement, len(dr),
+                         tuple(dr), gap, self.mode)
 
 
 def _credits(page: list[Shown]) -> list[tuple[str, int]]:
