@@ -894,7 +894,10 @@ def merged(paths: Sequence[Path], seed: int) -> list[dict[str, Any]]:
 
     tasks: dict[str, dict[str, Any]] = {}
     for path in paths:
-        for t in json.loads(path.read_text())["tasks"]:
+        got = json.loads(path.read_text())
+        for t in got["tasks"]:
+            t.setdefault("searches", got["args"]["searches"])  # files before these keys
+            t.setdefault("windows", got["args"]["windows"])
             into = tasks.setdefault(t["task"], {**t, "runs": {}})
             if (into["searches"], into["windows"]) != (t["searches"], t["windows"]):
                 raise SystemExit(f"{path}: {t['task']} was run with another stream "
