@@ -16,8 +16,9 @@ import pytest
 from tests.pg import new_database, postgres_instance
 from tttembed.adapt.state import AdaptState
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.registry.cache import content_id
 from tttembed.registry.open import open_registry
-from tttembed.registry.postgres import PostgresRegistry, RegistryUnavailable, content_id
+from tttembed.registry.postgres import PostgresRegistry, RegistryUnavailable
 
 pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'tttembed[loop]'")
 

@@ -58,6 +58,17 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def scrub(exc: BaseException, dsn: str) -> str:
+    """The driver's message on one line, without the password of ``dsn`` should it quote
+    it."""
+    text = _one_line(str(exc)) or type(exc).__name__
+    try:
+        secret = urlsplit(dsn).password
+    except ValueError:
+        secret = None
+    return text.replace(secret, "***") if secret and len(secret) >= 3 else text
+
+
 def _import_psycopg() -> Any:
     try:
         import psycopg
@@ -123,13 +134,7 @@ class PostgresStore(SQLStore):
         return conn
 
     def _scrub(self, exc: BaseException) -> str:
-        """The driver's message on one line, without the password should it quote it."""
-        text = _one_line(str(exc)) or type(exc).__name__
-        try:
-            secret = urlsplit(self._dsn).password
-        except ValueError:
-            secret = None
-        return text.replace(secret, "***") if secret and len(secret) >= 3 else text
+        return scrub(exc, self._dsn)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -169,4 +174,4 @@ def from_spec(rest: str) -> PostgresStore:
     return PostgresStore("postgresql:" + rest)
 
 
-__all__ = ["PostgresStore", "from_spec", "mask_url"]
+__all__ = ["PostgresStore", "from_spec", "mask_url", "scrub"]

@@ -29,11 +29,4 @@ def open_registry(spec: str | Path, *, create: bool = False,
     return Registry(spec, create=create, index=index)
 
 
-def registry_cache(spec: str | Path) -> Path | None:
-    """Where a database registry keeps its local copy (None: a folder is its own)."""
-    from tttembed.registry.postgres import default_cache, is_url
-
-    return default_cache(str(spec)) if is_url(spec) else None
-
-
-__all__ = ["open_registry", "registry_cache"]
+__all__ = ["open_registry"]

@@ -27,11 +27,9 @@ One learner at a time holds the session advisory lock :data:`LEARNER_LOCK`.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import re
-import shutil
 import tempfile
 import threading
 import time
@@ -42,8 +40,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tttembed.adapt.state import AdaptState, save_state
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.core.io import atomic_directory, fault_point, now_utc, read_json, write_json
-from tttembed.core.locks import writer_lock
+from tttembed.core.io import fault_point, now_utc
+from tttembed.loop.postgres import scrub
 from tttembed.registry.base import (
     FORMAT,
     FORMAT_VERSION,
@@ -56,6 +54,7 @@ from tttembed.registry.base import (
     promotions,
     version_number,
 )
+from tttembed.registry.cache import VersionCache, content_id, default_cache
 from tttembed.registry.versions import holder
 
 if TYPE_CHECKING:
@@ -70,7 +69,6 @@ LEARNER_LOCK = 0x6C65_6172_6E65_72  # "learner"
 CONNECT_TIMEOUT_S = 5
 #: Tries (and the first pause, doubled each time) of a write the database dropped.
 WRITE_TRIES, WRITE_PAUSE_S = 4, 0.5
-SIDECAR = "vectors.json"
 _FIX = ("check that PostgreSQL runs there and that the host, port, user, password and "
         "database in the URL (or the PG* variables) are right")
 
@@ -140,26 +138,6 @@ def from_spec(rest: str, **options: Any) -> PostgresRegistry:
     return PostgresRegistry("postgresql:" + rest, **options)
 
 
-def content_id(manifest: Mapping[str, Any], state: bytes | None, sidecar: bytes | None) -> str:
-    """A version's content address: sha256 of its manifest (without the name, id and
-    time the registry gives it) and its state file bytes."""
-    body = {k: v for k, v in manifest.items() if k not in ("version", "id", "created")}
-    h = hashlib.sha256(b"tttembed-version\0")
-    for part in (json.dumps(body, sort_keys=True, default=str).encode(), state or b"",
-                 sidecar or b""):
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return "sha256:" + h.hexdigest()
-
-
-def default_cache(url: str) -> Path:
-    from tttembed.core.paths import cache_dir
-    from tttembed.loop.postgres import mask_url
-
-    tag = hashlib.sha256(mask_url(url).encode()).hexdigest()[:16]
-    return cache_dir() / "registry" / tag
-
-
 class PostgresRegistry(RegistryBase):
     """One index's state versions in the database at ``url``. ``offline_ok``: when the
     database cannot be reached but ``cache`` holds the registry's manifest, open
@@ -174,6 +152,7 @@ class PostgresRegistry(RegistryBase):
         self._dsn = url.strip()
         self.location = mask_url(self._dsn)
         self.cache = Path(cache) if cache else default_cache(self._dsn)
+        self.copies = VersionCache(self.cache)
         self.connect_timeout = connect_timeout
         self._lock = threading.RLock()
         self._conn: Any = None
@@ -183,15 +162,15 @@ class PostgresRegistry(RegistryBase):
         try:
             self.manifest = self._open(create, index)
         except RegistryUnavailable as exc:
-            cached = self.cache / "registry.json"
             if not offline_ok:
                 raise
-            if not cached.is_file():
+            cached = self.copies.manifest()
+            if cached is None:
                 raise RegistryUnavailable(
                     f"{' '.join(str(exc).split())}; and this machine has no cached served "
                     f"version in {self.cache} to serve meanwhile: start it when the database "
                     "answers") from None
-            self.manifest = read_json(cached, what="cached registry manifest")
+            self.manifest = cached
             self.offline = True
             log.warning("registry %s unreachable: serving from the cache %s until it "
                         "answers", self.location, self.cache)
@@ -217,14 +196,7 @@ class PostgresRegistry(RegistryBase):
         return conn
 
     def _scrub(self, exc: BaseException) -> str:
-        from urllib.parse import urlsplit
-
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        try:
-            secret = urlsplit(self._dsn).password
-        except ValueError:
-            secret = None
-        return text.replace(secret, "***") if secret and len(secret) >= 3 else text
+        return scrub(exc, self._dsn)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -280,8 +252,7 @@ class PostgresRegistry(RegistryBase):
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise DataError(f"registry {self.location}: not a registry manifest (format is "
                             f"not {FORMAT!r})")
-        self.cache.mkdir(parents=True, exist_ok=True)
-        write_json(self.cache / "registry.json", doc)
+        self.copies.keep_manifest(doc)
         return doc
 
     def _retry(self, what: str, fn: Any) -> Any:
@@ -302,9 +273,6 @@ class PostgresRegistry(RegistryBase):
         raise AssertionError("unreachable")
 
     # -- reading --------------------------------------------------------------------
-    def _folder(self, vid: str) -> Path:
-        return self.cache / "versions" / vid.removeprefix("sha256:")
-
     def versions(self) -> list[Version]:
         return [v for v in self.survey().versions if not v.broken]
 
@@ -325,12 +293,12 @@ class PostgresRegistry(RegistryBase):
                 if not isinstance(manifest, dict):
                     raise DataError(f"registry {self.location}: the manifest of {name} is not "
                                     "an object")
-                out.append(Version(name, self._folder(vid), manifest, last.get("at"),
+                out.append(Version(name, self.copies.folder(vid), manifest, last.get("at"),
                                    last.get("by"), id=vid))
             except DataError as exc:
                 line = " ".join(str(exc).split())
                 problems.append(line)
-                out.append(Version(name, self._folder(vid), {"version": name},
+                out.append(Version(name, self.copies.folder(vid), {"version": name},
                                    last.get("at"), last.get("by"), broken=line, id=vid))
         return Survey(out, record.get("served"), record["history"], problems)
 
@@ -341,7 +309,7 @@ class PostgresRegistry(RegistryBase):
         try:
             return self._get(number, name)
         except RegistryUnavailable:
-            cached = self._cached(name)  # the database is down: the copy served before
+            cached = self.copies.find(name)  # the database is down: the copy served before
             if cached is None:
                 raise
             return cached
@@ -357,15 +325,15 @@ class PostgresRegistry(RegistryBase):
             raise ConfigError(f"registry {self.location} has no version {name!r} "
                               f"(versions: {known})")
         vid, text = row
-        folder = self._folder(vid)
-        if not self._verified(folder, vid):
-            self._fetch(number, name, folder)
+        folder = self.copies.folder(vid)
+        if not self.copies.verified(vid):
+            self._fetch(number, name)
         last = promotions(self.served_record()["history"]).get(name, {})
         return Version(name, folder, _json(text, f"manifest of {name}"), last.get("at"),
                        last.get("by"), id=vid)
 
     @reconnecting
-    def _fetch(self, number: int, name: str, folder: Path) -> None:
+    def _fetch(self, number: int, name: str) -> None:
         with self._tx() as cur:
             cur.execute("SELECT id, manifest, state, sidecar FROM registry_versions "
                         "WHERE number = %s", (number,))
@@ -378,47 +346,7 @@ class PostgresRegistry(RegistryBase):
             raise DataError(f"registry {self.location}: the bytes of {name} do not match its "
                             f"id {vid} (a damaged row): refused",
                             fix="promote another version; re-register this one")
-        with writer_lock(folder, wait=True):  # another process of this cache may fetch it too
-            if self._verified(folder, vid):
-                return
-            self._write_copy(folder, manifest, state, sidecar)
-
-    @staticmethod
-    def _write_copy(folder: Path, manifest: Mapping[str, Any], state: bytes | None,
-                    sidecar: bytes | None) -> None:
-        with atomic_directory(folder) as tmp:
-            if state is not None:
-                (tmp / STATE_FILE).write_bytes(state)
-            if sidecar is not None:
-                (tmp / SIDECAR).write_bytes(sidecar)
-            write_json(tmp / "version.json", manifest)
-            for path in tmp.iterdir():
-                path.chmod(0o444)  # the cache is read-only: a copy, checked on every read
-
-    def _verified(self, folder: Path, vid: str) -> bool:
-        """Whether the cached copy of ``vid`` is there and still matches its id."""
-        try:
-            manifest = read_json(folder / "version.json", what="cached version")
-        except (DataError, OSError):
-            return False
-        state, sidecar = folder / STATE_FILE, folder / SIDECAR
-        return isinstance(manifest, dict) and content_id(
-            manifest, state.read_bytes() if state.exists() else None,
-            sidecar.read_bytes() if sidecar.exists() else None) == vid
-
-    def _cached(self, name: str) -> Version | None:
-        """The cached copy of version ``name`` (verified), or None."""
-        root = self.cache / "versions"
-        for folder in sorted(root.iterdir()) if root.is_dir() else []:
-            try:
-                manifest = read_json(folder / "version.json", what="cached version")
-            except (DataError, OSError):
-                continue
-            vid = "sha256:" + folder.name
-            if isinstance(manifest, dict) and manifest.get("version") == name and \
-                    self._verified(folder, vid):
-                return Version(name, folder, manifest, id=vid)
-        return None
+        self.copies.keep(vid, manifest, state, sidecar)
 
     @reconnecting
     def served_record(self) -> dict[str, Any]:
@@ -668,29 +596,13 @@ class PostgresRegistry(RegistryBase):
     def remember_served(self, version: Version | None) -> None:
         """Keep in the cache which version this process serves (read at a start while the
         database is down)."""
-        record = {"served": version.name if version else None,
-                  "id": version.id if version else None, "time": time.time()}
-        write_json(self.cache / "served.json", record, sync=False)
+        self.copies.remember(version)
 
     def cached_served(self) -> Version | None:
-        """The version this cache served last, verified (None: raw, or nothing cached).
-        Raises DataError when the cache remembers a version whose copy is damaged."""
-        path = self.cache / "served.json"
-        if not path.is_file():
-            return None
-        record = read_json(path, what="cached served version")
-        vid = record.get("id") if isinstance(record, dict) else None
-        if not vid:
-            return None
-        folder = self._folder(str(vid))
-        if not self._verified(folder, str(vid)):
-            raise DataError("the cached served version does not match its id", path=folder,
-                            fix="start the replica when the database answers")
-        manifest = read_json(folder / "version.json", what="cached version")
-        return Version(str(record.get("served")), folder, manifest, id=str(vid))
+        return self.copies.served()
 
     def has_cached_served(self) -> bool:
-        return (self.cache / "served.json").is_file()
+        return self.copies.has_served()
 
     def default_store(self) -> Store:
         from tttembed.loop.postgres import PostgresStore
@@ -705,11 +617,6 @@ class PostgresRegistry(RegistryBase):
                         conn.close()
             self._conn = self._listen = None
 
-    def drop_cache(self) -> None:
-        """Remove the local cache (tests; a replica rebuilds it from the database)."""
-        shutil.rmtree(self.cache, ignore_errors=True)
-
-
 def _json(text: Any, what: str, *, strict: bool = True) -> Any:
     try:
         return json.loads(text)
@@ -720,4 +627,4 @@ def _json(text: Any, what: str, *, strict: bool = True) -> Any:
 
 
 __all__ = ["CHANNEL", "LEARNER_LOCK", "PostgresRegistry", "RegistryUnavailable",
-           "content_id", "default_cache", "from_spec", "is_url"]
+           "from_spec", "is_url"]
