@@ -317,6 +317,14 @@ def test_the_reward_sweep_on_one_tiny_task(tmp_path, env, tiny):
     assert (tmp_path / "out" / "reward_sweep.png").stat().st_size > 0
 
 
+def test_the_adapter_decay_sweep_on_the_tiny_train_split(tmp_path, env, tiny):
+    r = run(BENCH / "sweep_adapter_decay.py", [str(tiny), "--decays", "0.3"], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    row = r.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"0\.3 \| [+-]\d+\.\d\d \[.*\] \| [+-]\d+\.\d\d \[.*\] \| "
+                        r"[+-]\d+\.\d\d", row), r.stdout
+
+
 def test_the_fault_matrix_on_two_cases(tmp_path, env):
     # two plain cases: pytest's third-party plugins are not loaded (a faster collection)
     r = run(BENCH / "fault_matrix.py", ["-k", "redaction_happens_before_truncation or "

@@ -31,7 +31,7 @@ from tttembed.index.base import Index
 from tttembed.loop.clicks.feed import ClickFeed, ClickView
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, Triple
-from tttembed.loop.nojudge import UnseenAsZero
+from tttembed.loop.nojudge import UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.promote import PromotionCheck, check_promotion, verdict
 from tttembed.loop.store import Store
@@ -174,8 +174,9 @@ class Learner:
         cap = max(round(self.config.validate_share * fresh), 0)
         if self.config.has_judge:
             cap = max(min(budget_left, cap), 0)
-        pay: JudgePay | UnseenAsZero = JudgePay(self.judge, qs) if self.config.has_judge \
-            else UnseenAsZero()
+        pay: JudgePay | UnseenAtFloor = JudgePay(self.judge, qs) if self.config.has_judge \
+            else UnseenAtFloor(key_floors(qs.keys, qs.tasks,
+                                          view.floors if view is not None else {}))
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
                            scorer=self.judge.scorer.spec, budget=n_pairs,

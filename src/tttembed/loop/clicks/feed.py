@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,10 @@ from tttembed.loop.rows import CLICK_SETTLE_S, ClickReward, Store
 
 #: Shown records the window keeps at most (the oldest age out first).
 MAX_SHOWN = 1_000_000
+#: The tail of the list whose documents set a task's unseen floor: pairs shown only at the
+#: last ``TAIL_RANKS`` ranks (8-10 of 10). Fixed by the list's shape (the documents a
+#: candidate displaces first), never tuned on evaluation labels.
+TAIL_RANKS = 3
 #: Ways a click becomes a reward (``--clicks``): debiased by the propensities, or the
 #: naive click-through rate (for comparison only, never the default).
 CLICK_MODES = ("ips", "naive", "off")
@@ -68,6 +72,8 @@ class ClickView:
     robust: tuple[DRStat, ...] = ()
     gap: JudgeGap | None = None
     mode: str = "ips"
+    #: per task, what a pair nobody was shown is worth (:func:`unseen_floors`)
+    floors: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def pairs(self) -> int:
@@ -78,7 +84,8 @@ class ClickView:
                 "clicked_pairs": sum(1 for s in self.stats if s.clicks),
                 "dropped_sessions": len(self.dropped_sessions),
                 "judge_disagreement": self.disagreement, "doubly_robust_pairs": self.combined,
-                "judge_gap": self.gap.as_dict() if self.gap is not None else None}
+                "judge_gap": self.gap.as_dict() if self.gap is not None else None,
+                "unseen_floor": {t: round(v, 4) for t, v in sorted(self.floors.items())}}
 
     def rows(self, created: float, *, trusted: bool) -> list[ClickReward]:
         """The store's rows of this view (one per pair of ``stats``): the reward the
@@ -159,7 +166,27 @@ class ClickFeed:
             disagreement = float(np.mean([d.disagreement for d in dr])) if dr else None
             gap = judge_gap(got.stats, judge) if prop.method in GAP_BASES else None
         return ClickView(out, got.stats, prop, got.dropped_sessions, disagreement, len(dr),
-                         tuple(dr), gap, self.mode)
+                         tuple(dr), gap, self.mode,
+                         unseen_floors(got.cleaned, got.stats, self.k))
+
+
+def unseen_floors(shown: Sequence[Shown], stats: Sequence[ClickStat], k: int,
+                  tail: int = TAIL_RANKS) -> dict[str, float]:
+    """Per task, the mean click reward of the (query, doc) pairs of ``stats`` that
+    ``shown`` placed only at the last ``tail`` of ranks 1..``k``: what a document no user
+    was shown is worth in the no-judge validation (:mod:`tttembed.loop.nojudge`). Tasks
+    with no such pair have no floor."""
+    best: dict[tuple[str, str, str], int] = {}
+    for s in shown:
+        key = (s.task, s.query, s.doc_id)
+        best[key] = min(best.get(key, s.rank), s.rank)
+    cut = max(k - tail, 0)
+    sums: dict[str, list[float]] = {}
+    for st in stats:
+        rank = best.get((st.task, st.query, st.doc_id))
+        if rank is not None and rank > cut:
+            sums.setdefault(st.task, []).append(st.reward)
+    return {t: float(np.mean(v)) for t, v in sums.items()}
 
 
 def _credits(page: list[Shown]) -> list[tuple[str, int]]:
@@ -180,4 +207,5 @@ def _shown_key(s: Shown) -> str:
     return f"{s.search_id}\x1f{s.session}\x1f{s.rank:04d}"
 
 
-__all__ = ["CLICK_MODES", "MAX_SHOWN", "ClickFeed", "ClickTextRewards", "ClickView"]
+__all__ = ["CLICK_MODES", "MAX_SHOWN", "TAIL_RANKS", "ClickFeed", "ClickTextRewards", "ClickView",
+           "unseen_floors"]
