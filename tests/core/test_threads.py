@@ -3,6 +3,9 @@ keeps busy (measured from /proc/stat between calls, this process's own time left
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from tttembed.core import devices
@@ -119,3 +122,36 @@ def test_threads_option_is_the_root_option_wherever_it_is_written(monkeypatch):
         devices.os.environ.pop(devices.THREADS_ENV, None)  # set by the command, not by us
     bad = CliRunner().invoke(app, ["--threads", "0", "compare", "--help"])
     assert bad.exit_code == 2 and devices.THREADS_ENV not in devices.os.environ
+
+
+def test_applying_a_state_leaves_numpy_one_blas_thread_and_faiss_its_own(tmp_path):
+    """OpenBLAS workers spin after a call and halve the FAISS search or model call next to
+    them: applying a state sets numpy's own BLAS to one thread (in a fresh process, so
+    nothing earlier decided it), and FAISS's thread pools keep theirs."""
+    import subprocess
+    import sys
+
+    code = """
+import json, os, numpy as np, faiss
+from threadpoolctl import threadpool_info
+from tttembed.adapt import AdaptState, apply_states
+home = os.path.dirname(os.path.abspath(np.__file__))
+def pools():
+    return {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+before = pools()
+st = AdaptState("task", ("t",), np.full((1, 4), 0.1, np.float32), np.full(1, 0.5),
+                np.ones(1, np.int64), identity="x", dim=4)
+apply_states(np.eye(4, dtype=np.float32), {"task": ["t"] * 4}, [st])
+print(json.dumps({"home": home, "before": before, "after": pools()}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"},
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    mine = [p for p in got["after"] if p.startswith(got["home"])]
+    assert mine, got  # numpy's wheel carries its BLAS
+    assert all(got["before"][p] == 2 for p in mine), got
+    assert all(got["after"][p] == 1 for p in mine), got
+    others = [p for p in got["after"] if not p.startswith(got["home"])]
+    assert others and all(got["after"][p] == got["before"][p] for p in others), got

@@ -16,6 +16,7 @@ from tttembed.adapt.adapter import map_deltas
 from tttembed.adapt.neighbour import key_tasks, transfer
 from tttembed.adapt.scopes import key_scopes, precedence, query_keys
 from tttembed.adapt.state import AdaptState
+from tttembed.core.devices import quiet_numpy_blas
 from tttembed.core.errors import DataError, StateMismatch
 
 __all__ = ["apply_state", "apply_states", "lookup_keys", "neighbour_deltas", "state_deltas",
@@ -44,6 +45,7 @@ def apply_states(
     Precedence is query > task > global; within one scope the first state listed that
     holds the key wins. ``keys_by_scope[scope]`` gives each query's key under ``scope``.
     """
+    quiet_numpy_blas()  # the maps' and the neighbours' products must not slow FAISS next
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise DataError(f"query vectors must be (n, d), got shape {x.shape}")

@@ -64,6 +64,42 @@ def one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
+_QUIET_LOCK = threading.Lock()
+_QUIET: list[bool] = []
+
+
+def quiet_numpy_blas() -> None:
+    """From the first call on, numpy's own BLAS (the OpenBLAS numpy's wheels carry) runs
+    one thread in this process; FAISS's and torch's thread pools are left as they are.
+
+    OpenBLAS's worker threads spin for a while after every call; a product as small as a
+    state's map (3,000 x 384 by 384 x 8) or a neighbour lookup (32 x 384 by 384 x 300)
+    wakes them, and the FAISS search or the model call that follows on the same cores
+    runs at about half speed (measured on 2 cores: a FAISS search of 3,000 queries 66 ms
+    alone, 126 ms right after such a product, 65 ms with this). Every numpy product on
+    the project's hot paths is small or already runs in :func:`one_blas_thread`, so
+    nothing loses its threads. Called by :func:`use_threads` and by the one home of
+    applying a state (:func:`tttembed.adapt.apply.apply_states`); cheap after the first
+    call."""
+    if _QUIET:
+        return
+    with _QUIET_LOCK:
+        if _QUIET:
+            return
+        _QUIET.append(True)
+        try:
+            import numpy
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # pragma: no cover
+            return
+        home = os.path.dirname(os.path.abspath(numpy.__file__))
+        for lib in ThreadpoolController().lib_controllers:
+            path = os.path.abspath(lib.filepath or "")
+            if lib.user_api == "blas" and (path.startswith(home + ".libs" + os.sep)
+                                           or path.startswith(home + os.sep)):
+                lib.set_num_threads(1)
+
+
 def _cpu_times(cpus: set[int]) -> tuple[float, float]:
     """(idle, total) clock ticks of ``cpus`` from /proc/stat."""
     idle = total = 0.0
@@ -193,6 +229,7 @@ def use_threads(threads: int | None = None) -> int:
     return it. Call it right before a model runs."""
     import torch
 
+    quiet_numpy_blas()
     n = thread_count(threads)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
@@ -200,4 +237,4 @@ def use_threads(threads: int | None = None) -> int:
 
 
 __all__ = ["ENV", "THREADS_ENV", "cpu_threads", "free_cpus", "one_blas_thread", "pick_device",
-           "thread_count", "usable_cpus", "use_threads"]
+           "quiet_numpy_blas", "thread_count", "usable_cpus", "use_threads"]
