@@ -80,6 +80,9 @@ def test_clicks_alone_promote_a_better_version_and_pay_nothing(world, tmp_path, 
     status = loop.state.clicks
     assert status["mode"] == "ips" and status["read"] == clicks
     assert status["propensities"]["theta"][0] == 1.0
+    # what a document nobody was shown was worth in the checks, per task (/v1/loop)
+    floors = status["unseen_floor"]
+    assert floors and all(0.0 < f < 1.0 for f in floors.values()), floors
     loop.close()
 
 
