@@ -10,8 +10,8 @@ displaces at the bottom. Scoring it 0 instead would weigh two candidates unequal
 debiased rewards a shown irrelevant document keeps the users' noise click rate (about
 0.1 in our simulations), under naive ones about a tenth of that, so a 0 for unseen
 documents penalised every change ten times more under the debiased rewards (the
-SciFact miss of issue 36's first server run). Without clicks the floor is 0 (nothing is
-known about any document)."""
+SciFact miss of the first server runs, docs/results.md). Without clicks the floor is 0
+(nothing is known about any document)."""
 
 from __future__ import annotations
 
