@@ -124,7 +124,7 @@ def test_threads_option_is_the_root_option_wherever_it_is_written(monkeypatch):
     assert bad.exit_code == 2 and devices.THREADS_ENV not in devices.os.environ
 
 
-def test_applying_a_state_leaves_numpy_one_blas_thread_and_faiss_its_own(tmp_path):
+def test_applying_a_state_leaves_numpy_one_blas_thread_and_faiss_its_own():
     """OpenBLAS workers spin after a call and halve the FAISS search or model call next to
     them: applying a state sets numpy's own BLAS to one thread (in a fresh process, so
     nothing earlier decided it), and FAISS's thread pools keep theirs."""

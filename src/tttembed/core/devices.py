@@ -19,6 +19,7 @@ machine. ``OMP_NUM_THREADS`` is not needed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -64,10 +65,7 @@ def one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-_QUIET_LOCK = threading.Lock()
-_QUIET: list[bool] = []
-
-
+@functools.cache
 def quiet_numpy_blas() -> None:
     """From the first call on, numpy's own BLAS (the OpenBLAS numpy's wheels carry) runs
     one thread in this process; FAISS's and torch's thread pools are left as they are.
@@ -79,25 +77,19 @@ def quiet_numpy_blas() -> None:
     alone, 126 ms right after such a product, 65 ms with this). Every numpy product on
     the project's hot paths is small or already runs in :func:`one_blas_thread`, so
     nothing loses its threads. Called by :func:`use_threads` and by the one home of
-    applying a state (:func:`tttembed.adapt.apply.apply_states`); cheap after the first
-    call."""
-    if _QUIET:
+    applying a state (:func:`tttembed.adapt.apply.apply_states`); cached after the first
+    call (two first calls at once set the same limit twice, harmlessly)."""
+    try:
+        import numpy
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover
         return
-    with _QUIET_LOCK:
-        if _QUIET:
-            return
-        _QUIET.append(True)
-        try:
-            import numpy
-            from threadpoolctl import ThreadpoolController
-        except ImportError:  # pragma: no cover
-            return
-        home = os.path.dirname(os.path.abspath(numpy.__file__))
-        for lib in ThreadpoolController().lib_controllers:
-            path = os.path.abspath(lib.filepath or "")
-            if lib.user_api == "blas" and (path.startswith(home + ".libs" + os.sep)
-                                           or path.startswith(home + os.sep)):
-                lib.set_num_threads(1)
+    home = os.path.dirname(os.path.abspath(numpy.__file__))
+    for lib in ThreadpoolController().lib_controllers:
+        path = os.path.abspath(lib.filepath or "")
+        if lib.user_api == "blas" and (path.startswith(home + ".libs" + os.sep)
+                                       or path.startswith(home + os.sep)):
+            lib.set_num_threads(1)
 
 
 def _cpu_times(cpus: set[int]) -> tuple[float, float]:
