@@ -323,15 +323,3 @@ def test_postgres_without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(MissingDependency, match=r"tttembed\[loop\]"):
         PostgresStore("postgresql://bob@127.0.0.1:1/db")
-
-
-def test_mask_url() -> None:
-    from tttembed.loop.postgres import mask_url
-
-    assert mask_url("postgresql://u:p%40ss@h:5432/db") == "postgresql://u:***@h:5432/db"
-    assert mask_url("postgresql://u@h/db") == "postgresql://u@h/db"
-    assert mask_url("postgresql://h1:5432,h2:5433/db?sslmode=require") == (
-        "postgresql://h1:5432,h2:5433/db?sslmode=require")
-    assert mask_url("postgresql://u:pw@h1,h2/db?password=x&sslmode=require") == (
-        "postgresql://u:***@h1,h2/db?password=***&sslmode=require")
-    assert mask_url("postgresql://[::1/db") == "postgresql://[::1/db"

@@ -9,20 +9,19 @@ advisory lock, so replicas starting at once do not race on ``CREATE TABLE IF NOT
 EXISTS`` (which PostgreSQL does not make atomic: the loser fails on a unique index of
 ``pg_type``).
 
-PostgreSQL text cannot hold NUL characters; the store writes U+FFFD in their place (in
+PostgreSQL text cannot hold NUL characters; the store writes U+FFFD in their place
+(:mod:`tttembed.core.pg`, the plumbing it shares with the registry; in
 queries, ids and the by-query feedback key alike, so lookups still match).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from functools import lru_cache
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from tttembed.core.errors import ConfigError, MissingDependency
+from tttembed.core.errors import ConfigError
+from tttembed.core.pg import Words, connect, dead, mask_url
 from tttembed.loop.store import SCHEMA, SQLStore
 
 #: The key of the advisory lock taken while the schema is created (any constant shared
@@ -33,61 +32,12 @@ SPEND_LOCK = 0x7370_656E_64
 #: The advisory lock that serialises event writes, so the per-session caps hold ("events").
 EVENTS_LOCK = 0x6576_656E_7473
 CONNECT_TIMEOUT_S = 10
-_SECRET_KEYS = {"password", "passfile", "sslpassword"}
-
-
-def mask_url(url: str) -> str:
-    """``url`` with any password (in the user part or the query) written as ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return re.sub(r"(//[^:/@]*):[^@/]*@", r"\1:***@", url)
-    netloc = parts.netloc
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = userinfo.partition(":")[0] + ":***@" + hosts
-    query = parts.query
-    pairs = parse_qsl(query, keep_blank_values=True)
-    if any(k.lower() in _SECRET_KEYS for k, _ in pairs):
-        query = urlencode([(k, "***" if k.lower() in _SECRET_KEYS else v) for k, v in pairs],
-                          quote_via=quote, safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def scrub(exc: BaseException, dsn: str) -> str:
-    """The driver's message on one line, without the password of ``dsn`` should it quote
-    it."""
-    text = _one_line(str(exc)) or type(exc).__name__
-    try:
-        secret = urlsplit(dsn).password
-    except ValueError:
-        secret = None
-    return text.replace(secret, "***") if secret and len(secret) >= 3 else text
-
-
-def _import_psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as exc:
-        raise MissingDependency("psycopg", "loop") from exc
-    return psycopg
-
-
-@lru_cache(maxsize=1)
-def _nul_safe_dumper() -> type:
-    """A psycopg text dumper for ``str`` that writes U+FFFD for NUL (which PostgreSQL
-    text refuses)."""
-    from psycopg.types.string import StrDumperUnknown
-
-    class NulSafeStrDumper(StrDumperUnknown):
-        def dump(self, obj: str) -> Any:
-            return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
-
-    return NulSafeStrDumper
+WORDS = Words(
+    invalid="feedback store {url} is not a valid PostgreSQL URL: {error} (write "
+            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)",
+    unreachable="cannot connect to the feedback store {url}: {error} (check that "
+                "PostgreSQL runs there and that the host, port, user, password and "
+                "database in the URL are right)")
 
 
 class PostgresStore(SQLStore):
@@ -111,35 +61,12 @@ class PostgresStore(SQLStore):
             # creates the schema first) until it answers
 
     def _connect(self) -> Any:
-        psycopg = _import_psycopg()
-        from psycopg.conninfo import conninfo_to_dict
-
-        fix = ("check that PostgreSQL runs there and that the host, port, user, password and "
-               "database in the URL are right")
-        try:
-            options = conninfo_to_dict(self._dsn)
-        except psycopg.Error as exc:
-            raise ConfigError(f"feedback store {self.url} is not a valid PostgreSQL URL: "
-                              f"{self._scrub(exc)} (write postgresql://USER:PASSWORD@HOST:PORT"
-                              "/DATABASE)") from None
-        extra: dict[str, Any] = {}
-        if "connect_timeout" not in options:
-            extra["connect_timeout"] = max(int(self.connect_timeout), 1)
-        try:
-            conn = psycopg.connect(self._dsn, autocommit=False, **extra)
-        except psycopg.Error as exc:
-            raise ConfigError(f"cannot connect to the feedback store {self.url}: "
-                              f"{self._scrub(exc)} ({fix})") from None
-        conn.adapters.register_dumper(str, _nul_safe_dumper())
-        return conn
-
-    def _scrub(self, exc: BaseException) -> str:
-        return scrub(exc, self._dsn)
+        return connect(self._dsn, WORDS, timeout=self.connect_timeout)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
         conn = self._conn
-        if conn is not None and (conn.closed or conn.broken):
+        if dead(conn):
             # the server dropped it (a restart, an idle timeout): the next call reconnects
             with self._lock:
                 if self._conn is conn:
@@ -174,4 +101,4 @@ def from_spec(rest: str) -> PostgresStore:
     return PostgresStore("postgresql:" + rest)
 
 
-__all__ = ["PostgresStore", "from_spec", "mask_url", "scrub"]
+__all__ = ["PostgresStore", "from_spec"]

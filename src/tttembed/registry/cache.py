@@ -41,7 +41,7 @@ def content_id(manifest: Mapping[str, Any], state: bytes | None, sidecar: bytes 
 def default_cache(url: str) -> Path:
     """``$TTTEMBED_CACHE_DIR/registry/<hash of the URL without its password>``."""
     from tttembed.core.paths import cache_dir
-    from tttembed.loop.postgres import mask_url
+    from tttembed.core.pg import mask_url
 
     tag = hashlib.sha256(mask_url(url).encode()).hexdigest()[:16]
     return cache_dir() / "registry" / tag

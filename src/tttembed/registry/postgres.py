@@ -26,22 +26,20 @@ One learner at a time holds the session advisory lock :data:`LEARNER_LOCK`.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 from tttembed.adapt.state import AdaptState, save_state
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import fault_point, now_utc
-from tttembed.loop.postgres import scrub
+from tttembed.core.pg import Database, Dropped, Words, dead, reconnecting, retry
 from tttembed.registry.base import (
     FORMAT,
     FORMAT_VERSION,
@@ -71,6 +69,10 @@ CONNECT_TIMEOUT_S = 5
 WRITE_TRIES, WRITE_PAUSE_S = 4, 0.5
 _FIX = ("check that PostgreSQL runs there and that the host, port, user, password and "
         "database in the URL (or the PG* variables) are right")
+WORDS = Words(invalid="registry {url} is not a valid PostgreSQL URL: {error} (write "
+                      "postgresql://USER@HOST:PORT/DATABASE)",
+              unreachable=f"cannot reach the registry {{url}}: {{error}} ({_FIX})",
+              lost=f"lost the registry {{url}}: {{error}} ({_FIX})")
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS registry_manifest (key TEXT PRIMARY KEY, doc TEXT NOT NULL)",
@@ -102,25 +104,8 @@ class RegistryUnavailable(ConfigError):
     """The registry's database cannot be reached (or dropped the connection)."""
 
 
-class _Dropped(RegistryUnavailable):
+class _Dropped(RegistryUnavailable, Dropped):
     """A connection opened earlier was found dropped (a restart): worth one more try."""
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def reconnecting(fn: F) -> F:
-    """Run ``fn`` once more, on a new connection, when the one it used had been dropped
-    since its last use (the database restarted in between): a caller sees an error only
-    while the database is really down."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except _Dropped:
-            return fn(*args, **kwargs)
-
-    return cast(F, wrapper)
 
 
 def is_url(spec: str | Path | None) -> bool:
@@ -147,15 +132,11 @@ class PostgresRegistry(RegistryBase):
                  index: Mapping[str, Any] | None = None, cache: str | Path | None = None,
                  offline_ok: bool = False,
                  connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
-        from tttembed.loop.postgres import mask_url
-
-        self._dsn = url.strip()
-        self.location = mask_url(self._dsn)
-        self.cache = Path(cache) if cache else default_cache(self._dsn)
+        self.db = Database(url.strip(), WORDS, timeout=connect_timeout,
+                           unavailable=RegistryUnavailable, dropped=_Dropped)
+        self.location = self.db.location
+        self.cache = Path(cache) if cache else default_cache(self.db.dsn)
         self.copies = VersionCache(self.cache)
-        self.connect_timeout = connect_timeout
-        self._lock = threading.RLock()
-        self._conn: Any = None
         self._listen: Any = None
         self._held: Any = None
         self.offline = False
@@ -179,56 +160,14 @@ class PostgresRegistry(RegistryBase):
 
     # -- connections ----------------------------------------------------------------
     def _connect(self, autocommit: bool = False) -> Any:
-        from tttembed.loop.postgres import _import_psycopg, _nul_safe_dumper
-
-        psycopg = _import_psycopg()
-        try:
-            conn = psycopg.connect(self._dsn, autocommit=autocommit,
-                                   connect_timeout=max(int(self.connect_timeout), 1))
-        except psycopg.ProgrammingError as exc:
-            raise ConfigError(f"registry {self.location} is not a valid PostgreSQL URL: "
-                              f"{self._scrub(exc)} (write postgresql://USER@HOST:PORT/"
-                              "DATABASE)") from None
-        except psycopg.Error as exc:
-            raise RegistryUnavailable(f"cannot reach the registry {self.location}: "
-                                      f"{self._scrub(exc)} ({_FIX})") from None
-        conn.adapters.register_dumper(str, _nul_safe_dumper())
-        return conn
-
-    def _scrub(self, exc: BaseException) -> str:
-        return scrub(exc, self._dsn)
+        return self.db.connect(autocommit)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
         """One transaction (committed on success); a dropped connection is opened anew
         on the next call and reported as :class:`RegistryUnavailable`."""
-        from tttembed.loop.postgres import _import_psycopg
-
-        psycopg = _import_psycopg()
-        with self._lock:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                with suppress(Exception):
-                    self._conn.close()
-                self._conn = None
-            reused = self._conn is not None
-            if self._conn is None:
-                self._conn = self._connect()
-            conn = self._conn
-            try:
-                with conn.cursor() as cur:
-                    yield cur
-                conn.commit()
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                with suppress(Exception):
-                    conn.close()
-                self._conn = None
-                kind = _Dropped if reused else RegistryUnavailable
-                raise kind(f"lost the registry {self.location}: {self._scrub(exc)} "
-                           f"({_FIX})") from None
-            except BaseException:
-                with suppress(Exception):
-                    conn.rollback()
-                raise
+        with self.db.transaction() as cur:
+            yield cur
         self.offline = False
 
     def _open(self, create: bool, index: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -258,19 +197,8 @@ class PostgresRegistry(RegistryBase):
     def _retry(self, what: str, fn: Any) -> Any:
         """``fn()`` tried again (same arguments) while the database drops it: a write whose
         commit was lost is idempotent (content-addressed rows), so a retry is safe."""
-        pause = WRITE_PAUSE_S
-        for attempt in range(WRITE_TRIES):
-            try:
-                return fn()
-            except RegistryUnavailable as exc:
-                if attempt == WRITE_TRIES - 1:
-                    raise
-                if isinstance(exc, _Dropped):
-                    continue  # a stale connection: at once, on a new one
-                log.warning("%s: %s; retrying in %.1f s", what, exc, pause)
-                time.sleep(pause)
-                pause *= 2
-        raise AssertionError("unreachable")
+        return retry(what, fn, RegistryUnavailable, log, tries=WRITE_TRIES,
+                     pause=WRITE_PAUSE_S)
 
     # -- reading --------------------------------------------------------------------
     def versions(self) -> list[Version]:
@@ -526,7 +454,7 @@ class PostgresRegistry(RegistryBase):
         if conn is None:
             return
         try:
-            if not (conn.closed or conn.broken):
+            if not dead(conn):
                 conn.execute("SELECT 1")
                 return
         except Exception:  # noqa: BLE001  (dropped: taken again below)
@@ -579,7 +507,7 @@ class PostgresRegistry(RegistryBase):
         s (the polling fallback: a connection that cannot listen just waits)."""
         deadline = time.monotonic() + timeout
         try:
-            if self._listen is None or self._listen.closed or self._listen.broken:
+            if self._listen is None or dead(self._listen):
                 self._listen = self._connect(autocommit=True)
                 self._listen.execute(f"LISTEN {CHANNEL}")
             for _ in self._listen.notifies(timeout=max(timeout, 0.01), stop_after=1):
@@ -607,15 +535,15 @@ class PostgresRegistry(RegistryBase):
     def default_store(self) -> Store:
         from tttembed.loop.postgres import PostgresStore
 
-        return PostgresStore(self._dsn, lazy=True)
+        return PostgresStore(self.db.dsn, lazy=True)
 
     def close(self) -> None:
-        with self._lock:
-            for conn in (self._conn, self._listen):
-                if conn is not None:
-                    with suppress(Exception):
-                        conn.close()
-            self._conn = self._listen = None
+        with self.db.lock:
+            self.db.close()
+            if self._listen is not None:
+                with suppress(Exception):
+                    self._listen.close()
+            self._listen = None
 
 def _json(text: Any, what: str, *, strict: bool = True) -> Any:
     try:
