@@ -272,36 +272,65 @@ def _cli_commands(sources: dict[str, ast.Module]) -> set[tuple[str, str]]:
             and (node.name in registered or any(is_command(d) for d in node.decorator_list))}
 
 
+def _alias_name(node: ast.stmt) -> str | None:
+    """The name a top-level statement gives a type alias (``Name = ...``, ``Name:
+    TypeAlias = ...``, ``type Name = ...``): a CamelCase name, so not a CONSTANT."""
+    target: ast.expr | None = None
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+    elif isinstance(node, ast.AnnAssign):
+        target = node.target
+    elif type(node).__name__ == "TypeAlias":  # ``type Name = ...`` (Python 3.12)
+        target = getattr(node, "name", None)
+    if isinstance(target, ast.Name) and re.fullmatch(r"[A-Z]\w*[a-z]\w*", target.id):
+        return target.id
+    return None
+
+
+def _defined_name(node: ast.stmt) -> str | None:
+    """The public name a top-level class, function or type alias defines."""
+    if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        name: str | None = node.name
+    else:
+        name = _alias_name(node)
+    return None if name is None or name.startswith("_") else name
+
+
 def _duplicated_names(sources: dict[str, str]) -> dict[str, list[str]]:
-    """Public top-level class and function names defined in two or more modules
-    ({relative path: source}), less the conventions above: {name: [modules]}."""
+    """Public top-level class, function and type-alias names defined in two or more
+    modules ({relative path: source}), less the conventions above: {name: [modules]}."""
     trees = {rel: ast.parse(text) for rel, text in sources.items()}
     commands = _cli_commands(trees)
     defined: dict[str, list[str]] = {}
     for rel, tree in sorted(trees.items()):
         for node in tree.body:
-            if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
-                    or node.name.startswith("_") or (rel, node.name) in commands:
+            name = _defined_name(node)
+            if name is None or (rel, name) in commands or _shared(name, sources[rel]):
                 continue
-            if _shared(node.name, sources[rel]):
-                continue
-            defined.setdefault(node.name, []).append(rel)
+            defined.setdefault(name, []).append(rel)
     return {name: where for name, where in sorted(defined.items()) if len(where) > 1}
 
 
 def test_every_public_name_has_one_meaning():
-    """STYLE.md, "one meaning per name": a public top-level class or function name is
-    defined in one module of src/tttembed, except the conventions of ``SHARED_NAMES`` and
-    the CLI's command callbacks."""
-    # the check itself: it sees a repeat, and lets a typer command share an API name
-    probe = {"a.py": "def load(): ...\nclass Store: ...\ndef explain(e, s): ...",
+    """STYLE.md, "one meaning per name": a public top-level class, function or type alias
+    name is defined in one module of src/tttembed (every alias once, in types.py, or in
+    the one module that uses it), except the conventions of ``SHARED_NAMES`` and the CLI's
+    command callbacks."""
+    # the check itself: it sees a repeat (an alias too, even beside a class of the same
+    # name), and lets a typer command share an API name; CONSTANTS are not aliases
+    probe = {"a.py": "def load(): ...\nclass Store: ...\ndef explain(e, s): ...\n"
+                     "Run = dict[str, float]\nK = 10\nLIMIT = 5\nIndex = slice",
+             "f.py": "Run: TypeAlias = dict[str, float]\nK = 10\nLIMIT = 5\nclass Index: ...\n"
+                     "_Private = int",
+             "g.py": "_Private = int",
              "b/c.py": "class Store: ...\ndef _load(): ...\ndef explain(e, s): ...\n"
                        "@engine_errors(explain)\nclass S: ...",
              "cli/x.py": "@app.command()\ndef load(): ...\ndef run(): ...",
              "cli/__init__.py": "from cli.x import run as go\napp.command('go')(go)",
              "d.py": "def run(): ...\ndef from_spec(s): ...",
              "e.py": "def explain(e, s): ..."}
-    assert _duplicated_names(probe) == {"Store": ["a.py", "b/c.py"],
+    assert _duplicated_names(probe) == {"Index": ["a.py", "f.py"], "Run": ["a.py", "f.py"],
+                                        "Store": ["a.py", "b/c.py"],
                                         "explain": ["a.py", "e.py"]}
     sources = {str(p.relative_to(SRC)): p.read_text() for p in SRC.rglob("*.py")}
     duplicated = _duplicated_names(sources)

@@ -6,8 +6,11 @@ list exactly these)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Literal, Union, get_args
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Literal, Union, get_args
+
+if TYPE_CHECKING:  # the aliases name numpy's array; importing it here is for checkers only
+    import numpy as np
 
 #: A file or folder path, as every function that reads or writes takes it.
 PathLike = Union[str, "os.PathLike[str]"]
@@ -17,6 +20,16 @@ Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 #: Rewards ``{query_key: {doc_id: reward}}``.
 Rewards = dict[str, dict[str, float]]
+#: A BEIR corpus ``{doc_id: {"title": ..., "text": ...}}``.
+Corpus = Mapping[str, Mapping[str, str]]
+#: A (query key, doc id) pair to score.
+Pair = tuple[str, str]
+#: A served pair of the closed loop: (task, query text, doc id).
+Triple = tuple[str, str, str]
+#: A search callable: query vectors (n, d) and k -> FAISS's ``(D, I)``, each (n, k).
+Search = Callable[["np.ndarray", int], tuple["np.ndarray", "np.ndarray"]]
+#: A chain retriever's state: (question index, the passages chosen so far).
+ChainState = tuple[int, tuple[int, ...]]
 #: (``StateLike``, a state or the path of its file, lives beside ``AdaptState`` in
 #: :mod:`tttembed.adapt.state`: this module imports nothing, so it closes no cycle.)
 
@@ -38,4 +51,5 @@ ALPHA_MODES: tuple[str, ...] = get_args(AlphaMode)
 BASELINES: tuple[str, ...] = get_args(Baseline)
 
 __all__ = ["ALPHA_MODES", "BASELINES", "EXECUTORS", "OBJECTIVES", "SCOPES", "AlphaMode",
-           "Baseline", "Executor", "Objective", "PathLike", "Qrels", "Rewards", "Run", "Scope"]
+           "Baseline", "ChainState", "Corpus", "Executor", "Objective", "Pair", "PathLike",
+           "Qrels", "Rewards", "Run", "Scope", "Search", "Triple"]

@@ -39,8 +39,8 @@ from itertools import islice
 import numpy as np
 
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.types import Pair
 
-Pair = tuple[str, str]
 Candidates = Mapping[str, Sequence[str]]
 
 TASK_SEED_OFFSET = 1000

@@ -78,7 +78,8 @@ def chunk_rows(k: int, d: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return max(1, int(chunk_bytes) // max(1, 4 * k * d))
 
 
-Index = slice | np.ndarray
+#: Rows of a matrix: a slice or an index array.
+RowSelector = slice | np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,12 +101,12 @@ class _Piece:
     wt: np.ndarray          # (C, 1) w / tau_S
     group: int | None = None
     last: bool = False
-    ids: Index | None = None
-    gather: Index | None = None
+    ids: RowSelector | None = None
+    gather: RowSelector | None = None
     starts: np.ndarray | None = None
 
 
-def _as_index(ids: np.ndarray) -> Index:
+def _as_index(ids: np.ndarray) -> RowSelector:
     """A slice when ``ids`` is a consecutive increasing range (cheap views), else ids."""
     if ids.size and np.all(np.diff(ids) == 1):
         return slice(int(ids[0]), int(ids[-1]) + 1)
@@ -169,7 +170,7 @@ class _Adam:
         self.step_size = self.lr / (1.0 - BETAS[0] ** self.t)
         self.bc2_sqrt = math.sqrt(1.0 - BETAS[1] ** self.t)
 
-    def update(self, ids: Index, grad: np.ndarray) -> float:
+    def update(self, ids: RowSelector, grad: np.ndarray) -> float:
         """Step rows ``ids`` with loss gradient ``grad`` (+ the ridge gradient ``2 lambda v``).
 
         ``grad`` is overwritten. Returns ``ridge * ||v||^2`` of the rows before the step."""

@@ -32,10 +32,10 @@ from tttembed.chain.search import (
 )
 from tttembed.chain.states import missing_gold, n_wrong, reached_states
 from tttembed.core.progress import Progress, stage
+from tttembed.types import ChainState
 
 log = logging.getLogger(__name__)
 
-State = tuple[int, tuple[int, ...]]
 WRONG_BUCKETS = ("0", "1", ">=2")
 
 
@@ -59,7 +59,7 @@ def bucket(n: int) -> str:
     return "0" if n == 0 else "1" if n == 1 else ">=2"
 
 
-def next_step_success(states: Sequence[State], golds: Sequence[Sequence[int]],
+def next_step_success(states: Sequence[ChainState], golds: Sequence[Sequence[int]],
                       text_of: TextOf, encode: Encode, search: Search,
                       depth: int = 100, exclude: Sequence[Sequence[int]] | None = None
                       ) -> np.ndarray:
@@ -70,7 +70,7 @@ def next_step_success(states: Sequence[State], golds: Sequence[Sequence[int]],
                      for p, (qi, hist) in zip(picks, states)], dtype=bool)
 
 
-def success_by_wrong(success: np.ndarray, states: Sequence[State],
+def success_by_wrong(success: np.ndarray, states: Sequence[ChainState],
                      golds: Sequence[Sequence[int]]) -> dict[str, dict[str, float]]:
     """{bucket: {"rate": % success, "n": states}} for 0 / 1 / >=2 wrong passages."""
     buckets = np.array([bucket(n_wrong(h, golds[qi])) for qi, h in states])
@@ -82,12 +82,12 @@ def success_by_wrong(success: np.ndarray, states: Sequence[State],
     return out
 
 
-def delete_wrong(states: Sequence[State], golds: Sequence[Sequence[int]]) -> list[State]:
+def delete_wrong(states: Sequence[ChainState], golds: Sequence[Sequence[int]]) -> list[ChainState]:
     """Each state with its wrong passages removed (gold passages kept in step order)."""
     return [(qi, tuple(h for h in hist if h in set(golds[qi]))) for qi, hist in states]
 
 
-def deletion_counterfactual(states: Sequence[State], golds: Sequence[Sequence[int]],
+def deletion_counterfactual(states: Sequence[ChainState], golds: Sequence[Sequence[int]],
                             text_of: TextOf, encode: Encode, search: Search,
                             depth: int = 100) -> dict[str, float]:
     """Success % on the states with a wrong passage, as reached and with it deleted."""
@@ -139,7 +139,7 @@ def _runs(golds: Sequence[Sequence[int]], text_of: TextOf, search: Search,
     return runs, systems, latency
 
 
-def _recovery(fixed: Sequence[State], golds: Sequence[Sequence[int]], text_of: TextOf,
+def _recovery(fixed: Sequence[ChainState], golds: Sequence[Sequence[int]], text_of: TextOf,
               search: Search, encoders: Mapping[str, Encode], ref: str, depth: int,
               progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Next-step success and the deletion counterfactual of each encoder on ``fixed``."""

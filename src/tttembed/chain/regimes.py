@@ -40,11 +40,11 @@ import numpy as np
 
 from tttembed.chain.states import missing_gold
 from tttembed.core.errors import ConfigError
+from tttembed.types import ChainState
 
 REGIMES = ("gold", "synthetic", "synthetic-resampled", "static", "resampled", "on-policy")
 NEEDS_RUN = ("static", "resampled", "on-policy")
 
-State = tuple[int, tuple[int, ...]]
 
 
 def epoch_rng(seed: int, epoch: int, salt: int = 0) -> np.random.Generator:
@@ -52,7 +52,7 @@ def epoch_rng(seed: int, epoch: int, salt: int = 0) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(epoch), int(salt)])
 
 
-def sample_states(pool: Sequence[State], size: int, rng: np.random.Generator) -> list[State]:
+def sample_states(pool: Sequence[ChainState], size: int, rng: np.random.Generator) -> list[ChainState]:
     """Uniform sample without replacement (all of the pool when it is smaller), pool order."""
     if len(pool) <= size:
         return list(pool)
@@ -60,9 +60,9 @@ def sample_states(pool: Sequence[State], size: int, rng: np.random.Generator) ->
     return [pool[i] for i in idx]
 
 
-def synthetic_states(golds: Sequence[Sequence[int]], gold_half: Sequence[State],
+def synthetic_states(golds: Sequence[Sequence[int]], gold_half: Sequence[ChainState],
                      wrong_pool: Sequence[Sequence[int]], size: int,
-                     rng: np.random.Generator) -> list[State]:
+                     rng: np.random.Generator) -> list[ChainState]:
     """Gold histories with one wrong passage inserted at a random position.
 
     ``wrong_pool[qi]`` lists candidate wrong rows for question qi (its frozen top passages,
@@ -73,8 +73,8 @@ def synthetic_states(golds: Sequence[Sequence[int]], gold_half: Sequence[State],
     if not usable:
         return []
     picks = rng.choice(len(usable), size=size, replace=size > len(usable))
-    out: list[State] = []
-    seen: set[State] = set()
+    out: list[ChainState] = []
+    seen: set[ChainState] = set()
     for i in picks:
         qi, hist = usable[int(i)]
         choices = [r for r in wrong_pool[qi] if r not in hist]
@@ -107,10 +107,10 @@ def run_source(regime: str, epoch: int) -> str | None:
     return "current" if regime == "on-policy" and epoch > 0 else "states_from"
 
 
-def other_half(regime: str, epoch: int, seed: int, gold_half: Sequence[State], *,
-               pool: Sequence[State] | None = None,
+def other_half(regime: str, epoch: int, seed: int, gold_half: Sequence[ChainState], *,
+               pool: Sequence[ChainState] | None = None,
                golds: Sequence[Sequence[int]] | None = None,
-               wrong_pool: Sequence[Sequence[int]] | None = None) -> list[State]:
+               wrong_pool: Sequence[Sequence[int]] | None = None) -> list[ChainState]:
     """The states trained next to the fixed gold half in ``epoch`` (0-based).
 
     Reached-state regimes (static, resampled, on-policy) sample ``len(gold_half)`` states
@@ -145,19 +145,19 @@ def wrong_passages(question_tops: Sequence[Sequence[int]], golds: Sequence[Seque
     return out
 
 
-def frozen_key(state: State, shared_negatives: bool) -> State:
+def frozen_key(state: ChainState, shared_negatives: bool) -> ChainState:
     """The state whose text queries the frozen encoder for ``state``'s negatives: the
     question alone with the shared pool (one pool per question), else the state itself."""
     return (state[0], ()) if shared_negatives else state
 
 
-def states_digest(states: Sequence[State]) -> str:
+def states_digest(states: Sequence[ChainState]) -> str:
     """Short fingerprint of a set of states (order-free): 12 hex chars of sha1."""
     rows = sorted((int(qi), [int(r) for r in hist]) for qi, hist in states)
     return hashlib.sha1(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
-def positives(states: Sequence[State], golds: Sequence[Sequence[int]]) -> np.ndarray:
+def positives(states: Sequence[ChainState], golds: Sequence[Sequence[int]]) -> np.ndarray:
     """Earliest missing gold row of each state (every training state misses one)."""
     out = np.empty(len(states), dtype=np.int64)
     for i, (qi, hist) in enumerate(states):
@@ -168,7 +168,7 @@ def positives(states: Sequence[State], golds: Sequence[Sequence[int]]) -> np.nda
     return out
 
 
-def negatives(states: Sequence[State], golds: Sequence[Sequence[int]],
+def negatives(states: Sequence[ChainState], golds: Sequence[Sequence[int]],
               frozen_top: Sequence[Sequence[int]], n_neg: int) -> np.ndarray:
     """(n, n_neg) negative rows by the fixed rule; -1 pads where too few remain.
 
@@ -201,6 +201,6 @@ def info_nce(q: object, passage_vecs: object, pos: object, neg: object, tau: flo
     return -torch.log_softmax(logits, dim=1)[:, 0].mean()
 
 
-__all__ = ["NEEDS_RUN", "REGIMES", "State", "check_regime", "epoch_rng", "frozen_key",
+__all__ = ["NEEDS_RUN", "REGIMES", "check_regime", "epoch_rng", "frozen_key",
            "info_nce", "negatives", "other_half", "positives", "run_source", "sample_states",
            "states_digest", "synthetic_states", "wrong_passages"]

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tttembed.core.progress import Advance
+from tttembed.types import Search
 
 Encode = Callable[[list[str]], np.ndarray]
-Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 TextOf = Callable[[int, Sequence[int]], str]
 
 

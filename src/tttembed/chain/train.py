@@ -45,7 +45,6 @@ from tttembed.chain.checkpoint import (
 from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
 from tttembed.chain.regimes import (
     NEEDS_RUN,
-    State,
     check_regime,
     epoch_rng,
     frozen_key,
@@ -70,7 +69,7 @@ from tttembed.core.io import (
 )
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import DEFAULT_EMBEDDER
-from tttembed.types import PathLike
+from tttembed.types import ChainState, PathLike
 
 if TYPE_CHECKING:
     from tttembed.index.base import Index
@@ -119,8 +118,8 @@ def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
     return d
 
 
-def _frozen_tops(states: list[State], texts: StateTexts, frozen: Encode, search: Search,
-                 cfg: TrainConfig, cache: dict[State, list[int]]) -> list[list[int]]:
+def _frozen_tops(states: list[ChainState], texts: StateTexts, frozen: Encode, search: Search,
+                 cfg: TrainConfig, cache: dict[ChainState, list[int]]) -> list[list[int]]:
     """Frozen top rows per state (memoised); the shared pool uses the question alone."""
     keys = [frozen_key(s, cfg.shared_negatives) for s in states]
     todo = sorted({k for k in keys if k not in cache})
@@ -136,7 +135,7 @@ def _frozen_tops(states: list[State], texts: StateTexts, frozen: Encode, search:
 
 def _run_states(encoder: LoraQueryEncoder, task: ChainTask, texts: StateTexts, search: Search,
                 steps: int, progress: Progress | None = None, name: str = "reached states"
-                ) -> list[State]:
+                ) -> list[ChainState]:
     advance = stage(progress, name, steps * len(task.golds))
     run = greedy_chain(len(task.golds), texts, encoder.encode, search, steps, progress=advance)
     return reached_states(run.picked, task.golds)
@@ -157,9 +156,9 @@ class _Session:
     params: list[Any]                         # the trainable torch parameters
     texts: StateTexts
     passage_vecs: Any                         # torch tensor (n_docs, dim) on the device
-    gold_half: list[State]
-    tops_cache: dict[State, list[int]] = field(default_factory=dict)
-    first_pool: list[State] | None = None
+    gold_half: list[ChainState]
+    tops_cache: dict[ChainState, list[int]] = field(default_factory=dict)
+    first_pool: list[ChainState] | None = None
     wrong_pool: list[list[int]] | None = None
 
 
@@ -187,10 +186,10 @@ def _open_session(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfi
 
 
 def _other_states(s: _Session, epoch: int, progress: Progress | None
-                  ) -> tuple[list[State], list[State]]:
+                  ) -> tuple[list[ChainState], list[ChainState]]:
     """(reached-state pool, other half) of an epoch, as the regime asks."""
     cfg, task, search = s.cfg, s.task, s.index.search
-    pool: list[State] = []
+    pool: list[ChainState] = []
     source = run_source(cfg.regime, epoch)
     if source == "current":
         pool = _run_states(s.encoder, task, s.texts, search, s.steps, progress,
@@ -212,7 +211,7 @@ def _other_states(s: _Session, epoch: int, progress: Progress | None
     return pool, other
 
 
-def _fit(s: _Session, states: list[State], pos: np.ndarray, neg: np.ndarray, epoch: int,
+def _fit(s: _Session, states: list[ChainState], pos: np.ndarray, neg: np.ndarray, epoch: int,
          progress: Progress | None) -> float:
     """One pass of InfoNCE over ``states`` in seeded batches; the mean loss."""
     import torch

@@ -38,11 +38,11 @@ COLUMNS = ("C@5", "C@10", "recall@5", "recall@10")
 
 DataArg = Annotated[Path, typer.Argument(metavar="DATA",
     help="Multi-hop folder (corpus.jsonl + chains_<split>.jsonl).", show_default=False)]
-SplitOpt = Annotated[str, typer.Option(help="Which chains_<split>.jsonl to use.")]
-IndexOpt = Annotated[Optional[Path], typer.Option(
+ChainSplitOpt = Annotated[str, typer.Option(help="Which chains_<split>.jsonl to use.")]
+ChainIndexOpt = Annotated[Optional[Path], typer.Option(
     "--index", "-i", help="Frozen passage index: a FAISS folder, milvus:URI/COLLECTION or "
     "qdrant:URL_OR_PATH/COLLECTION (built there when absent; default: a folder in the cache).")]
-EmbedderOpt = Annotated[str, typer.Option(
+ChainEmbedderOpt = Annotated[str, typer.Option(
     "--embedder", "-e", help="Frozen passage encoder (an st: spec).")]
 StepsOpt = Annotated[int, typer.Option(help="Chain steps T (0 = the data's max hops).", min=0)]
 MaxQOpt = Annotated[Optional[int], typer.Option(help="Use only the first N questions.", min=1)]
@@ -108,8 +108,8 @@ def _encoders(items: list[str] | None) -> dict[str, str]:
 
 @app.command()
 @handle_errors
-def search(data: DataArg, split: SplitOpt = "test", index: IndexOpt = None,
-           embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+def search(data: DataArg, split: ChainSplitOpt = "test", index: ChainIndexOpt = None,
+           embedder: ChainEmbedderOpt = DEFAULT_EMBEDDER,
            encoder: Annotated[Optional[str], typer.Option(
                help="Trained encoder: CHECKPOINT folder or NAME=CHECKPOINT, as in chain "
                     "eval (default: the untrained model).")]
@@ -155,8 +155,8 @@ def train(data: DataArg,
           states_from: Annotated[Optional[Path], typer.Option(
               help="Gold-trained checkpoint that supplies reached states (static, "
                    "resampled, on-policy).")] = None,
-          split: SplitOpt = "train", index: IndexOpt = None,
-          embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+          split: ChainSplitOpt = "train", index: ChainIndexOpt = None,
+          embedder: ChainEmbedderOpt = DEFAULT_EMBEDDER,
           epochs: Annotated[int, typer.Option(help="Training epochs.", min=1)] = 3,
           batch_size: Annotated[int, typer.Option(help="States per batch.", min=1)] = 32,
           lr: Annotated[float, typer.Option(help="AdamW learning rate.", min=0.0)] = 2e-4,
@@ -202,8 +202,8 @@ def eval_(data: DataArg,
                                                  "(1 = none).", min=1)] = 4,
           beam_encoder: Annotated[Optional[list[str]], typer.Option(
               help="Encoder run with beam search; repeat (default: the reference).")] = None,
-          split: SplitOpt = "test", index: IndexOpt = None,
-          embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+          split: ChainSplitOpt = "test", index: ChainIndexOpt = None,
+          embedder: ChainEmbedderOpt = DEFAULT_EMBEDDER,
           steps: StepsOpt = 0, max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
           overwrite: OverwriteOpt = False, quiet: QuietOpt = False,
           as_json: JsonOpt = False) -> None:

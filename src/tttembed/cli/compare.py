@@ -18,9 +18,8 @@ from rich.table import Table
 
 from tttembed.cli._common import LEGEND, console, emit_json, handle_errors, split_list
 from tttembed.cli._options import JsonOpt, MetricsOpt, ResamplesOpt
+from tttembed.types import Qrels, Run
 
-Run = Mapping[str, Mapping[str, float]]
-Qrels = Mapping[str, Mapping[str, int]]
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
 

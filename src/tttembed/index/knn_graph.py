@@ -21,7 +21,6 @@ callable); :func:`index_graph_rows` and :func:`carry_graph` do the file work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,12 @@ import numpy as np
 
 from tttembed.core.errors import TTTEmbedError
 from tttembed.core.io import atomic_directory, read_json, resolve_version, write_json
+from tttembed.types import Search
 
 FORMAT = "tttembed-knn-graph"
 FOLDER = "knn_graph"
 #: Query rows per search call while building.
 BUILD_BATCH = 2048
-
-Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from tttembed.core.io import atomic_file, refuse_existing
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
-from tttembed.types import PathLike
+from tttembed.types import PathLike, Qrels
 
 RUN_FORMATS = ("trec", "jsonl")
 
@@ -40,7 +40,7 @@ class SearchResult:
     doc_ids: list[str]
     timings: dict[str, float] = field(default_factory=dict)
     tasks: list[str] = field(default_factory=list)
-    qrels: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, repr=False)
+    qrels: dict[str, Qrels] = field(default_factory=dict, repr=False)
     applied: dict[Any, int] = field(default_factory=dict)
     leaked: dict[Any, int] = field(default_factory=dict)
 

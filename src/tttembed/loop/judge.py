@@ -32,9 +32,7 @@ from tttembed.core.errors import TTTEmbedError
 from tttembed.loop.store import Reward, SearchLog, Store
 from tttembed.score.base import Item, Scorer
 from tttembed.ttt.rewards import doc_items
-
-#: (task, query text, doc id)
-Triple = tuple[str, str, str]
+from tttembed.types import Triple
 
 
 def pending_pairs(searches: Iterable[SearchLog], judged: set[Triple] | Mapping[Triple, float],

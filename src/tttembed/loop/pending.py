@@ -22,12 +22,11 @@ from typing import Generic, TypeVar
 
 from tttembed.adapt.active import query_priority
 from tttembed.loop.rows import PAGE, START, Cursor, Feedback, Reward, SearchLog, Store
+from tttembed.types import Triple
 
 T = TypeVar("T")
 #: (task, query text)
 QueryKey = tuple[str, str]
-#: (task, query text, doc id)
-Triple = tuple[str, str, str]
 
 #: Seconds of rows re-read behind the cursor on every read.
 LOOKBACK_S = 30.0

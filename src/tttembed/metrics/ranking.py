@@ -36,9 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from tttembed.core.errors import ConfigError, DataError
-
-Qrels = Mapping[str, Mapping[str, int]]
-Run = Mapping[str, Mapping[str, float]]
+from tttembed.types import Qrels, Run
 
 METRIC_NAMES = ("ndcg", "recall", "mrr", "p", "map")
 #: trec_eval's metric names -> ours (``NAME_k`` / ``NAME.k`` carry the cut-off).

@@ -3,15 +3,12 @@ when its rewards are cacheable, wrapped in the paid-pair ledger."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tttembed.core.errors import ConfigError
 from tttembed.score.base import Scorer, capabilities
-from tttembed.types import PathLike
-
-Corpus = Mapping[str, Mapping[str, str]]
+from tttembed.types import Corpus, PathLike
 
 
 def build_scorer(spec: str, corpus: Corpus | None = None, *,

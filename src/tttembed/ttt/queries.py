@@ -22,10 +22,8 @@ from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
 from tttembed.index.search import encode_queries
+from tttembed.types import Pair, Qrels, Run
 
-Pair = tuple[str, str]
-Run = dict[str, dict[str, float]]
-Qrels = dict[str, dict[str, int]]
 #: One query source: ``{qid: text}``, a query file, or a BEIR folder.
 QuerySource = Union[Mapping[str, str], str, os.PathLike]
 #: Task name of a ``{qid: text}`` dict given without ``task``.
@@ -140,9 +138,9 @@ def base_retrieval(index: Index, embedder: Embedder, queries: QuerySet, k: int,
 
 
 def run_from_arrays(queries: QuerySet, index: Index, rows: np.ndarray,
-                    scores: np.ndarray) -> dict[str, Run]:
+                    scores: np.ndarray) -> dict[str, dict[str, dict[str, float]]]:
     """Per-task BEIR runs ``{task: {qid: {doc: score}}}`` from search arrays."""
-    out: dict[str, Run] = {}
+    out: dict[str, dict[str, dict[str, float]]] = {}
     for i, (task, qid) in enumerate(zip(queries.tasks, queries.qids)):
         out.setdefault(task, {})[qid] = {index.doc_ids[r]: float(s)
                                          for r, s in zip(rows[i], scores[i]) if r >= 0}

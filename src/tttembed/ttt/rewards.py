@@ -23,10 +23,7 @@ from tttembed.index.base import Index
 from tttembed.score.base import Scorer
 from tttembed.score.build import build_scorer
 from tttembed.ttt.queries import BaseRetrieval, Pair, QuerySet
-from tttembed.types import PathLike
-
-Corpus = Mapping[str, Mapping[str, str]]
-Rewards = dict[str, dict[str, float]]
+from tttembed.types import Corpus, PathLike, Rewards
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def rerank_runs(queries: QuerySet, index: Index, rows: np.ndarray, scores: np.nd
                 rewards: Mapping[str, Mapping[str, float]]) -> dict[str, Run]:
     """Direct reranking baseline, per task: each base run (in trec_eval's order, so equal
     scores rank as the metrics read them) with its rewarded slots sorted by reward."""
-    out = {}
+    out: dict[str, Run] = {}
     for task, run in run_from_arrays(queries, index, rows, scores).items():
         base = {q: trec_order(r) for q, r in run.items()}
         task_rewards = {q: rewards[f"{task}/{q}"] for q in base if f"{task}/{q}" in rewards}
