@@ -170,3 +170,36 @@ def test_an_unknown_scope_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="unknown scope 'tasks'"):
         _auto(tmp_path, "helpful", ["t"], 3, scopes=("tasks",))
+
+
+def test_a_shared_part_is_shrunk_to_the_alpha_its_evidence_shows():
+    """The n/(n+1) rule generalised: the rule's alpha not shown above 0 but a smaller
+    one is, so that one is kept (with its evidence); none shown: the rule's, as before."""
+    from tttembed.ttt.select import SHRINK, shrunk
+
+    def e(gain, low):
+        return {"gain": gain, "ci_low": low, "ci_high": gain + 0.1, "p": 0.01, "queries": 40}
+
+    per = {a: e(0.01, -0.02) for a in SHRINK}
+    per["0.3"], per["0.5"] = e(0.03, 0.01), e(0.04, 0.005)
+    got = shrunk(per)
+    assert got["alpha"] == "0.5" and got["gain"] == 0.04
+    per["rule"] = e(0.04, 0.02)  # a tie with the rule: the rule
+    assert shrunk(per)["alpha"] == "rule"
+    none = {a: e(0.02, -0.01) for a in SHRINK}
+    assert shrunk(none) == {**none["rule"], "alpha": "rule"}
+    assert "0" not in SHRINK  # alpha 0 is raw: the shared part's own choice
+
+
+def test_the_mixed_state_applies_the_chosen_alpha(tmp_path):
+    """Whatever alpha the evidence chose for the task part is the one the file holds."""
+    index, emb, docs, queries, qrels = _task(tmp_path, "helpful")
+    auto = _learn(index, emb, docs, queries, qrels, budget=3, method="auto",
+                  validate_budget=3)
+    sel = auto.selection
+    label = sel["shared_alpha"]["t"]
+    assert label == sel["evidence"]["t"]["task"]["alpha"]
+    row = auto.index()["t"]
+    task = _learn(index, emb, docs, queries, qrels, budget=3)
+    want = float(task.alpha[0]) if label == "rule" else float(label)
+    assert float(auto.alpha[row]) == pytest.approx(want)

@@ -137,5 +137,11 @@ MetricsOpt = Annotated[Optional[list[str]], typer.Option(
 ResamplesOpt = Annotated[int, typer.Option(
     "--n-resamples", min=10, help="Resamples of the paired tests (randomization and "
     "bootstrap).")]
+IdenticalIdsOpt = Annotated[Optional[bool], typer.Option(
+    "--ignore-identical-ids/--keep-identical-ids", show_default="as the data says",
+    help="Leave a retrieved document whose id equals the query id out of every ranking "
+         "(BEIR/MTEB's ignore_identical_ids). Default: as the data says: on for ArguAna and "
+         "Quora and for a folder whose tttembed-task.json says "
+         "{\"ignore_identical_ids\": true}, off elsewhere.")]
 RunTagOpt = Annotated[str, typer.Option(
     "--run-tag", help="Tag in the last column of TREC run files.")]

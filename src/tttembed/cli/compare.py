@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from tttembed.cli._common import LEGEND, console, emit_json, handle_errors, split_list
-from tttembed.cli._options import JsonOpt, MetricsOpt, ResamplesOpt
+from tttembed.cli._options import IdenticalIdsOpt, JsonOpt, MetricsOpt, ResamplesOpt
 from tttembed.types import Qrels, Run
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
@@ -101,6 +101,7 @@ def compare_command(
     qrels: Annotated[Path, typer.Option("--qrels", help="Judgments (BEIR qrels TSV: query-id, corpus-id, score; or TREC qrels: qid 0 doc grade).", show_default=False)],
     metrics: MetricsOpt = None,
     n_resamples: ResamplesOpt = 10000,
+    ignore_identical_ids: IdenticalIdsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare two run files on one set of judgments: means, paired difference, interval, p."""
@@ -110,9 +111,28 @@ def compare_command(
     names = metric_names(metrics)
     judgments = load_judgments(qrels)
     a, b = read_run(run_a), read_run(run_b)
+    identical, why = qrels_identical_rule(qrels, ignore_identical_ids)
+    if identical:
+        from tttembed.metrics.ranking import drop_identical
+
+        a, b = drop_identical(a), drop_identical(b)
     rows = paired_rows(judgments, a, b, names, n_resamples, (f"A ({run_a})", f"B ({run_b})"))
     if as_json:
         emit_json({"run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
-                   "metrics": rows})
+                   "ignore_identical_ids": identical, "metrics": rows})
         return
     print_paired(rows, ("A", "B"), f"A = {run_a}, B = {run_b}")
+    console.print(f"ignore_identical_ids: {'on' if identical else 'off'} ({why})", style="dim")
+
+
+def qrels_identical_rule(qrels: Path, given: Optional[bool]) -> tuple[bool, str]:
+    """Whether a document whose id is the query id is left out of the runs: as given, else
+    as the BEIR folder that holds ``qrels`` (``<folder>/qrels/<split>.tsv``) says."""
+    from tttembed.data.beir import identical_ids_rule
+
+    if given is not None:
+        return given, "--ignore-identical-ids" if given else "--keep-identical-ids"
+    parent = qrels.resolve().parent
+    if parent.name != "qrels":
+        return False, "off: the judgments are not in a BEIR folder's qrels/"
+    return identical_ids_rule(parent.parent, parent.parent.name)

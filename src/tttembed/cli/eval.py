@@ -28,6 +28,7 @@ from tttembed.cli._options import (
     ConcurrencyOpt,
     EmbedderOpt,
     ExecutorOpt,
+    IdenticalIdsOpt,
     JsonOpt,
     MaxRetriesOpt,
     OverwriteOpt,
@@ -55,6 +56,10 @@ def _floats(values: list[str] | None, name: str) -> tuple[float, ...]:
 def print_tables(report: Any) -> None:
     """One rich table per scorer and protocol (the rows of report.md, on the 0-1 scale)."""
     result = report.data
+    dropped = [t["name"] for t in result["tasks"] if t.get("ignore_identical_ids")]
+    if dropped:
+        console.print(f"ignore_identical_ids: on for {', '.join(dropped)} (a retrieved document "
+                      "whose id is the query id is left out, as BEIR and MTEB score it)")
     for s in result["sections"]:
         for note in s["notes"]:
             console.print(f"[yellow]note:[/] {note}")
@@ -129,6 +134,7 @@ def eval_command(
     ray_gpus: RayGpusOpt = 0.0,
     overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
+    ignore_identical_ids: IdenticalIdsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Evaluate TTT-Embed against raw retrieval, direct reranking and PRF baselines."""
@@ -140,7 +146,8 @@ def eval_command(
     plots = _check_out(out, overwrite, no_plots)  # before the work
     options: dict[str, Any] = dict(limits=api.HttpLimits(timeout, max_retries, concurrency, rpm),
                                    executor=ray_executor(executor, ray_address, ray_actors, ray_gpus),
-                                   allocation=split_list([allocation]))
+                                   allocation=split_list([allocation]),
+                                   ignore_identical_ids=ignore_identical_ids)
     if grid := _floats(budget, "--budget"):
         options["budgets"] = grid
     with json_mode(as_json), progress_group(not quiet) as stage:

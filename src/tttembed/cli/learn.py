@@ -229,7 +229,9 @@ def print_selection(state: Any) -> None:
     for task in sel.evidence:
         chosen = {sel.shared.get(task), sel.query.get(task)}
         for m, e in sel.gains(task).items():
-            table.add_row(task, m, sel.estimators.get(m, ""), f"{e.gain:+.4f}",
+            alpha = sel.evidence[task][m].get("alpha", "rule")
+            label = m if alpha == "rule" else f"{m} (alpha {alpha})"
+            table.add_row(task, label, sel.estimators.get(m, ""), f"{e.gain:+.4f}",
                           f"[{e.ci_low:+.4f}, {e.ci_high:+.4f}]", f"{e.queries:.0f}",
                           "<- chosen" if m in chosen else "")
     console.print(table)

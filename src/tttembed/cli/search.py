@@ -19,6 +19,7 @@ from tttembed.cli._common import (
 )
 from tttembed.cli._options import (
     CacheOpt,
+    IdenticalIdsOpt,
     IndexOpt,
     JsonOpt,
     MaxRetriesOpt,
@@ -86,6 +87,7 @@ def search(
     metrics: MetricsOpt = None,
     n_resamples: ResamplesOpt = 10000,
     run_tag: RunTagOpt = "tttembed",
+    ignore_identical_ids: IdenticalIdsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search an index with raw or adapted query vectors (the index never changes).
@@ -102,7 +104,8 @@ def search(
     handle = api.open_index(index)
     emb = http_embedder_for_index(handle, cache_dir, timeout, max_retries)
     options = dict(k=top_k, task=task, split=split, embedder=emb,
-                   allow_foreign_corpus=allow_foreign_corpus, batch_size=batch_size)
+                   allow_foreign_corpus=allow_foreign_corpus, batch_size=batch_size,
+                   ignore_identical_ids=ignore_identical_ids)
     with json_mode(as_json), progress_group(not quiet) as stage:
         result = api.search(handle, queries, states=state or [],
                             allow_foreign_state=allow_foreign_state, progress=stage, **options)
@@ -140,6 +143,10 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
     kind = "adapted (" + ", ".join(f"{s.scope}-wise" for s in used) + ")" if used else "raw"
     console.print(f"searched {len(result.qids):,} queries, {kind}, top {top_k}: encode "
                   f"{result.timings['encode_s']:.2f} s, search {result.timings['search_s']:.3f} s")
+    if result.identical:
+        console.print(f"ignore_identical_ids: on for {', '.join(result.identical)} (a retrieved "
+                      "document whose id is the query id is left out, as BEIR and MTEB "
+                      "score it; --keep-identical-ids keeps it)")
     shadowed = _shadowed(result)
     for st, n in result.applied.items():
         extra = f" (shadowed by {shadowed[st]})" if st in shadowed else ""
@@ -153,6 +160,7 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
     leak = " - LABEL LEAK: judged queries rewarded the state" if result.leaked else ""
     doc: dict[str, Any] = {
         "queries": len(result.qids), "kind": kind, "top_k": top_k, "timings_s": result.timings,
+        "ignore_identical_ids": result.identical,
         "states": [{"file": st.label, "scope": st.scope, "applied": n,
                     "label_leak_queries": result.leaked.get(st, 0)}
                    for st, n in result.applied.items()]}

@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tttembed.core.errors import DataError
+from tttembed.core.io import read_json
 from tttembed.data.jsonl import duplicate, get_id, get_str, iter_objects, read_lines, shown
 
 LAYOUT = ("a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv "
@@ -46,6 +47,9 @@ class Task:
     train_split: str | None = None
     dropped_labels: int = 0
     dropped_queries: tuple[str, ...] = ()
+    #: BEIR's ``ignore_identical_ids``: a retrieved document whose id equals the query id
+    #: is dropped from every ranking (:func:`identical_ids_rule`).
+    ignore_identical_ids: bool = False
 
     @cached_property
     def fingerprint(self) -> str:
@@ -197,6 +201,32 @@ def _columns_fix(cols: list[str]) -> str:
     return "write query-id<TAB>corpus-id<TAB>score"
 
 
+#: Tasks whose benchmark drops a retrieved document whose id is the query's own id (MTEB's
+#: per-task ``ignore_identical_ids``: every ArguAna query argument is also in the corpus,
+#: Quora's questions are their own duplicates). Lower-case folder or task names.
+IDENTICAL_IDS_TASKS = frozenset({"arguana", "quora"})
+#: The optional settings file of a BEIR folder: ``{"ignore_identical_ids": true}``.
+TASK_SETTINGS = "tttembed-task.json"
+
+
+def identical_ids_rule(root: Path | None, name: str) -> tuple[bool, str]:
+    """Whether a task drops retrieved documents whose id equals the query id, and why:
+    the folder's ``tttembed-task.json`` says so, else the benchmark's own setting for a
+    task of that name (ArguAna, Quora), else off."""
+    if root is not None and (root / TASK_SETTINGS).is_file():
+        got = read_json(root / TASK_SETTINGS, what="task settings")
+        value = got.get("ignore_identical_ids") if isinstance(got, dict) else None
+        if not isinstance(value, bool):
+            raise DataError("ignore_identical_ids must be true or false",
+                            path=root / TASK_SETTINGS,
+                            fix='write {"ignore_identical_ids": true} (or false)')
+        return value, TASK_SETTINGS
+    key = name.lower()
+    if key in IDENTICAL_IDS_TASKS:
+        return True, f"the benchmark's setting for {name}"
+    return False, "off"
+
+
 def _first_line(rows: list[tuple[int, str]], qid: str, doc_id: str) -> int:
     for line, raw in rows:
         cols = raw.split("\t")
@@ -226,8 +256,10 @@ def load_task(path: str | Path, split: str | None = "test", name: str | None = N
         raise DataError(f"qrels is {why}: the judgments cannot be read", path=qrels_dir,
                         fix="make qrels/ a folder of <split>.tsv files (or remove it to "
                             "search without judgments)")
+    identical = identical_ids_rule(root, root.resolve().name)[0]
     if split is None or not qrels_dir.is_dir():
-        return Task(task_name, root, corpus, all_queries, {}, None)
+        return Task(task_name, root, corpus, all_queries, {}, None,
+                    ignore_identical_ids=identical)
     if not split or "/" in split or "\\" in split or split.startswith("."):
         raise DataError(f"bad split name {shown(split)}", path=qrels_dir,
                         fix="use a split name such as 'test'")
@@ -239,7 +271,8 @@ def load_task(path: str | Path, split: str | None = "test", name: str | None = N
                         path=qrels_path, fix="choose one of the available splits")
     qrels = load_qrels(qrels_path, corpus_ids=corpus, query_ids=all_queries)
     queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
-    return Task(task_name, root, corpus, queries, qrels, split, source=str(root))
+    return Task(task_name, root, corpus, queries, qrels, split, source=str(root),
+                ignore_identical_ids=identical)
 
 
 def resolve_task_path(name_or_path: str, data_root: str | Path | None = None) -> Path:

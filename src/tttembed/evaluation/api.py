@@ -36,7 +36,8 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
              alphas: Sequence[str] = ("rule",), selects: Sequence[str] = (),
              allocation: str | Sequence[str] = "waterfill",
              progress: Progress | None = None,
-             executor: ExecutorLike = "local") -> EvalReport:
+             executor: ExecutorLike = "local",
+             ignore_identical_ids: bool | None = None) -> EvalReport:
     """The evaluation harness: raw retrieval, direct reranking, PRF/Rocchio baselines and
     TTT-Embed scopes on the same rewarded pairs, over BEIR tasks (folder paths, or names
     under ``data_root`` / ``$TTTEMBED_DATA``), with paired tests. Everything is cached: a
@@ -44,7 +45,9 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
     HTTP embedder and scorers; ``executor`` (``"ray"`` or a :class:`Ray`) pays local-model
     scorers' pairs on Ray, as in :func:`tttembed.ttt.learn.learn`. ``allocation``
     ``("waterfill", "active")`` adds every TTT method again on the active allocation's
-    pairs (same B), as ``<method>@active``.
+    pairs (same B), as ``<method>@active``. ``ignore_identical_ids``: leave each query's
+    own document (same id) out of every ranking, as BEIR and MTEB score ArguAna; None =
+    as each task's data says.
 
         >>> report = tt.evaluate(["scifact"], scorers=["bm25"], data_root="data")
         >>> report.write("reports/run1")
@@ -63,5 +66,5 @@ def evaluate(tasks: Sequence[str], *, scorers: Sequence[str] = ("bm25",),
                      selects=tuple(selects),
                      allocations=(allocation,) if isinstance(allocation, str)
                      else tuple(allocation),
-                     executor=executor)
+                     executor=executor, ignore_identical_ids=ignore_identical_ids)
     return EvalReport(run_eval(cfg, progress, use_cell_cache=use_cell_cache))

@@ -58,6 +58,9 @@ class EvalConfig:
     limits: HttpLimits = field(default_factory=HttpLimits)
     #: where local-model scorers pay their pairs: "local", "ray" or a Ray(address, actors, gpus)
     executor: ExecutorLike = "local"
+    #: leave the document whose id is the query id out of every ranking (BEIR's
+    #: ``ignore_identical_ids``); None = as each task's data says (ArguAna, Quora: on)
+    ignore_identical_ids: bool | None = None
 
     def __post_init__(self) -> None:
         from tttembed.adapt import check_objective, check_scope

@@ -103,7 +103,7 @@ def search_metrics(work: Sequence[TaskData], vectors: Callable[[TaskData], np.nd
                    keep: set[str] | None = None) -> PerQuery:
     parts = []
     for td in work:
-        scores, rows = td.index.search(vectors(td), EVAL_DEPTH)
+        scores, rows = td.queries.search(td.index, vectors(td), EVAL_DEPTH)
         parts.append(cell_metrics(td, rows, scores, keep))
     return merge(parts)
 

@@ -23,6 +23,7 @@ from tttembed.core.errors import DataError
 from tttembed.core.http import HttpLimits
 from tttembed.core.io import DISTRIBUTIONS, json_hash, read_json, versions, write_text
 from tttembed.core.progress import Progress, stage
+from tttembed.data.beir import Task
 from tttembed.embed.base import Embedder
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import protocols as P
@@ -96,16 +97,24 @@ def prepare_workload(cfg: EvalConfig, progress: Progress | None = None,
     for task in tasks:
         bar = stage(progress, f"index {task.name}", len(task.corpus))
         index = task_index(task, emb, cfg.cache_dir, progress=bar)
-        queries = QuerySet.from_tasks({task.name: task.queries})
+        drop = [task.name] if identical_ids(cfg, task) else []
+        queries = QuerySet.from_tasks({task.name: task.queries}, drop_identical=drop)
         base = base_retrieval(index, emb, queries, EVAL_DEPTH)
         train = train_base = None
         if task.train_queries:
-            train = QuerySet.from_tasks({task.name: task.train_queries})
+            train = QuerySet.from_tasks({task.name: task.train_queries}, drop_identical=drop)
             train_base = base_retrieval(index, emb, train, EVAL_DEPTH)
         data.append(TaskData(task.name, index, task.corpus, queries, task.qrels, base,
                                train, train_base))
     timings["index_and_retrieve"] = time.perf_counter() - t1
     return Workload(tasks, data, emb, timings)
+
+
+def identical_ids(cfg: EvalConfig, task: Task) -> bool:
+    """Whether ``task``'s rankings leave out the query's own document: as asked, else as
+    its data says (:func:`tttembed.data.beir.identical_ids_rule`)."""
+    return (task.ignore_identical_ids if cfg.ignore_identical_ids is None
+            else cfg.ignore_identical_ids)
 
 
 def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCache,
@@ -192,6 +201,9 @@ def _cells(cfg: EvalConfig, work: Workload, src: RewardSource, use_cell_cache: b
             "split": cfg.split, "version": versions(())["tttembed"], "cells": CELLS_VERSION}
     if cfg.train_split:
         base["train_split"] = cfg.train_split
+    identical = sorted(t.name for t in work.tasks if identical_ids(cfg, t))
+    if identical:  # other keys as before: cells cached without the rule stay valid
+        base["ignore_identical_ids"] = identical
     return CellCache(root, base)
 
 
@@ -255,7 +267,8 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None,
         "tasks": [{"name": t.name, "source": t.source, "split": t.split,
                    "corpus_fingerprint": t.fingerprint, "documents": len(t.corpus),
                    "queries": len(t.queries), "train_queries": len(t.train_queries),
-                   "few_queries": len(t.queries) < cfg.few_queries} for t in work.tasks],
+                   "few_queries": len(t.queries) < cfg.few_queries,
+                   "ignore_identical_ids": identical_ids(cfg, t)} for t in work.tasks],
         "raw": {"per_task": summary_raw(raw_all)},
         "sections": sections,
         "counts": counts,

@@ -25,7 +25,7 @@ from typing import Any
 
 from tttembed.core.errors import ConfigError, DataError, MissingDependency
 from tttembed.core.progress import Advance
-from tttembed.data.beir import Task
+from tttembed.data.beir import Task, identical_ids_rule
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
 from tttembed.types import PathLike
@@ -251,7 +251,8 @@ def _loader_task(folder: Path, name: str, split: str, *, source: str) -> Task:
     queries = {str(q): str(t) for q, t in zip(qcols["id"], qcols["text"]) if str(q) in judged}
     if not queries:
         raise DataError(f"MTEB dataset split {split!r} has no judged query", path=folder)
-    return Task(name, folder, corpus, queries, qrels, split, source=source)
+    return Task(name, folder, corpus, queries, qrels, split, source=source,
+                ignore_identical_ids=identical_ids_rule(None, name)[0])
 
 
 def index_dir(task: Task, identity: str,

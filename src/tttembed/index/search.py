@@ -32,7 +32,8 @@ class SearchResult:
     holds the judgments that came with the queries (``{task: qrels}``), ``applied`` maps
     each adapted state to the number of queries it was applied to, ``leaked`` each state
     learned from judgments to the number of judged queries here whose own judgments
-    rewarded it (metrics on them are not a held-out result)."""
+    rewarded it (metrics on them are not a held-out result), ``identical`` the tasks
+    whose lists leave out the document whose id is the query id."""
 
     qids: list[str]
     scores: np.ndarray  # (nq, k) float32
@@ -43,6 +44,8 @@ class SearchResult:
     qrels: dict[str, Qrels] = field(default_factory=dict, repr=False)
     applied: dict[Any, int] = field(default_factory=dict)
     leaked: dict[Any, int] = field(default_factory=dict)
+    #: Tasks whose lists leave out the query's own document (``ignore_identical_ids``).
+    identical: list[str] = field(default_factory=list)
 
     def _task(self, i: int) -> str:
         return self.tasks[i] if self.tasks else ""
@@ -91,6 +94,30 @@ def encode_queries(embedder: Embedder, texts: list[str], batch_size: int = 256,
         if progress is not None:
             progress(min(batch_size, len(texts) - start))
     return np.concatenate(out, axis=0).astype(np.float32, copy=False)
+
+
+def search_excluding(index: Index, vectors: np.ndarray, k: int,
+                     exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search(vectors, k)``, where ``exclude[i]`` (a row id, -1 = none) is left out
+    of query i's list: BEIR's ``ignore_identical_ids`` (the query's own document). The
+    index is searched one deeper and each list keeps its order; with nothing to exclude
+    it is exactly ``index.search``."""
+    if exclude is None or not bool(np.any(exclude >= 0)):
+        return index.search(vectors, k)
+    scores, rows = index.search(vectors, min(k + 1, len(index)))
+    hit = rows == np.asarray(exclude, dtype=np.int64)[:, None]
+    order = np.argsort(hit, axis=1, kind="stable")  # kept rows first, in their order
+    rows = np.take_along_axis(rows, order, axis=1)
+    scores = np.take_along_axis(scores, order, axis=1)
+    rows[np.take_along_axis(hit, order, axis=1)] = -1
+    scores[rows < 0] = -np.inf
+    return scores[:, :k], rows[:, :k]
+
+
+def identical_rows(index: Index, qids: Sequence[str]) -> np.ndarray:
+    """Per query id, the row of the document with the same id in ``index`` (-1 = none)."""
+    row_of = {d: r for r, d in enumerate(index.doc_ids)}
+    return np.array([row_of.get(q, -1) for q in qids], dtype=np.int64)
 
 
 def search_vectors(index: Index, qids: list[str], vectors: np.ndarray, k: int,

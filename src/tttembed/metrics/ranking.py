@@ -47,6 +47,7 @@ UNCUT = 10**9
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
 __all__ = [
+    "drop_identical",
     "DEFAULT_METRICS",
     "METRIC_NAMES",
     "run_metrics",
@@ -59,6 +60,12 @@ __all__ = [
     "parse_metric",
     "recall_at_k",
 ]
+
+
+def drop_identical(run: Run) -> dict[str, dict[str, float]]:
+    """The run without any document whose id is its query's id (BEIR's
+    ``ignore_identical_ids``: ArguAna's query arguments are also in its corpus)."""
+    return {q: {d: s for d, s in docs.items() if d != q} for q, docs in run.items()}
 
 
 def evaluated_queries(qrels: Qrels) -> list[str]:

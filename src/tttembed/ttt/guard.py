@@ -157,7 +157,8 @@ def judged_diff(scope: str, sources: Sequence[Source],
     tasks = [table.tasks[r] for r in held.rows]
     blocks = np.stack(held.vectors)
     lists = source_lists(sources, [table.source[r] for r in held.rows],
-                         {a: blocks[:, j] for j, a in enumerate(ALPHA_GRID)}, k, by_row=True)
+                         {a: blocks[:, j] for j, a in enumerate(ALPHA_GRID)}, k, by_row=True,
+                         keys=keys)
     new = [(q, d) for q, ds in never_judged(keys, lists, rewards).items() for d in ds]
     picked = sample_pairs(new, cap, rng)
     judged = judge_lists(keys, tasks, lists, rewards, pay, picked, needed=len(new), base="0",

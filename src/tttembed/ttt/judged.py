@@ -42,6 +42,7 @@ from tttembed.adapt.sampled import (
 )
 from tttembed.adapt.validate import alpha_gains, judged_deltas, sign_flip_p
 from tttembed.index.base import Index
+from tttembed.index.search import identical_rows, search_excluding
 from tttembed.score.base import Scorer
 from tttembed.ttt.queries import BaseRetrieval, Pair, QuerySet
 from tttembed.ttt.rewards import Corpus, score_plan_pairs
@@ -64,32 +65,51 @@ def scorer_pay(queries: QuerySet, corpus: Corpus, scorer: Scorer) -> Pay:
     return lambda pairs: score_plan_pairs(pairs, queries, corpus, scorer)
 
 
-def top_lists(index: Index, vectors: np.ndarray, k: int = K) -> list[list[str]]:
-    """The top-k doc ids of each query vector in ``index``."""
-    _, rows = index.search(np.asarray(vectors, dtype=np.float32), min(k, len(index)))
+def top_lists(index: Index, vectors: np.ndarray, k: int = K,
+              exclude: np.ndarray | None = None) -> list[list[str]]:
+    """The top-k doc ids of each query vector in ``index`` (``exclude[i]``: a row left
+    out of list i, -1 = none; :func:`tttembed.index.search.search_excluding`)."""
+    _, rows = search_excluding(index, np.asarray(vectors, dtype=np.float32),
+                               min(k, len(index)), exclude)
     ids = index.doc_ids
     return [[ids[r] for r in row if r >= 0] for row in rows]
 
 
+def _identical(queries: QuerySet, index: Index, keys: Sequence[str] | None,
+               mine: Sequence[int]) -> np.ndarray | None:
+    """Per row of ``mine`` (query keys ``task/qid`` in ``keys``), the index row of the
+    query's own document where its task drops identical ids; None when none does."""
+    if keys is None or not queries.drop_identical:
+        return None
+    split = [keys[i].split("/", 1) for i in mine]
+    rows = identical_rows(index, [q for _, q in split])
+    rows[[t not in queries.drop_identical for t, _ in split]] = -1
+    return rows
+
+
 def source_lists(sources: Sequence[Source], row_source: Sequence[int],
-                 vectors: Mapping[str, np.ndarray], k: int = K, *, by_row: bool = False
-                 ) -> list[dict[str, list[str]]]:
+                 vectors: Mapping[str, np.ndarray], k: int = K, *, by_row: bool = False,
+                 keys: Sequence[str] | None = None) -> list[dict[str, list[str]]]:
     """Per row and list name (``vectors[name]``: one query vector per row): the top-k doc
-    ids in the index of the row's source (``row_source[row]``), one search per source.
-    The search stacks the vectors list by list, or row by row with ``by_row``: FAISS's
-    scores can move in the last bit with a vector's place in the batch (BLAS), and the
-    published studies were made with the guard's lists stacked row by row and method
-    auto's query part list by list, so each keeps its order."""
+    ids in the index of the row's source (``row_source[row]``), one search per source;
+    with the rows' query ``keys``, a query's own document is left out where its task
+    drops identical ids. The search stacks the vectors list by list, or row by row with
+    ``by_row``: FAISS's scores can move in the last bit with a vector's place in the
+    batch (BLAS), and the published studies were made with the guard's lists stacked row
+    by row and method auto's query part list by list, so each keeps its order."""
     out: list[dict[str, list[str]]] = [{} for _ in row_source]
     names = list(vectors)
-    for s, (_, _, index) in enumerate(sources):
+    for s, (queries, _, index) in enumerate(sources):
         mine = [i for i, src in enumerate(row_source) if src == s]
         if not mine:
             continue
         parts = [vectors[m][mine] for m in names]
         stacked = (np.stack(parts, axis=1).reshape(len(mine) * len(names), -1) if by_row
                    else np.concatenate(parts))
-        got = top_lists(index, stacked, k)
+        own = _identical(queries, index, keys, mine)
+        if own is not None:
+            own = np.repeat(own, len(names)) if by_row else np.tile(own, len(names))
+        got = top_lists(index, stacked, k, own)
         for j, m in enumerate(names):
             for n, i in enumerate(mine):
                 out[i][m] = got[n * len(names) + j if by_row else j * len(mine) + n]

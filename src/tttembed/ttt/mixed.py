@@ -37,16 +37,17 @@ class _Parts:
 def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], table: Table,
                 coef_for: CoefFor, template: AdaptState, **meta: Any) -> AdaptState:
     """The one state that applies ``selection``: per task its shared part (the chosen
-    state's vector and alpha under the task's key) and, for its rewarded texts, its
+    state's vector and the alpha its evidence chose under the task's key) and, for its rewarded texts, its
     query part. ``learned`` holds the global, task and query states learned on every
     reward; ``template`` gives the embedder, corpus and hyperparameter fields."""
     parts = _Parts()
     maps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for task, (st, g) in shared_groups(selection.shared, learned).items():
+    groups = shared_groups(selection.shared, learned, selection.shared_alpha)
+    for task, (st, g, alpha) in groups.items():
         at = np.flatnonzero(st.parts.adapter_rows == g)
         if len(at):
             maps[len(parts.keys)] = (st.parts.u[at[0]], st.parts.v[at[0]])
-        parts.add(task, st.vectors[g], st.alpha[g], st.n_g[g])
+        parts.add(task, st.vectors[g], alpha, st.n_g[g])
     kd = learned.get("query")
     rows = kd.index() if kd is not None else {}
     seen: set[str] = set()

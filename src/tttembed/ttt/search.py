@@ -131,8 +131,9 @@ def _match_hint(state: AdaptState) -> str:
 
 def adapted_search(index: Index, queries: QuerySet, x: np.ndarray,
                    states: Sequence[AdaptState], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Re-search the unchanged index with ``unit(x + alpha v)`` (most specific state wins)."""
-    return index.search(adapt_queries(x, queries, states), k)
+    """Re-search the unchanged index with ``unit(x + alpha v)`` (most specific state wins;
+    each query's own document left out where its task drops identical ids)."""
+    return queries.search(index, adapt_queries(x, queries, states), k)
 
 
 def trec_order(run: Mapping[str, float]) -> dict[str, float]:
@@ -158,7 +159,8 @@ def search(index: Index, queries: Queries, *, k: int = 100,
            task: str | Sequence[str] | None = None, split: str = "test",
            embedder: Embedder | None = None, allow_foreign_state: bool = False,
            allow_foreign_corpus: bool = False, batch_size: int = 256,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None,
+           ignore_identical_ids: bool | None = None) -> SearchResult:
     """Search with raw or adapted query vectors (``unit(x + alpha v)``; the most specific
     state wins per query: query > task > global). The index never changes.
 
@@ -166,7 +168,10 @@ def search(index: Index, queries: Queries, *, k: int = 100,
     that applies to none, or was learned on another corpus (unless
     ``allow_foreign_state``), is an error; so is a BEIR folder whose corpus.jsonl is not
     the index's corpus (its judgments would score other documents; unless
-    ``allow_foreign_corpus``).
+    ``allow_foreign_corpus``). ``ignore_identical_ids``: leave out of each query's list
+    the document whose id is the query id (BEIR's convention; None = as the BEIR folder
+    says: on for ArguAna and Quora or a ``tttembed-task.json`` flag); ``result.identical``
+    names the tasks where it was applied.
 
         >>> result = tt.search(index, {"q1": "0-dimensional biomaterials"}, k=10)
         >>> adapted = tt.search(index, "data/scifact", states=["vectors.npz"])
@@ -179,7 +184,7 @@ def search(index: Index, queries: Queries, *, k: int = 100,
 
     loaded = [s if isinstance(s, AdaptState) else load_state(s) for s in states]
     check_states(loaded, index, allow_foreign=allow_foreign_state)
-    qs = as_query_set(queries, task, split)
+    qs = as_query_set(queries, task, split, ignore_identical_ids)
     if not allow_foreign_corpus:
         check_folder_corpus(qs.folder, index)
     emb = index_embedder(index, embedder)
@@ -193,7 +198,8 @@ def search(index: Index, queries: Queries, *, k: int = 100,
     return SearchResult(qids=list(qs.qids), scores=scores, rows=rows, doc_ids=index.doc_ids,
                         timings={"encode_s": t1 - t0, "search_s": time.perf_counter() - t1},
                         tasks=list(qs.tasks), qrels=dict(qs.qrels),
-                        applied=dict(zip(loaded, counts)), leaked=label_leaks(loaded, qs))
+                        applied=dict(zip(loaded, counts)), leaked=label_leaks(loaded, qs),
+                        identical=sorted(qs.drop_identical))
 
 
 __all__ = ["adapt_queries", "adapted_search", "applied_counts", "check_applied",

@@ -60,7 +60,7 @@ METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 5
+SELECT_VERSION = 6
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
@@ -97,6 +97,9 @@ class Selection:
     notes: tuple[str, ...] = ()
     coefficients: dict[str, list[float]] = field(default_factory=dict)
     neighbour: dict[str, str] = field(default_factory=dict)
+    #: Per task whose shared part is kept: its alpha, a label of the guard's grid
+    #: (``rule`` = n/(n+1), or a shrunk value such as ``0.3``) chosen by the same evidence.
+    shared_alpha: dict[str, str] = field(default_factory=dict)
 
     def choice(self, task: str) -> str:
         """``task``, ``task+qdrant-rf``, ``adapter+query+neighbour``, ``raw``..."""
@@ -111,7 +114,8 @@ class Selection:
                 "evidence": self.evidence, "estimators": dict(self.estimators),
                 "validation_pairs_needed": self.needed, "validation_pairs_paid": self.paid,
                 "validation_cap": self.cap, "notes": list(self.notes),
-                "qdrant_coefficients": self.coefficients, "neighbour": dict(self.neighbour)}
+                "qdrant_coefficients": self.coefficients, "neighbour": dict(self.neighbour),
+                "shared_alpha": dict(self.shared_alpha)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Selection:
@@ -122,7 +126,8 @@ class Selection:
                    dict(d.get("estimators", {})), int(d.get("validation_pairs_needed", 0)),
                    int(d.get("validation_pairs_paid", 0)), int(d.get("validation_cap", 0)),
                    tuple(d.get("notes", ())), dict(d.get("qdrant_coefficients", {})),
-                   {str(t): str(m) for t, m in d.get("neighbour", {}).items()})
+                   {str(t): str(m) for t, m in d.get("neighbour", {}).items()},
+                   {str(t): str(a) for t, a in d.get("shared_alpha", {}).items()})
 
     def gains(self, task: str) -> dict[str, MethodGain]:
         """Every method's evidence in ``task``."""
@@ -187,9 +192,11 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         evidence.setdefault(t, {}).update(got)
     shared = {t: best_method({m: e[m] for m in SHARED if m in e}, "raw")
               for t, e in evidence.items()}
+    alphas = {t: str(evidence[t][m].get("alpha", "rule")) for t, m in shared.items()
+              if m != "raw"}
     qp = _QueryPart({}, "")
     if query:
-        qp = _query_part(sources, table, sh.merged, pay, shared, learned,
+        qp = _query_part(sources, table, sh.merged, pay, shared, alphas, learned,
                          cap=max(cap - sh.spent, 0) // (2 if near else 1), coef_for=coef_for,
                          k=k, rng=rng)
     for t, got in qp.evidence.items():
@@ -210,10 +217,26 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed + nb.needed,
         paid=sh.spent + qp.paid + nb.spent, cap=cap, notes=tuple(sh.notes + qp.notes + nb.notes),
         neighbour={t: best_method({m: e[m] for m in (NEIGHBOUR,) if m in e}, "none")
-                   for t, e in evidence.items()} if near else {})
+                   for t, e in evidence.items()} if near else {},
+        shared_alpha=alphas)
 
 
 Evidence = dict[str, dict[str, dict[str, float]]]
+
+
+#: The alphas a shared part may be shrunk to (the guard's grid without 0): its vector
+#: times a smaller alpha where the evidence says the rule's is too much.
+SHRINK: tuple[str, ...] = tuple(a for a in ALPHA_GRID if a != "0")
+
+
+def shrunk(per_alpha: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """One shared part's evidence in one task: the alpha of :data:`SHRINK` with the
+    largest mean gain among those whose interval lies above 0 (the rule's on a tie, the
+    rule's when none does), its evidence and ``alpha``: the n/(n+1) rule generalised to
+    a shrinkage chosen by the same held-out judged evidence as the part itself."""
+    names = ["rule", *(a for a in per_alpha if a != "rule")]
+    best = best_method({a: per_alpha[a] for a in names if a in per_alpha}, "rule")
+    return {**per_alpha[best], "alpha": best}
 
 
 @dataclass
@@ -248,8 +271,8 @@ def _shared_part(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, f
                                table=None if out.spent else table)  # bought pairs: rebuilt
         out.needed += g.needed
         if g.judged is not None:
-            got = g.judged.per_task(rng, ["rule"])
-            out.add({t: {scope: e["rule"]} for t, e in got.items()})
+            got = g.judged.per_task(rng, SHRINK if scope in SHARED else ["rule"])
+            out.add({t: {scope: shrunk(e)} for t, e in got.items()})
             out.estimators[scope] = "judged-diff" + ("-sampled" if g.note else "")
             out.spent += g.paid
             for q, paid in g.judged.bought.items():
@@ -276,17 +299,18 @@ class _QueryPart:
 
 def _query_part(sources: Sequence[Source], table: Table,
                 rewards: Mapping[str, Mapping[str, float]], pay: Pay, shared: Mapping[str, str],
-                learned: Mapping[str, AdaptState | None], *, cap: int, coef_for: CoefFor,
-                k: int, rng: np.random.Generator) -> _QueryPart:
+                alphas: Mapping[str, str], learned: Mapping[str, AdaptState | None], *,
+                cap: int, coef_for: CoefFor, k: int, rng: np.random.Generator) -> _QueryPart:
     """Each query-level method's Delta on every rewarded row: its top-k against the list
     the row's shared part gives; the never-judged documents of those lists, in (row, doc
     id) order, are sampled at random within ``cap`` and paid, the others filled with the
     mean reward of the paid ones of their kind, bootstrapped with the rows
     (:mod:`tttembed.ttt.judged`)."""
-    vecs = {"": _shared_vectors(table, shared, learned)}
+    vecs = {"": _shared_vectors(table, shared, alphas, learned)}
     vecs.update({m: _method_vectors(m, table, learned.get("query"), coef_for)
                  for m in QUERY_LEVEL})
-    lists = source_lists(sources, table.source, vecs, k)  # per row: {"" or method: doc ids}
+    lists = source_lists(sources, table.source, vecs, k,  # per row: {"" or method: ids}
+                         keys=table.keys)
     new = [(q, d) for q, ds in never_judged(table.keys, lists, rewards).items()
            for d in sorted(ds)]
     picked = sample_pairs(new, cap, rng, draw_within_cap=True)
@@ -301,28 +325,31 @@ def _query_part(sources: Sequence[Source], table: Table,
     return out
 
 
-def shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | None]
-                   ) -> dict[str, tuple[AdaptState, int]]:
-    """Per task whose shared choice is not raw: the chosen state and its group row."""
+def shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | None],
+                  alphas: Mapping[str, str] | None = None
+                  ) -> dict[str, tuple[AdaptState, int, float]]:
+    """Per task whose shared choice is not raw: the chosen state, its group row and its
+    alpha (the state's own, the rule's, unless ``alphas`` shrinks it)."""
     out = {}
     for task, method in shared.items():
         st = learned.get(method)
         g = None if st is None else st.index().get("*" if st.scope == "global" else task)
         if st is not None and g is not None:
-            out[task] = (st, g)
+            label = (alphas or {}).get(task, "rule")
+            out[task] = (st, g, float(st.alpha[g]) if label == "rule" else float(label))
     return out
 
 
-def _shared_vectors(table: Table, shared: Mapping[str, str],
+def _shared_vectors(table: Table, shared: Mapping[str, str], alphas: Mapping[str, str],
                     learned: Mapping[str, AdaptState | None]) -> np.ndarray:
     """Each rewarded row's query vector under its task's shared choice."""
     out = table.x.astype(np.float32).copy()
-    groups = shared_groups(shared, learned)
+    groups = shared_groups(shared, learned, alphas)
     for i, task in enumerate(table.tasks):
         if task in groups:
-            st, g = groups[task]
+            st, g, alpha = groups[task]
             v = st.vectors[g] + map_deltas(table.x[i:i + 1], st.parts, np.array([g]))[0]
-            out[i] = unit_rows(table.x[i] + st.alpha[g] * v)
+            out[i] = unit_rows(table.x[i] + alpha * v)
     return out
 
 
