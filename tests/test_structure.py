@@ -233,9 +233,9 @@ def test_vocabulary_defined_once():
 #: The only public names several modules may define, each a convention with one meaning
 #: (name -> the reason). Nothing else is exempt: a new entry needs as good a reason.
 SHARED_NAMES = {
-    # core/registry.py maps a spec scheme to "<backend module>:from_spec": every backend
+    # core/backends.py maps a spec scheme to "<backend module>:from_spec": every backend
     # module (embedder, scorer, index engine, loop store) builds itself from its spec there.
-    "from_spec": "a backend module's factory, the spec registry's entry point",
+    "from_spec": "a backend module's factory, the backend table's entry point",
     # each vector-database engine module's (message, fix) for its engine's exceptions,
     # handed to index/collection.engine_errors on that module's store class: one role (the
     # ``Explain`` callable), one per engine; allowed only where it is used that way.

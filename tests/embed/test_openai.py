@@ -14,6 +14,7 @@ import pytest
 
 from tests import servers
 from tests.servers import Reply, Sleeps, closed_port_url
+from tttembed.core.backends import create
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import (
     DEFAULT_BASE_URL,
@@ -22,7 +23,6 @@ from tttembed.core.http import (
     retry_after_seconds,
     split_model_url,
 )
-from tttembed.core.registry import create
 from tttembed.embed.base import Embedder
 from tttembed.embed.openai import OpenAIEmbedder, from_spec
 from tttembed.embed.st import SentenceTransformerEmbedder

@@ -30,7 +30,7 @@ write_index(spec, [f"{tag}{i}" for i in range(n)], v, embedder_identity="st:fake
 
 READ = """
 import json, sys
-from tttembed.core.registry import create
+from tttembed.core.backends import create
 from tttembed.index.collection import STAGE
 from tttembed.index.store import load_index
 spec = sys.argv[1]

@@ -150,7 +150,7 @@ class _Renamed:
 
 @pytest.mark.parametrize("kind", ["milvus", "qdrant"])
 def test_missing_or_incomplete_collection_is_refused(kind, tmp_path):
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
     from tttembed.index.store import load_index
 
     spec = spec_for(kind, tmp_path)
@@ -188,7 +188,7 @@ def test_cli_index_search_learn(kind, tmp_path, minilm, faiss_setup):
 def test_specs_survive_path_options_and_dispatch(tmp_path):
     from pathlib import Path
 
-    from tttembed.core.registry import known_schemes
+    from tttembed.core.backends import known_schemes
     from tttembed.index.base import is_db_spec, repair_spec, split_collection
 
     assert {"milvus", "qdrant"} <= set(known_schemes("index"))
@@ -223,7 +223,7 @@ def test_open_or_build_takes_a_collection_spec(kind, tmp_path, minilm):
 
 @pytest.mark.parametrize("kind", ["milvus", "qdrant"])
 def test_text_payload_is_stored_with_the_vectors(kind, tmp_path, minilm):
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
     from tttembed.data.beir import doc_text
     from tttembed.index.store import build_index, load_index
 
@@ -252,7 +252,7 @@ def test_milvus_text_is_cut_at_a_character_boundary():
 
 
 def test_cli_index_store_text_keeps_the_text(tmp_path, minilm):
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
     from tttembed.data.beir import doc_text
     from tttembed.index.store import load_index
 

@@ -163,7 +163,7 @@ PER_PROCESS = 200
 
 def _log_many(spec: str, barrier: Any, who: str) -> None:
     """In a spawned process: open the store when the other does, log one search a call."""
-    import tttembed.core.registry  # noqa: F401 - open_store's lazy import, done before the
+    import tttembed.core.backends  # noqa: F401 - open_store's lazy import, done before the
     # barrier so that both processes really open (and set up) the new store at once
     barrier.wait(120)
     store = open_store(spec)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.servers import LocalOpenAIServer, Reply, overlap_scores
+from tttembed.core.backends import known_schemes
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import HttpLimits
-from tttembed.core.registry import known_schemes
 from tttembed.score.base import Item, Scorer, capabilities, get_scorer
 from tttembed.score.ledger import Ledger, LedgerScorer
 from tttembed.score.qwen3 import DEFAULT_INSTRUCTION, PREFIX, SUFFIX

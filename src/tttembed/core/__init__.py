@@ -1,2 +1,3 @@
-"""What every layer shares: errors, the backend registry, artifact I/O, progress, paths
-and devices. Nothing here imports another tttembed package."""
+"""What every layer shares: errors, the backend table (spec scheme -> factory,
+backends.py), artifact I/O, progress, paths and devices. Nothing here imports another
+tttembed package."""

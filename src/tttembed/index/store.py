@@ -138,7 +138,7 @@ def _write_collection(spec: str, doc_ids: list[str], vectors: np.ndarray, *, ove
                       progress: Advance | None, manifest: dict[str, Any],
                       texts: list[str] | None = None) -> str:
     """Write a vector-database collection (exact inner-product search)."""
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
     from tttembed.index.collection import present, write_collection
 
     store = create("index", spec)
@@ -191,7 +191,7 @@ def load_index(path: PathLike, *, expected_identity: str | None = None,
     being read (its files vanished), the pointer is resolved again. A collection spec
     (``milvus:URI/COLLECTION``, ``qdrant:URL_OR_PATH/COLLECTION``) opens that collection."""
     if is_db_spec(path):
-        from tttembed.core.registry import create
+        from tttembed.core.backends import create
         from tttembed.index.collection import open_collection
 
         spec = repair_spec(path)
@@ -290,7 +290,7 @@ def build_index(corpus: dict[str, dict[str, str]], embedder: Embedder,
 def _build_collection(corpus: dict[str, dict[str, str]], embedder: Embedder, spec: str, *,
                       overwrite: bool, progress: Advance | None, extra: dict[str, Any] | None,
                       write_progress: Advance | None, store_text: bool = False) -> str:
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
     from tttembed.data.beir import corpus_fingerprint, doc_text
     from tttembed.index.collection import present
 
@@ -341,7 +341,7 @@ def _open_or_build_collection(corpus: dict[str, dict[str, str]], spec: str,
                               embedder: Embedder, fingerprint: str, *,
                               progress: Advance | None, rebuild: bool,
                               extra: dict[str, Any]) -> Index:
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
     from tttembed.index.collection import present
 
     if present(create("index", spec)):

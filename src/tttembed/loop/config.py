@@ -125,7 +125,7 @@ def check_specs(config: LoopConfig) -> None:
     """Every spec of ``config`` checked before anything starts or is paid (no model is
     loaded): the judge's scheme (one that reads judgments by query id cannot score
     traffic), the audit's ``qrels:`` path and the store's spec. A one-line ConfigError."""
-    from tttembed.core.registry import factory
+    from tttembed.core.backends import factory
     from tttembed.loop.drift import audit_source
     from tttembed.score.base import uses_labels
 
@@ -154,7 +154,7 @@ def check_store(spec: str) -> None:
     """``--store``'s spec: a known scheme, or a SQLite path whose folder exists."""
     from pathlib import Path
 
-    from tttembed.core.registry import factory, split_spec
+    from tttembed.core.backends import factory, split_spec
 
     scheme, _ = split_spec(spec)
     plain = "/" in scheme or "\\" in scheme or scheme == spec.strip() or len(scheme) == 1

@@ -454,7 +454,7 @@ def open_store(spec: str | None, registry: str | Path | None = None) -> Store:
         if registry is None:
             raise ConfigError("give --store (postgresql://... or a SQLite path) or --registry")
         return SQLiteStore(Path(registry) / "loop.sqlite")
-    from tttembed.core.registry import create, split_spec
+    from tttembed.core.backends import create, split_spec
 
     scheme, _ = split_spec(spec)
     if "/" in scheme or "\\" in scheme or scheme == spec.strip() or len(scheme) == 1:

@@ -19,7 +19,7 @@ def open_registry(spec: str | Path, *, create: bool = False,
     from tttembed.registry.postgres import is_url
 
     if is_url(spec):  # a backend by its scheme (third parties: tttembed.registries)
-        from tttembed.core.registry import create as build
+        from tttembed.core.backends import create as build
 
         got: StateRegistry = build("registry", str(spec).strip(), create=create, index=index,
                                    cache=cache, offline_ok=offline_ok)

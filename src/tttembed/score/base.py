@@ -56,7 +56,7 @@ def declare(capabilities: Capabilities) -> Callable[[F], F]:
 
 def capabilities(spec: str) -> Capabilities:
     """The capabilities of the scorer ``spec`` builds (defaults for undeclared factories)."""
-    from tttembed.core.registry import factory
+    from tttembed.core.backends import factory
 
     made = factory("scorer", spec)
     found = getattr(made, "capabilities", None)
@@ -90,6 +90,6 @@ class Scorer(Protocol):
 
 def get_scorer(spec: str, **options: Any) -> Scorer:
     """Build a scorer from its spec string through the registry."""
-    from tttembed.core.registry import create
+    from tttembed.core.backends import create
 
     return create("scorer", spec, **options)

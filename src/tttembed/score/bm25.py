@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.errors import ConfigError, DataError, MissingDependency
-from tttembed.core.registry import identity
 from tttembed.data.beir import corpus_fingerprint, doc_text, load_corpus
 from tttembed.score.base import Capabilities, Item, declare
 

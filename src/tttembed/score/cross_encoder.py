@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.devices import pick_device
 from tttembed.core.errors import BackendError, ConfigError, MissingDependency
-from tttembed.core.registry import identity
 from tttembed.score.base import Item
 
 MAPPINGS = {"sigmoid": "sigmoid(logit)", "softmax": "softmax(logits)[1]", "clip": "clip(score)"}

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.errors import BackendError
 from tttembed.core.http import (
     DEFAULT_API_KEY_ENV,
@@ -45,7 +46,6 @@ from tttembed.core.http import (
     map_ordered,
     split_model_url,
 )
-from tttembed.core.registry import identity
 from tttembed.score.base import Item
 
 MAX_SCORE = 5.0

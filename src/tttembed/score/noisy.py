@@ -31,8 +31,8 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.errors import ConfigError
-from tttembed.core.registry import identity
 from tttembed.score.base import Capabilities, Item, declare
 from tttembed.score.qrels import QrelsScorer
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.core.registry import identity
 from tttembed.data.beir import load_qrels
 from tttembed.score.base import Capabilities, Item, declare
 

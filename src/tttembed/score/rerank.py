@@ -56,6 +56,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tttembed.core.backends import identity
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import (
     JSONClient,
@@ -64,7 +65,6 @@ from tttembed.core.http import (
     map_ordered,
     split_model_url,
 )
-from tttembed.core.registry import identity
 from tttembed.score.base import Capabilities, Item, declare
 
 APIS = ("auto", "cohere", "tei")

