@@ -25,10 +25,10 @@ from tttembed.loop.clicks import simulate as sim
 from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.clicks.propensity import estimate
 from tttembed.loop.clicks.rewards import GAP_IMPRESSIONS, GAP_PAIRS, click_rewards, judge_gap
-from tttembed.loop.clicks.shown import Shown
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.freeze import apply_audit
 from tttembed.loop.learner import Learner
+from tttembed.loop.rows import Shown
 from tttembed.loop.status import LoopState
 from tttembed.loop.store import Reward, Store, open_store
 

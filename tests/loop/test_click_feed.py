@@ -11,8 +11,7 @@ import numpy as np
 from tests.loop.clicks.conftest import Tiny
 from tttembed.loop.clicks import simulate as sim
 from tttembed.loop.clicks.feed import ClickFeed
-from tttembed.loop.clicks.shown import Shown
-from tttembed.loop.rows import Event, SearchLog
+from tttembed.loop.rows import Event, SearchLog, Shown
 from tttembed.loop.store import open_store
 
 

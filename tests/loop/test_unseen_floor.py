@@ -12,8 +12,8 @@ from tttembed.loop.clicks import simulate as sim
 from tttembed.loop.clicks.feed import unseen_floors
 from tttembed.loop.clicks.propensity import estimate, flat
 from tttembed.loop.clicks.rewards import click_rewards, click_stats
-from tttembed.loop.clicks.shown import Shown
 from tttembed.loop.nojudge import UNSEEN_REWARD, UnseenAtFloor, key_floors
+from tttembed.loop.rows import Shown
 
 
 def _shown(task: str, query: str, doc: str, rank: int, clicked: bool, i: int) -> Shown:

@@ -166,7 +166,7 @@ def test_loop_status_and_dashboard_show_click_through_by_rank(served) -> None:
 
 def test_randpair_swaps_one_adjacent_pair_and_logs_what_it_returned(index_dir, minilm,
                                                                      tmp_path) -> None:
-    from tttembed.serve.explore import randpair
+    from tttembed.loop.clicks.intervention import randpair
 
     texts = [f"{q} number {i}" for i in range(12) for q in list(QUERIES.values())[:3]]
     for served in _serve(index_dir, minilm, tmp_path, explore=0.5):
@@ -198,7 +198,7 @@ def _logged(tmp_path: Path, sid: str) -> Any:
 
 
 def test_randpair_draws_its_fraction_reproducibly_within_the_top_ten() -> None:
-    from tttembed.serve.explore import randpair, swapped
+    from tttembed.loop.clicks.intervention import randpair, swapped
 
     draws = [randpair(f"s{i}", 50, 0.2) for i in range(5000)]
     assert draws == [randpair(f"s{i}", 50, 0.2) for i in range(5000)]

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from tttembed.loop.clicks.intervention import INTERLEAVE, Intervention
 from tttembed.loop.rows import (
     CLICK,
     PAGE,
@@ -32,11 +33,9 @@ from tttembed.loop.rows import (
     EventsStored,
     Impression,
     RankClicks,
+    Shown,
     cursor_floor,
 )
-
-if TYPE_CHECKING:
-    from tttembed.loop.clicks.shown import Shown
 
 CLICK_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS interventions (
@@ -213,8 +212,6 @@ class ClickSQL:
 
 def _expand(row: Sequence[Any], acts: list[tuple[Any, ...]]) -> Iterator[Shown]:
     """One search's rows: each rank of its impression, per session that acted on it."""
-    from tttembed.loop.clicks.shown import Shown
-
     sid, task, query, created, version, served, kind, explicit = row
     ids = json.loads(explicit if explicit is not None else served)
     sessions = sorted({str(a[2]) for a in acts}) or [""]
@@ -232,10 +229,11 @@ def _expand(row: Sequence[Any], acts: list[tuple[Any, ...]]) -> Iterator[Shown]:
 
 
 def _interleaved(kind: str, n: int) -> tuple[str, str]:
-    """(candidate, teams) of an ``interleave:V:TEAMS`` intervention, else ("", "")."""
-    parts = kind.split(":")
-    if len(parts) == 3 and parts[0] == "interleave" and len(parts[2]) == n:
-        return parts[1], parts[2]
+    """(candidate, teams) of an ``interleave:V:TEAMS`` intervention of ``n`` ranks, else
+    ("", "")."""
+    done = Intervention.parse(kind)
+    if done is not None and done.kind == INTERLEAVE and len(done.teams) == n:
+        return done.candidate, done.teams
     return "", ""
 
 

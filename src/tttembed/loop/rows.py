@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:  # loop.clicks may import these rows: no import cycle at run time
-    from tttembed.loop.clicks.shown import Shown
+from typing import Any, Protocol
 
 #: Sources of judge spend (``spend.source``): a served pair, a validation pair, a
 #: drift re-score, an audit re-score, and what a store held before it kept an account.
@@ -29,9 +26,35 @@ class SearchLog:
     ids: tuple[str, ...]
     kind: str = "search"
     replica: str = ""
-    #: how the served list was randomised, "" when it was not: ``randpair:R`` (ranks R
-    #: and R+1, 1-based, swapped by ``--explore``); stored in ``interventions``
+    #: how the served list was changed on purpose, "" when it was not: ``randpair:R``
+    #: (ranks R and R+1, 1-based, swapped by ``--explore``) or ``interleave:V:TEAMS``
+    #: (:class:`tttembed.loop.clicks.intervention.Intervention` writes and reads both);
+    #: stored in ``interventions``
     intervention: str = ""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """Document ``doc_id`` shown at 1-based ``rank`` for ``query`` (of ``task``) in search
+    ``search_id``, served by ranker ``ranker`` (the registry version, "raw", or an
+    interleaving's team: "A"/"B"); ``clicked`` whether the session clicked it; ``explored``
+    whether the list was randomised (RandPair swap) or interleaved, so its ranks are an
+    intervention; ``dwell_ms`` the longest dwell reported (0 when none); ``test`` the
+    candidate version an interleaved search tested ("" otherwise; ``ranker`` is then the
+    team, "A" served or "B" candidate, that contributed the document)."""
+
+    search_id: str
+    task: str
+    query: str
+    doc_id: str
+    rank: int
+    clicked: bool
+    ranker: str = ""
+    session: str = ""
+    explored: bool = False
+    dwell_ms: float = 0.0
+    created: float = 0.0
+    test: str = ""
 
 
 @dataclass(frozen=True)
@@ -228,4 +251,4 @@ CLICK = "click"
 __all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps",
            "ClickReward", "Cursor",
            "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
-           "SearchLog", "Store", "cursor_floor"]
+           "SearchLog", "Shown", "Store", "cursor_floor"]

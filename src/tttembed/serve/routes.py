@@ -167,7 +167,8 @@ def interleave_results(svc: Service, snap: Snapshot, task: str, req: SearchReque
     """``--interleave``: the drawn searches' results become a team-draft interleaving of
     the served list and the candidate's (searched only for those); the interventions to
     log per search ("" where not interleaved)."""
-    from tttembed.serve.explore import interleave_drawn, interleave_item
+    from tttembed.loop.clicks.intervention import interleave_drawn
+    from tttembed.serve.explore import interleave_item
 
     cand = snap.candidate
     fraction = svc.config.interleave
@@ -195,6 +196,7 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
     the base retrieval itself). ``marks``: interventions already made (interleaving);
     RandPair (``--explore``) may swap the others."""
     from tttembed.loop.store import SearchLog
+    from tttembed.serve.explore import apply_randpair
 
     now = time.time()
     sids = list(sids) if sids is not None else [uuid.uuid4().hex for _ in texts]
@@ -210,18 +212,6 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
     svc.log_searches(rows)
     for row, item in zip(rows, data or ()):
         item["search_id"] = row.search_id
-
-
-def apply_randpair(search_id: str, item: dict[str, Any], fraction: float) -> str:
-    """RandPair (``--explore``): swap one adjacent pair of ``item``'s ids and scores in
-    place when ``search_id`` is drawn; the intervention to log ("" when not drawn)."""
-    from tttembed.serve.explore import RANDPAIR, randpair, swapped
-
-    rank = randpair(search_id, len(item["ids"]), fraction)
-    if rank is None:
-        return ""
-    item["ids"], item["scores"] = swapped(item["ids"], rank), swapped(item["scores"], rank)
-    return f"{RANDPAIR}:{rank}"
 
 
 def _search_body(svc: Service, req: SearchRequest, res: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import pytest
 from tttembed.core.errors import ConfigError
 from tttembed.loop.clicks import propensity
 from tttembed.loop.clicks import simulate as sim
-from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.rows import Shown
 
 
 def users(eta: float) -> sim.Population:

@@ -8,7 +8,7 @@ from tttembed.loop.clicks import robust
 from tttembed.loop.clicks import simulate as sim
 from tttembed.loop.clicks.propensity import Propensities, flat
 from tttembed.loop.clicks.rewards import click_rewards, click_stats, doubly_robust
-from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.rows import Shown
 
 TRUE = Propensities((1.0, 0.5, 0.25), (1.0,) * 3, (1.0,) * 3, 0, "harvest")
 

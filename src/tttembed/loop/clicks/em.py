@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tttembed.core.errors import ConfigError
-from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.rows import Shown
 
 #: pseudo-impressions pulling a featureless pair's relevance toward the mean
 PRIOR = 2.0

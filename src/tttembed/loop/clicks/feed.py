@@ -37,9 +37,8 @@ from tttembed.loop.clicks.rewards import (
     doubly_robust,
     judge_gap,
 )
-from tttembed.loop.clicks.shown import Shown
 from tttembed.loop.pending import Tail
-from tttembed.loop.rows import CLICK_SETTLE_S, ClickReward, Store
+from tttembed.loop.rows import CLICK_SETTLE_S, ClickReward, Shown, Store
 
 #: Shown records the window keeps at most (the oldest age out first).
 MAX_SHOWN = 1_000_000

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import ConfigError
-from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.rows import Shown
 
 #: fewest (query, doc) pairs seen at two or more ranks before harvesting is trusted
 MIN_INTERVENTIONS = 100

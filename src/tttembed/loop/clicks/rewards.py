@@ -21,8 +21,7 @@ import numpy as np
 from tttembed.core.errors import ConfigError
 from tttembed.loop.clicks.propensity import Propensities, flat
 from tttembed.loop.clicks.robust import Cleaned, clean_clicks
-from tttembed.loop.clicks.shown import Shown
-from tttembed.loop.rows import Reward
+from tttembed.loop.rows import Reward, Shown
 
 #: θ is clipped from below at this (inverse propensities at most 10)
 CLIP = 0.1

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tttembed.loop.clicks.propensity import Propensities
-from tttembed.loop.clicks.shown import Shown
+from tttembed.loop.rows import Shown
 
 #: clicks per session and query kept (later searches of the pair are left out)
 CAP = 10

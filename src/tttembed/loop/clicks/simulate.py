@@ -2,7 +2,7 @@
 clicks by the position-based model (examination 1/rank^eta, click given examined from the
 qrels with noise) or by the cascade model, and two bots whose clicks ignore the document
 (always rank 1; uniform over the ranks). Pure: ids, qrels and a seeded generator in,
-:class:`~tttembed.loop.clicks.shown.Shown` records out; the tests use tiny synthetic qrels,
+:class:`~tttembed.loop.rows.Shown` records out; the tests use tiny synthetic qrels,
 ``benchmarks/bench_clicks.py`` a BEIR task's.
 """
 
@@ -15,8 +15,8 @@ from typing import Protocol
 import numpy as np
 
 from tttembed.core.errors import ConfigError
-from tttembed.loop.clicks.shown import Shown
-from tttembed.serve.explore import randpair, swapped
+from tttembed.loop.clicks.intervention import randpair, swapped
+from tttembed.loop.rows import Shown
 
 #: a ranker: a query id to the ids it serves, best first
 Ranker = Callable[[str], Sequence[str]]
@@ -137,7 +137,8 @@ class ClickTraffic:
     """What :func:`simulate` replays: ``queries`` (id -> text) drawn Zipf-like with
     exponent ``zipf``, ``rankers`` (name -> ranker, one drawn uniformly per search),
     ``explore`` the fraction of searches with a RandPair swap (the server's own
-    :func:`tttembed.serve.explore.randpair` of the search id ``s{i}``), ``k`` results shown."""
+    :func:`tttembed.loop.clicks.intervention.randpair` of the search id ``s{i}``), ``k``
+    results shown."""
 
     queries: Mapping[str, str]
     qrels: Mapping[str, Mapping[str, float]]
