@@ -338,6 +338,27 @@ def test_every_public_name_has_one_meaning():
                                      for name, where in duplicated.items())
 
 
+def _private_imports(name: str, text: str) -> list[str]:
+    """``module.name`` for every ``_private`` name (not a dunder) that module ``name``
+    imports from another tttembed module."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tttembed") \
+                and node.module != name:
+            out += [f"{node.module}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_module_imports_another_modules_private_name():
+    """STYLE.md: no reaching into another module's ``_private`` names (make it public or
+    move it)."""
+    probe = "from tttembed.a import _x, y, __version__\nfrom tttembed.b import z as _z\n"
+    assert _private_imports("tttembed.c", probe) == ["tttembed.a._x"]
+    found = {m: _private_imports(m, p.read_text()) for m, p in MODULES.items()}
+    assert not {m: names for m, names in found.items() if names}
+
+
 def test_type_ignores_are_few_and_coded():
     ignores = []
     for path in SRC.rglob("*.py"):

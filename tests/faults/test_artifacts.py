@@ -310,14 +310,14 @@ EXPECT = {"config": {"lr": 1}, "n_questions": 4, "questions_digest": "q1",
 def test_kill_during_a_checkpoint_swap_loses_no_finished_epoch(tmp_path, point, no_exchange):
     """SIGKILL while epoch 3's checkpoint is swapped in: resuming finds epoch 2's (or 3's)
     checkpoint whole, never nothing (a swap cut between two renames is repaired)."""
-    from tttembed.chain.checkpoint import _resume_point
+    from tttembed.chain.checkpoint import resume_point
 
     out = tmp_path / "ck"
     assert run_py(CHECKPOINT + f"checkpoint({str(out)!r}, 2)").returncode == 0
     pre = "import tttembed.core.io as io; io._exchange = lambda a, b: False\n" if no_exchange else ""
     proc = run_py(pre + CHECKPOINT + f"checkpoint({str(out)!r}, 3)", fault=point)
     assert killed(proc)
-    done, history = _resume_point(out, EXPECT, overwrite=False)
+    done, history = resume_point(out, EXPECT, overwrite=False)
     assert done == (3 if point == "swap:switched" else 2) and len(history) == done
     assert (out / "adapter" / "weights").read_text() == f"epoch {done}"
     assert entries(tmp_path) == ["ck"]
@@ -332,13 +332,13 @@ def test_kill_during_a_checkpoint_swap_loses_no_finished_epoch(tmp_path, point, 
 def test_resume_on_other_data_is_refused_naming_what_differs(tmp_path, key, value, label):
     """`chain train D2 --out ck` on a checkpoint of D1 (other corpus, questions, index or
     config) is a ConfigError naming what differs and --overwrite; never a silent resume."""
-    from tttembed.chain.checkpoint import _resume_point
+    from tttembed.chain.checkpoint import resume_point
 
     out = tmp_path / "ck"
     assert run_py(CHECKPOINT + f"checkpoint({str(out)!r}, 1)").returncode == 0
     with pytest.raises(ConfigError, match=f"trained with {label}.*--overwrite"):
-        _resume_point(out, {**EXPECT, key: value}, overwrite=False)
-    assert _resume_point(out, {**EXPECT, key: value}, overwrite=True) == (0, [])
+        resume_point(out, {**EXPECT, key: value}, overwrite=False)
+    assert resume_point(out, {**EXPECT, key: value}, overwrite=True) == (0, [])
 
 
 # --- class 9: disk full -------------------------------------------------------------------

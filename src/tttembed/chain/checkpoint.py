@@ -44,7 +44,7 @@ def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
     return LoraQueryEncoder(model, adapter=Path(path) / "adapter", trainable=trainable)
 
 
-def _save_optimizer(opt: Any, params: list[Any], path: Path) -> None:
+def save_optimizer(opt: Any, params: list[Any], path: Path) -> None:
     from safetensors.torch import save_file
 
     tensors = {}
@@ -55,7 +55,7 @@ def _save_optimizer(opt: Any, params: list[Any], path: Path) -> None:
     save_file(tensors, str(path))
 
 
-def _load_optimizer(opt: Any, params: list[Any], path: Path) -> None:
+def load_optimizer(opt: Any, params: list[Any], path: Path) -> None:
     from safetensors.torch import load_file
 
     tensors = load_file(str(path))
@@ -74,18 +74,19 @@ def questions_digest(task: ChainTask) -> str:
     return json_hash([task.questions, task.golds])
 
 
-def _identity(task: ChainTask, index: Index, config: dict[str, Any]) -> dict[str, Any]:
+def checkpoint_identity(task: ChainTask, index: Index, config: dict[str, Any]) -> dict[str, Any]:
     """What must be equal for a checkpoint to resume."""
     return {"config": config, "n_questions": len(task.golds),
             "questions_digest": questions_digest(task), "index_embedder": index.identity,
             "corpus_fingerprint": index.manifest.get("corpus_fingerprint")}
 
 
-def _resume_point(out: Path, expected: dict[str, Any],
-                  overwrite: bool) -> tuple[int, list[dict[str, Any]]]:
+def resume_point(out: Path, expected: dict[str, Any],
+                 overwrite: bool) -> tuple[int, list[dict[str, Any]]]:
     """(epochs done, history) of the checkpoint at ``out`` when it matches ``expected``
-    (:func:`_identity`; keys an older checkpoint lacks are not compared); a fresh start
-    for a missing or empty folder (or with ``overwrite``). Repairs a swap a kill cut short."""
+    (:func:`checkpoint_identity`; keys an older checkpoint lacks are not compared); a fresh
+    start for a missing or empty folder (or with ``overwrite``). Repairs a swap a kill cut
+    short."""
     recover_directory(out)
     if overwrite or not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return 0, []

@@ -35,12 +35,12 @@ import numpy as np
 
 from tttembed.chain.checkpoint import (
     FORMAT,
-    _identity,
-    _load_optimizer,
-    _resume_point,
-    _save_optimizer,
+    checkpoint_identity,
     load_encoder,
+    load_optimizer,
     read_checkpoint_manifest,
+    resume_point,
+    save_optimizer,
 )
 from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
 from tttembed.chain.regimes import (
@@ -178,7 +178,7 @@ def _open_session(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfi
     params = encoder.trainable_parameters()
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     if start:
-        _load_optimizer(opt, params, out / "optimizer.safetensors")
+        load_optimizer(opt, params, out / "optimizer.safetensors")
     vecs = torch.from_numpy(index.get_vectors(np.arange(len(index)))).to(encoder.device)
     return _Session(task, index, frozen, cfg, cfg.steps or task.max_hops, states_from,
                     encoder, opt, params, state_texts(task, encoder.model, cfg.max_seq_length),
@@ -260,7 +260,7 @@ def _epoch(s: _Session, epoch: int, progress: Progress | None) -> dict[str, Any]
 
 def _manifest(s: _Session, config: dict[str, Any], history: list[dict[str, Any]]
               ) -> dict[str, Any]:
-    return {"format": FORMAT, "format_version": 1, **_identity(s.task, s.index, config),
+    return {"format": FORMAT, "format_version": 1, **checkpoint_identity(s.task, s.index, config),
             "epochs": s.cfg.epochs, "epochs_done": len(history), "history": history,
             "steps": s.steps,
             "states_from": None if s.states_from is None else str(s.states_from),
@@ -271,7 +271,7 @@ def _manifest(s: _Session, config: dict[str, Any], history: list[dict[str, Any]]
 def _write_checkpoint(out: Path, s: _Session, manifest: dict[str, Any]) -> None:
     with atomic_directory(out) as tmp:
         s.encoder.save(tmp / "adapter")
-        _save_optimizer(s.opt, s.params, tmp / "optimizer.safetensors")
+        save_optimizer(s.opt, s.params, tmp / "optimizer.safetensors")
         write_manifest(tmp, manifest)
 
 
@@ -295,7 +295,7 @@ def train_chain(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
     out = Path(out)
     config = _config_dict(replace(cfg, epochs=0))
     with writer_lock(out):
-        start, history = _resume_point(out, _identity(task, index, config), overwrite)
+        start, history = resume_point(out, checkpoint_identity(task, index, config), overwrite)
         if start >= cfg.epochs:
             return TrainResult(out, start, history)
         session = _open_session(task, index, frozen, cfg, out, start, states_from)
