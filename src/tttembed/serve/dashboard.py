@@ -16,11 +16,10 @@ unknown" data-served="true|false">``.
 
 from __future__ import annotations
 
-import html
-import json
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from tttembed.serve.cells import as_map, data_field, esc, exact, plain, pvalue, real, signed
 
 #: Seconds between reloads of the page.
 REFRESH_SECONDS = 5
@@ -81,63 +80,6 @@ td .badge.served{font-size:11px;margin-top:3px}
 """
 
 
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _exact(value: Any) -> str:
-    """The value as a reader gets it back: strings unchanged, everything else as JSON."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _real(value: Any) -> float | None:
-    """``value`` as a finite float, or None for anything else (bools included)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _plain(value: Any) -> str:
-    """The escaped text a person reads for a value with no special format."""
-    if value is None or value == "":
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return _esc(value)
-
-
-def _field(name: str, value: Any, text: str | None = None, cls: str = "",
-           tag: str = "span") -> str:
-    """``<span data-field=name data-value=exact>text</span>``; ``text`` is trusted HTML."""
-    klass = f' class="{cls}"' if cls else ""
-    shown = _plain(value) if text is None else text
-    return (f'<{tag} data-field="{_esc(name)}" data-value="{_esc(_exact(value))}"{klass}>'
-            f"{shown}</{tag}>")
-
-
-def _signed(value: Any) -> str:
-    number = _real(value)
-    return "—" if number is None else f"{number:+.3f}"
-
-
-def _pvalue(value: Any) -> str:
-    number = _real(value)
-    if number is None:
-        return "—"
-    return f"{number:.3f}" if number >= 0.001 else f"{number:.1e}"
-
-
-def _as_map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _versions(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     rows = status.get("versions")
     if not isinstance(rows, (list, tuple)):
@@ -155,26 +97,26 @@ def _is_served(row: Mapping[str, Any], served: Any) -> bool:
 def _header(status: Mapping[str, Any]) -> str:
     served = status.get("version")
     learning, idle, frozen = status.get("learning"), status.get("idle"), status.get("frozen")
-    version = _field("version", served, _esc(served) if served else "raw", "badge served")
+    version = data_field("version", served, esc(served) if served else "raw", "badge served")
     badges = [
-        _field("learning", learning, "learning" if learning is True else "not learning",
+        data_field("learning", learning, "learning" if learning is True else "not learning",
                "badge on" if learning is True else "badge"),
-        _field("idle", idle, "idle" if idle is True else ("busy" if idle is False else "—"),
+        data_field("idle", idle, "idle" if idle is True else ("busy" if idle is False else "—"),
                "badge"),
-        _field("frozen", frozen, "FROZEN" if frozen is True else "live",
+        data_field("frozen", frozen, "FROZEN" if frozen is True else "live",
                "badge frozen" if frozen is True else "badge live"),
-        _field("judge_audited", status.get("judge_audited"),
+        data_field("judge_audited", status.get("judge_audited"),
                "judge audited" if status.get("judge_audited") is True else
                "judge NOT audited (no --audit)",
                "badge live" if status.get("judge_audited") is True else "badge frozen"),
     ]
-    learner = _as_map(status.get("learner"))
+    learner = as_map(status.get("learner"))
     if learner.get("running") is False and learner.get("stopped"):
         badges.append(f'<span class="badge no">learner stopped: '
-                      f'{_esc(learner.get("stopped"))}</span>')
-    meta = (f'cycles {_field("cycles", status.get("cycles"))} · '
-            f'searches {_field("searches", status.get("searches"))} · '
-            f'updated {_field("updated", status.get("updated"))}')
+                      f'{esc(learner.get("stopped"))}</span>')
+    meta = (f'cycles {data_field("cycles", status.get("cycles"))} · '
+            f'searches {data_field("searches", status.get("searches"))} · '
+            f'updated {data_field("updated", status.get("updated"))}')
     return (f"<header><h1>tttembed loop</h1><div>serving {version}</div>"
             f'<div>{" ".join(badges)}</div><div class="meta">{meta}</div></header>')
 
@@ -187,23 +129,23 @@ def _notice(status: Mapping[str, Any]) -> str:
         error = serving.get("error") or status.get("registry_error")
         return ('<div class="banner" role="alert" data-banner="not-following"><strong>NOT '
                 "FOLLOWING</strong> this server cannot follow its registry and keeps serving "
-                f"{_esc(serving.get('version') or 'raw')}: {_esc(error or 'unknown error')}"
+                f"{esc(serving.get('version') or 'raw')}: {esc(error or 'unknown error')}"
                 "</div>")
     broken = "; ".join(str(status[k]) for k in ("registry_error", "status_error")
                        if status.get(k))
     if broken:
         return ('<div class="banner" role="alert" data-banner="broken-file"><strong>BROKEN '
-                f"FILE</strong> {_esc(broken)}</div>")
+                f"FILE</strong> {esc(broken)}</div>")
     if status.get("frozen") is True:
         return ('<div class="banner" role="alert" data-banner="frozen"><strong>FROZEN</strong>'
-                f"no version is promoted until the loop is unfrozen: {_field('reason', reason)}"
+                f"no version is promoted until the loop is unfrozen: {data_field('reason', reason)}"
                 "</div>")
-    return f'<p class="note">Loop note: {_field("reason", reason)}</p>'
+    return f'<p class="note">Loop note: {data_field("reason", reason)}</p>'
 
 
 def _budget(status: Mapping[str, Any]) -> str:
     judged, budget = status.get("pairs_judged"), status.get("judge_budget")
-    spent, total = _real(judged), _real(budget)
+    spent, total = real(judged), real(budget)
     bar = '<div class="bar"></div>'
     if spent is not None and total is not None and total > 0:
         frac = min(max(spent / total, 0.0), 1.0)
@@ -213,17 +155,17 @@ def _budget(status: Mapping[str, Any]) -> str:
                f'style="width:{100 * frac:.1f}%"></div></div>')
     ledger = status.get("rewards_in_ledger")
     return ('<div class="card"><h2>Judge budget (pairs)</h2>'
-            f'<div class="big">{_field("pairs_judged", judged)} '
-            f'<span class="muted">/ {_field("judge_budget", budget)}</span></div>'
+            f'<div class="big">{data_field("pairs_judged", judged)} '
+            f'<span class="muted">/ {data_field("judge_budget", budget)}</span></div>'
             '<div class="muted">paid by this loop</div>'
-            f'{bar}<div>{_field("judge_budget_left", status.get("judge_budget_left"))} left'
-            f' · {_field("rewards_in_ledger", ledger)} rewards in the ledger</div>'
+            f'{bar}<div>{data_field("judge_budget_left", status.get("judge_budget_left"))} left'
+            f' · {data_field("rewards_in_ledger", ledger)} rewards in the ledger</div>'
             "</div>")
 
 
 def _cards(status: Mapping[str, Any]) -> str:
-    feedback = _field("feedback_received", status.get("feedback_received"))
-    served = sum(_real(n) or 0 for n in _as_map(status.get("queries_served")).values())
+    feedback = data_field("feedback_received", status.get("feedback_received"))
+    served = sum(real(n) or 0 for n in as_map(status.get("queries_served")).values())
     promoted = sum(1 for row in _versions(status) if row.get("promoted") is True)
     return (f'<div class="cards">{_budget(status)}'
             f'<div class="card"><h2>Feedback</h2><div class="big">{feedback}</div>'
@@ -256,11 +198,11 @@ def _marker(name: str, kind: str, served: bool, x: float, tip: str) -> str:
             ' fill="#0b5cad">served</text>') if served else ""
     label = name if len(name) <= 12 else name[:11] + "…"
     weight = ' font-weight="700"' if served else ""
-    return (f'<g data-marker="{_esc(name)}" data-kind="{kind}" '
-            f'data-served="{"true" if served else "false"}"><title>{_esc(tip)}</title>{ring}'
+    return (f'<g data-marker="{esc(name)}" data-kind="{kind}" '
+            f'data-served="{"true" if served else "false"}"><title>{esc(tip)}</title>{ring}'
             f"{_shape(kind, x, y)}"
             f'<text x="{x}" y="{y + 32}" text-anchor="middle" font-size="12"{weight} '
-            f'fill="#1f2933">{_esc(label)}</text></g>')
+            f'fill="#1f2933">{esc(label)}</text></g>')
 
 
 def _timeline(status: Mapping[str, Any]) -> str:
@@ -304,26 +246,27 @@ def _evidence(row: Mapping[str, Any]) -> str:
     """``Δ nDCG@10 vs parent v0 +0.050 [+0.010, +0.090], p 0.003, 40 queries``."""
     ev = row.get("evidence")
     if not isinstance(ev, Mapping):
-        return _field("evidence", None, '<span class="muted">no evidence</span>')
+        return data_field("evidence", None, '<span class="muted">no evidence</span>')
     parent = row.get("parent")
-    base = f"parent {_esc(parent)}" if parent else "raw"
-    lo, hi = _real(ev.get("ci_low")), _real(ev.get("ci_high"))
+    base = f"parent {esc(parent)}" if parent else "raw"
+    lo, hi = real(ev.get("ci_low")), real(ev.get("ci_high"))
     tone = "pos" if lo is not None and lo > 0 else ("neg" if hi is not None and hi < 0 else "")
-    gain = _field("gain", ev.get("gain"), _signed(ev.get("gain")), tone)
-    ci = (f'[{_field("ci_low", ev.get("ci_low"), _signed(ev.get("ci_low")))}, '
-          f'{_field("ci_high", ev.get("ci_high"), _signed(ev.get("ci_high")))}]'
+    gain = data_field("gain", ev.get("gain"), signed(ev.get("gain")), tone)
+    ci = (f'[{data_field("ci_low", ev.get("ci_low"), signed(ev.get("ci_low")))}, '
+          f'{data_field("ci_high", ev.get("ci_high"), signed(ev.get("ci_high")))}]'
           if lo is not None and hi is not None else
           '<span class="muted">(no interval with fewer than 2 queries)</span>')
-    p = _field("p", ev.get("p"), _pvalue(ev.get("p")))
+    p = data_field("p", ev.get("p"), pvalue(ev.get("p")))
     return (f'<span class="muted nw">Δ nDCG@10 vs {base}</span> <span class="nw">{gain} {ci},'
             f'</span> <span class="nw">p {p},</span> <span class="nw">'
-            f'{_field("queries", ev.get("queries"))} queries,</span> <span class="nw">'
-            f'{_field("validation_pairs", ev.get("validation_pairs"))} validation pairs</span>')
+            f'{data_field("queries", ev.get("queries"))} queries,</span> <span class="nw">'
+            f'{data_field("validation_pairs", ev.get("validation_pairs"))} validation pairs</span>')
 
 
 def _pairs(row: Mapping[str, Any]) -> str:
-    pairs = _as_map(row.get("pairs"))
-    return " · ".join(f'<span class="nw">{_field("pairs_" + name, pairs.get(name))} {name}</span>'
+    pairs = as_map(row.get("pairs"))
+    return " · ".join(f'<span class="nw">{data_field("pairs_" + name, pairs.get(name))} '
+                      f'{name}</span>'
                       for name in PAIR_FIELDS)
 
 
@@ -331,18 +274,18 @@ def _version_row(row: Mapping[str, Any], served: bool) -> str:
     name, kind = str(row.get("version") or "?"), _kind(row)
     decision = {"promoted": ("promoted", "badge ok"), "refused": ("refused", "badge no")}.get(
         kind, ("undecided", "badge"))
-    serving = _field("served", row.get("served"), "serving" if served else "",
+    serving = data_field("served", row.get("served"), "serving" if served else "",
                      "badge served" if served else "")
     classes = " ".join(c for c in ("served" if served else "", kind) if c)
     parent = row.get("parent")
-    return (f'<tr data-version="{_esc(name)}" class="{classes}">'
-            f"<td><b>{_esc(name)}</b> {serving}</td>"
-            f'<td class="nw">{_field("created", row.get("created"))}</td>'
-            f'<td>{_field("parent", parent, _esc(parent) if parent else "raw")}</td>'
-            f'<td>{_field("promoted", row.get("promoted"), decision[0], decision[1])}</td>'
+    return (f'<tr data-version="{esc(name)}" class="{classes}">'
+            f"<td><b>{esc(name)}</b> {serving}</td>"
+            f'<td class="nw">{data_field("created", row.get("created"))}</td>'
+            f'<td>{data_field("parent", parent, esc(parent) if parent else "raw")}</td>'
+            f'<td>{data_field("promoted", row.get("promoted"), decision[0], decision[1])}</td>'
             f"<td>{_evidence(row)}</td><td>{_pairs(row)}</td>"
-            f'<td class="num">{_field("queries_served", row.get("queries_served"))}</td>'
-            f'<td class="reason">{_field("reason", row.get("reason"))}</td></tr>')
+            f'<td class="num">{data_field("queries_served", row.get("queries_served"))}</td>'
+            f'<td class="reason">{data_field("reason", row.get("reason"))}</td></tr>')
 
 
 def _versions_table(status: Mapping[str, Any]) -> str:
@@ -359,14 +302,14 @@ def _versions_table(status: Mapping[str, Any]) -> str:
 
 def _history(status: Mapping[str, Any]) -> str:
     """Promotions and rollbacks, newest first: when, what, who, why."""
-    rows = [_as_map(h) for h in status.get("history") or () if isinstance(h, Mapping)]
+    rows = [as_map(h) for h in status.get("history") or () if isinstance(h, Mapping)]
     if not rows:
         return ""
     body = "".join(
-        f'<tr data-history="{_esc(h.get("action"))}"><td class="nw">{_esc(h.get("at"))}</td>'
-        f'<td>{_esc(h.get("action"))}</td><td>{_esc(h.get("from") or "raw")} → '
-        f'{_esc(h.get("version") or "raw")}</td><td>{_esc(h.get("by"))}</td>'
-        f'<td class="reason">{_esc(h.get("reason"))}</td></tr>' for h in reversed(rows))
+        f'<tr data-history="{esc(h.get("action"))}"><td class="nw">{esc(h.get("at"))}</td>'
+        f'<td>{esc(h.get("action"))}</td><td>{esc(h.get("from") or "raw")} → '
+        f'{esc(h.get("version") or "raw")}</td><td>{esc(h.get("by"))}</td>'
+        f'<td class="reason">{esc(h.get("reason"))}</td></tr>' for h in reversed(rows))
     return ('<section><h2>History (promotions and rollbacks)</h2><table><thead><tr>'
             "<th>When</th><th>Action</th><th>Served</th><th>By</th><th>Why</th></tr></thead>"
             f"<tbody>{body}</tbody></table></section>")
@@ -374,21 +317,21 @@ def _history(status: Mapping[str, Any]) -> str:
 
 def _replicas_table(status: Mapping[str, Any]) -> str:
     """What each replica reported serving in the last 30 s, and what it refused."""
-    rows = [_as_map(r) for r in status.get("replicas") or () if isinstance(r, Mapping)]
+    rows = [as_map(r) for r in status.get("replicas") or () if isinstance(r, Mapping)]
     if not rows:
         return ""
     served = status.get("version")
 
     def row(r: Mapping[str, Any]) -> str:
-        refused = _as_map(r.get("refused"))
-        note = (f'refused {_esc(refused.get("version"))}: {_esc(refused.get("error"))}'
+        refused = as_map(r.get("refused"))
+        note = (f'refused {esc(refused.get("version"))}: {esc(refused.get("error"))}'
                 if refused.get("version") else
                 "" if r.get("following") is not False else
-                f'not following: {_esc(r.get("error"))}')
+                f'not following: {esc(r.get("error"))}')
         lag = "" if r.get("version") == served else ' class="warn"'
-        return (f'<tr data-replica="{_esc(r.get("replica"))}"><td>{_esc(r.get("replica"))}'
-                f'</td><td{lag}>{_esc(r.get("version") or "raw")}</td>'
-                f'<td>{_esc(r.get("generation"))}</td><td class="reason">{note}</td></tr>')
+        return (f'<tr data-replica="{esc(r.get("replica"))}"><td>{esc(r.get("replica"))}'
+                f'</td><td{lag}>{esc(r.get("version") or "raw")}</td>'
+                f'<td>{esc(r.get("generation"))}</td><td class="reason">{note}</td></tr>')
 
     return ('<section><h2>Replicas (reported in the last 30 s)</h2><table><thead><tr>'
             "<th>Replica</th><th>Serves</th><th>Generation</th><th>Refused / error</th>"
@@ -403,21 +346,21 @@ def _state_order(counts: Mapping[str, Any], status: Mapping[str, Any]) -> list[s
 
 
 def _states_table(status: Mapping[str, Any]) -> str:
-    counts = _as_map(status.get("queries_served"))
+    counts = as_map(status.get("queries_served"))
     if not counts:
         return ('<section><h2>Queries served per state</h2>'
                 '<p class="muted">No queries served yet.</p></section>')
     served = status.get("version")
-    total = sum(_real(n) or 0 for n in counts.values())
+    total = sum(real(n) or 0 for n in counts.values())
     rows = []
     for name in _state_order(counts, status):
-        share = (_real(counts[name]) or 0) / total if total > 0 else 0.0
+        share = (real(counts[name]) or 0) / total if total > 0 else 0.0
         now = (name == served) or (name == "raw" and served is None)
         tag = ' <span class="badge served">serving</span>' if now else ""
         klass = ' class="served"' if now else ""
-        rows.append(f'<tr data-state="{_esc(name)}"{klass}>'
-                    f"<td><b>{_esc(name)}</b>{tag}</td>"
-                    f'<td class="num">{_field("queries_served", counts[name])}</td>'
+        rows.append(f'<tr data-state="{esc(name)}"{klass}>'
+                    f"<td><b>{esc(name)}</b>{tag}</td>"
+                    f'<td class="num">{data_field("queries_served", counts[name])}</td>'
                     f'<td class="num">{100 * share:.1f}%</td><td><span class="share" '
                     f'style="width:{240 * share:.0f}px"></span></td></tr>')
     return ('<section><h2>Queries served per state</h2><table><thead><tr><th>State</th>'
@@ -430,38 +373,38 @@ def _clicks_table(status: Mapping[str, Any]) -> str:
     ``data-field``s: the section carries ``data-events`` and ``data-clicks``, each rank's
     ``<tr data-rank="R">`` its ``data-impressions``, ``data-clicks`` and ``data-ctr`` (exact,
     as ``data-value`` is)."""
-    clicks = _as_map(status.get("clicks"))
-    ranks = [_as_map(r) for r in clicks.get("ctr_by_rank") or () if isinstance(r, Mapping)]
-    head = (f'<section data-events="{_esc(_exact(clicks.get("events")))}" '
-            f'data-clicks="{_esc(_exact(clicks.get("clicks")))}">'
+    clicks = as_map(status.get("clicks"))
+    ranks = [as_map(r) for r in clicks.get("ctr_by_rank") or () if isinstance(r, Mapping)]
+    head = (f'<section data-events="{esc(exact(clicks.get("events")))}" '
+            f'data-clicks="{esc(exact(clicks.get("clicks")))}">'
             '<h2>Click-through by position</h2><p class="note">'
-            f'{_plain(clicks.get("events"))} events, {_plain(clicks.get("clicks"))} clicks</p>')
-    if not any(_real(r.get("impressions")) for r in ranks):
+            f'{plain(clicks.get("events"))} events, {plain(clicks.get("clicks"))} clicks</p>')
+    if not any(real(r.get("impressions")) for r in ranks):
         return head + '<p class="muted">No searches shown yet.</p></section>'
-    prop = _as_map(status.get("propensities"))
+    prop = as_map(status.get("propensities"))
     theta, low, high = (list(prop.get(k) or ()) for k in ("theta", "low", "high"))
     rows = []
     for r in ranks:
         i = int(r.get("rank") or 0) - 1
         est = (f"{theta[i]:.3f} [{low[i]:.3f}, {high[i]:.3f}]"
                if 0 <= i < min(len(theta), len(low), len(high)) else "—")
-        ctr = _real(r.get("ctr"))
+        ctr = real(r.get("ctr"))
         width = 0.0 if ctr is None else 240 * min(max(ctr, 0.0), 1.0)
-        attrs = "".join(f' data-{k}="{_esc(_exact(r.get(k)))}"'
+        attrs = "".join(f' data-{k}="{esc(exact(r.get(k)))}"'
                         for k in ("impressions", "clicks", "ctr"))
-        rows.append(f'<tr data-rank="{_esc(r.get("rank"))}"{attrs}><td>{_esc(r.get("rank"))}'
-                    f'</td><td class="num">{_plain(r.get("impressions"))}</td>'
-                    f'<td class="num">{_plain(r.get("clicks"))}</td><td class="num">'
+        rows.append(f'<tr data-rank="{esc(r.get("rank"))}"{attrs}><td>{esc(r.get("rank"))}'
+                    f'</td><td class="num">{plain(r.get("impressions"))}</td>'
+                    f'<td class="num">{plain(r.get("clicks"))}</td><td class="num">'
                     f'{"—" if ctr is None else f"{100 * ctr:.1f}%"}</td>'
                     f'<td><span class="share" style="width:{width:.0f}px"></span></td>'
-                    f'<td class="num">{_esc(est)}</td></tr>')
+                    f'<td class="num">{esc(est)}</td></tr>')
     basis = (f'<p class="note">examined: the learner\'s propensity estimate '
-             f'({_esc(prop.get("method"))}, {_plain(prop.get("interventions"))} interventions; '
+             f'({esc(prop.get("method"))}, {plain(prop.get("interventions"))} interventions; '
              "5-95% bootstrap band)</p>") if theta else ""
-    online = _as_map(status.get("online_test"))
-    test = (f'<p class="note">candidate {_esc(online.get("candidate"))} under interleaving: '
-            f'{_esc(online.get("decision"))} after {_plain(online.get("searches"))} searches '
-            f'({_plain(online.get("wins"))} wins, {_plain(online.get("losses"))} losses)</p>'
+    online = as_map(status.get("online_test"))
+    test = (f'<p class="note">candidate {esc(online.get("candidate"))} under interleaving: '
+            f'{esc(online.get("decision"))} after {plain(online.get("searches"))} searches '
+            f'({plain(online.get("wins"))} wins, {plain(online.get("losses"))} losses)</p>'
             ) if online else ""
     return (head + basis + test + '<table><thead><tr><th>Rank</th><th class="num">Impressions'
             '</th><th class="num">Clicks</th><th class="num">CTR</th><th></th>'
@@ -480,5 +423,5 @@ def render_dashboard(status: Mapping[str, Any]) -> str:
             '<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_esc(title)}</title><style>{_CSS}</style></head>"
+            f"<title>{esc(title)}</title><style>{_CSS}</style></head>"
             f"<body><main>{body}</main></body></html>\n")
