@@ -15,7 +15,7 @@ def test_waiting_requests_merge_into_one_model_call(minilm):
     batcher = Batcher(minilm)
     texts = [["a cat on a mat"], ["dogs bark", "a cat on a mat"], ["fish swim"]]
     out: dict[int, np.ndarray] = {}
-    with batcher._model_lock:  # the model is busy: every request has to queue
+    with batcher._busy:  # the model is busy: every request has to queue
         threads = [threading.Thread(target=lambda i=i: out.update({i: batcher.encode(
             texts[i], "query")})) for i in range(3)]
         for t in threads:
@@ -48,7 +48,7 @@ def test_model_batches_hold_at_most_max_batch_texts_in_arrival_order():
     emb = CountingEmbedder()
     batcher = Batcher(emb, max_batch=4, max_wait_ms=0)
     out: dict[int, np.ndarray] = {}
-    with batcher._model_lock:
+    with batcher._busy:
         threads = [threading.Thread(target=lambda i=i: out.update({i: batcher.encode(
             [f"t{i}-{j}" for j in range(3)], "query")})) for i in range(4)]
         for t in threads:
@@ -67,7 +67,7 @@ def test_model_batches_hold_at_most_max_batch_texts_in_arrival_order():
 
 def _merge_two(batcher: Batcher) -> None:
     """Two requests queued while the model is busy: one merged call."""
-    with batcher._model_lock:
+    with batcher._busy:
         threads = [threading.Thread(target=batcher.encode, args=([t], "query"))
                    for t in ("m1", "m2")]
         for t in threads:
@@ -145,7 +145,7 @@ def test_awaited_requests_merge_and_never_block_the_event_loop():
     enc = LRUEncoder(emb, size=8, max_wait_ms=0)
 
     async def main() -> None:
-        with batcher._model_lock:  # the model is busy: every request queues
+        with batcher._busy:  # the model is busy: every request queues
             tasks = [asyncio.ensure_future(batcher.encode_async([f"a{i}"], "query"))
                      for i in range(3)]
             ticks = 0
@@ -170,7 +170,7 @@ def test_awaited_requests_merge_and_never_block_the_event_loop():
     asyncio.run(main())
     # a request whose event loop closed before its rows came: the model thread lives on
     release.clear()
-    with batcher._model_lock:
+    with batcher._busy:
         loop = asyncio.new_event_loop()
         task = loop.create_task(batcher.encode_async(["orphan"], "query"))
         loop.run_until_complete(asyncio.sleep(0.05))  # queued, then the loop goes away

@@ -278,7 +278,7 @@ def test_shutdown_lets_in_flight_requests_finish(setup, minilm):
     batcher = app.state.service.engine.encoder.batcher
     out: dict[str, httpx.Response] = {}
     with running(app) as url:
-        with batcher._model_lock:  # the model is busy: the request waits in flight
+        with batcher._busy:  # the model is busy: the request waits in flight
             t = threading.Thread(target=lambda: out.update(r=httpx.post(
                 url + "/v1/embeddings", json={"input": "an in-flight text"}, timeout=60)))
             t.start()

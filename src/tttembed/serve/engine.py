@@ -16,10 +16,9 @@ call with the same batching policy, so FAISS's OpenMP runtime has one thread tea
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,40 +26,19 @@ import numpy as np
 from tttembed.embed.base import Embedder, Kind
 from tttembed.index.base import Index
 from tttembed.serve.searcher import Searcher
+from tttembed.serve.worker import MAX_BATCH, MAX_WAIT_MS, MergingWorker, Slot
 from tttembed.ttt.snapshot import Snapshot
 
 
-class _Slot:
-    """One request's texts in the queue; ``finish`` runs on the model thread once its
-    rows (or the error) are set."""
-
-    __slots__ = ("texts", "kind", "result", "error", "finish")
-
-    def __init__(self, texts: list[str], kind: Kind, finish: Callable[[], object]) -> None:
-        self.texts, self.kind, self.finish = texts, kind, finish
-        self.result: np.ndarray | None = None
-        self.error: BaseException | None = None
-
-    def rows(self) -> np.ndarray:
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
-#: Texts per model call, and how long a request waits for others to join it.
-MAX_BATCH = 32
-MAX_WAIT_MS = 2.0
-
-
-class Batcher:
+class Batcher(MergingWorker[list[str], Kind, np.ndarray]):
     """Every model call from one persistent thread, concurrent requests merged.
 
     A request queues its texts and waits; the model thread takes the queued requests in
     arrival order, at most ``max_batch`` texts a call (one call per kind, duplicates once;
     a larger request alone), and hands each request its rows. When the previous call
     merged several requests (concurrent traffic) it first waits up to ``max_wait_ms`` for
-    ``max_batch`` texts; serial traffic never waits.
+    ``max_batch`` texts; serial traffic never waits (the policy of
+    :class:`~tttembed.serve.worker.MergingWorker`).
 
     One thread, because torch's OpenMP runtime keeps a thread team per calling thread:
     a model called from a pool of worker threads makes several teams, more threads than
@@ -70,97 +48,26 @@ class Batcher:
 
     def __init__(self, embedder: Embedder, max_batch: int = MAX_BATCH,
                  max_wait_ms: float = MAX_WAIT_MS) -> None:
+        super().__init__("tttembed-model", max_batch, max_wait_ms)
         self.embedder = embedder
-        self.max_batch = max(1, int(max_batch))
-        self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
-        self._queue: list[_Slot] = []
-        self._queued = threading.Condition(threading.Lock())
-        self._model_lock = threading.Lock()  # held by the model thread while it runs
-        self._thread: threading.Thread | None = None
-        self._merged = False  # the last call merged several requests
-        self.calls = 0
 
     def encode(self, texts: list[str], kind: Kind) -> np.ndarray:
         """The rows of ``texts``, waiting in this thread."""
-        done = threading.Event()
-        slot = _Slot(list(texts), kind, done.set)
-        self._submit(slot)
-        done.wait()
-        return slot.rows()
+        return self.submit(list(texts), kind)
 
     async def encode_async(self, texts: list[str], kind: Kind) -> np.ndarray:
         """The rows of ``texts``, awaited on the running event loop: no worker thread
         waits, and the model thread wakes the loop once per batch, not per request."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        return await self.submit_async(list(texts), kind)
 
-        def resolve() -> None:
-            if not future.done():
-                future.set_result(None)
-
-        def finish() -> None:  # on the model thread
-            try:
-                loop.call_soon_threadsafe(resolve)
-            except RuntimeError:  # the loop has closed (the server stopped): nobody waits
-                pass
-
-        slot = _Slot(list(texts), kind, finish)
-        self._submit(slot)
-        await future
-        return slot.rows()
-
-    def _submit(self, slot: _Slot) -> None:
-        with self._queued:
-            self._queue.append(slot)
-            self._queued.notify_all()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="tttembed-model",
-                                                daemon=True)
-                self._thread.start()
-
-    def _queued_texts(self) -> int:
-        return sum(len(s.texts) for s in self._queue)
-
-    def _serve(self) -> None:
-        while True:
-            with self._queued:
-                self._queued.wait_for(lambda: bool(self._queue))
-                if self._merged and self.max_wait_s:
-                    self._queued.wait_for(lambda: self._queued_texts() >= self.max_batch,
-                                          timeout=self.max_wait_s)
-            with self._model_lock:
-                batch = self._take()
-                self._merged = len(batch) > 1
-                self._run(batch)
-
-    def _take(self) -> list[_Slot]:
-        """The queued requests in arrival order, up to ``max_batch`` texts (at least one
-        request)."""
-        with self._queued:
-            n, count = 0, 0
-            for s in self._queue:
-                if n and count + len(s.texts) > self.max_batch:
-                    break
-                n += 1
-                count += len(s.texts)
-            batch, self._queue = self._queue[:n], self._queue[n:]
-        return batch
-
-    def _run(self, batch: list[_Slot]) -> None:
-        for kind in dict.fromkeys(s.kind for s in batch):
-            slots = [s for s in batch if s.kind == kind]
-            unique = list(dict.fromkeys(t for s in slots for t in s.texts))
-            try:
-                vecs = np.asarray(self.embedder.encode(unique, kind), dtype=np.float32)
-                self.calls += 1
-                row = {t: i for i, t in enumerate(unique)}
-                for s in slots:
-                    s.result = vecs[[row[t] for t in s.texts]]
-            except BaseException as exc:  # every waiting request gets the error
-                for s in slots:
-                    s.error = exc
-            for s in slots:
-                s.finish()
+    def answer(self, key: Kind, slots: list[Slot[list[str], Kind, np.ndarray]]) -> None:
+        """One model call for the group's texts (all of one kind, each text once), each
+        request its own rows."""
+        unique = list(dict.fromkeys(t for s in slots for t in s.payload))
+        vecs = np.asarray(self.embedder.encode(unique, key), dtype=np.float32)
+        row = {t: i for i, t in enumerate(unique)}
+        for s in slots:
+            s.result = vecs[[row[t] for t in s.payload]]
 
 
 class LRUEncoder:
