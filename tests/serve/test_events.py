@@ -215,11 +215,11 @@ def test_explore_settings_are_checked() -> None:
     from tttembed.serve import ServeConfig
 
     with pytest.raises(ConfigError, match="--explore needs --registry"):
-        ServeConfig(index="i", explore=0.1)
+        ServeConfig.from_options(index="i", explore=0.1)
     with pytest.raises(ConfigError, match=r"fraction in \[0, 1\]"):
-        ServeConfig(index="i", registry="r", explore=1.5)
+        ServeConfig.from_options(index="i", registry="r", explore=1.5)
     with pytest.raises(ConfigError, match="max_clicks_per_search"):
-        ServeConfig(index="i", max_clicks_per_search=0)
+        ServeConfig.from_options(index="i", max_clicks_per_search=0)
 
 
 def test_the_guides_click_commands_run_as_written(served) -> None:

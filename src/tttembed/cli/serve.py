@@ -73,7 +73,7 @@ def serve(
 ) -> None:
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
-    from tttembed.serve import ServeConfig
+    from tttembed.serve.config import Batching, Listen, RequestLimits, ServeConfig, ServeLoop
     cache = str(registry_cache) if registry_cache else None
     learner = _learner(learn, registry, index, judge, store=store, corpus=corpus,
                        judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
@@ -85,12 +85,12 @@ def serve(
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()),
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), split=split,
-        host=host, port=port, workers=workers, api_key_env=api_key_env,
-        allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
-        max_body_bytes=max_body_bytes, max_inputs=max_inputs, cache_size=cache_size,
-        max_batch=max_batch, max_wait_ms=max_wait_ms, log_level=log_level.lower(),
-        registry=str(registry) if registry else None, store=store, explore=explore,
-        interleave=interleave, registry_cache=cache)
+        api_key_env=api_key_env, allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
+        listen=Listen(host=host, port=port, workers=workers, log_level=log_level.lower()),
+        limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs),
+        batching=Batching(cache_size=cache_size, max_batch=max_batch, max_wait_ms=max_wait_ms),
+        loop=ServeLoop(registry=str(registry) if registry else None, store=store,
+                       registry_cache=cache, explore=explore, interleave=interleave))
     _start(config, learner)
 
 
@@ -114,8 +114,9 @@ def _start(config: Any, learner: Any) -> None:
     preflight(config, learner)
     if learner is not None:
         warn_unaudited(learner)
-    announce = (f"serving {config.index} on http://{config.host}:{config.port} (queries of "
-                f"task T: http://{config.host}:{config.port}/t/T/v1; Ctrl-C stops)")
+    host, port = config.listen.host, config.listen.port
+    announce = (f"serving {config.index} on http://{host}:{port} (queries of "
+                f"task T: http://{host}:{port}/t/T/v1; Ctrl-C stops)")
     if learner is None:
         run(config, announce=announce)
     else:

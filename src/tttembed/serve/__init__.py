@@ -32,7 +32,8 @@ from tttembed.serve.config import ServeConfig
 
 def create_app(config: ServeConfig | None = None, /, *, embedder: Any = None,
                **options: Any) -> Any:
-    """The Starlette app for ``config`` (or ``ServeConfig(**options)``); ``embedder``
+    """The Starlette app for ``config`` (or ``ServeConfig.from_options(**options)``: flat
+    keywords, each to its group); ``embedder``
     replaces the index's own (it must have the index's identity).
 
         >>> from tttembed.serve import create_app
@@ -40,7 +41,7 @@ def create_app(config: ServeConfig | None = None, /, *, embedder: Any = None,
     """
     from tttembed.serve.app import build_app
 
-    return build_app(config if config is not None else ServeConfig(**options),
+    return build_app(config if config is not None else ServeConfig.from_options(**options),
                      embedder=embedder)
 
 
@@ -53,7 +54,7 @@ def run_server(config: ServeConfig | None = None, /, **options: Any) -> None:
     """
     from tttembed.serve.run import run
 
-    run(config if config is not None else ServeConfig(**options))
+    run(config if config is not None else ServeConfig.from_options(**options))
 
 
 __all__ = ["ServeConfig", "create_app", "run_server"]

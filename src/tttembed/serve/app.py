@@ -155,5 +155,5 @@ def _bind(handler: Any, svc: Service) -> Handler:
 def app_from_env() -> Starlette:
     """uvicorn's factory in worker processes (``--workers N``)."""
     config = ServeConfig.from_env()
-    configure_logging(config.log_level)
+    configure_logging(config.listen.log_level)
     return build_app(config)

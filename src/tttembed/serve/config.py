@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from tttembed.core.errors import ConfigError
+from tttembed.loop.rows import ClickCaps
 
 #: What ``unknown_task`` may be (None: refuse with a 404).
 UNKNOWN_TASK = (None, "global", "raw")
@@ -16,56 +18,110 @@ ENV = "TTTEMBED_SERVE_CONFIG"
 
 
 @dataclass(frozen=True)
+class Listen:
+    """Where and how the server listens: ``host``, ``port``, ``workers`` processes, the
+    seconds in-flight requests get at shutdown, the log level."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    graceful_timeout_s: float = 30.0
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may ask: body bytes, texts, results per query."""
+
+    max_body_bytes: int = 2_000_000
+    max_inputs: int = 2048
+    max_k: int = 1000
+
+
+@dataclass(frozen=True)
+class Batching:
+    """The model side: ``cache_size`` vectors in the LRU cache; model batches of at most
+    ``max_batch`` texts, a lone request waiting ``max_wait_ms`` for others."""
+
+    cache_size: int = 50_000
+    max_batch: int = 32
+    max_wait_ms: float = 2.0
+
+
+@dataclass(frozen=True)
+class ServeLoop:
+    """The server's part in the closed loop. ``registry`` (``--registry``): serve its
+    promoted version, reloaded when it changes, looked at every ``registry_poll_s``
+    seconds; log traffic and take feedback into ``store`` (default: its loop.sqlite);
+    ``registry_cache`` a database registry's local copy of the versions served (None: the
+    default). ``explore`` (``--explore``): the fraction of searches whose served top-k has
+    one random adjacent pair (ranks r, r+1 within the top 10) swapped, logged as an
+    intervention for the propensity estimate. ``interleave`` (``--interleave``): the
+    fraction of searches served as a team-draft interleaving of the served version and
+    the registry's candidate (while there is one), the online promotion test. Both need
+    ``registry``."""
+
+    registry: str | None = None
+    store: str | None = None
+    registry_cache: str | None = None
+    registry_poll_s: float = 1.0
+    explore: float = 0.0
+    interleave: float = 0.0
+
+
+#: The groups of a :class:`ServeConfig`, by field name; the flat keywords (CLI flags,
+#: :func:`tttembed.serve.create_app`'s keywords) are their fields' names, and the click
+#: caps' ``max_<name>`` (:data:`CLICK_OPTIONS`).
+GROUPS: dict[str, type] = {"listen": Listen, "limits": RequestLimits, "batching": Batching,
+                           "loop": ServeLoop, "clicks": ClickCaps}
+#: ``POST /v1/events`` caps per session, flat keyword -> :class:`ClickCaps` field: clicks
+#: per search, clicks per query text (across searches), events of any action per search.
+CLICK_OPTIONS = {"max_clicks_per_search": "per_search", "max_clicks_per_query": "per_query",
+                 "max_events_per_search": "events_per_search"}
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """``index`` folder; ``states`` files (re-read on reload); ``queries`` sources (BEIR
     folders or query files, one task each, named by ``tasks`` or their folder/stem) that
     name known tasks and the ids of their texts (query-wise states match by text without
-    them); ``api_key_env`` the name of
-    the variable holding the bearer key (none: no auth)."""
+    them); ``api_key_env`` the name of the variable holding the bearer key (none: no
+    auth); the settings that travel together in their groups. Built from flat keywords
+    by :meth:`from_options`."""
 
     index: str
     states: tuple[str, ...] = ()
     queries: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
     split: str = "test"
-    host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
     api_key_env: str | None = None
     allow_foreign_state: bool = False
     #: A task no state or query file names: None -> 404 listing the known tasks;
     #: "global" -> global states only; "raw" -> the raw vectors.
     unknown_task: str | None = None
-    max_body_bytes: int = 2_000_000
-    max_inputs: int = 2048
-    max_k: int = 1000
-    cache_size: int = 50_000
-    #: model batches: at most ``max_batch`` texts, a lone request waiting ``max_wait_ms``
-    max_batch: int = 32
-    max_wait_ms: float = 2.0
-    graceful_timeout_s: float = 30.0
-    log_level: str = "info"
-    #: a state registry (``--registry``): serve its promoted version, reloaded when it
-    #: changes; log traffic and take feedback into ``store`` (default: its loop.sqlite)
-    registry: str | None = None
-    store: str | None = None
-    #: a database registry's local copy of the versions served (None: the default)
-    registry_cache: str | None = None
-    #: seconds between looks at the registry's served version
-    registry_poll_s: float = 1.0
-    #: RandPair exploration (``--explore``): the fraction of searches whose served top-k
-    #: has one random adjacent pair (ranks r, r+1 within the top 10) swapped, logged as
-    #: an intervention for the propensity estimate (needs ``registry``)
-    explore: float = 0.0
-    #: interleaving (``--interleave``): the fraction of searches served as a team-draft
-    #: interleaving of the served version and the registry's candidate (while there is
-    #: one), the online promotion test (needs ``registry``)
-    interleave: float = 0.0
-    #: ``POST /v1/events`` caps per session: clicks per search, clicks per query text
-    #: (across searches), events of any action per search; past them, dropped
-    max_clicks_per_search: int = 5
-    max_clicks_per_query: int = 20
-    max_events_per_search: int = 100
+    listen: Listen = field(default_factory=Listen)
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    batching: Batching = field(default_factory=Batching)
+    loop: ServeLoop = field(default_factory=ServeLoop)
+    clicks: ClickCaps = field(default_factory=ClickCaps)
+
+    @classmethod
+    def from_options(cls, **options: Any) -> ServeConfig:
+        """A config from flat keywords (``port=8001, explore=0.1, max_clicks_per_search=3``):
+        each goes to its group; the others (``index``, ``states``, ...) are the config's."""
+        grouped: dict[str, dict[str, Any]] = {name: {} for name in GROUPS}
+        top: dict[str, Any] = {}
+        for key, value in options.items():
+            group = next((name for name, kind in GROUPS.items()
+                          if name != "clicks" and key in {f.name for f in fields(kind)}), None)
+            if group is not None:
+                grouped[group][key] = value
+            elif key in CLICK_OPTIONS:
+                grouped["clicks"][CLICK_OPTIONS[key]] = value
+            else:
+                top[key] = value
+        groups = {name: GROUPS[name](**kw) for name, kw in grouped.items() if kw}
+        return cls(**top, **groups)
 
     def __post_init__(self) -> None:
         for name in ("states", "queries", "tasks"):
@@ -80,32 +136,7 @@ class ServeConfig:
             raise ConfigError(f"unknown_task (--unknown-task) must be one of "
                               f"{', '.join(str(u) for u in UNKNOWN_TASK[1:])}, got "
                               f"{self.unknown_task!r}")
-        if self.workers < 1 or self.max_inputs < 1 or self.max_body_bytes < 1:
-            raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
-        if self.registry and self.states:
-            raise ConfigError("--registry serves the registry's promoted version: drop "
-                              "--state (or serve the files without --registry)")
-        if self.store and not self.registry:
-            raise ConfigError("--store needs --registry (the versions its traffic feeds)")
-        if not 0 <= self.explore <= 1:
-            raise ConfigError(f"explore (--explore) must be a fraction in [0, 1], got "
-                              f"{self.explore}")
-        if not 0 <= self.interleave <= 1:
-            raise ConfigError(f"interleave (--interleave) must be a fraction in [0, 1], "
-                              f"got {self.interleave}")
-        if self.interleave and not self.registry:
-            raise ConfigError("--interleave needs --registry (it tests the registry's "
-                              "candidate version)")
-        if self.explore and not self.registry:
-            raise ConfigError("--explore needs --registry (its searches are logged there "
-                              "as interventions)")
-        if min(self.max_clicks_per_search, self.max_clicks_per_query,
-               self.max_events_per_search) < 1:
-            raise ConfigError("max_clicks_per_search, max_clicks_per_query and "
-                              "max_events_per_search must be >= 1")
-        if self.max_batch < 1 or not 0 <= self.max_wait_ms <= 1000:
-            raise ConfigError("max_batch (--max-batch) must be >= 1 and max_wait_ms "
-                              "(--max-wait-ms) within 0..1000")
+        _check_groups(self)
 
     def api_key(self) -> str | None:
         """The bearer key from ``api_key_env`` (an error if that variable is unset/empty)."""
@@ -121,8 +152,46 @@ class ServeConfig:
         return json.dumps(asdict(self))
 
     @classmethod
+    def from_json(cls, raw: str) -> ServeConfig:
+        """The config :meth:`to_json` wrote (its groups as objects)."""
+        data = json.loads(raw)
+        return cls(**{key: GROUPS[key](**value) if key in GROUPS else value
+                      for key, value in data.items()})
+
+    @classmethod
     def from_env(cls) -> ServeConfig:
         raw = os.environ.get(ENV)
         if not raw:
             raise ConfigError(f"{ENV} is not set (start workers with `tttembed serve`)")
-        return cls(**json.loads(raw))
+        return cls.from_json(raw)
+
+
+def _check_groups(config: ServeConfig) -> None:
+    """The groups' own bounds, and what one group needs of another."""
+    loop, caps = config.loop, config.clicks
+    if config.listen.workers < 1 or config.limits.max_inputs < 1 or \
+            config.limits.max_body_bytes < 1:
+        raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
+    if loop.registry and config.states:
+        raise ConfigError("--registry serves the registry's promoted version: drop "
+                          "--state (or serve the files without --registry)")
+    if loop.store and not loop.registry:
+        raise ConfigError("--store needs --registry (the versions its traffic feeds)")
+    if not 0 <= loop.explore <= 1:
+        raise ConfigError(f"explore (--explore) must be a fraction in [0, 1], got "
+                          f"{loop.explore}")
+    if not 0 <= loop.interleave <= 1:
+        raise ConfigError(f"interleave (--interleave) must be a fraction in [0, 1], "
+                          f"got {loop.interleave}")
+    if loop.interleave and not loop.registry:
+        raise ConfigError("--interleave needs --registry (it tests the registry's "
+                          "candidate version)")
+    if loop.explore and not loop.registry:
+        raise ConfigError("--explore needs --registry (its searches are logged there "
+                          "as interventions)")
+    if min(caps.per_search, caps.per_query, caps.events_per_search) < 1:
+        raise ConfigError("max_clicks_per_search, max_clicks_per_query and "
+                          "max_events_per_search must be >= 1")
+    if config.batching.max_batch < 1 or not 0 <= config.batching.max_wait_ms <= 1000:
+        raise ConfigError("max_batch (--max-batch) must be >= 1 and max_wait_ms "
+                          "(--max-wait-ms) within 0..1000")

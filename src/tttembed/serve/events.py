@@ -27,7 +27,8 @@ Validation is that of ``/v1/feedback``: the whole body is checked before anythin
 stored (malformed: 400; an unknown search id: 404; a document not in that search's
 impression, or an impression naming a document the index does not hold: 422; nothing of
 that body is kept). Each (search, doc, session, action) is stored once, so a retry stores
-nothing twice; events past the per-session caps (``ServeConfig.max_clicks_per_search``,
+nothing twice; events past the per-session caps (``ServeConfig.clicks``, a
+:class:`~tttembed.loop.rows.ClickCaps`: the keywords ``max_clicks_per_search``,
 ``max_clicks_per_query``, ``max_events_per_search``) are dropped and counted. 202 says
 ``{"object": "events", "received", "stored", "duplicates", "capped", "impressions"}``.
 """
@@ -276,16 +277,15 @@ class _Checker:
 
 
 def caps_of(svc: Service) -> ClickCaps:
-    c = svc.config
-    return ClickCaps(c.max_clicks_per_search, c.max_clicks_per_query, c.max_events_per_search)
+    return svc.config.clicks
 
 
 async def events_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     if svc.store is None:
         raise ApiError(404, "this server keeps no events (start it with --registry DIR)",
                        code="loop_disabled")
-    body = await read_body(request, svc.config.max_body_bytes)
-    raw, shown = parse_body(body, svc.config.max_inputs)
+    body = await read_body(request, svc.config.limits.max_body_bytes)
+    raw, shown = parse_body(body, svc.config.limits.max_inputs)
 
     def work() -> dict[str, Any]:
         check = _Checker(svc.store, svc.doc_ids, shown)

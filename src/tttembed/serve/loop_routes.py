@@ -71,10 +71,10 @@ def _one(svc: Service, item: Any, i: int) -> Feedback:
 
 async def feedback(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     _need_loop(svc)
-    body = await read_body(request, svc.config.max_body_bytes)
+    body = await read_body(request, svc.config.limits.max_body_bytes)
     items = body if isinstance(body, list) else [body]
-    if not items or len(items) > svc.config.max_inputs:
-        raise ApiError(400, f"send 1 to {svc.config.max_inputs} feedback objects",
+    if not items or len(items) > svc.config.limits.max_inputs:
+        raise ApiError(400, f"send 1 to {svc.config.limits.max_inputs} feedback objects",
                        code="invalid_feedback")
 
     def work() -> tuple[int, int]:

@@ -104,8 +104,8 @@ INLINE_TEXTS = 32
 
 async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     route_task = request.path_params.get("task")
-    body = await read_body(request, svc.config.max_body_bytes)
-    req = parse_embeddings(body, task=route_task, max_inputs=svc.config.max_inputs,
+    body = await read_body(request, svc.config.limits.max_body_bytes)
+    req = parse_embeddings(body, task=route_task, max_inputs=svc.config.limits.max_inputs,
                            dim=svc.index.dim)
     snap = svc.states.current  # one snapshot for the whole request
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation)
@@ -133,8 +133,9 @@ def _render(body: Any) -> bytes:
 
 
 async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
-    body = await read_body(request, svc.config.max_body_bytes)
-    req = parse_search(body, max_inputs=svc.config.max_inputs, max_k=svc.config.max_k)
+    body = await read_body(request, svc.config.limits.max_body_bytes)
+    limits = svc.config.limits
+    req = parse_search(body, max_inputs=limits.max_inputs, max_k=limits.max_k)
     snap = svc.states.current
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation, k=req.k)
     task = served_task(svc, snap, req.task) or req.task  # a search always names a task
@@ -171,7 +172,7 @@ def interleave_results(svc: Service, snap: Snapshot, task: str, req: SearchReque
     from tttembed.serve.explore import interleave_item
 
     cand = snap.candidate
-    fraction = svc.config.interleave
+    fraction = svc.config.loop.interleave
     drawn = [i for i, sid in enumerate(sids) if interleave_drawn(sid, fraction)]
     marks = [""] * len(sids)
     if cand is None or not drawn:
@@ -201,7 +202,7 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
     now = time.time()
     sids = list(sids) if sids is not None else [uuid.uuid4().hex for _ in texts]
     done = list(marks) if marks is not None else [""] * len(sids)
-    marks = [done[i] or apply_randpair(sid, item, svc.config.explore)
+    marks = [done[i] or apply_randpair(sid, item, svc.config.loop.explore)
              for i, (sid, item) in enumerate(zip(sids, data or ()))]  # as shown, and how
     shown = [d["ids"] for d in data] if data else lists
     rows = [SearchLog(sids[i], task, text, now + 1e-6 * i, snap.version,

@@ -43,8 +43,8 @@ def preflight(config: ServeConfig, learner: Any = None) -> None:
     _uvicorn()
     if learner is not None:
         check_specs(learner)
-    elif config.store:
-        check_store(config.store)
+    elif config.loop.store:
+        check_store(config.loop.store)
 
 
 def check_serve_states(config: ServeConfig) -> None:
@@ -108,11 +108,12 @@ def run(config: ServeConfig, *, announce: str = "") -> None:
     """Serve ``config``; ``announce`` is printed once the app is built, just before the
     port is bound (never before a check that can fail)."""
     uvicorn = _uvicorn()
-    configure_logging(config.log_level)
-    common = dict(host=config.host, port=config.port, log_level=config.log_level,
-                  access_log=False, timeout_graceful_shutdown=config.graceful_timeout_s,
+    listen = config.listen
+    configure_logging(listen.log_level)
+    common = dict(host=listen.host, port=listen.port, log_level=listen.log_level,
+                  access_log=False, timeout_graceful_shutdown=listen.graceful_timeout_s,
                   lifespan="on")
-    if config.workers == 1:
+    if listen.workers == 1:
         from tttembed.serve.app import build_app
 
         app = build_app(config)
@@ -126,5 +127,5 @@ def run(config: ServeConfig, *, announce: str = "") -> None:
 
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
         common["timeout_worker_healthcheck"] = 300  # a new worker loads the model first
-    uvicorn.run("tttembed.serve.app:app_from_env", factory=True, workers=config.workers,
+    uvicorn.run("tttembed.serve.app:app_from_env", factory=True, workers=listen.workers,
                 **common)

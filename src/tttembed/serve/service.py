@@ -42,8 +42,8 @@ class Service:
             raise StateMismatch(f"embedder {embedder.identity!r} is not the index's "
                                 f"{self.index.identity!r}")
         self.model = str(self.index.manifest.get("embedder_spec", self.index.identity))
-        self.engine = Engine(self.index, embedder, config.cache_size, config.max_batch,
-                             config.max_wait_ms)
+        self.engine = Engine(self.index, embedder, config.batching.cache_size,
+                             config.batching.max_batch, config.batching.max_wait_ms)
         # load the model before the first request, on the thread that runs every call
         self.engine.encoder.batcher.encode(["warm-up"], "query")
         self.states = ServedStates(config, self.index)
@@ -64,18 +64,18 @@ class Service:
         self._log_retry_at = 0.0
 
     def _open_store(self) -> Any:
-        if not self.config.registry or self.states.versions is None:
+        if not self.config.loop.registry or self.states.versions is None:
             return None
         from tttembed.loop.store import open_store
         from tttembed.registry.postgres import is_url
 
-        if not self.config.store:
+        if not self.config.loop.store:
             return self.states.versions.default_store()
-        if is_url(self.config.store):  # a replica may start while the database is down
+        if is_url(self.config.loop.store):  # a replica may start while the database is down
             from tttembed.loop.postgres import PostgresStore
 
-            return PostgresStore(self.config.store, lazy=True)
-        return open_store(self.config.store)
+            return PostgresStore(self.config.loop.store, lazy=True)
+        return open_store(self.config.loop.store)
 
     def log_searches(self, rows: list[Any]) -> None:
         """Log served queries in the store; while it cannot be written (the database
@@ -133,7 +133,7 @@ class Service:
         except Exception as exc:  # noqa: BLE001  (the watcher must never end)
             self.follow.failed(exc)
         while self._watching.is_set():
-            self.states.wait_change(self.config.registry_poll_s)  # LISTEN, or a poll
+            self.states.wait_change(self.config.loop.registry_poll_s)  # LISTEN, or a poll
             try:
                 now = self.states.served_mark()
                 if now != mark or not self.follow.following:
@@ -160,6 +160,6 @@ class Service:
     def reload(self, roll_workers: bool = True) -> tuple[bool, Any, str | None]:
         swapped, snap, error = self.states.reload()
         self.metrics.reload(swapped, snap.generation)
-        if swapped and roll_workers and self.config.workers > 1:
+        if swapped and roll_workers and self.config.listen.workers > 1:
             os.kill(os.getppid(), signal.SIGHUP)  # uvicorn rolls every worker over
         return swapped, snap, error

@@ -78,9 +78,9 @@ class ServedStates:
 
         self.config = config
         self.index = index
-        self.versions = None if not config.registry else open_registry(
-            config.registry, create=True, index=index_record(index),
-            cache=config.registry_cache, offline_ok=True)
+        self.versions = None if not config.loop.registry else open_registry(
+            config.loop.registry, create=True, index=index_record(index),
+            cache=config.loop.registry_cache, offline_ok=True)
         self._lock = threading.Lock()
         #: the registry's version this replica refused last (None: none refused)
         self.refused: dict[str, Any] | None = None
@@ -143,7 +143,7 @@ class ServedStates:
                    qids: dict[str, dict[str, str]]) -> Snapshot | None:
         """The registry's candidate as a snapshot of its own, when interleaving (a
         candidate that cannot be loaded is not interleaved: logged, never fatal)."""
-        if self.versions is None or not self.config.interleave:
+        if self.versions is None or not self.config.loop.interleave:
             return None
         record = self.versions.candidate()
         if record is None or record["version"] == served:
@@ -163,7 +163,7 @@ class ServedStates:
         candidate) does (None: no registry)."""
         if self.versions is None:
             return None
-        return self.versions.mark(candidate=self.config.interleave > 0)
+        return self.versions.mark(candidate=self.config.loop.interleave > 0)
 
     def wait_change(self, timeout: float) -> None:
         """Until the registry notifies a change, or ``timeout`` s."""
