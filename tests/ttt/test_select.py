@@ -15,6 +15,7 @@ import pytest
 import tttembed.api as tt
 from tests.ttt.test_guard import _learn, _ndcg, _task
 from tttembed.adapt.state import load_state
+from tttembed.score.qrels import QrelsScorer
 from tttembed.ttt.select import METHODS, QUERY_LEVEL
 
 
@@ -203,3 +204,64 @@ def test_the_mixed_state_applies_the_chosen_alpha(tmp_path):
     task = _learn(index, emb, docs, queries, qrels, budget=3)
     want = float(task.alpha[0]) if label == "rule" else float(label)
     assert float(auto.alpha[row]) == pytest.approx(want)
+
+
+def _overshoot_task(tmp_path):
+    """Per question: its relevant document a short way along a shared direction e1, nine
+    irrelevant ones beside the question, and six irrelevant ones far along e1 (outside the
+    raw top 10). The task vector learned from the candidates points the right way but,
+    at the rule's alpha (about 1), runs past the relevant documents into the far ones; a
+    tenth of it lands on them."""
+    from tests.ttt.test_guard import D, TableEmbedder
+    from tttembed.data.beir import corpus_fingerprint
+    from tttembed.embed.base import l2_normalize
+    from tttembed.index.store import write_index
+
+    rng = np.random.default_rng(2)
+    e0, e1 = np.eye(D)[0], np.eye(D)[1]
+    table, docs, queries, qrels, ids, vecs = {}, {}, {}, {}, [], []
+
+    def add(q, name, v, relevant):
+        ids.append(name)
+        vecs.append(l2_normalize(v[None])[0])
+        docs[name] = {"title": "", "text": name}
+        if relevant:
+            qrels[q][name] = 1
+
+    for i in range(40):
+        q, n = f"q{i}", np.zeros(D)
+        n[3:] = rng.normal(size=D - 3) * 0.3
+        queries[q], qrels[q] = f"question {i}", {}
+        table[f"question {i}"] = l2_normalize((e0 + n)[None])[0]
+        add(q, f"r{i}", e0 + n + 0.25 * e1 + rng.normal(size=D) * 0.01, True)
+        for j in range(15):
+            m = np.zeros(D)
+            m[3:] = rng.normal(size=D - 3) * (0.08 if j < 9 else 0.05)
+            add(q, f"x{i}_{j}", e0 + n + (0.0 if j < 9 else 1.0) * e1 + m, False)
+    table.update(zip(ids, vecs))
+    write_index(tmp_path / "idx", ids, np.array(vecs, np.float32), embedder_identity="test:table",
+                embedder_spec="test:table", corpus_fingerprint=corpus_fingerprint(docs))
+    return tt.open_index(tmp_path / "idx"), TableEmbedder(table), docs, queries, qrels
+
+
+def test_an_overshooting_task_state_is_kept_shrunk_and_carries_to_unseen_questions(tmp_path):
+    """The rule's task state loses (measured by the guard as a loss), so before shrinking
+    method auto kept raw for new questions; a smaller alpha of the guard's grid gains on
+    the held-out rewarded queries, and the state kept at that alpha lifts questions it
+    never saw. (The relevant documents sit low in the base lists by construction, hence
+    trust_judge.)"""
+    index, emb, docs, queries, qrels = _overshoot_task(tmp_path)
+    seen = {q: t for i, (q, t) in enumerate(queries.items()) if i < 30}
+    unseen = {q: t for q, t in queries.items() if q not in seen}
+    auto = tt.learn(index, seen, scorer=QrelsScorer("labels", qrels=qrels), scope="task",
+                    task="t", embedder=emb, corpus=docs, budget=10, method="auto",
+                    validate_budget=20, trust_judge=True)
+    sel = auto.selection
+    assert sel["evidence"]["t"]["task"]["alpha"] != "rule"
+    assert sel["shared"]["t"] == "task" and sel["shared_alpha"]["t"] in ("0.1", "0.2", "0.3")
+    rule = tt.learn(index, seen, scorer=QrelsScorer("labels", qrels=qrels), scope="task",
+                    task="t", embedder=emb, corpus=docs, budget=10, trust_judge=True)
+    new = {q: qrels[q] for q in unseen}
+    raw = _ndcg(index, emb, unseen, new)
+    assert _ndcg(index, emb, unseen, new, [rule]) < raw - 0.2  # the rule overshoots
+    assert _ndcg(index, emb, unseen, new, [auto]) > raw + 0.3  # shrunk, it carries
