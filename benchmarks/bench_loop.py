@@ -480,8 +480,10 @@ def _replicas_run(args: argparse.Namespace, work: Path, world: dict[str, Any], u
     for proc, u, log in zip(procs, urls, logs):
         wait_healthy(u, proc, 600, log)
     if learner is not None:
+        from tttembed.loop.coordination import open_coordination
+
         deadline = time.monotonic() + 300
-        while reg.heartbeat() is None:
+        while open_coordination(reg).heartbeat() is None:
             if learner.poll() is not None:
                 raise SystemExit(f"the learner exited ({learner.returncode}):\n"
                                  f"{log_tail(logs[-1])}")

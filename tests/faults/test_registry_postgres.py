@@ -24,6 +24,7 @@ import pytest
 from tests.loop.test_loop import QUERIES, TASK, world  # noqa: F401  (fixture)
 from tests.loop.test_replicas import _env, _get, _port, _post, _process, _wait
 from tests.pg import new_database, postgres_instance
+from tttembed.loop.coordination import open_coordination
 
 pytest.importorskip("uvicorn")
 pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'tttembed[loop]'")
@@ -141,8 +142,9 @@ def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, s
         assert time.monotonic() - t0 < 4.0  # NOTIFY: both within the poll's reach
         loop = _get(f"{reps[0][0]}/v1/loop")
         assert loop["serving"]["version"] == v2 and loop["following"] is True
-        _wait("both replicas reported", lambda: {r["version"] for r in reg.replicas()}
-              == {v2} and len(reg.replicas()) == 2, procs, logs, limit=10)
+        coord = open_coordination(reg)
+        _wait("both replicas reported", lambda: {r["version"] for r in coord.replicas()}
+              == {v2} and len(coord.replicas()) == 2, procs, logs, limit=10)
 
         # a version learned on another corpus: every replica refuses it and says so
         foreign = _state(world, 3)
@@ -150,8 +152,8 @@ def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, s
         v3 = reg.register(foreign, reason="foreign").name
         reg.promote(v3, by="user")  # unchecked: the replicas are the last line
         _wait("both replicas refused v3", lambda: all(
-            (r.get("refused") or {}).get("version") == v3 for r in reg.replicas())
-            and len(reg.replicas()) == 2, procs, logs, limit=15)
+            (r.get("refused") or {}).get("version") == v3 for r in coord.replicas())
+            and len(coord.replicas()) == 2, procs, logs, limit=15)
         assert all(_version(b) == v2 for b, _, _ in reps)  # still the version before
         loop = _get(f"{reps[1][0]}/v1/loop")
         assert loop["version"] == v3 and loop["serving"]["version"] == v2
@@ -212,8 +214,8 @@ def test_a_second_learner_exits_naming_the_holder(world, url, tmp_path):  # noqa
     with _process(_loop_args(world, url, tmp_path, "first"), env, log) as first:
         from tttembed.registry.postgres import PostgresRegistry
 
-        reg = PostgresRegistry(url, cache=tmp_path / "c")
-        _wait("the first learner's heartbeat", lambda: (reg.heartbeat() or {}).get("pid")
+        coord = open_coordination(PostgresRegistry(url, cache=tmp_path / "c"))
+        _wait("the first learner's heartbeat", lambda: (coord.heartbeat() or {}).get("pid")
               == first.pid, [first], [log], limit=120)
         out = subprocess.run([sys.executable, "-m", "tttembed",
                               *_loop_args(world, url, tmp_path, "second")], env=env,
@@ -222,9 +224,9 @@ def test_a_second_learner_exits_naming_the_holder(world, url, tmp_path):  # noqa
         errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error")]
         assert len(errors) == 1 and f"pid {first.pid}" in errors[0] and \
             "another learner runs on registry" in errors[0], out.stderr[-2000:]
-        status, _ = reg.read_status()
+        status, _ = coord.read_status()
         assert status is not None and status.get("pid") == first.pid  # rows, not a file
-    with reg.learner_lock():  # the first stopped: its session lock went with it
+    with coord.learner_lock():  # the first stopped: its session lock went with it
         pass
 
 
@@ -272,18 +274,19 @@ def test_the_learner_survives_a_database_outage(world, url, server, tmp_path):  
     env = _env(tmp_path)
     log = tmp_path / "loop.log"
     with _process(_loop_args(world, url, tmp_path, "l"), env, log) as proc:
-        reg = PostgresRegistry(url, cache=tmp_path / "c")
-        _wait("a heartbeat", lambda: (reg.heartbeat() or {}).get("pid") == proc.pid,
+        registry = PostgresRegistry(url, cache=tmp_path / "c")
+        coord = open_coordination(registry)
+        _wait("a heartbeat", lambda: (coord.heartbeat() or {}).get("pid") == proc.pid,
               [proc], [log], limit=120)
-        reg.close()
+        registry.close()
         server.stop()
         time.sleep(8.0)
         assert proc.poll() is None, log.read_text()[-3000:]
         server.start()
         since = time.time()
         _wait("a heartbeat after the outage", lambda: float(
-            (reg.heartbeat() or {}).get("time", 0)) > since, [proc], [log], limit=60)
+            (coord.heartbeat() or {}).get("time", 0)) > since, [proc], [log], limit=60)
         with pytest.raises(Exception, match="another learner"):
-            with reg.learner_lock():
+            with coord.learner_lock():
                 pass
         assert proc.poll() is None

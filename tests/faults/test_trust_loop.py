@@ -349,6 +349,7 @@ def test_states_promote_validates_the_state_and_list_shows_replicas(world, tmp_p
                                                                     minilm, monkeypatch):
     import tttembed.api as tt
     from tttembed.cli import app
+    from tttembed.loop.coordination.folder import FolderCoordination
     from tttembed.registry.versions import Registry, index_record
     from tttembed.score.qrels import QrelsScorer
 
@@ -367,7 +368,8 @@ def test_states_promote_validates_the_state_and_list_shows_replicas(world, tmp_p
     assert r.exit_code != 0 and "cannot be served" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
     assert reg.served() == good.name
-    reg.report_replica("host:123", {"version": good.name, "generation": 2})
+    FolderCoordination(reg.root).report_replica("host:123", {"version": good.name,
+                                                              "generation": 2})
     out = CliRunner().invoke(app, ["states", "list", str(reg.root)]).output
     assert f"replica host:123: serves {good.name}" in out, out
 
@@ -377,7 +379,7 @@ def test_a_serving_replica_reports_what_it_serves(tmp_path, minilm):
     from starlette.testclient import TestClient
 
     import tttembed.api as tt
-    from tttembed.registry.versions import Registry
+    from tttembed.loop.coordination.folder import FolderCoordination
     from tttembed.serve import create_app
 
     docs = {f"d{i}": {"title": "", "text": f"document number {i} about pets"} for i in range(6)}
@@ -386,9 +388,10 @@ def test_a_serving_replica_reports_what_it_serves(tmp_path, minilm):
                      embedder=minilm, registry_poll_s=0.1)
     with TestClient(app):
         deadline = time.monotonic() + 20
-        while not Registry(tmp_path / "reg").replicas() and time.monotonic() < deadline:
+        while not FolderCoordination(tmp_path / "reg").replicas() and \
+                time.monotonic() < deadline:
             time.sleep(0.1)
-    (rep,) = Registry(tmp_path / "reg").replicas()
+    (rep,) = FolderCoordination(tmp_path / "reg").replicas()
     assert rep["version"] is None and rep["generation"] == 1 and rep["following"] is True
     assert json.loads(next((tmp_path / "reg" / "replicas").glob("*.json")).read_text())
 

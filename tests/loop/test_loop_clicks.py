@@ -102,7 +102,7 @@ def test_bot_traffic_does_not_get_a_harmful_version_promoted(world, tmp_path,  #
 
 def test_with_interleaving_the_version_waits_as_the_candidate(world, tmp_path,  # noqa: F811
                                                              monkeypatch):
-    from tttembed.registry.candidate import read_candidate
+    from tttembed.loop.coordination.folder import read_candidate
 
     monkeypatch.setenv("TTTEMBED_CACHE_DIR", str(tmp_path / "cache"))
     loop = _loop(world, tmp_path, interleave=0.5)

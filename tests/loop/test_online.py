@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from tttembed.loop.clicks.feed import ClickFeed
+from tttembed.loop.coordination.folder import read_candidate
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.rows import Event, SearchLog
 from tttembed.loop.store import open_store
-from tttembed.registry.candidate import read_candidate
 from tttembed.registry.versions import Registry
 from tttembed.serve.explore import interleave_item
 

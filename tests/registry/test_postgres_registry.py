@@ -1,7 +1,6 @@
 """The state registry in PostgreSQL (a real server): versions content-addressed and
 immutable, the pointer and its history in one transaction, bytes verified against the
-id, LISTEN/NOTIFY, the learner's record and lock as rows, the local cache a replica serves
-from while the database is down."""
+id, LISTEN/NOTIFY, the local cache a replica serves from while the database is down."""
 
 from __future__ import annotations
 
@@ -113,27 +112,6 @@ def test_a_promotion_is_notified_to_a_listener(url, tmp_path):
     assert waited < 5.0, waited  # woken by NOTIFY, not by the 10 s timeout
 
 
-def test_the_learners_record_heartbeat_candidate_and_lock_are_rows(url, tmp_path):
-    reg = PostgresRegistry(url, create=True, cache=tmp_path / "c")
-    assert reg.read_status() == (None, "")
-    reg.write_status({"cycles": 3, "frozen": True, "reason": "drift"})
-    reg.beat({"pid": 12345, "host": "elsewhere", "time": time.time()})
-    other = PostgresRegistry(url, cache=tmp_path / "o")
-    assert other.read_status()[0] == {"cycles": 3, "frozen": True, "reason": "drift"}
-    assert other.heartbeat()["pid"] == 12345
-    other.set_candidate("v2", "v1")
-    assert reg.candidate()["version"] == "v2"
-    reg.clear_candidate()
-    assert other.candidate() is None
-    with reg.learner_lock():
-        with pytest.raises(ConfigError, match="another learner runs on registry .*pid 12345 "
-                                              "on elsewhere"):
-            with other.learner_lock():
-                pass
-    with other.learner_lock():  # released with its holder
-        pass
-
-
 def test_a_replica_serves_its_cached_version_while_the_database_is_down(server, url,
                                                                         tmp_path):
     reg = PostgresRegistry(url, create=True, cache=tmp_path / "c")
@@ -173,22 +151,3 @@ def test_the_pg_variables_fill_what_the_url_leaves_out(url, tmp_path, monkeypatc
     assert [v.name for v in reg.versions()] == ["v1"]
     with pytest.raises(ConfigError, match="unknown registry scheme 'mysql'"):
         open_registry("mysql://x/y")
-
-
-def test_the_learner_lock_is_taken_again_after_a_restart(server, url, tmp_path):
-    """A restart ends the learner's session and its lock: the next heartbeat takes it
-    again; when another learner took it first, the heartbeat raises LockLost."""
-    from tttembed.registry.base import LockLost
-
-    reg = PostgresRegistry(url, create=True, cache=tmp_path / "c")
-    other = PostgresRegistry(url, cache=tmp_path / "o")
-    with reg.learner_lock():
-        server.restart()
-        reg.beat({"pid": 1, "host": "h", "time": time.time()})  # taken again
-        with pytest.raises(ConfigError, match="another learner"):
-            with other.learner_lock():
-                pass
-        server.restart()
-        with other.learner_lock():  # the other learner is first this time
-            with pytest.raises(LockLost, match="took registry"):
-                reg.beat({"pid": 1, "host": "h", "time": time.time()})

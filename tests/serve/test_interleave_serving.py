@@ -29,9 +29,9 @@ def _wait(client: Any, pred: Any, timeout: float = 10.0) -> None:
 def test_a_candidate_is_interleaved_and_logged_with_its_teams(served, minilm,  # noqa: F811
                                                              tmp_path) -> None:
     from tttembed.loop.clicks.feed import ClickFeed
+    from tttembed.loop.coordination.folder import clear_candidate, set_candidate
     from tttembed.loop.rows import START
     from tttembed.loop.store import open_store
-    from tttembed.registry.candidate import clear_candidate, set_candidate
     from tttembed.registry.versions import Registry, index_record
 
     reg_dir = tmp_path / "reg"

@@ -133,16 +133,18 @@ def _line(v: Any, served: str | None) -> str:
             f"{state:<20} delta {gain}  {reason}")
 
 
-def _budget_line(reg: Any) -> str:
+def _budget_line(reg: Any, spec: str) -> str:
     """The loop's two budget figures, labelled (``/v1/loop``'s ``budget``)."""
+    from tttembed.loop.coordination import open_coordination
     from tttembed.loop.status import read_status
+    from tttembed.loop.store import open_store
 
-    st = read_status(reg)
+    st = read_status(open_coordination(reg))
     paid = f"{st.pairs_judged} of {st.judge_budget}" if st else "none"
     ledger = "?"
     root = getattr(reg, "root", None)
     if root is None or (Path(root) / "loop.sqlite").is_file():
-        store = reg.default_store()
+        store = open_store(None, spec)
         try:
             ledger = str(store.counts().get("rewards", 0))
         finally:
@@ -168,9 +170,11 @@ def _replica_line(r: dict[str, Any], served: str | None) -> str:
 def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[bool, typer.Option("--history", help="Also list every promotion and rollback: when, what, by whom, why.")] = False) -> None:
     """Every version, oldest first; * marks the one the registry serves. Below: what each
     replica reported serving in the last 30 s, and (--history) promotions and rollbacks."""
+    from tttembed.loop.coordination import open_coordination
+
     reg = _registry(folder)
     survey = reg.survey()
-    served, replicas = survey.served, reg.replicas()
+    served, replicas = survey.served, open_coordination(reg).replicas()
     if as_json:
         emit_json({"served": served, "problems": survey.problems, "replicas": replicas,
                    "history": survey.history, "versions": [
@@ -181,7 +185,7 @@ def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[boo
     typer.echo(f"{reg.location}: the registry serves {served or 'raw vectors'}")
     for v in survey.versions:
         typer.echo(_line(v, served))
-    typer.echo(_budget_line(reg))
+    typer.echo(_budget_line(reg, folder))
     if replicas:
         for r in replicas:
             typer.echo(_replica_line(r, served))

@@ -1,7 +1,7 @@
 """Interleaving as the online promotion test (METHOD.md Part 4; ``--interleave P``).
 
-A version the offline check did not refuse becomes the registry's *candidate*
-(:mod:`tttembed.registry.candidate`) instead of being promoted; the servers interleave it
+A version the offline check did not refuse becomes the *candidate* (the loop's
+coordination, :mod:`tttembed.loop.coordination`) instead of being promoted; the servers interleave it
 with the served version on a fraction P of searches, and every interleaved (search,
 session) read by the click feed is an outcome (+1 candidate's team clicked more, -1 the
 served team's, 0 a tie). A sequential test (the mixture SPRT, an always-valid p at
@@ -19,6 +19,7 @@ from typing import Any
 
 from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.clicks.sequential import DECISIONS, SequentialTest
+from tttembed.loop.coordination import Coordination, open_coordination
 from tttembed.registry.base import StateRegistry
 
 #: Outcomes after which an undecided test gives up (the candidate is dropped).
@@ -49,25 +50,28 @@ class OnlineVerdict:
 
 
 class OnlineTest:
-    """Runs the candidate's test on ``registry`` from ``feed``'s outcomes."""
+    """Runs the candidate's test on ``registry`` from ``feed``'s outcomes (the candidate
+    named in ``coordination``, by default the registry's own)."""
 
     def __init__(self, registry: StateRegistry, feed: ClickFeed, *,
+                 coordination: Coordination | None = None,
                  max_outcomes: int = MAX_OUTCOMES) -> None:
         self.registry, self.feed, self.max_outcomes = registry, feed, max_outcomes
+        self.coordination = coordination or open_coordination(registry)
         self.last: OnlineVerdict | None = None
 
     def propose(self, version: str) -> None:
         """Make ``version`` the candidate tested against the version served now."""
-        self.registry.set_candidate(version, self.registry.served())
+        self.coordination.set_candidate(version, self.registry.served())
 
     def candidate(self) -> str | None:
-        record = self.registry.candidate()
+        record = self.coordination.candidate()
         return None if record is None else str(record["version"])
 
     def step(self) -> OnlineVerdict | None:
         """Update the test of the candidate (None: there is none); promote or drop it
         when it decides."""
-        record = self.registry.candidate()
+        record = self.coordination.candidate()
         if record is None:
             return None
         name = str(record["version"])
@@ -82,9 +86,9 @@ class OnlineTest:
                                 test.p_value)
         if decision == DECISIONS[0]:
             self.registry.promote(name, by="interleaving", reason=verdict.reason())
-            self.registry.clear_candidate()
+            self.coordination.clear_candidate()
         elif decision != DECISIONS[2]:
-            self.registry.clear_candidate()
+            self.coordination.clear_candidate()
         self.last = verdict
         return verdict
 

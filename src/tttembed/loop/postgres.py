@@ -93,12 +93,13 @@ class PostgresStore(SQLStore):
         self._schema_ready = True
 
 
-def from_spec(rest: str) -> PostgresStore:
-    """``postgresql://...`` (or ``postgres://...``): ``rest`` is the spec after the scheme."""
+def from_spec(rest: str, *, lazy: bool = False) -> PostgresStore:
+    """``postgresql://...`` (or ``postgres://...``): ``rest`` is the spec after the scheme;
+    ``lazy``: opened while the database does not answer yet (:class:`PostgresStore`)."""
     if not rest.startswith("//"):
         raise ConfigError(f"postgresql:{rest} is not a PostgreSQL URL; write "
                           "postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
-    return PostgresStore("postgresql:" + rest)
+    return PostgresStore("postgresql:" + rest, lazy=lazy)
 
 
 __all__ = ["PostgresStore", "from_spec"]

@@ -29,6 +29,7 @@ from tttembed.core.io import now_utc
 from tttembed.loop.auditor import Auditor
 from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.config import LoopConfig
+from tttembed.loop.coordination import LockLost, open_coordination
 from tttembed.loop.drift import audit_source
 from tttembed.loop.failures import Failures, configure_log
 from tttembed.loop.freeze import apply_audit, thawed_by_user
@@ -39,7 +40,7 @@ from tttembed.loop.online import OnlineTest
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
 from tttembed.loop.status import HEARTBEAT_S, LoopState, beat, read_status_checked, write_status
 from tttembed.loop.store import SearchLog, Store, open_store
-from tttembed.registry.base import LockLost, index_record
+from tttembed.registry.base import index_record
 from tttembed.registry.open import open_registry
 
 log = logging.getLogger("tttembed.loop")
@@ -72,8 +73,8 @@ class Loop:
         self.registry = open_registry(config.registry, create=True,
                                       index=index_record(self.index),
                                       cache=config.registry_cache)
-        self.store = store or (open_store(config.store) if config.store
-                               else self.registry.default_store())
+        self.coordination = open_coordination(self.registry)
+        self.store = store or open_store(config.store, config.registry)
         self.corpus = corpus_for_index(self.index, config.corpus)
         self.scorer = load_scorer(config.judge, index=self.index, corpus=self.corpus) \
             if config.has_judge else NoScorer()
@@ -82,14 +83,15 @@ class Loop:
         embedder = index_embedder(self.index, None)
         self.clicks = None if config.clicks == "off" else ClickFeed(
             self.store, mode=config.clicks, settle_s=config.click_settle_s, seed=config.seed)
-        self.online = OnlineTest(self.registry, self.clicks) \
+        self.online = OnlineTest(self.registry, self.clicks,
+                                 coordination=self.coordination) \
             if config.interleave > 0 and self.clicks is not None else None
         self.learner = Learner(config, self.registry, self.store, self.index, embedder,
                                self.judge, clicks=self.clicks, online=self.online)
         self.auditor = Auditor(config, self.scorer, self.corpus, self.store, self.index,
                                embedder)
         self.auditor.prepare()  # the audit set read (and checked) before any judging
-        found, broken = read_status_checked(self.registry)
+        found, broken = read_status_checked(self.coordination)
         if broken:
             log.warning("%s: the previous status could not be read, so its audit history "
                         "starts anew (the budget's spend is the store's: nothing is lost)",
@@ -141,7 +143,7 @@ class Loop:
         s.updated = now_utc()
         kept = {k: same[k] for k in _KEPT}
         durable = force or kept != {k: self._written.get(k) for k in _KEPT}
-        write_status(self.registry, s, sync=durable)  # what a restart takes over
+        write_status(self.coordination, s, sync=durable)  # what a restart takes over
         self._written, self._written_at = same, time.monotonic()
 
     # -- judging ------------------------------------------------------------------
@@ -286,7 +288,7 @@ class Loop:
         """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`)."""
         while not self.stop.is_set():
             try:
-                beat(self.registry)
+                beat(self.coordination)
             except LockLost as exc:
                 self.lost = exc
                 self.stop.set()
@@ -364,7 +366,7 @@ def run_loop(config: LoopConfig) -> None:
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _stopper(loop))
-        with loop.registry.learner_lock():  # one learner per registry
+        with loop.coordination.learner_lock():  # one learner per registry
             loop.run()
         if loop.lost is not None:
             raise loop.lost

@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from tttembed.loop.coordination import Coordination, open_coordination
+from tttembed.loop.coordination.folder import HEARTBEAT_FILE, STATUS_FILE
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
-from tttembed.registry.versions import HEARTBEAT_FILE, STATUS_FILE, Registry
 
 #: Seconds between the learner's heartbeats, and the age past which it is not running.
 HEARTBEAT_S = 1.0
@@ -109,45 +110,38 @@ def status_path(registry: str | Path) -> Path:
     return Path(registry) / STATUS_FILE
 
 
-RegistryRef = Union[str, Path, StateRegistry]
+#: Where the learner's record is: the registry's coordination, or its folder or URL.
+CoordinationRef = Union[str, Path, Coordination]
 
 
-def _registry(registry: RegistryRef) -> StateRegistry:
-    """The registry object of a folder path (its files only), a URL, or itself."""
-    if isinstance(registry, (str, Path)):
-        from tttembed.registry.postgres import is_url
-
-        if is_url(registry):
-            from tttembed.registry.open import open_registry
-
-            return open_registry(str(registry))
-        return Registry.files(registry)
-    return registry
+def _coordination(where: CoordinationRef) -> Coordination:
+    """The coordination of a registry's folder (its files only), its URL, or itself."""
+    return open_coordination(where) if isinstance(where, (str, Path)) else where
 
 
-def read_status(registry: RegistryRef) -> LoopState | None:
+def read_status(where: CoordinationRef) -> LoopState | None:
     """The learner's record, or None when no learner has written one (or it is torn)."""
-    return read_status_checked(registry)[0]
+    return read_status_checked(where)[0]
 
 
-def read_status_checked(registry: RegistryRef) -> tuple[LoopState | None, str]:
+def read_status_checked(where: CoordinationRef) -> tuple[LoopState | None, str]:
     """The learner's record (None: none, or unreadable) and why it could not be read
     ("" when it could or there is none): a broken record is reported, never read as
     empty."""
-    got, error = _registry(registry).read_status()
+    got, error = _coordination(where).read_status()
     return (None if got is None else LoopState.from_dict(got)), error
 
 
-def beat(registry: RegistryRef) -> None:
+def beat(where: CoordinationRef) -> None:
     """One heartbeat of the learner (this process): pid, host and time."""
-    _registry(registry).beat({"pid": os.getpid(), "host": socket.gethostname(),
+    _coordination(where).beat({"pid": os.getpid(), "host": socket.gethostname(),
                               "time": time.time()})
 
 
-def alive(registry: RegistryRef, state: LoopState | None) -> tuple[bool, str]:
+def alive(where: CoordinationRef, state: LoopState | None) -> tuple[bool, str]:
     """Whether the learner runs, and why not: a fresh heartbeat and, on this host, a live
     pid (a learner from before heartbeats: its pid alone)."""
-    hb = _registry(registry).heartbeat()
+    hb = _coordination(where).heartbeat()
     if not isinstance(hb, dict):
         if state is None or not state.pid:
             return False, "no learner has run here" if state is None else "no heartbeat"
@@ -180,10 +174,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def write_status(registry: RegistryRef, state: LoopState, *, sync: bool = True) -> None:
+def write_status(where: CoordinationRef, state: LoopState, *, sync: bool = True) -> None:
     """Write the record whole (``sync=False``: without fsync, for a write that changes
     only counters: a power failure may lose it, a crash never tears it)."""
-    _registry(registry).write_status(state.as_dict(), sync=sync)
+    _coordination(where).write_status(state.as_dict(), sync=sync)
 
 
 def _version_row(v: Version, served: str | None, by_version: dict[str, int],
@@ -205,16 +199,16 @@ def _version_row(v: Version, served: str | None, by_version: dict[str, int],
             **({"broken": v.broken} if v.broken else {})}
 
 
-def _candidate(registry: StateRegistry) -> str | None:
-    record = registry.candidate()
+def _candidate(coordination: Coordination) -> str | None:
+    record = coordination.candidate()
     return None if record is None else str(record["version"])
 
 
-def _replicas(registry: StateRegistry) -> list[dict[str, Any]]:
+def _replicas(coordination: Coordination) -> list[dict[str, Any]]:
     """What each replica reported serving in the last 30 s (a version it refused
     included), never failing."""
     try:
-        return registry.replicas()
+        return coordination.replicas()
     except Exception:  # noqa: BLE001  (a status page shows what it can)
         return []
 
@@ -223,9 +217,10 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
     learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
     A broken registry file is named in ``registry_error``, never a failure."""
-    found, status_error = read_status_checked(registry)
+    coordination = open_coordination(registry)
+    found, status_error = read_status_checked(coordination)
     learner = found or LoopState()
-    running, why = alive(registry, found)
+    running, why = alive(coordination, found)
     counts = store.counts() if store is not None else {"by_version": {}}
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
@@ -260,12 +255,12 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "learner_clicks": learner.clicks,
         "propensities": learner.clicks.get("propensities"),
         "online_test": learner.online or None,
-        "candidate": _candidate(registry),
+        "candidate": _candidate(coordination),
         "learner": {"running": running, "pid": learner.pid or None,
                     "updated": learner.updated or None, "error": learner.error,
                     **({"stopped": why} if not running and found is not None else {})},
         "history": survey.history[-20:],
-        "replicas": _replicas(registry),
+        "replicas": _replicas(coordination),
         "updated": learner.updated or None,
     }
     if status_error:

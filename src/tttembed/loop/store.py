@@ -2,10 +2,12 @@
 rewards, shared by every serve replica and the learner.
 
 The rows and the role (:class:`Store`) are in :mod:`tttembed.loop.rows` (re-exported
-here); this module holds the SQL. Backends by spec string: a path or ``sqlite:PATH`` (the default, ``DIR/loop.sqlite`` in
-the registry; WAL mode, any number of readers, one writer at a time) and
-``postgresql://...`` (several replicas on several machines; :mod:`tttembed.loop.postgres`).
-Both run the same SQL (``?`` placeholders, rewritten for the driver that wants ``%s``).
+here); this module holds the SQL. Backends by spec string, chosen in one place
+(:func:`open_store`): a path or ``sqlite:PATH`` (the default, ``DIR/loop.sqlite`` in the
+registry; WAL mode, any number of readers, one writer at a time) and ``postgresql://...``
+(several replicas on several machines, by default the registry's own database;
+:mod:`tttembed.loop.postgres`). Both run the same SQL (``?`` placeholders, rewritten for
+the driver that wants ``%s``).
 
 Tables:
 
@@ -16,10 +18,9 @@ Tables:
 - ``rewards``: the judge's rewards for (task, query text, document), each committed as it
   arrives (the ledger holds the paid-once record by text hashes; this is the loop's view,
   with ``paid`` (new to the ledger) and ``trusted`` (cleared by the drift audit));
-- ``spend``: the judge budget's account: one row per reservation (served pairs,
-  validation, drift and audit re-scores), written *before* the judge is asked, in one
-  transaction with the check against the budget (:meth:`SQLStore.reserve`), so no
-  number of learners, restarts or kills can pay more than the budget.
+- ``spend``: the judge budget's account: one row per reservation, written *before* the
+  judge is asked, in one transaction with the check against the budget
+  (:mod:`tttembed.loop.spend`, mixed in), so no learner can pay more than the budget.
 - ``click_rewards``: each learning cycle's click rewards for (task, query text,
   document), ``source`` "clicks" (:class:`~tttembed.loop.rows.ClickReward`: the reward,
   its clicks, impressions and variance, the mode and the propensities' basis), upserted
@@ -67,6 +68,7 @@ from tttembed.loop.rows import (
     Store,
     cursor_floor,
 )
+from tttembed.loop.spend import SpendSQL
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS searches (
@@ -123,9 +125,10 @@ _SEARCH = ("SELECT s.search_id, s.task, s.query, s.created, s.version, s.ids, s.
 
 
 
-class SQLStore(ClickSQL):
+class SQLStore(ClickSQL, SpendSQL):
     """The SQL both backends run; subclasses give ``_connect`` and the placeholder (the
-    click tables' SQL is :class:`~tttembed.loop.clickstore.ClickSQL`'s)."""
+    click tables' SQL is :class:`~tttembed.loop.clickstore.ClickSQL`'s, the spend
+    account's :class:`~tttembed.loop.spend.SpendSQL`'s)."""
 
     url = ""
     placeholder = "?"
@@ -322,54 +325,6 @@ class SQLStore(ClickSQL):
                          int(limit)))
             return list(cur.fetchall())
 
-    # -- the judge budget -------------------------------------------------------------
-    def reserve(self, source: str, want: int, budget: int, *, partial: bool = True) -> int:
-        """Reserve up to ``want`` judge pairs of ``budget`` for ``source`` before paying
-        them: the pairs granted (0 when the budget is spent; with ``partial=False`` all
-        of ``want`` or nothing), recorded in the same transaction that checked what is
-        left."""
-        if source not in SPEND_SOURCES:
-            raise ValueError(f"unknown spend source {source!r}")
-        if want <= 0:
-            return 0
-        import uuid
-
-        with self._tx() as cur:
-            self._serialize(cur)
-            cur.execute("SELECT COALESCE(SUM(pairs), 0) FROM spend")
-            left = int(budget) - int(cur.fetchone()[0])
-            granted = max(min(int(want), left), 0)
-            if not partial and granted < want:
-                granted = 0
-            if granted:
-                cur.execute(self._sql(
-                    "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
-                    (uuid.uuid4().hex, source, granted, time.time()))
-        return granted
-
-    def spent(self) -> dict[str, int]:
-        """Pairs reserved so far, by source (the budget's account)."""
-        with self._tx() as cur:
-            cur.execute("SELECT source, COALESCE(SUM(pairs), 0) FROM spend GROUP BY source")
-            return {str(k): int(n) for k, n in cur.fetchall()}
-
-    def open_account(self, paid_before: int) -> None:
-        """A store written before the spend account existed: its paid pairs (and the
-        re-scores a status file counted) become one ``opening`` row, once."""
-        import uuid
-
-        with self._tx() as cur:
-            self._serialize(cur)
-            cur.execute("SELECT COUNT(*) FROM spend")
-            if int(cur.fetchone()[0]):
-                return
-            cur.execute("SELECT COALESCE(SUM(paid), 0) FROM rewards")
-            total = int(cur.fetchone()[0]) + max(int(paid_before), 0)
-            if total:
-                cur.execute(self._sql(
-                    "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
-                    (uuid.uuid4().hex, "opening", total, time.time()))
-
     def counts(self) -> dict[str, Any]:
         with self._tx() as cur:
             out: dict[str, Any] = {}
@@ -447,19 +402,32 @@ def _wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-def open_store(spec: str | None, registry: str | Path | None = None) -> Store:
-    """The store a spec names: ``postgresql://...``, ``sqlite:PATH`` or a path; None:
-    ``loop.sqlite`` in the registry folder."""
+def open_store(spec: str | None, registry: str | Path | None = None, *,
+               lazy: bool = False) -> Store:
+    """The one place a feedback store is chosen: the store ``spec`` names
+    (``postgresql://...``, ``sqlite:PATH`` or a path) or, None, the registry's own
+    (``registry``: its folder, ``loop.sqlite`` there; or its ``postgresql://`` URL, the
+    same database, opened ``lazy``). ``lazy``: a PostgreSQL store that does not answer
+    yet is opened anyway (a replica started while the database is down), each call
+    trying again."""
     if spec is None:
         if registry is None:
             raise ConfigError("give --store (postgresql://... or a SQLite path) or --registry")
-        return SQLiteStore(Path(registry) / "loop.sqlite")
+        from tttembed.registry.postgres import is_url
+
+        if not is_url(registry):
+            return SQLiteStore(Path(registry) / "loop.sqlite")
+        scheme, _, rest = str(registry).strip().partition(":")
+        if scheme not in ("postgresql", "postgres"):
+            raise ConfigError(f"give --store: a {scheme}: registry keeps no feedback store")
+        spec, lazy = "postgresql:" + rest, True
     from tttembed.core.backends import create, split_spec
 
     scheme, _ = split_spec(spec)
     if "/" in scheme or "\\" in scheme or scheme == spec.strip() or len(scheme) == 1:
         return SQLiteStore(spec)  # a plain path (or a Windows drive letter)
-    store: Store = create("store", spec)
+    lazy_pg = lazy and scheme in ("postgresql", "postgres")
+    store: Store = create("store", spec, **({"lazy": True} if lazy_pg else {}))
     return store
 
 

@@ -1,5 +1,8 @@
-"""The state registry's role: what the closed loop registers and promotes, what
-``tttembed serve --registry SPEC`` follows, and what ``tttembed states`` inspects.
+"""The state registry's role: immutable versions, the served pointer and its history,
+verify, promote, rollback and diff: what the closed loop registers and promotes, what
+``tttembed serve --registry SPEC`` follows, and what ``tttembed states`` inspects. What
+the learner and the replicas share besides (the learner's record and lock, the replicas'
+reports, the candidate) is the loop's: :mod:`tttembed.loop.coordination`.
 
 Two backends share this contract (:func:`tttembed.registry.open.open_registry` picks one
 by its spec): a folder (:mod:`.versions`, one machine or a shared file system) and a
@@ -12,30 +15,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from tttembed.adapt.state import AdaptState, load_state
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
 
-if TYPE_CHECKING:
-    from tttembed.loop.store import Store
-
 FORMAT = "tttembed-registry"
 FORMAT_VERSION = 1
 STATE_FILE = "vectors.npz"
-#: How recent a replica's report must be to be listed.
-REPLICA_FRESH_S = 30.0
 _NAME = re.compile(r"v(\d+)")
-
-
-class LockLost(ConfigError):
-    """The learner lost its registry's learner lock to another learner (after the
-    database dropped its session): it must stop."""
 
 
 @dataclass(frozen=True)
@@ -120,26 +112,11 @@ class StateRegistry(Protocol):
     def validate(self, name: str) -> None: ...
     def diff(self, a: str, b: str) -> dict[str, Any]: ...
     def check_index(self, index: Mapping[str, Any]) -> None: ...
-    # the candidate under an online test
-    def candidate(self) -> dict[str, Any] | None: ...
-    def set_candidate(self, version: str, against: str | None,
-                      by: str = "learner") -> dict[str, Any]: ...
-    def clear_candidate(self) -> None: ...
-    # the learner's record and liveness
-    def read_status(self) -> tuple[dict[str, Any] | None, str]: ...
-    def write_status(self, record: Mapping[str, Any], *, sync: bool = True) -> None: ...
-    def beat(self, record: Mapping[str, Any]) -> None: ...
-    def heartbeat(self) -> dict[str, Any] | None: ...
-    def learner_lock(self) -> AbstractContextManager[None]: ...
-    # replicas
-    def report_replica(self, replica: str, record: Mapping[str, Any]) -> None: ...
-    def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]: ...
-    # following
-    def mark(self, candidate: bool = False) -> tuple[Any, ...]: ...
+    # following the served pointer
+    def mark(self) -> tuple[Any, ...]: ...
     def wait_change(self, timeout: float) -> None: ...
     def remember_served(self, version: Version | None) -> None: ...
     def cached_served(self) -> Version | None: ...
-    def default_store(self) -> Store: ...
     def close(self) -> None: ...
 
 
@@ -287,6 +264,6 @@ def iter_names(names: Iterator[str]) -> list[str]:
     return sorted((n for n in names if _NAME.fullmatch(n)), key=version_number)
 
 
-__all__ = ["DIFF_TOL", "LockLost", "FORMAT", "FORMAT_VERSION", "REPLICA_FRESH_S", "STATE_FILE",
+__all__ = ["DIFF_TOL", "FORMAT", "FORMAT_VERSION", "STATE_FILE",
            "RegistryBase", "StateRegistry", "Survey", "Version", "index_record",
            "iter_names", "key_change", "promotions", "version_number"]

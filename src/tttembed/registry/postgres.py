@@ -9,19 +9,17 @@ Tables (beside the feedback store's, in the same database by default):
                         content address ``sha256:...`` of its manifest and state bytes, so a
                         retried write stores nothing twice), manifest, state file bytes,
                         parent, created
-    registry_pointer    the served version, its generation, the candidate under an online
-                        test; updated in one transaction with a history row, then
-                        ``NOTIFY tttembed_registry`` (delivered at commit)
+    registry_pointer    the served version and its generation; updated in one transaction
+                        with a history row, then ``NOTIFY tttembed_registry`` (delivered
+                        at commit). Its ``candidate`` column is the loop's (the version
+                        under an online test, :mod:`tttembed.loop.coordination.postgres`)
     registry_history    every promotion and rollback
-    registry_replicas   each replica's report: what it serves, whether it follows, what
-                        it refused
-    registry_loop       the learner's record and heartbeat (its spend is the store's)
 
 Each process keeps a local read-only cache (``--registry-cache DIR``, default
 ``$TTTEMBED_CACHE_DIR/registry/<host-port-db>``) of the versions it read, each verified
 against its id before use, and ``served.json``: the version it served last, so a replica
 started while the database is down serves that (one line and exit when it has none).
-One learner at a time holds the session advisory lock :data:`LEARNER_LOCK`.
+The connection, its retries and the URL's masking are :mod:`tttembed.core.pg`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tttembed.adapt.state import AdaptState, save_state
 from tttembed.core.errors import ConfigError, DataError
@@ -43,9 +41,7 @@ from tttembed.core.pg import Database, Dropped, Words, dead, reconnecting, retry
 from tttembed.registry.base import (
     FORMAT,
     FORMAT_VERSION,
-    REPLICA_FRESH_S,
     STATE_FILE,
-    LockLost,
     RegistryBase,
     Survey,
     Version,
@@ -53,17 +49,12 @@ from tttembed.registry.base import (
     version_number,
 )
 from tttembed.registry.cache import VersionCache, content_id, default_cache
-from tttembed.registry.versions import holder
-
-if TYPE_CHECKING:
-    from tttembed.loop.store import Store
 
 log = logging.getLogger("tttembed.registry")
 CHANNEL = "tttembed_registry"
-#: Advisory locks: creating the schema, numbering a new version, the one learner.
+#: Advisory locks: creating the schema, numbering a new version.
 SCHEMA_LOCK = 0x7265_6769_7374_7279  # "registry"
 WRITE_LOCK = 0x7265_6777_7269_7465  # "regwrite"
-LEARNER_LOCK = 0x6C65_6172_6E65_72  # "learner"
 CONNECT_TIMEOUT_S = 5
 #: Tries (and the first pause, doubled each time) of a write the database dropped.
 WRITE_TRIES, WRITE_PAUSE_S = 4, 0.5
@@ -83,10 +74,6 @@ SCHEMA = (
     "generation BIGINT NOT NULL, candidate TEXT, updated DOUBLE PRECISION NOT NULL)",
     "CREATE TABLE IF NOT EXISTS registry_history (seq BIGSERIAL PRIMARY KEY, "
     "entry TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS registry_replicas (name TEXT PRIMARY KEY, "
-    "record TEXT NOT NULL, time DOUBLE PRECISION NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS registry_loop (name TEXT PRIMARY KEY, doc TEXT NOT NULL, "
-    "time DOUBLE PRECISION NOT NULL)",
     "INSERT INTO registry_pointer (key, served, generation, candidate, updated) "
     "VALUES ('served', NULL, 0, NULL, 0) ON CONFLICT (key) DO NOTHING",
     # a version row never changes: the database refuses an UPDATE of one
@@ -159,9 +146,6 @@ class PostgresRegistry(RegistryBase):
             self.check_index(index)
 
     # -- connections ----------------------------------------------------------------
-    def _connect(self, autocommit: bool = False) -> Any:
-        return self.db.connect(autocommit)
-
     @contextmanager
     def _tx(self) -> Iterator[Any]:
         """One transaction (committed on success); a dropped connection is opened anew
@@ -348,159 +332,14 @@ class PostgresRegistry(RegistryBase):
         self._retry("changing the served version", write)
         return self.served_record()
 
-    # -- the candidate --------------------------------------------------------------
-    def candidate(self) -> dict[str, Any] | None:
-        try:
-            with self._tx() as cur:
-                cur.execute("SELECT candidate FROM registry_pointer WHERE key = 'served'")
-                row = cur.fetchone()
-        except RegistryUnavailable:
-            return None
-        got = _json(row[0], "candidate", strict=False) if row and row[0] else None
-        return got if isinstance(got, dict) and isinstance(got.get("version"), str) else None
-
-    def set_candidate(self, version: str, against: str | None,
-                      by: str = "learner") -> dict[str, Any]:
-        record = {"version": version, "against": against, "since": now_utc(), "by": by}
-        self._set_candidate(json.dumps(record))
-        return record
-
-    def clear_candidate(self) -> None:
-        self._set_candidate(None)
-
-    def _set_candidate(self, text: str | None) -> None:
-        def write() -> None:
-            with self._tx() as cur:
-                cur.execute("UPDATE registry_pointer SET candidate = %s, updated = %s "
-                            "WHERE key = 'served'", (text, time.time()))
-                cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "candidate"))
-
-        self._retry("naming the candidate", write)
-
-    # -- the learner's record, heartbeat and lock -------------------------------------
-    @reconnecting
-    def _doc(self, name: str) -> tuple[Any, str]:
-        with self._tx() as cur:
-            cur.execute("SELECT doc FROM registry_loop WHERE name = %s", (name,))
-            row = cur.fetchone()
-        if row is None:
-            return None, ""
-        try:
-            return json.loads(row[0]), ""
-        except ValueError as exc:
-            return None, f"registry {self.location}: the learner's {name} is not JSON ({exc})"
-
-    @reconnecting
-    def _put(self, name: str, record: Mapping[str, Any]) -> None:
-        with self._tx() as cur:
-            cur.execute("INSERT INTO registry_loop (name, doc, time) VALUES (%s, %s, %s) "
-                        "ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, "
-                        "time = EXCLUDED.time", (name, json.dumps(dict(record)), time.time()))
-
-    def read_status(self) -> tuple[dict[str, Any] | None, str]:
-        try:
-            got, error = self._doc("status")
-        except RegistryUnavailable as exc:
-            return None, " ".join(str(exc).split())
-        if got is not None and not isinstance(got, dict):
-            return None, f"registry {self.location}: the loop status is not a JSON object"
-        return got, error
-
-    def write_status(self, record: Mapping[str, Any], *, sync: bool = True) -> None:
-        self._put("status", record)  # a committed row is durable either way
-
-    def beat(self, record: Mapping[str, Any]) -> None:
-        self.check_lock()
-        self._put("heartbeat", record)
-
-    def heartbeat(self) -> dict[str, Any] | None:
-        try:
-            got, _ = self._doc("heartbeat")
-        except RegistryUnavailable:
-            return None
-        return got if isinstance(got, dict) else None
-
-    @contextmanager
-    def learner_lock(self) -> Iterator[None]:
-        """Hold the session advisory lock :data:`LEARNER_LOCK` while the learner runs (on
-        a connection of its own); a second learner gets a ConfigError naming the holder."""
-        conn = self._take_lock()
-        if conn is None:
-            raise ConfigError(f"another learner runs on registry {self.location} "
-                              f"({holder(self.heartbeat())}): one learner per registry; "
-                              "stop it first, or give another --registry")
-        self._held = conn
-        try:
-            yield
-        finally:
-            held, self._held = self._held, None
-            with suppress(Exception):
-                held.close()  # the session ends: the lock is released
-
-    def _take_lock(self) -> Any:
-        """A connection holding :data:`LEARNER_LOCK`, or None when another holds it."""
-        conn = self._connect(autocommit=True)
-        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEARNER_LOCK,)).fetchone()
-        if got and got[0]:
-            return conn
-        conn.close()
-        return None
-
-    def check_lock(self) -> None:
-        """While the learner runs (its heartbeat): a session the database dropped (a
-        restart) lost the lock with it, so take it again; :class:`LockLost` when another
-        learner took it meanwhile. A database still down is left for the next beat."""
-        conn = self._held
-        if conn is None:
-            return
-        try:
-            if not dead(conn):
-                conn.execute("SELECT 1")
-                return
-        except Exception:  # noqa: BLE001  (dropped: taken again below)
-            pass
-        with suppress(Exception):
-            conn.close()
-        try:
-            again = self._take_lock()
-        except RegistryUnavailable:
-            return
-        if again is None:
-            self._held = None
-            raise LockLost(f"another learner took registry {self.location}'s learner lock "
-                           f"while the database restarted ({holder(self.heartbeat())}): "
-                           "this learner stops")
-        self._held = again
-
-    # -- replicas -------------------------------------------------------------------
-    @reconnecting
-    def report_replica(self, replica: str, record: Mapping[str, Any]) -> None:
-        doc = {"replica": replica, "time": time.time(), **dict(record)}
-        with self._tx() as cur:
-            cur.execute("INSERT INTO registry_replicas (name, record, time) VALUES "
-                        "(%s, %s, %s) ON CONFLICT (name) DO UPDATE SET record = "
-                        "EXCLUDED.record, time = EXCLUDED.time",
-                        (replica, json.dumps(doc), doc["time"]))
-
-    @reconnecting
-    def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]:
-        with self._tx() as cur:
-            cur.execute("SELECT record FROM registry_replicas WHERE time >= %s ORDER BY name",
-                        (time.time() - fresh_s,))
-            rows = cur.fetchall()
-        return [r for (text,) in rows
-                if isinstance(r := _json(text, "replica report", strict=False), dict)]
-
     # -- following ------------------------------------------------------------------
     @reconnecting
-    def mark(self, candidate: bool = False) -> tuple[Any, ...]:
-        """The pointer's generation (and the candidate): what changes on a promotion."""
+    def mark(self) -> tuple[Any, ...]:
+        """The pointer's generation: what changes on a promotion."""
         with self._tx() as cur:
-            cur.execute("SELECT generation, candidate FROM registry_pointer "
-                        "WHERE key = 'served'")
+            cur.execute("SELECT generation FROM registry_pointer WHERE key = 'served'")
             row = cur.fetchone()
-        generation, cand = row if row else (0, None)
-        return (int(generation), cand) if candidate else (int(generation),)
+        return (int(row[0]) if row else 0,)
 
     def wait_change(self, timeout: float) -> None:
         """Return at the next notification of a change (``LISTEN``), or after ``timeout``
@@ -508,7 +347,7 @@ class PostgresRegistry(RegistryBase):
         deadline = time.monotonic() + timeout
         try:
             if self._listen is None or dead(self._listen):
-                self._listen = self._connect(autocommit=True)
+                self._listen = self.db.connect(autocommit=True)
                 self._listen.execute(f"LISTEN {CHANNEL}")
             for _ in self._listen.notifies(timeout=max(timeout, 0.01), stop_after=1):
                 break
@@ -532,11 +371,6 @@ class PostgresRegistry(RegistryBase):
     def has_cached_served(self) -> bool:
         return self.copies.has_served()
 
-    def default_store(self) -> Store:
-        from tttembed.loop.postgres import PostgresStore
-
-        return PostgresStore(self.db.dsn, lazy=True)
-
     def close(self) -> None:
         with self.db.lock:
             self.db.close()
@@ -544,6 +378,7 @@ class PostgresRegistry(RegistryBase):
                 with suppress(Exception):
                     self._listen.close()
             self._listen = None
+
 
 def _json(text: Any, what: str, *, strict: bool = True) -> Any:
     try:
@@ -554,5 +389,4 @@ def _json(text: Any, what: str, *, strict: bool = True) -> Any:
         raise DataError(f"the registry's {what} is not JSON ({exc})") from None
 
 
-__all__ = ["CHANNEL", "LEARNER_LOCK", "PostgresRegistry", "RegistryUnavailable",
-           "from_spec", "is_url"]
+__all__ = ["CHANNEL", "PostgresRegistry", "RegistryUnavailable", "from_spec", "is_url"]

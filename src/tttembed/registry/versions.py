@@ -13,10 +13,10 @@ Layout of ``DIR``::
                            the learner's verdict and why
     served.json            the version served now and the history of promotions and
                            rollbacks (replaced in one rename: a reader sees old or new)
-    replicas/NAME.json     each serving replica's report: the version it serves now
-    candidate.json         the version under an online test (:mod:`.candidate`)
-    loop.json              the learner's record; loop.heartbeat its liveness; .learner.lock
-                           held by the one learner that runs
+
+Beside them the closed loop keeps its own files (the learner's record, heartbeat and
+lock, the replicas' reports, the candidate: :mod:`tttembed.loop.coordination.folder`)
+and, by default, its feedback store ``loop.sqlite``.
 
 A version folder is immutable once written: whether and when a version was promoted is
 read from ``served.json``'s history, the registry's own record, not from the version.
@@ -30,10 +30,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tttembed.adapt.state import AdaptState, save_state
 from tttembed.core.errors import ConfigError, DataError
@@ -43,7 +42,6 @@ from tttembed.registry.base import (
     DIFF_TOL,
     FORMAT,
     FORMAT_VERSION,
-    REPLICA_FRESH_S,
     STATE_FILE,
     RegistryBase,
     Survey,
@@ -53,18 +51,7 @@ from tttembed.registry.base import (
     promotions,
     version_number,
 )
-from tttembed.registry.candidate import clear_candidate, read_candidate, set_candidate
 
-if TYPE_CHECKING:
-    from tttembed.loop.store import Store
-
-#: Where serving replicas report what they serve.
-REPLICAS = "replicas"
-#: The learner's record and its heartbeat (:mod:`tttembed.loop.status`).
-STATUS_FILE = "loop.json"
-HEARTBEAT_FILE = "loop.heartbeat"
-#: The lock file one learner holds while it runs.
-LEARNER_LOCK = "learner"
 _NAME = re.compile(r"v(\d+)")
 _FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made"
 
@@ -184,30 +171,6 @@ class Registry(RegistryBase):
                 write_json(tmp / "version.json", record)
         return self.get(name)
 
-    # -- replicas ---------------------------------------------------------------------
-    def report_replica(self, replica: str, record: Mapping[str, Any]) -> None:
-        """A serving replica's report (``replicas/NAME.json``): what it serves, and when."""
-        folder = self.root / REPLICAS
-        folder.mkdir(exist_ok=True)
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", replica)
-        write_json(folder / f"{safe}.json", {"replica": replica, "time": time.time(),
-                                             **dict(record)}, sync=False)
-
-    def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]:
-        """The replicas that reported within ``fresh_s`` seconds (each its served
-        version, generation and whether it follows the registry), by name."""
-        folder = self.root / REPLICAS
-        out = []
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                got = read_json(path, what="replica report")
-            except DataError:
-                continue
-            at = got.get("time") if isinstance(got, dict) else None
-            if isinstance(at, (int, float)) and time.time() - at <= fresh_s:
-                out.append(got)
-        return out
-
     def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
         path = self.root / "served.json"
         with writer_lock(path, wait=True):
@@ -218,73 +181,18 @@ class Registry(RegistryBase):
             write_json(path, record)
         return record
 
-    # -- the candidate under an online test (candidate.json) --------------------------
-    def candidate(self) -> dict[str, Any] | None:
-        return read_candidate(self.root)
-
-    def set_candidate(self, version: str, against: str | None,
-                      by: str = "learner") -> dict[str, Any]:
-        return set_candidate(self.root, version, against, by)
-
-    def clear_candidate(self) -> None:
-        clear_candidate(self.root)
-
-    # -- the learner's record (loop.json), heartbeat and lock -------------------------
-    def read_status(self) -> tuple[dict[str, Any] | None, str]:
-        """The learner's record (None: none, or unreadable) and why it could not be read
-        ("" when it could or there is none): a broken file is reported, never read as
-        empty."""
-        return read_status_file(self.root)
-
-    def write_status(self, record: Mapping[str, Any], *, sync: bool = True) -> None:
-        write_json(self.root / STATUS_FILE, dict(record), sync=sync)
-
-    def beat(self, record: Mapping[str, Any]) -> None:
-        write_json(self.root / HEARTBEAT_FILE, dict(record), sync=False)
-
-    def heartbeat(self) -> dict[str, Any] | None:
-        try:
-            got = read_json(self.root / HEARTBEAT_FILE, what="learner heartbeat")
-        except Exception:  # noqa: BLE001  (no heartbeat: judged by the pid)
-            return None
-        return got if isinstance(got, dict) else None
-
-    @contextmanager
-    def learner_lock(self) -> Iterator[None]:
-        """Hold the registry's learner lock while the learner runs; another learner's
-        is a ConfigError naming it (its pid, from the lock file and its heartbeat)."""
-        try:
-            with writer_lock(self.root / LEARNER_LOCK):
-                yield
-        except ConfigError as exc:
-            if "another process" not in str(exc):
-                raise
-            raise ConfigError(f"another learner runs on registry {self.root} "
-                              f"({_holder(self.heartbeat())}): one learner per registry; "
-                              "stop it first, or give another --registry") from None
-
     # -- following --------------------------------------------------------------------
-    def mark(self, candidate: bool = False) -> tuple[Any, ...]:
-        """What changes when the served version (and, with ``candidate``, the candidate)
-        does: the record files' times and sizes."""
+    def mark(self) -> tuple[Any, ...]:
+        """What changes when the served version does: the record file's time and size."""
         try:
             st = os.stat(self.root / "served.json")
-            served: tuple[int, int] = (st.st_mtime_ns, st.st_size)
+            return (st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             if not (self.root / "registry.json").is_file():
                 raise DataError("the state registry is gone (no registry.json)",
                                 path=self.root,
                                 fix="mount or restore the registry folder") from None
-            served = (0, 0)
-        if not candidate:
-            return served
-        from tttembed.registry.candidate import CANDIDATE_FILE
-
-        try:
-            cs = os.stat(self.root / CANDIDATE_FILE)
-            return (*served, cs.st_mtime_ns, cs.st_size)
-        except FileNotFoundError:
-            return (*served, 0, 0)
+            return (0, 0)
 
     def wait_change(self, timeout: float) -> None:
         """Wait for the next look (a folder has no notifications: ``timeout`` s)."""
@@ -296,50 +204,10 @@ class Registry(RegistryBase):
     def cached_served(self) -> Version | None:
         return None
 
-    def default_store(self) -> Store:
-        from tttembed.loop.store import SQLiteStore
-
-        return SQLiteStore(self.root / "loop.sqlite")
-
-    @classmethod
-    def files(cls, root: str | Path) -> Registry:
-        """The folder's files without its manifest (the learner's record of a folder
-        that may not be a registry yet)."""
-        reg = cls.__new__(cls)
-        reg.root, reg.location, reg.manifest = Path(root), str(root), {}
-        return reg
-
 
 def _now() -> str:
     return now_utc()
 
 
-def read_status_file(root: str | Path) -> tuple[dict[str, Any] | None, str]:
-    """``root/loop.json`` parsed (None: absent or unreadable) and why not."""
-    path = Path(root) / STATUS_FILE
-    if not path.exists():
-        return None, ""
-    try:
-        got = read_json(path, what="loop status")
-    except Exception as exc:  # noqa: BLE001  (a reader never fails on the learner's file)
-        return None, " ".join(str(exc).split())
-    if not isinstance(got, dict):
-        return None, f"{path}: the loop status is not a JSON object (the learner rewrites it)"
-    return got, ""
-
-
-def _holder(hb: Mapping[str, Any] | None) -> str:
-    if not hb:
-        return "no heartbeat"
-    age = time.time() - float(hb.get("time", 0) or 0)
-    return f"pid {hb.get('pid')} on {hb.get('host')}, heartbeat {age:.1f} s ago"
-
-
-def holder(hb: Mapping[str, Any] | None) -> str:
-    """A learner's heartbeat in words (who holds the learner lock)."""
-    return _holder(hb)
-
-
-__all__ = ["DIFF_TOL", "FORMAT", "HEARTBEAT_FILE", "STATE_FILE", "STATUS_FILE", "Registry",
-           "Survey", "Version", "holder", "index_record", "key_change", "read_status_file",
-           "version_number"]
+__all__ = ["DIFF_TOL", "FORMAT", "STATE_FILE", "Registry", "Survey", "Version", "index_record",
+           "key_change", "version_number"]

@@ -67,15 +67,9 @@ class Service:
         if not self.config.loop.registry or self.states.versions is None:
             return None
         from tttembed.loop.store import open_store
-        from tttembed.registry.postgres import is_url
 
-        if not self.config.loop.store:
-            return self.states.versions.default_store()
-        if is_url(self.config.loop.store):  # a replica may start while the database is down
-            from tttembed.loop.postgres import PostgresStore
-
-            return PostgresStore(self.config.loop.store, lazy=True)
-        return open_store(self.config.loop.store)
+        # lazy: a replica may start while the database is down
+        return open_store(self.config.loop.store, self.config.loop.registry, lazy=True)
 
     def log_searches(self, rows: list[Any]) -> None:
         """Log served queries in the store; while it cannot be written (the database

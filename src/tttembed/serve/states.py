@@ -73,6 +73,7 @@ class ServedStates:
     """Holds the current :class:`Snapshot`; ``reload()`` swaps it atomically."""
 
     def __init__(self, config: ServeConfig, index: Index) -> None:
+        from tttembed.loop.coordination import open_coordination
         from tttembed.registry.base import index_record
         from tttembed.registry.open import open_registry
 
@@ -81,6 +82,9 @@ class ServedStates:
         self.versions = None if not config.loop.registry else open_registry(
             config.loop.registry, create=True, index=index_record(index),
             cache=config.loop.registry_cache, offline_ok=True)
+        #: the candidate and the replicas' reports, beside the registry
+        self.coordination = None if self.versions is None else \
+            open_coordination(self.versions)
         self._lock = threading.Lock()
         #: the registry's version this replica refused last (None: none refused)
         self.refused: dict[str, Any] | None = None
@@ -143,9 +147,9 @@ class ServedStates:
                    qids: dict[str, dict[str, str]]) -> Snapshot | None:
         """The registry's candidate as a snapshot of its own, when interleaving (a
         candidate that cannot be loaded is not interleaved: logged, never fatal)."""
-        if self.versions is None or not self.config.loop.interleave:
+        if self.versions is None or self.coordination is None or not self.config.loop.interleave:
             return None
-        record = self.versions.candidate()
+        record = self.coordination.candidate()
         if record is None or record["version"] == served:
             return None
         try:
@@ -161,9 +165,11 @@ class ServedStates:
     def served_mark(self) -> tuple[Any, ...] | None:
         """What changes when the registry's served version (or, interleaving, its
         candidate) does (None: no registry)."""
-        if self.versions is None:
+        if self.versions is None or self.coordination is None:
             return None
-        return self.versions.mark(candidate=self.config.loop.interleave > 0)
+        mark = self.versions.mark()
+        return mark + self.coordination.candidate_mark() if self.config.loop.interleave > 0 \
+            else mark
 
     def wait_change(self, timeout: float) -> None:
         """Until the registry notifies a change, or ``timeout`` s."""
@@ -175,11 +181,11 @@ class ServedStates:
     def report(self, replica: str, follow: dict[str, Any]) -> None:
         """Tell the registry what this replica serves (``states list`` shows it); a
         registry that cannot be written is skipped quietly (the watcher reports it)."""
-        if self.versions is None:
+        if self.coordination is None:
             return
         cur = self._current
         try:
-            self.versions.report_replica(replica, {
+            self.coordination.report_replica(replica, {
                 "version": cur.version, "generation": cur.generation,
                 "following": follow.get("following"), "error": follow.get("error"),
                 "refused": self.refused})
