@@ -53,8 +53,8 @@ class OnlineTest:
     """Runs the candidate's test on ``registry`` from ``feed``'s outcomes (the candidate
     named in ``coordination``, by default the registry's own)."""
 
-    def __init__(self, registry: StateRegistry, feed: ClickFeed, *,
-                 coordination: Coordination | None = None,
+    def __init__(self, registry: StateRegistry, feed: ClickFeed,
+                 coordination: Coordination | None = None, *,
                  max_outcomes: int = MAX_OUTCOMES) -> None:
         self.registry, self.feed, self.max_outcomes = registry, feed, max_outcomes
         self.coordination = coordination or open_coordination(registry)

@@ -83,8 +83,7 @@ class Loop:
         embedder = index_embedder(self.index, None)
         self.clicks = None if config.clicks == "off" else ClickFeed(
             self.store, mode=config.clicks, settle_s=config.click_settle_s, seed=config.seed)
-        self.online = OnlineTest(self.registry, self.clicks,
-                                 coordination=self.coordination) \
+        self.online = OnlineTest(self.registry, self.clicks, self.coordination) \
             if config.interleave > 0 and self.clicks is not None else None
         self.learner = Learner(config, self.registry, self.store, self.index, embedder,
                                self.judge, clicks=self.clicks, online=self.online)

@@ -1,6 +1,7 @@
 """The learner's status: one typed record (:class:`LoopState`) that the learner writes to
-``DIR/loop.json`` and every reader reads back as the same record, and ``GET /v1/loop``'s
-view of it beside the registry and the shared store (:func:`loop_status`).
+``DIR/loop.json`` (a row, in a PostgreSQL registry: :mod:`tttembed.loop.coordination`) and
+every reader reads back as the same record, and ``GET /v1/loop``'s view of it beside the
+registry and the shared store (:func:`loop_status`).
 
 A reader never fails on the learner's file: a missing ``loop.json`` reads as no learner
 (None); a torn or foreign one too, and the status names it (``status_error``); a field of
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any, Union
 
 from tttembed.loop.coordination import Coordination, open_coordination
-from tttembed.loop.coordination.folder import HEARTBEAT_FILE, STATUS_FILE
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
 
@@ -104,10 +104,6 @@ def _coerce(value: Any, default: Any) -> Any:
             return default
         return type(default)(value)
     return value if isinstance(value, type(default)) else default
-
-
-def status_path(registry: str | Path) -> Path:
-    return Path(registry) / STATUS_FILE
 
 
 #: Where the learner's record is: the registry's coordination, or its folder or URL.
@@ -270,6 +266,5 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     return out
 
 
-__all__ = ["HEARTBEAT_FILE", "HEARTBEAT_S", "STALE_S", "STATUS_FILE", "LoopState", "alive",
-           "beat", "loop_status", "read_status", "read_status_checked", "status_path",
-           "write_status"]
+__all__ = ["HEARTBEAT_S", "STALE_S", "CoordinationRef", "LoopState", "alive", "beat",
+           "loop_status", "read_status", "read_status_checked", "write_status"]
