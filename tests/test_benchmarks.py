@@ -142,6 +142,15 @@ def test_the_adapter_benchmark(tmp_path, env):
     assert sum(row["measured"] is not None for row in rows) == 3, rows
 
 
+def test_the_identical_ids_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_identical_ids.py", ["--docs", "300", "--queries", "50",
+                                               "--dim", "16", "--k", "10", "--repeats", "1"],
+            env, claims)
+    rows = reported(r, claims, least=1, miss_exits_1=True)
+    assert rows[0]["measured"] is not None, rows
+
+
 def test_the_embedding_benchmark(tmp_path, env, tiny):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_embed_index_search.py", ["--data", str(tiny), "--docs", "8",
