@@ -116,7 +116,9 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     lines = ["# tttembed eval report", "",
              f"- embedder: `{result['embedder_identity']}`",
              "- tasks: " + ", ".join(f"{t['name']} ({t['queries']} queries"
-                                      + (", few" if t["few_queries"] else "") + ")"
+                                      + (", few" if t["few_queries"] else "")
+                                      + (", ignore_identical_ids" if t.get(
+                                          "ignore_identical_ids") else "") + ")"
                                       for t in result["tasks"]),
              f"- protocols: {', '.join(cfg['protocols'])}; analyses: "
              f"{', '.join(cfg['analyses']) or 'none'}; objective {cfg['objective']}", "",
