@@ -114,10 +114,14 @@ def search_excluding(index: Index, vectors: np.ndarray, k: int,
     return scores[:, :k], rows[:, :k]
 
 
-def identical_rows(index: Index, qids: Sequence[str]) -> np.ndarray:
-    """Per query id, the row of the document with the same id in ``index`` (-1 = none)."""
+def identical_rows(index: Index, qids: Sequence[str],
+                   wanted: Sequence[bool] | None = None) -> np.ndarray:
+    """Per query id, the row of the document with the same id in ``index`` (-1 = none,
+    or where ``wanted`` is False)."""
     row_of = {d: r for r, d in enumerate(index.doc_ids)}
-    return np.array([row_of.get(q, -1) for q in qids], dtype=np.int64)
+    want = [True] * len(qids) if wanted is None else wanted
+    return np.array([row_of.get(q, -1) if w else -1 for q, w in zip(qids, want)],
+                    dtype=np.int64)
 
 
 def search_vectors(index: Index, qids: list[str], vectors: np.ndarray, k: int,

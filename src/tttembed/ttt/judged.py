@@ -82,9 +82,8 @@ def _identical(queries: QuerySet, index: Index, keys: Sequence[str] | None,
     if keys is None or not queries.drop_identical:
         return None
     split = [keys[i].split("/", 1) for i in mine]
-    rows = identical_rows(index, [q for _, q in split])
-    rows[[t not in queries.drop_identical for t, _ in split]] = -1
-    return rows
+    return identical_rows(index, [q for _, q in split],
+                          [t in queries.drop_identical for t, _ in split])
 
 
 def source_lists(sources: Sequence[Source], row_source: Sequence[int],

@@ -65,9 +65,7 @@ class QuerySet:
         drops identical ids."""
         if not self.drop_identical:
             return None
-        rows = identical_rows(index, self.qids)
-        rows[[t not in self.drop_identical for t in self.tasks]] = -1
-        return rows
+        return identical_rows(index, self.qids, [t in self.drop_identical for t in self.tasks])
 
     def search(self, index: Index, vectors: np.ndarray, k: int
                ) -> tuple[np.ndarray, np.ndarray]:
