@@ -123,3 +123,18 @@ def test_compare_reads_the_rule_from_the_qrels_folder(toy, tmp_path):
     assert got_on["metrics"][0]["a"] == pytest.approx(1.0)
     assert got_off["metrics"][0]["a"] == pytest.approx(1 / np.log2(3))
     assert drop_identical({"a": {"a": 1.0, "b": 0.5}}) == {"a": {"b": 0.5}}
+
+
+def test_compare_names_in_its_legend_the_metrics_it_computed(toy, tmp_path):
+    folder, index, emb = toy
+    run = api.search(index, folder, k=3, embedder=emb).to_run()
+    write_run(run, tmp_path / "a.trec")
+    write_run(run, tmp_path / "b.trec")
+    r = CliRunner().invoke(app, ["compare", str(tmp_path / "a.trec"), str(tmp_path / "b.trec"),
+                                 "--qrels", str(folder / "qrels" / "test.tsv"),
+                                 "--metrics", "ndcg@10,map,P_10"])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert "legend: ndcg@10, map, P_10 = trec_eval means" in said
+    assert "recall@100" not in said and "MRR@10" not in said
+    assert "ignore_identical_ids: on (tttembed-task.json)" in said

@@ -44,7 +44,12 @@ err_console = Console(stderr=True, highlight=False)
 
 #: Printed under every metrics table (one scale everywhere: 0-1, 4 decimals, as trec_eval);
 #: a table with more columns adds what they mean (eval: b and alpha).
-LEGEND = "legend: nDCG@10, recall@100, MRR@10 = trec_eval means over judged queries (0-1)"
+def legend(metrics: Sequence[str]) -> str:
+    """The legend of a table of ``metrics``: what they are, and on what scale."""
+    return f"legend: {', '.join(metrics)} = trec_eval means over judged queries (0-1)"
+
+
+LEGEND = legend(("nDCG@10", "recall@100", "MRR@10"))
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -308,7 +313,7 @@ def print_metrics(results: Mapping[str, tuple[Mapping[str, Any], Mapping[str, An
         judged = sum(1 for g in qrels.values() if any(v >= 1 for v in g.values()))
         table.add_row(name, str(judged), *(f"{scores[m]:.4f}" for m in metrics))
     console.print(table)
-    console.print(LEGEND, style="dim")
+    console.print(legend(metrics), style="dim")
     return out
 
 

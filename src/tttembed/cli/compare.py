@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from tttembed.cli._common import LEGEND, console, emit_json, handle_errors, split_list
+from tttembed.cli._common import console, emit_json, handle_errors, legend, split_list
 from tttembed.cli._options import IdenticalIdsOpt, JsonOpt, MetricsOpt, ResamplesOpt
 from tttembed.types import Qrels, Run
 
@@ -75,7 +75,8 @@ def print_paired(rows: Sequence[Mapping[str, Any]], names: tuple[str, str], titl
         console.print(f"over the {rows[0]['n']} of {rows[0]['judged']} judged queries both "
                       "runs answer; " + ", ".join(f"{n} lacks {c}" for n, c in lacks) +
                       " (left out of both means)")
-    console.print(f"{LEGEND}; {names[1]} - {names[0]}: paired difference of the means, "
+    console.print(f"{legend([r['metric'] for r in rows])}; {names[1]} - {names[0]}: paired "
+                  "difference of the means, "
                   "95% CI: paired bootstrap, p: two-sided paired randomization test; "
                   "queries: judged queries both runs answer", style="dim")
 
