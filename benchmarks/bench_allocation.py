@@ -50,7 +50,7 @@ def main() -> int:
     from tttembed.evaluation.method_cells import candidates, task_orders
     from tttembed.evaluation.reward_source import RewardSource
     from tttembed.evaluation.runner import prepare_workload
-    from tttembed.ttt import learn_state
+    from tttembed.ttt import LearnOptions, learn_state
 
     cfg = EvalConfig(tasks=tasks, data_root=str(args.data_root),
                      cache_dir=None if args.cache_dir is None else str(args.cache_dir),
@@ -86,7 +86,7 @@ def main() -> int:
         rewards = src(pairs)
         sources = [(td.queries, td.base, td.index) for td in data]
         t1 = time.perf_counter()
-        learn_state("query", sources, rewards)
+        learn_state(sources, rewards, LearnOptions(scope="query"))
         t_learn = time.perf_counter() - t1
         ratio = t_alloc / t_learn
         worst = max(worst, ratio)

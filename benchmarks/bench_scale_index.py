@@ -211,6 +211,7 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
     from tttembed.data.beir import load_task
     from tttembed.index.search import encode_queries
     from tttembed.index.store import load_index
+    from tttembed.ttt import LearnOptions
     from tttembed.ttt import learn_outcome as run_learn
     from tttembed.ttt.queries import QuerySet
 
@@ -225,7 +226,8 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
     if args.train_queries:
         train_qs = train_qs.subset(range(min(args.train_queries, len(train_qs))))
     t0 = time.perf_counter()
-    state = run_learn(index, emb, train_qs, corpus, scorer, scope="task", budget=10).state
+    state = run_learn(index, emb, train_qs, corpus, scorer,
+                      LearnOptions(scope="task", budget=10)).state
     out.update(train_queries=len(train_qs), hwm_train_gib=hwm_gib())
     out["learn_train_s"] = time.perf_counter() - t0
     qs = QuerySet.from_tasks({"scifact": task.queries})

@@ -190,3 +190,17 @@ def test_learn_with_active_allocation_pays_the_same_number_of_pairs(beir, tmp_pa
         np.testing.assert_array_equal(a["vectors"], b["vectors"])  # the same pairs
     bad = runner.invoke(app, args[:-1] + ["bandit", "--out", str(tmp_path / "c.npz")])
     assert bad.exit_code != 0 and "unknown allocation 'bandit'" in bad.output
+
+
+def test_learn_refuses_a_bad_option_before_opening_the_index(tmp_path):
+    """The options are one object built at the door: a bad value is refused (exit 1, the
+    message with its fix) before the index, the model or the scorer is opened."""
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\twhat is a star\n")
+    for flags, message in ((["--method", "foo"], "unknown method 'foo'; choose one of: scope, auto"),
+                           (["--folds", "1"], "cross-validation folds must be 0 (none) or at "
+                                              "least 2, got 1")):
+        r = runner.invoke(app, ["learn", str(queries), "--index", str(tmp_path / "no-index"),
+                                "--scorer", "bm25", "--out", str(tmp_path / "v.npz"), *flags])
+        assert r.exit_code == 1 and message in r.stderr, r.output
+        assert "no-index" not in r.stderr

@@ -5,6 +5,7 @@ import pytest
 
 from tttembed.evaluation import analyses as A
 from tttembed.evaluation import protocols as P
+from tttembed.ttt.options import LearnOptions
 
 from .synth import QrelsRewards, make_work
 
@@ -17,7 +18,7 @@ def work(tmp_path_factory):
 def test_with_alpha_copies(work):
     rewards = QrelsRewards(work)
     pairs = [(k, d) for k, ds in P.candidates(work, 10).items() for d in ds]
-    st = P.learn_state("task", P.eval_sources(work), rewards(pairs))
+    st = P.learn_state(P.eval_sources(work), rewards(pairs), LearnOptions(scope="task"))
     fixed = A.with_alpha(st, 0.3)
     assert np.allclose(fixed.alpha, 0.3) and not np.allclose(st.alpha, 0.3)
     assert fixed.vectors is st.vectors

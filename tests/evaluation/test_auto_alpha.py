@@ -4,6 +4,7 @@ harness (methods ``<scope>-auto``, the ``alpha=auto`` ablation row, the harm cou
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,8 +19,11 @@ from tttembed.evaluation.config import CELL_METRICS
 from tttembed.evaluation.report import alpha_regret, harm_counts, summarise
 from tttembed.ttt import reward_table
 from tttembed.ttt.guard import GUARD_VERSION
+from tttembed.ttt.options import LearnOptions
 
 from .synth import QrelsRewards, make_work
+
+TASK = LearnOptions(scope="task")
 
 
 @pytest.fixture(scope="module")
@@ -64,30 +68,30 @@ def test_rule_is_bit_identical_to_learning_without_crossvalidation(work):
     batch = RewardBatch.from_ragged(np.concatenate(xs)[o], [zs[i] for i in o],
                                     [rs[i] for i in o], groups.index[o], groups.weights[o])
     ref = learn_vectors(batch, len(groups.keys))
-    for st in (P.learn_state("task", P.eval_sources(work), rewards),
-               P.learn_state("task", P.eval_sources(work), rewards, crossval=True)):
+    for st in (P.learn_state(P.eval_sources(work), rewards, TASK),
+               P.learn_state(P.eval_sources(work), rewards, TASK, crossval=True)):
         assert st.vectors.tobytes() == ref.vectors.tobytes()
         assert st.alpha.tobytes() == ref.alpha.tobytes()
         assert st.alpha_asked == st.alpha_chosen == "rule"
-    assert P.learn_state("task", P.eval_sources(work), rewards).crossval is None
+    assert P.learn_state(P.eval_sources(work), rewards, TASK).crossval is None
 
 
 def test_auto_learns_the_same_vectors_and_picks_from_the_grid(work, tmp_path):
     rewards = QrelsRewards(work)(all_pairs(work))
-    rule = P.learn_state("task", P.eval_sources(work), rewards)
-    auto = P.learn_state("task", P.eval_sources(work), rewards, alpha="auto", seed=3)
+    rule = P.learn_state(P.eval_sources(work), rewards, TASK)
+    auto = P.learn_state(P.eval_sources(work), rewards, replace(TASK, alpha="auto", seed=3))
     assert auto.vectors.tobytes() == rule.vectors.tobytes()
     assert auto.alpha_asked == "auto" and auto.alpha_chosen in ALPHA_GRID
     assert auto.crossval is not None and auto.crossval["auto"] == auto.alpha_chosen
     assert np.array_equal(auto.alpha, alpha_values(auto.alpha_chosen, auto.n_g))
     # judgments as rewards: the shared direction of relevant documents helps
     assert auto.alpha_chosen != "0" and 0 < auto.crossval["queries"] <= 54  # equal rewards: out
-    again = P.learn_state("task", P.eval_sources(work), rewards, alpha="auto", seed=3)
+    again = P.learn_state(P.eval_sources(work), rewards, replace(TASK, alpha="auto", seed=3))
     assert again.crossval == auto.crossval and again.alpha.tobytes() == auto.alpha.tobytes()
-    fixed = P.learn_state("task", P.eval_sources(work), rewards, alpha=0.3)
+    fixed = P.learn_state(P.eval_sources(work), rewards, replace(TASK, alpha=0.3))
     assert np.allclose(fixed.alpha, 0.3) and fixed.alpha_chosen == "0.3"
     with pytest.raises(ConfigError, match="unknown alpha"):
-        P.learn_state("task", P.eval_sources(work), rewards, alpha="oracle")
+        P.learn_state(P.eval_sources(work), rewards, replace(TASK, alpha="oracle"))
     path = auto.save(tmp_path / "auto.npz")
     back = load_state(path)
     assert (back.alpha_asked, back.alpha_chosen, back.crossval) == (
@@ -96,7 +100,7 @@ def test_auto_learns_the_same_vectors_and_picks_from_the_grid(work, tmp_path):
 
 
 def test_older_state_files_load_as_the_rule(work, tmp_path):
-    st = P.learn_state("task", P.eval_sources(work), QrelsRewards(work)(all_pairs(work)))
+    st = P.learn_state(P.eval_sources(work), QrelsRewards(work)(all_pairs(work)), TASK)
     path = st.save(tmp_path / "old.npz")
     with np.load(path) as data:
         arrays = {k: data[k] for k in data.files}
@@ -113,7 +117,8 @@ def test_older_state_files_load_as_the_rule(work, tmp_path):
 def test_auto_shrinks_to_raw_when_the_state_can_only_hurt(work):
     rewards = RawOrderRewards(work)
     for scope in ("global", "task", "query"):
-        st = P.learn_state(scope, P.eval_sources(work), rewards(all_pairs(work)), alpha="auto")
+        st = P.learn_state(P.eval_sources(work), rewards(all_pairs(work)),
+                           LearnOptions(scope=scope, alpha="auto"))
         assert st.alpha_chosen == "0" and not st.alpha.any(), scope
         assert st.crossval["gains"][-1]["gain"] < 0  # the rule loses on held-out pairs
     res = P.fixed_population(work, rewards, budgets=(1.0,), baselines=(),

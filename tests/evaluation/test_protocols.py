@@ -8,6 +8,7 @@ from tttembed.core.errors import ConfigError
 from tttembed.evaluation import protocols as P
 from tttembed.evaluation.report import macro
 from tttembed.evaluation.workload import EVAL_DEPTH, TaskData
+from tttembed.ttt.options import LearnOptions
 
 from .synth import QrelsRewards, make_work
 
@@ -88,13 +89,13 @@ def test_learn_state_across_indexes(work):
     rewards = QrelsRewards(work)
     pairs = [(k, d) for k, ds in P.candidates(work, 10).items() for d in ds]
     rw = rewards(pairs)
-    glob = P.learn_state("global", P.eval_sources(work), rw)
-    task = P.learn_state("task", P.eval_sources(work), rw)
+    glob = P.learn_state(P.eval_sources(work), rw, LearnOptions(scope="global"))
+    task = P.learn_state(P.eval_sources(work), rw, LearnOptions(scope="task"))
     assert glob.keys == ("*",) and int(glob.n_g[0]) == sum(len(td.queries) for td in work)
     assert task.keys == tuple(td.name for td in work)
     assert task.n_g.tolist() == [len(td.queries) for td in work]
     assert np.allclose(task.alpha, task.n_g / (task.n_g + 1))
-    assert P.learn_state("task", P.eval_sources(work), {}) is None
+    assert P.learn_state(P.eval_sources(work), {}, LearnOptions(scope="task")) is None
 
 
 def test_direct_rerank_without_rewards_equals_raw_even_with_ties(tmp_path):

@@ -144,12 +144,9 @@ def eval_command(
     if not task_list:
         raise typer.BadParameter("give at least one task", param_hint="TASKS")
     plots = _check_out(out, overwrite, no_plots)  # before the work
-    options: dict[str, Any] = dict(limits=api.HttpLimits(timeout, max_retries, concurrency, rpm),
-                                   executor=ray_executor(executor, ray_address, ray_actors, ray_gpus),
-                                   allocation=split_list([allocation]),
-                                   ignore_identical_ids=ignore_identical_ids)
-    if grid := _floats(budget, "--budget"):
-        options["budgets"] = grid
+    options = _built_options(api.HttpLimits(timeout, max_retries, concurrency, rpm),
+                             ray_executor(executor, ray_address, ray_actors, ray_gpus),
+                             allocation, ignore_identical_ids, budget)
     with json_mode(as_json), progress_group(not quiet) as stage:
         report = api.evaluate(task_list, scorers=split_list(scorer) or ("bm25",),
                               embedder=embedder, scopes=split_list([scope]),
@@ -164,6 +161,19 @@ def eval_command(
     _finish(report, out, plots=plots, overwrite=overwrite, as_json=as_json)
     if out is not None and not no_plots and not plots:
         err_console.print(f"note: {SKIPPED}")
+
+
+def _built_options(limits: Any, executor: Any, allocation: str,
+                   ignore_identical_ids: Optional[bool], budget: Optional[list[str]]
+                   ) -> dict[str, Any]:
+    """The keywords of ``evaluate`` that flags build: the HTTP limits, the executor, the
+    allocations, identical ids, and the budget grid when ``--budget`` gives one."""
+    options: dict[str, Any] = dict(limits=limits, executor=executor,
+                                   allocation=split_list([allocation]),
+                                   ignore_identical_ids=ignore_identical_ids)
+    if grid := _floats(budget, "--budget"):
+        options["budgets"] = grid
+    return options
 
 
 def _check_out(out: Optional[Path], overwrite: bool, no_plots: bool) -> bool:

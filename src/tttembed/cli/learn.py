@@ -138,25 +138,34 @@ def learn(
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
     from tttembed import api
+    from tttembed.ttt import LearnOptions, learn_with
 
-    if out.exists() and not overwrite and not dry_run:
-        raise api.ConfigError(f"state file {out} already exists; pass --overwrite to replace "
-                              "it, or choose another --out")
+    _refuse_existing_state(out, overwrite or dry_run)  # before paying for a pair
+    options = LearnOptions(scope=scope, method=method, alpha=alpha, objective=objective,
+                           budget=budget, depth=depth, folds=folds, validate_budget=validate_budget,
+                           audit=audit, audit_min_auc=audit_min_auc, allocation=allocation,
+                           trust_judge=trust_judge, seed=seed, rank=rank, dry_run=dry_run)
     handle, emb, sc = _open(api, index, scorer, corpus, ledger, cache_dir, instruction,
                             (timeout, max_retries), retry_missing, (concurrency, rpm),
                             queries, split)
     with json_mode(as_json), progress_group(not quiet) as stage:
-        state = api.learn(handle, queries, scorer=sc, scope=scope, budget=budget, task=task,
-                          objective=objective, dry_run=dry_run, split=split, depth=depth,
-                          seed=seed, embedder=emb, corpus=corpus, alpha=alpha, folds=folds,
-                          validate_budget=validate_budget, audit=audit, rank=rank,
-                          audit_min_auc=audit_min_auc, method=method, allocation=allocation,
-                          trust_judge=trust_judge, progress=stage,
-                          executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
+        state = learn_with(handle, queries, options, scorer=sc, task=task, split=split,
+                           embedder=emb, corpus=corpus, progress=stage,
+                           executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
         return
     _save(state, out, overwrite, as_json)
+
+
+def _refuse_existing_state(out: Path, replace_it: bool) -> None:
+    """``--out`` exists: refused unless ``--overwrite`` (or ``--dry-run``, which writes
+    nothing)."""
+    from tttembed.core.errors import ConfigError
+
+    if out.exists() and not replace_it:
+        raise ConfigError(f"state file {out} already exists; pass --overwrite to replace "
+                          "it, or choose another --out")
 
 
 def _plan(p: dict, budget: float, depth: int, spec: str, as_json: bool) -> None:

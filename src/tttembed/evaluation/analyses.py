@@ -33,6 +33,7 @@ from tttembed.evaluation.method_cells import (
     task_orders,
 )
 from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
+from tttembed.ttt.options import LearnOptions
 from tttembed.types import SCOPES, Rewards
 
 ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
@@ -84,15 +85,17 @@ def alpha_ablation(work: Sequence[TaskData], rewards_for: Callable[[list], Rewar
 
         def state(p: list = pairs, m: dict = memo, w: list = sub) -> AdaptState | None:
             if "s" not in m:
-                m["s"] = learn_state("task", eval_sources(w), rewards_for(p), objective=objective)
+                m["s"] = learn_state(eval_sources(w), rewards_for(p),
+                                     LearnOptions(scope="task", objective=objective))
             return m["s"]
         for a in ("rule", *alphas, *(("auto",) if auto else ())):
             def compute(a: Any = a, w: list = sub, st: Callable = state,
                         kp: set | None = keep, p: list = pairs) -> PerQuery:
                 if a == "auto":
-                    return state_metrics(w, learn_state("task", eval_sources(w), rewards_for(p),
-                                                        objective=objective, alpha="auto",
-                                                        pay=rewards_for), kp)
+                    return state_metrics(w, learn_state(
+                        eval_sources(w), rewards_for(p),
+                        LearnOptions(scope="task", objective=objective, alpha="auto"),
+                        pay=rewards_for), kp)
                 s = st()
                 return state_metrics(w, s if a == "rule" or s is None else with_alpha(s, a), kp)
             tag = {"p": "alpha", "n": n, "a": a, "d": depth, "h": heldout_eval, "o": objective,

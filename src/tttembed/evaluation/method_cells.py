@@ -32,6 +32,7 @@ from tttembed.ttt import (
 )
 from tttembed.ttt.distil import learn_auto
 from tttembed.ttt.guard import GUARD_VERSION, Pay
+from tttembed.ttt.options import LearnOptions
 from tttembed.ttt.select import SELECT_VERSION
 from tttembed.types import ALPHA_MODES, Rewards
 
@@ -202,8 +203,8 @@ def scope_metrics(work: Sequence[TaskData], scope: str, rewards: Rewards, object
                   alpha: str = "rule", pay: Pay | None = None) -> PerQuery:
     """Per-query metrics of one scope's state; ``alpha="auto"`` with ``pay`` (the judge,
     through the ledger) is chosen by the guard, as ``tttembed learn --alpha auto``."""
-    state = learn_state(scope, sources if sources is not None else eval_sources(work), rewards,
-                        objective=objective, alpha=alpha, pay=pay)
+    state = learn_state(sources if sources is not None else eval_sources(work), rewards,
+                        LearnOptions(scope=scope, objective=objective, alpha=alpha), pay=pay)
     return record_alpha(state_metrics(work, state, keep), state, alpha)
 
 

@@ -62,6 +62,7 @@ from tttembed.evaluation.method_cells import (
 from tttembed.evaluation.workload import EVAL_DEPTH, PerQuery, TaskData
 from tttembed.metrics.quality import reward_quality
 from tttembed.ttt import Source, restrict
+from tttembed.ttt.options import LearnOptions
 from tttembed.types import SCOPES, Rewards
 
 # --- protocols ------------------------------------------------------------------------
@@ -279,7 +280,8 @@ def leave_one_task_out(work: Sequence[TaskData], rewards_for: Callable[[list], R
                                 setting={"held_out": td.name}))
 
         def compute(t: TaskData = td, o: list = others, a: str = "rule") -> PerQuery:
-            state = learn_state("global", eval_sources(o), rw(), objective=objective, alpha=a,
+            state = learn_state(eval_sources(o), rw(),
+                                LearnOptions(scope="global", objective=objective, alpha=a),
                                 pay=rewards_for)
             return record_alpha(state_metrics([t], state), state, a)
         B = sum(len(cands[k]) for o in others for k in o.queries.keys)

@@ -6,7 +6,8 @@ direct reranking (:mod:`.search`). ``tttembed.api`` and ``tttembed.evaluation`` 
 from __future__ import annotations
 
 from tttembed.ttt.distil import Source, learn_state
-from tttembed.ttt.learn import LearnOutcome, learn_outcome, pair_counts
+from tttembed.ttt.learn import LearnOutcome, learn_outcome, learn_with, pair_counts
+from tttembed.ttt.options import LearnOptions
 from tttembed.ttt.queries import (
     BaseRetrieval,
     QuerySet,
@@ -37,9 +38,9 @@ from tttembed.ttt.search import (
     trec_order,
 )
 
-__all__ = ["BaseRetrieval", "LearnOutcome", "QuerySet", "RewardPlan", "Rewards", "Source",
-           "adapt_queries", "adapted_search", "applied_counts", "base_retrieval",
+__all__ = ["BaseRetrieval", "LearnOptions", "LearnOutcome", "QuerySet", "RewardPlan", "Rewards",
+           "Source", "adapt_queries", "adapted_search", "applied_counts", "base_retrieval",
            "build_scorer", "candidate_depth", "check_applied", "check_corpus_matches",
            "check_states", "corpus_for_index", "count_in_ledger", "learn_outcome", "learn_state",
-           "make_plan", "pair_counts", "query_sources", "rerank_runs", "restrict",
+           "learn_with", "make_plan", "pair_counts", "query_sources", "rerank_runs", "restrict",
            "reward_table", "run_from_arrays", "score_plan_pairs", "trec_order"]

@@ -17,7 +17,6 @@ from tttembed.adapt import (
     learn_vectors,
     make_groups,
 )
-from tttembed.adapt.adapter import RANK
 from tttembed.adapt.batch import LearnResult
 from tttembed.adapt.crossval import (
     FOLDS,
@@ -25,7 +24,6 @@ from tttembed.adapt.crossval import (
     alpha_label,
     alpha_values,
     cross_validate,
-    parse_alpha,
 )
 from tttembed.adapt.extras import scope_parts
 from tttembed.adapt.parts import StateParts
@@ -42,6 +40,7 @@ from tttembed.ttt.guard import (
 )
 from tttembed.ttt.judged import Pay, Source
 from tttembed.ttt.mixed import mixed_state
+from tttembed.ttt.options import LearnOptions, Provenance
 from tttembed.ttt.select import (
     AUTO_SCOPES,
     NEIGHBOUR,
@@ -76,21 +75,23 @@ def _rewarded(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, floa
                          if any(np.isfinite(v) for v in rewards.get(key, {}).values())}))
 
 
-def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
-                *, objective: str = "kd", alpha: str | float = "rule", crossval: bool = False,
-                folds: int = FOLDS, seed: int = 0,
+def learn_state(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
+                options: LearnOptions = LearnOptions(), *, crossval: bool = False,
                 callback: Callable[[int], None] | None = None, pay: Pay | None = None,
                 validate_cap: int | None = None, table: Table | None = None,
-                rank: int = RANK, **meta: Any) -> AdaptState | None:
-    """One scope's state from rewards already paid, over one or more sources, learned as
-    one batched problem (None when no query has a finite reward). ``meta`` fills the
-    state's scorer, reward_mapping and budget fields.
+                provenance: Provenance = Provenance()) -> AdaptState | None:
+    """``options.scope``'s state from rewards already paid, over one or more sources,
+    learned as one batched problem (None when no query has a finite reward), with
+    ``options``' objective, alpha, folds, seed and rank
+    (:class:`~tttembed.ttt.options.LearnOptions`). ``provenance`` fills the state's
+    scorer, reward_mapping and budget fields.
 
     ``alpha``: ``"rule"`` (``n_g / (n_g + 1)``, the default: vectors and alphas exactly as
     without cross-validation), a fixed number in [0, 1], or ``"auto"`` (chosen by reward
     cross-validation, :mod:`tttembed.adapt.crossval`). ``crossval`` runs the ``folds``-fold
-    cross-validation (seeded ``seed``) for any alpha and records it in the state (``auto``
-    always runs it); ``callback`` then also sees its optimizer steps.
+    cross-validation (seeded ``seed``; ``folds`` 0 counts as the default) for any alpha
+    and records it in the state (``auto`` always runs it); ``callback`` then also sees its
+    optimizer steps.
 
     With ``pay`` (it pays reward pairs through the ledger), ``auto`` is chosen by the
     guard instead (:mod:`tttembed.ttt.guard`: held-out queries, or for a query-wise state
@@ -99,7 +100,8 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
     of the never-judged documents); where the guard cannot run, the judged-candidates
     estimate decides, and ``state.crossval`` says why. ``table``: the sources' reward
     table, when the caller has built it (:func:`~tttembed.ttt.guard.reward_rows`)."""
-    asked = parse_alpha(alpha)
+    scope, objective, asked = options.scope, options.objective, options.alpha
+    folds, seed, rank = options.folds or FOLDS, options.seed, options.rank
     table = table if table is not None else reward_rows(sources, rewards)
     if not table.keys:
         return None
@@ -122,9 +124,7 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
         chosen = cv.auto() if asked == "auto" and cv is not None else alpha_label(asked)
     alphas = res.alpha if chosen == "rule" else alpha_values(chosen, res.n_g)
     index = sources[-1][2]
-    meta.setdefault("rewarded", _rewarded(sources, rewards))
-    if sharing(scope) == "query":
-        meta.setdefault("query_ids", _group_ids(groups, qids, tasks))
+    query_ids = _group_ids(groups, qids, tasks) if sharing(scope) == "query" else ()
     return AdaptState(scope, tuple(groups.keys), res.vectors, alphas, res.n_g,
                       identity=index.identity, dim=index.dim, objective=objective,
                       hyperparameters=res.hyperparameters,
@@ -132,7 +132,9 @@ def learn_state(scope: str, sources: Sequence[Source], rewards: Mapping[str, Map
                       corpus_fingerprint=_fingerprint([s[2] for s in sources]),
                       final_loss=res.final_loss, alpha_asked=alpha_label(asked),
                       alpha_chosen=chosen, crossval=_crossval_record(cv, guard), parts=parts,
-                      **meta)
+                      scorer=provenance.scorer, reward_mapping=provenance.reward_mapping,
+                      budget=provenance.budget, rewarded=_rewarded(sources, rewards),
+                      query_ids=query_ids)
 
 
 def _learn_groups(scope: str, table: Table, objective: str,
@@ -179,11 +181,13 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
         coef_for, coefficients = rewards_coef(sources, rewards)
     learn = (*shared_scopes(len(set(table.tasks)) > 1, allowed),
              *(("query",) if "query" in allowed else ()))
-    learned = {scope: learn_state(scope, sources, rewards, objective=objective, seed=seed,
-                                  table=table) for scope in learn}
+    def options(scope: str) -> LearnOptions:
+        return LearnOptions(scope=scope, objective=objective, seed=seed)
+
+    learned = {scope: learn_state(sources, rewards, options(scope), table=table)
+               for scope in learn}
     if NEIGHBOUR in allowed:  # the query-wise vectors, with their texts' embeddings
-        learned[NEIGHBOUR] = learn_state(NEIGHBOUR, sources, rewards, objective=objective,
-                                         seed=seed, table=table)
+        learned[NEIGHBOUR] = learn_state(sources, rewards, options(NEIGHBOUR), table=table)
     chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
                             folds=folds, seed=seed, coef_for=coef_for, table=table,
                             scopes=allowed)

@@ -10,21 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
-from tttembed.adapt import (
-    STEPS,
-    AdaptState,
-    check_objective,
-    check_scope,
-)
-from tttembed.adapt.allocate import ALLOCATIONS
-from tttembed.adapt.crossval import (
-    FOLDS,
-    parse_alpha,
-)
+from tttembed.adapt import STEPS, AdaptState
+from tttembed.adapt.crossval import FOLDS
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
@@ -36,6 +26,7 @@ from tttembed.ttt.audit import MIN_AUC, audit_judge
 from tttembed.ttt.corpus import CorpusArg
 from tttembed.ttt.distil import learn_auto, learn_state
 from tttembed.ttt.judged import Pay, Source, scorer_pay
+from tttembed.ttt.options import LearnOptions, Provenance
 from tttembed.ttt.queries import Queries, QuerySet, as_query_set, base_retrieval
 from tttembed.ttt.rewards import (
     Corpus,
@@ -78,15 +69,11 @@ def pair_counts(scorer: Scorer, plan: RewardPlan, rewards: Rewards) -> dict[str,
 
 
 def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: Corpus,
-                  scorer: Scorer, *, scope: str = "task", budget: float = 10.0,
-                  depth: int = 10, objective: str = "kd", seed: int = 0,
-                  dry_run: bool = False, alpha: str | float = "rule", folds: int = FOLDS,
-                  validate_budget: float | None = None, audit: str | None = None,
-                  audit_min_auc: float = MIN_AUC, method: str = "scope",
-                  allocation: str = "waterfill", trust_judge: bool = False,
-                  progress: Progress | None = None, rank: int = 8) -> LearnOutcome:
-    """Plan, score (through the ledger) and learn one scope's state. Unless ``folds`` is
-    0, a ``folds``-fold reward cross-validation is run and kept in the state
+                  scorer: Scorer, options: LearnOptions = LearnOptions(), *,
+                  progress: Progress | None = None) -> LearnOutcome:
+    """Plan, score (through the ledger) and learn one state as ``options`` say
+    (:class:`~tttembed.ttt.options.LearnOptions`). Unless ``folds`` is 0, a
+    ``folds``-fold reward cross-validation is run and kept in the state
     (``state.crossval``); ``alpha`` as for :func:`learn_state` (``auto`` needs folds).
     ``auto`` is chosen by the guard (:mod:`tttembed.ttt.guard`), whose validation pairs
     are capped at ``validate_budget`` per query (default a tenth of ``budget``; past it a
@@ -96,42 +83,42 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     Before learning, the judge's rewards are checked against the base ranking
     (:mod:`tttembed.ttt.sanity`): one that prefers the bottom of the lists is refused
     unless ``trust_judge``."""
-    asked = _checked_options(alpha, method, allocation, folds)
-    if budget <= 0 and not dry_run:  # before any work
-        _nothing_planned(budget, len(queries))
-    k = candidate_depth(budget, depth, len(index))
+    o = options
+    if o.budget <= 0 and not o.dry_run:  # before any work
+        _nothing_planned(o.budget, len(queries))
+    k = candidate_depth(o.budget, o.depth, len(index))
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
-    plan = make_plan(queries, base, index, budget, depth, seed)
-    if not plan.pairs and not dry_run:
-        _nothing_planned(budget, len(queries))
-    if dry_run:  # an active plan's ledger share is unknown until the judge answers
-        return LearnOutcome(state=None, plan=plan if allocation == "active" else
+    plan = make_plan(queries, base, index, o.budget, o.depth, o.seed)
+    if not plan.pairs and not o.dry_run:
+        _nothing_planned(o.budget, len(queries))
+    if o.dry_run:  # an active plan's ledger share is unknown until the judge answers
+        return LearnOutcome(state=None, plan=plan if o.allocation == "active" else
                             count_in_ledger(plan, queries, corpus, scorer),
-                            counts=_validation_plan(method, asked, len(queries), plan,
-                                                    validate_budget))
+                            counts=_validation_plan(o, len(queries), plan))
     pay = scorer_pay(queries, corpus, scorer)
-    checked = None if audit is None else audit_judge(
-        audit, queries, pay, min_auc=audit_min_auc, seed=seed,
+    checked = None if o.audit is None else audit_judge(
+        o.audit, queries, pay, min_auc=o.audit_min_auc, seed=o.seed,
         candidates=base.candidates(index, queries.keys))
-    plan, rewards = _paid(plan, allocation, (queries, base, index), corpus, scorer, pay,
-                          seed, progress)
+    plan, rewards = _paid(plan, o.allocation, (queries, base, index), corpus, scorer, pay,
+                          o.seed, progress)
     counts = pair_counts(scorer, plan, rewards)
     check_usable(rewards, scorer)
-    check_judge(rewards, base.candidates(index, queries.keys), trust=trust_judge,
+    check_judge(rewards, base.candidates(index, queries.keys), trust=o.trust_judge,
                 spec=getattr(scorer, "spec", str(scorer)))
-    step = stage(progress, "optimising" + (" and cross-validating" if folds else ""),
-                 STEPS * (2 if folds else 1))
-    cap = None if validate_budget is None else round(len(queries) * validate_budget)
-    meta: dict[str, Any] = {"scorer": getattr(scorer, "identity", None) or scorer.spec,
-            "reward_mapping": scorer.mapping, "budget": len(plan.pairs)}
-    if method == "auto":
-        state = learn_auto([(queries, base, index)], rewards, pay, objective=objective,
-                           folds=folds, seed=seed, validate_cap=cap, **meta)
+    step = stage(progress, "optimising" + (" and cross-validating" if o.folds else ""),
+                 STEPS * (2 if o.folds else 1))
+    cap = None if o.validate_budget is None else round(len(queries) * o.validate_budget)
+    made = Provenance(scorer=getattr(scorer, "identity", None) or scorer.spec,
+                      reward_mapping=scorer.mapping, budget=len(plan.pairs))
+    if o.method == "auto":
+        state = learn_auto([(queries, base, index)], rewards, pay, objective=o.objective,
+                           folds=o.folds, seed=o.seed, validate_cap=cap, scorer=made.scorer,
+                           reward_mapping=made.reward_mapping, budget=made.budget)
     else:
-        state = learn_state(scope, [(queries, base, index)], rewards, objective=objective,
-                            alpha=asked, crossval=folds > 0, folds=folds or FOLDS, seed=seed,
-                            callback=lambda _: step(1), pay=pay, validate_cap=cap, rank=rank, **meta)
+        state = learn_state([(queries, base, index)], rewards, o, crossval=o.folds > 0,
+                            callback=lambda _: step(1), pay=pay, validate_cap=cap,
+                            provenance=made)
     if state is not None:
         paid = (state.selection or state.crossval or {}).get("validation_pairs_paid")
         state = replace(state, pairs=counts if paid is None else {**counts, "validation": paid},
@@ -139,39 +126,13 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     return LearnOutcome(state=state, plan=plan, rewards=rewards, counts=counts)
 
 
-#: ``learn``'s methods: ``scope`` (the ``--scope`` state) or ``auto`` (chosen per task).
-LEARN_METHODS = ("scope", "auto")
-
-
-def check_method(method: str) -> str:
-    if method not in LEARN_METHODS:
-        raise ConfigError(f"unknown method {method!r}; choose one of: {', '.join(LEARN_METHODS)}")
-    return method
-
-
-def _checked_options(alpha: str | float, method: str, allocation: str, folds: int
-                     ) -> str | float:
-    """The alpha asked for, once the method, allocation and folds agree with it."""
-    asked = parse_alpha(alpha)
-    check_method(method)
-    check_allocation(allocation)
-    if folds == 1 or folds < 0:
-        raise ConfigError(f"cross-validation folds must be 0 (none) or at least 2, got {folds}")
-    if method == "auto" and asked != "rule":
-        raise ConfigError("--alpha applies to --method scope: method auto validates each "
-                          "state at its rule alpha (drop --alpha, or use --method scope)")
-    if (asked == "auto" or method == "auto") and not folds:
-        raise ConfigError(f"{'method' if method == 'auto' else 'alpha'} auto is chosen by "
-                          "cross-validation: give at least 2 folds")
-    return asked
-
-
-def _validation_plan(method: str, asked: str | float, queries: int, plan: RewardPlan,
-                     validate_budget: float | None) -> dict[str, int]:
+def _validation_plan(options: LearnOptions, queries: int, plan: RewardPlan
+                     ) -> dict[str, int]:
     """A dry run's validation pairs (``--method auto`` / ``--alpha auto``): at most."""
-    if method != "auto" and asked != "auto":
+    if not options.validates:
         return {}
-    return {"validation_cap": validation_cap(queries, len(plan.pairs), validate_budget)}
+    return {"validation_cap": validation_cap(queries, len(plan.pairs),
+                                             options.validate_budget)}
 
 
 def _nothing_planned(budget: float, queries: int) -> None:
@@ -216,17 +177,17 @@ def check_usable(rewards: Mapping[str, Mapping[str, float]], scorer: Scorer) -> 
                     "there is nothing to learn from", fix=fix)
 
 
-def planned_state(index: Index, outcome: LearnOutcome, *, scope: str, objective: str,
-                  dry_run: bool) -> AdaptState:
+def planned_state(index: Index, outcome: LearnOutcome, options: LearnOptions) -> AdaptState:
     """The state of a learn that produced no vector (a dry run, or nothing rewarded): no
     vector, its pair counts (``requested / in_ledger / to_pay`` for a dry run) and the
     plan's size as its budget."""
     plan = outcome.plan
+    dry_run = options.dry_run
     pairs = ({"requested": len(plan.pairs), "in_ledger": plan.in_ledger or 0,
               "to_pay": plan.to_pay, **outcome.counts} if dry_run else outcome.counts)
-    return AdaptState(scope, (), np.zeros((0, index.dim), np.float32), np.zeros(0),
+    return AdaptState(options.scope, (), np.zeros((0, index.dim), np.float32), np.zeros(0),
                       np.zeros(0, np.int64), identity=index.identity, dim=index.dim,
-                      objective=objective, pairs=pairs, dry_run=dry_run,
+                      objective=options.objective, pairs=pairs, dry_run=dry_run,
                       budget=len(plan.pairs))
 
 
@@ -252,6 +213,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state;
     ``allocation="active"``: the pairs chosen in rounds (:mod:`tttembed.adapt.active`).
+    The settings build one :class:`~tttembed.ttt.options.LearnOptions` (checked there,
+    each documented there), then :func:`learn_with` learns.
 
     ``executor="ray"`` (or :class:`~tttembed.execute.config.Ray` ``(address, actors,
     gpus)``) runs the model work on Ray Data: the query vectors not yet cached (a local
@@ -282,32 +245,38 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
         >>> state.pairs
         {'requested': 3000, 'cached': 0, 'paid': 3000, 'missing': 0}
     """
+    options = LearnOptions(scope=scope, method=method, alpha=alpha, objective=objective,
+                           budget=budget, depth=depth, folds=folds,
+                           validate_budget=validate_budget, audit=audit,
+                           audit_min_auc=audit_min_auc, allocation=allocation,
+                           trust_judge=trust_judge, seed=seed, rank=rank, dry_run=dry_run)
+    return learn_with(index, queries, options, scorer=scorer, task=task, split=split,
+                      embedder=embedder, corpus=corpus, executor=executor, progress=progress)
+
+
+def learn_with(index: Index, queries: Queries, options: LearnOptions, *, scorer: Scorer | str,
+               task: str | Sequence[str] | None = None, split: str = "test",
+               embedder: Embedder | None = None, corpus: CorpusArg | None = None,
+               executor: ExecutorLike = "local", progress: Progress | None = None
+               ) -> AdaptState:
+    """:func:`learn` with its settings already one :class:`LearnOptions` (what ``tttembed
+    learn`` builds from its flags): the queries (``task``, ``split`` as for
+    :func:`learn`), the index's corpus and embedder, the scorer (made ready on
+    ``executor``), then :func:`learn_outcome`."""
     from tttembed.execute import prepare
     from tttembed.index.embedder import index_embedder
     from tttembed.ttt.scorer import scorer_for
 
-    check_scope(scope)
-    check_objective(objective)
     qs = as_query_set(queries, task, split)
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = scorer_for(scorer, index, docs)
     emb = index_embedder(index, embedder)
-    prepare(sc, executor, embedder=emb, texts=() if dry_run else qs.texts)
-    outcome = learn_outcome(index, emb, qs, docs, sc, scope=scope, budget=budget,
-                            depth=depth, objective=objective, seed=seed, dry_run=dry_run,
-                            alpha=alpha, folds=folds, validate_budget=validate_budget,
-                            audit=audit, audit_min_auc=audit_min_auc, method=method, rank=rank,
-                            allocation=allocation, trust_judge=trust_judge, progress=progress)
+    prepare(sc, executor, embedder=emb, texts=() if options.dry_run else qs.texts)
+    outcome = learn_outcome(index, emb, qs, docs, sc, options, progress=progress)
     if outcome.state is not None:
         return outcome.state
-    return planned_state(index, outcome, scope=scope, objective=objective, dry_run=dry_run)
+    return planned_state(index, outcome, options)
 
 
-def check_allocation(allocation: str) -> None:
-    if allocation not in ALLOCATIONS:
-        raise ConfigError(f"unknown allocation {allocation!r}; choose from "
-                          f"{', '.join(ALLOCATIONS)}")
-
-
-__all__ = ["LEARN_METHODS", "LearnOutcome", "check_allocation", "check_method", "learn",
-           "learn_outcome", "pair_counts", "planned_state"]
+__all__ = ["LearnOutcome", "learn", "learn_outcome", "learn_with",
+           "pair_counts", "planned_state"]
