@@ -243,7 +243,7 @@ def do_serve(args: argparse.Namespace, backend: str, n: int) -> dict[str, Any]:
         texts = learn_texts({k: corpus[k] for k in task.corpus}, args.learn_queries)
         t0 = time.perf_counter()
         learned = run_learn(index, emb, QuerySet.from_tasks({"synthetic": texts}), corpus,
-                            HashScorer(), scope="task", budget=10)
+                            HashScorer(), LearnOptions(scope="task", budget=10))
         out.update(learn_s=time.perf_counter() - t0, learn_pairs=learned.counts["requested"],
                    learn_queries=len(texts))
     return out
