@@ -160,6 +160,7 @@ class Learner:
         promotion check: what earlier cycles paid stays judged. ``view``: this cycle's
         click view when already read (:meth:`click_view`)."""
         from tttembed.ttt.distil import learn_auto
+        from tttembed.ttt.options import Provenance
 
         judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view)
         self.last_clicks = view
@@ -179,8 +180,9 @@ class Learner:
                                           view.floors if view is not None else {}))
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
-                           scorer=self.judge.scorer.spec, budget=n_pairs,
-                           reward_mapping=getattr(self.judge.scorer, "mapping", ""))
+                           provenance=Provenance(scorer=self.judge.scorer.spec, budget=n_pairs,
+                                                 reward_mapping=getattr(self.judge.scorer,
+                                                                        "mapping", "")))
         parent, served = self.served_states()
         candidate = [state] if state is not None and len(state.keys) else []
         judged_now = {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}

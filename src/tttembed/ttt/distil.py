@@ -161,15 +161,16 @@ def _firsts(index: np.ndarray) -> np.ndarray:
 def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]],
                pay: Pay, *, objective: str = "kd", folds: int = FOLDS, seed: int = 0,
                validate_cap: int | None = None, coef_for: CoefFor | None = None,
-               scopes: Sequence[str] | None = None, **meta: Any) -> AdaptState | None:
+               scopes: Sequence[str] | None = None,
+               provenance: Provenance = Provenance()) -> AdaptState | None:
     """``--method auto``: per task, the deployable state the validation says helps
     (:mod:`tttembed.ttt.select`), as one ``mixed`` state (None when no query has a finite
     reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
     tenth of the rewarded pairs); ``coef_for`` gives Qdrant's coefficients (default:
     fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`); ``scopes`` limits
     the choice to those parts (``global``, ``task``, ``adapter``, ``query``,
-    ``neighbour``; default all): a part it
-    excludes is not learned, validated or paid for."""
+    ``neighbour``; default all): a part it excludes is not learned, validated or paid
+    for. ``provenance`` fills the state's scorer, reward_mapping and budget fields."""
     allowed = _allowed(scopes)
     table = reward_rows(sources, rewards)
     if not table.keys:
@@ -193,7 +194,7 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
                             scopes=allowed)
     template = next(s for s in (learned.get("task"), *learned.values()) if s is not None)
     return mixed_state(replace(chosen, coefficients=coefficients), learned, table, coef_for,
-                       template, **meta)
+                       template, provenance)
 
 
 def _allowed(scopes: Sequence[str] | None) -> tuple[str, ...]:

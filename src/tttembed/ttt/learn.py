@@ -113,8 +113,7 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
                       reward_mapping=scorer.mapping, budget=len(plan.pairs))
     if o.method == "auto":
         state = learn_auto([(queries, base, index)], rewards, pay, objective=o.objective,
-                           folds=o.folds, seed=o.seed, validate_cap=cap, scorer=made.scorer,
-                           reward_mapping=made.reward_mapping, budget=made.budget)
+                           folds=o.folds, seed=o.seed, validate_cap=cap, provenance=made)
     else:
         state = learn_state([(queries, base, index)], rewards, o, crossval=o.folds > 0,
                             callback=lambda _: step(1), pay=pay, validate_cap=cap,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from tttembed.adapt import AdaptState
 from tttembed.adapt.parts import StateParts
 from tttembed.adapt.scopes import MIXED, query_key
 from tttembed.ttt.guard import Table
+from tttembed.ttt.options import Provenance
 from tttembed.ttt.select import NEIGHBOUR, CoefFor, Selection, query_vector, shared_groups
 
 
@@ -35,7 +35,8 @@ class _Parts:
 
 
 def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], table: Table,
-                coef_for: CoefFor, template: AdaptState, **meta: Any) -> AdaptState:
+                coef_for: CoefFor, template: AdaptState,
+                provenance: Provenance = Provenance()) -> AdaptState:
     """The one state that applies ``selection``: per task its shared part (the chosen
     state's vector and the alpha its evidence chose under the task's key) and, for its rewarded texts, its
     query part. ``learned`` holds the global, task and query states learned on every
@@ -71,7 +72,8 @@ def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], 
         embedder=template.embedder, corpus_fingerprint=template.corpus_fingerprint,
         alpha_asked="rule", alpha_chosen="rule", method="auto",
         selection=selection.as_dict(), parts=_mixed_parts(maps, near, d),
-        **{"rewarded": template.rewarded, **meta})
+        rewarded=template.rewarded, scorer=provenance.scorer,
+        reward_mapping=provenance.reward_mapping, budget=provenance.budget)
 
 
 def _neighbour_rows(selection: Selection, kd: AdaptState | None, table: Table,
