@@ -407,4 +407,5 @@ def test_tests_mirror_the_source():
     missing = [p for p in packages if not (tests / p).is_dir()]
     assert not missing, f"no tests/ folder for: {missing}"
     loose = sorted(p.name for p in tests.glob("test_*.py"))
-    assert loose == ["test_benchmarks.py", "test_readme.py", "test_structure.py"], loose
+    assert loose == ["test_benchmarks.py", "test_readme.py", "test_structure.py",
+                     "test_tiers.py"], loose

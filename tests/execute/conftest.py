@@ -1,19 +1,12 @@
 """Local Ray with 2 CPUs, started once for the Ray tests; skipped with a reason when
-ray is missing or cannot start here."""
+ray is missing or cannot start here. A test using ``ray_local`` carries the ``ray``
+marker (tests/conftest.py marks the tiers)."""
 
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
-
-
-def pytest_collection_modifyitems(items):
-    """Every test that uses the local Ray cluster carries the ``ray`` marker
-    (``-m "not ray"`` deselects them; CI runs them)."""
-    for item in items:
-        if "ray_local" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.ray)
 
 
 @pytest.fixture(scope="package")
