@@ -36,17 +36,26 @@ class TableEmbedder:
         return np.stack([self.table[t] for t in texts]).astype(np.float32)
 
 
-def _task(tmp_path, kind: str):
-    rng = np.random.default_rng(0 if kind == "helpful" else 1)
-    e0, e1 = np.eye(D)[0], np.eye(D)[1]
-    table, docs, queries, qrels, ids, vecs = {}, {}, {}, {}, [], []
+def documents():
+    """Empty ``ids, vecs, docs, qrels`` and ``add(q, name, vector, relevant)`` filling them
+    (a unit document vector, its text its name, judged relevant to ``q`` or not)."""
+    ids, vecs, docs, qrels = [], [], {}, {}
 
     def add(q, name, v, relevant):
         ids.append(name)
         vecs.append(l2_normalize(v[None])[0])
         docs[name] = {"title": "", "text": name}
         if relevant:
-            qrels[q][name] = 1
+            qrels.setdefault(q, {})[name] = 1
+
+    return ids, vecs, docs, qrels, add
+
+
+def _task(tmp_path, kind: str):
+    rng = np.random.default_rng(0 if kind == "helpful" else 1)
+    e0, e1 = np.eye(D)[0], np.eye(D)[1]
+    table, queries = {}, {}
+    ids, vecs, docs, qrels, add = documents()
 
     for i in range(NQ):
         q = f"q{i}"

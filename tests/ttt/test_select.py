@@ -212,21 +212,15 @@ def _overshoot_task(tmp_path):
     raw top 10). The task vector learned from the candidates points the right way but,
     at the rule's alpha (about 1), runs past the relevant documents into the far ones; a
     tenth of it lands on them."""
-    from tests.ttt.test_guard import D, TableEmbedder
+    from tests.ttt.test_guard import D, TableEmbedder, documents
     from tttembed.data.beir import corpus_fingerprint
     from tttembed.embed.base import l2_normalize
     from tttembed.index.store import write_index
 
     rng = np.random.default_rng(2)
     e0, e1 = np.eye(D)[0], np.eye(D)[1]
-    table, docs, queries, qrels, ids, vecs = {}, {}, {}, {}, [], []
-
-    def add(q, name, v, relevant):
-        ids.append(name)
-        vecs.append(l2_normalize(v[None])[0])
-        docs[name] = {"title": "", "text": name}
-        if relevant:
-            qrels[q][name] = 1
+    table, queries = {}, {}
+    ids, vecs, docs, qrels, add = documents()
 
     for i in range(40):
         q, n = f"q{i}", np.zeros(D)
