@@ -58,15 +58,15 @@ FAST = "fast"
 #: A test is in a tier when a fixture of its closure (its own, or one its fixtures use)
 #: starts it ...
 TIER_FIXTURES = {
-    "postgres": ("pg_url",),
+    "postgres": ("pg_url", "pg_cluster"),
     "ray": ("ray_local",),
     "model": ("minilm", "e5", "tiny_cross_encoder", "one_label", "model_dir"),
-    "process": ("tmpfs", "built", "tiny_index"),
+    "process": ("tmpfs", "built", "tiny_index", "pg_cluster"),
 }
 #: ... when its code, or a function of its own module that it calls, names one of these
 #: (the tests that start something without a fixture) ...
 TIER_CALLS = {
-    "postgres": ("postgres_server",),
+    "postgres": ("postgres_server", "postgres_instance"),
     "browser": ("dump_dom", "screenshot", "run_chromium"),
     "venv": ("page_venv",),
     "process": ("subprocess", "Popen", "multiprocessing", "run_py", "run_cli"),

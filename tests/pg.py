@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +188,23 @@ def new_database(url: str, name: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.rsplit("/", 1)[0] + "/" + name
+
+
+def database_fixtures(prefix: str) -> tuple[Any, Any]:
+    """A test module's PostgreSQL: ``pg_cluster``, one server for the module (a
+    :class:`PgServer` its tests may stop and restart), and ``url``, a fresh database on it
+    per test named ``prefix`` + the test's name. In a module:
+    ``pg_cluster, url = database_fixtures("r_")``."""
+
+    @pytest.fixture(scope="module")
+    def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+        with postgres_instance(tmp_path_factory.mktemp("pg")) as srv:
+            yield srv
+
+    @pytest.fixture
+    def url(pg_cluster: PgServer, request: pytest.FixtureRequest) -> str:
+        if not pg_cluster.running:
+            pg_cluster.start()
+        return new_database(pg_cluster.url, prefix + request.node.name[:40].lower())
+
+    return pg_cluster, url

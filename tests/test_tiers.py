@@ -36,7 +36,8 @@ def _fixtures() -> dict[str, list[tuple[str, set[str], set[str]]]]:
     for path in sorted((ROOT / "tests").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        for node in functions.values():
+        nested = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]  # factories'
+        for node in nested:
             if not any("fixture" in ast.unparse(d) for d in node.decorator_list):
                 continue
             used: set[str] = set()

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -23,24 +22,14 @@ import pytest
 
 from tests.loop.test_loop import QUERIES, TASK, world  # noqa: F401  (fixture)
 from tests.loop.test_replicas import _env, _get, _port, _post, _process, _wait
-from tests.pg import new_database, postgres_instance
+from tests.pg import database_fixtures
 from tttembed.loop.coordination import open_coordination
 
 pytest.importorskip("uvicorn")
 pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'tttembed[loop]'")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with postgres_instance(tmp_path_factory.mktemp("pg")) as srv:
-        yield srv
-
-
-@pytest.fixture
-def url(server: Any, request: pytest.FixtureRequest) -> str:
-    if not server.running:
-        server.start()
-    return new_database(server.url, "f_" + request.node.name[:40].lower())
+pg_cluster, url = database_fixtures("f_")
 
 
 def _state(w: dict[str, Any], seed: int) -> Any:
@@ -116,7 +105,7 @@ class Traffic:
             t.join(30)
 
 
-def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, server,  # noqa: F811
+def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, pg_cluster,  # noqa: F811
                                                                    tmp_path):
     """Two replicas (their own cache folders) follow every promotion within 2 s and report
     it; a PostgreSQL restart under search and embeddings traffic fails 0 requests, and a
@@ -165,7 +154,7 @@ def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, s
 
         with Traffic([r[0] for r in reps]) as traffic:
             time.sleep(1.0)
-            server.restart()
+            pg_cluster.restart()
             reg.promote(v1, by="user", reason="meanwhile")
             for base, _, _ in reps:
                 _wait(f"{base} back on {v1}", lambda base=base: _version(base) == v1, procs,
@@ -175,7 +164,7 @@ def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, s
         assert all(_get(f"{b}/v1/loop")["following"] for b, _, _ in reps)
 
         # a replica restarted while the database is down serves the version it cached
-        server.stop()
+        pg_cluster.stop()
         procs[0].terminate()
         procs[0].wait(30)
         base, proc, log = _replica(stack, world, url, tmp_path, "a", env)
@@ -191,7 +180,7 @@ def test_replicas_follow_promotions_and_survive_a_database_restart(world, url, s
         assert out.returncode != 0
         lines = [ln for ln in out.stderr.strip().splitlines() if ln.startswith("error")]
         assert len(lines) == 1 and "no cached served version" in lines[0], out.stderr[-2000:]
-        server.start()
+        pg_cluster.start()
         reg.promote(v2, by="user")
         _wait(f"{base} following again", lambda: _version(base) == v2, [proc], [log],
               limit=30)
@@ -264,7 +253,7 @@ def test_a_learner_killed_mid_write_leaves_the_old_pointer(world, url, tmp_path,
         assert reg.get(name).load().keys == (TASK,)
 
 
-def test_the_learner_survives_a_database_outage(world, url, server, tmp_path):  # noqa: F811
+def test_the_learner_survives_a_database_outage(world, url, pg_cluster, tmp_path):  # noqa: F811
     """PostgreSQL down for 8 s under a running ``tttembed loop``: the learner keeps
     running (its failing steps logged, not fatal), and beats again once the database is
     back, holding its lock."""
@@ -279,10 +268,10 @@ def test_the_learner_survives_a_database_outage(world, url, server, tmp_path):  
         _wait("a heartbeat", lambda: (coord.heartbeat() or {}).get("pid") == proc.pid,
               [proc], [log], limit=120)
         registry.close()
-        server.stop()
+        pg_cluster.stop()
         time.sleep(8.0)
         assert proc.poll() is None, log.read_text()[-3000:]
-        server.start()
+        pg_cluster.start()
         since = time.time()
         _wait("a heartbeat after the outage", lambda: float(
             (coord.heartbeat() or {}).get("time", 0)) > since, [proc], [log], limit=60)

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.pg import new_database, postgres_instance
+from tests.pg import database_fixtures
 from tttembed.adapt.state import AdaptState
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.registry.cache import content_id
@@ -29,17 +27,7 @@ def _state(keys: tuple[str, ...], seed: int = 0) -> AdaptState:
                       identity="st:test", dim=4)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with postgres_instance(tmp_path_factory.mktemp("pg")) as srv:
-        yield srv
-
-
-@pytest.fixture
-def url(server: Any, request: pytest.FixtureRequest) -> str:
-    if not server.running:
-        server.start()
-    return new_database(server.url, "r_" + request.node.name[:40].lower())
+pg_cluster, url = database_fixtures("r_")
 
 
 def test_versions_promote_roll_back_and_diff_in_the_database(url, tmp_path):
@@ -112,13 +100,13 @@ def test_a_promotion_is_notified_to_a_listener(url, tmp_path):
     assert waited < 5.0, waited  # woken by NOTIFY, not by the 10 s timeout
 
 
-def test_a_replica_serves_its_cached_version_while_the_database_is_down(server, url,
+def test_a_replica_serves_its_cached_version_while_the_database_is_down(pg_cluster, url,
                                                                         tmp_path):
     reg = PostgresRegistry(url, create=True, cache=tmp_path / "c")
     v = reg.promote(reg.register(_state(("a",), 1)).name)["served"]
     reg.remember_served(reg.get(v))
     reg.close()
-    server.stop()
+    pg_cluster.stop()
     try:
         with pytest.raises(RegistryUnavailable, match="cannot reach the registry"):
             PostgresRegistry(url, cache=tmp_path / "empty", offline_ok=True)
@@ -131,7 +119,7 @@ def test_a_replica_serves_its_cached_version_while_the_database_is_down(server, 
             offline.served()
         assert offline.get(v).id == cached.id  # from the cache while the database is down
     finally:
-        server.start()
+        pg_cluster.start()
     assert offline.served() == v  # reconnected
     assert not offline.offline
 

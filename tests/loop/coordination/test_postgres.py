@@ -5,12 +5,10 @@ restart."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.pg import new_database, postgres_instance
+from tests.pg import database_fixtures
 from tttembed.core.errors import ConfigError
 from tttembed.loop.coordination import LockLost, open_coordination
 from tttembed.registry.postgres import PostgresRegistry
@@ -18,17 +16,7 @@ from tttembed.registry.postgres import PostgresRegistry
 pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'tttembed[loop]'")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with postgres_instance(tmp_path_factory.mktemp("pg")) as srv:
-        yield srv
-
-
-@pytest.fixture
-def url(server: Any, request: pytest.FixtureRequest) -> str:
-    if not server.running:
-        server.start()
-    return new_database(server.url, "c_" + request.node.name[:40].lower())
+pg_cluster, url = database_fixtures("c_")
 
 
 def test_the_learners_record_heartbeat_candidate_and_lock_are_rows(url, tmp_path):
@@ -55,18 +43,18 @@ def test_the_learners_record_heartbeat_candidate_and_lock_are_rows(url, tmp_path
         pass
 
 
-def test_the_learner_lock_is_taken_again_after_a_restart(server, url, tmp_path):
+def test_the_learner_lock_is_taken_again_after_a_restart(pg_cluster, url, tmp_path):
     """A restart ends the learner's session and its lock: the next heartbeat takes it
     again; when another learner took it first, the heartbeat raises LockLost."""
     reg = open_coordination(PostgresRegistry(url, create=True, cache=tmp_path / "c"))
     other = open_coordination(PostgresRegistry(url, cache=tmp_path / "o"))
     with reg.learner_lock():
-        server.restart()
+        pg_cluster.restart()
         reg.beat({"pid": 1, "host": "h", "time": time.time()})  # taken again
         with pytest.raises(ConfigError, match="another learner"):
             with other.learner_lock():
                 pass
-        server.restart()
+        pg_cluster.restart()
         with other.learner_lock():  # the other learner is first this time
             with pytest.raises(LockLost, match="took registry"):
                 reg.beat({"pid": 1, "host": "h", "time": time.time()})
