@@ -12,7 +12,9 @@ A body is one event, a list of events, or ``{"events": [...], "impressions": {SE
 (``query_id`` is the ``search_id`` a search returned; ``event_attributes.dwell_time`` in
 seconds is read too), or the short form ``{"search_id", "doc_id", "type": "click" |
 "dwell", "dwell_ms", "session_id"?, "timestamp"?}``. Timestamps are ISO 8601 (no zone:
-UTC) or epoch numbers (seconds; above 1e11, milliseconds).
+UTC) or epoch numbers (seconds; above 1e11, milliseconds), from 2000-01-01 to a day after
+the server's clock (else a 400). An event names its session: ``session_id``, else its
+``client_id`` (then its session); an event with neither is a 400.
 
 Actions: ``click`` (and UBI's ``click_through``, stored as ``click``) are clicks; ``dwell``
 needs ``dwell_ms``; any other action name (``add_to_cart``, ``purchase``, ...) is stored
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +69,9 @@ MAX_ORDINAL = 1_000_000
 EPOCH_MS_ABOVE = 1e11
 #: Ranks the click-through-by-position status reports.
 CTR_RANKS = 10
+#: Event times accepted: from 2000-01-01 (UTC) to a day after the server's clock.
+EARLIEST_EVENT = 946_684_800.0
+FUTURE_SLACK_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -133,9 +138,19 @@ def parse_time(value: Any, where: str) -> float:
                            code="invalid_timestamp") from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=timezone.utc)
-        return when.timestamp()
+        return _in_window(when.timestamp(), value, where)
     seconds = _number(value, where)
-    return seconds / 1000.0 if seconds > EPOCH_MS_ABOVE else seconds
+    return _in_window(seconds / 1000.0 if seconds > EPOCH_MS_ABOVE else seconds, value, where)
+
+
+def _in_window(at: float, value: Any, where: str) -> float:
+    """``at``, refused (400) before 2000 or more than a day after the server's clock."""
+    if not EARLIEST_EVENT <= at <= time.time() + FUTURE_SLACK_S:
+        raise ApiError(400, f"{where} {value!r} is outside 2000-01-01 .. one day after the "
+                       "server's clock: send when the event happened (ISO 8601 or epoch "
+                       "seconds), or leave it out for now", param="timestamp",
+                       code="invalid_timestamp")
+    return at
 
 
 def _part(item: dict[str, Any], name: str) -> dict[str, Any]:
@@ -193,11 +208,16 @@ def parse_event(item: Any, i: int) -> RawEvent:
     if not isinstance(item, dict):
         raise _bad(where, "must be an object")
     if "action_name" in item:
-        return _ubi(item, where)
-    if "type" in item:
-        return _short(item, where)
-    raise _bad(where, "needs action_name (UBI: query_id, event_attributes.object.object_id) "
-               "or type (short form: search_id, doc_id)")
+        raw = _ubi(item, where)
+    elif "type" in item:
+        raw = _short(item, where)
+    else:
+        raise _bad(where, "needs action_name (UBI: query_id, event_attributes.object."
+                   "object_id) or type (short form: search_id, doc_id)")
+    if not raw.session and not raw.client:  # anonymous events would share one cap
+        raise _bad(where, "needs a session_id (or a client_id, then read as its session): "
+                   "the click caps count per session")
+    return replace(raw, session=raw.session or raw.client)
 
 
 def parse_body(body: Any, max_inputs: int) -> tuple[list[RawEvent], dict[str, list[str]]]:
