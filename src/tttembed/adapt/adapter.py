@@ -51,10 +51,14 @@ WEIGHT_DECAY = 0.01
 INIT_SCALE = 0.01
 
 
-def check_rank(rank: int) -> int:
-    """A rank of at least 1."""
+def check_rank(rank: int, dim: int | None = None) -> int:
+    """A rank of at least 1 and, given the embedder's dimension ``dim``, at most ``dim``
+    (a map ``U V^T`` of a ``dim``-dimension space has no higher rank)."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ConfigError(f"--rank must be a positive integer, got {rank!r} (e.g. --rank 8)")
+    if dim is not None and rank > dim:
+        raise ConfigError(f"--rank {rank} is above the embedder's dimension {dim}: give "
+                          f"--rank {dim} or less (e.g. --rank {min(RANK, dim)})")
     return rank
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tttembed.adapt import STEPS, AdaptState
+from tttembed.adapt.adapter import check_rank
 from tttembed.adapt.crossval import FOLDS
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.progress import Progress, stage
@@ -86,6 +87,8 @@ def learn_outcome(index: Index, embedder: Embedder, queries: QuerySet, corpus: C
     o = options
     if o.budget <= 0 and not o.dry_run:  # before any work
         _nothing_planned(o.budget, len(queries))
+    if o.scope == "adapter" and o.method == "scope":
+        check_rank(o.rank, index.dim)
     k = candidate_depth(o.budget, o.depth, len(index))
     base = base_retrieval(index, embedder, queries, k,
                           progress=stage(progress, "encoding queries", len(queries)))
