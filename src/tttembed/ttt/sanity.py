@@ -13,6 +13,11 @@ Paired over queries (:func:`tttembed.metrics.stats.compare` against 0: mean, 95%
 bootstrap interval, two-sided randomisation p), the judge is refused when the interval
 lies below 0 (``trust=True``, the CLI's ``--trust-judge``, overrides). With fewer than
 :data:`MIN_QUERIES` such queries nothing is decided (said so).
+
+Its power, printed in its line: the queries and pairs used, and the mean it could refuse
+at that size. It is blind to a wrong judge that agrees with the base ranking: an inverted
+qrels judge on a base ranking that puts the relevant documents last passes at +1. Only an
+audit against people (``--audit qrels:PATH``) sees that.
 """
 
 from __future__ import annotations
@@ -44,18 +49,36 @@ class RankCheck:
     p_value: float
     refused: bool
     trusted: bool = False
+    #: Rewarded pairs on the queries used (the check's size, printed beside its verdict).
+    pairs: int = 0
 
     def line(self) -> str:
+        """The verdict in the sign's own words, with the check's power: its size, the
+        mean it can refuse at that size, and what no label-free check can see."""
+        blind = ("it cannot see a wrong judge that agrees with the base ranking (an "
+                 "inverted one on a weak base ranking passes): --audit qrels:PATH compares "
+                 "the judge with people")
         if self.queries < MIN_QUERIES:
             return (f"too few queries with two different rewards to check the judge against "
-                    f"the base ranking ({self.queries} < {MIN_QUERIES}): not checked")
-        verdict = ("it prefers the bottom of the lists" if self.refused else
-                   "rewards do not fall with the base ranking's rank")
-        if self.refused and self.trusted:
-            verdict += "; learning anyway (--trust-judge)"
-        return (f"reward vs base rank, mean Spearman {self.mean:+.3f} "
-                f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}] over {self.queries} queries "
-                f"(p {self.p_value:.3f}): {verdict}")
+                    f"the base ranking ({self.queries} < {MIN_QUERIES}): not checked; "
+                    + blind)
+        size = f"over {self.queries} queries ({self.pairs} pairs)"
+        head = (f"reward vs base rank, mean Spearman {self.mean:+.3f} "
+                f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}] {size} (p {self.p_value:.3f})")
+        if self.refused:
+            verdict = ("rewards are higher near the bottom of the base lists: it prefers the "
+                       "bottom of the lists")
+            if self.trusted:
+                verdict += "; learning anyway (--trust-judge)"
+            return f"{head}: {verdict}"
+        verdict = ("rewards are higher near the top of the base lists (they agree with the "
+                   "base ranking)" if self.ci_low > 0 else
+                   "no trend along the base lists (rewards neither higher at the top nor at "
+                   "the bottom)")
+        power = max(self.ci_high - self.mean, 0.0)
+        return (f"{head}: {verdict}; a label-free check that refuses a mean below about "
+                f"{-power:+.3f} at this size (a judge preferring the bottom of the lists); "
+                + blind)
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return asdict(self)
@@ -105,8 +128,10 @@ def check_judge(rewards: Mapping[str, Mapping[str, float]],
     else:
         c = compare(per_query, dict.fromkeys(per_query, 0.0), n_resamples=n_resamples,
                     seed=seed)
+        pairs = sum(1 for k in per_query for d in lists.get(k, ())
+                    if np.isfinite(rewards[k].get(d, np.nan)))
         check = RankCheck(c.n, c.delta, c.ci_low, c.ci_high, c.p_value,
-                          refused=c.ci_high < 0, trusted=trust)
+                          refused=c.ci_high < 0, trusted=trust, pairs=pairs)
     if check.refused and not trust:
         raise DataError(f"judge check: scorer {spec}: {check.line()}; an inverted judge "
                         "(a reward mapping the wrong way round?) would teach the opposite of "
