@@ -184,16 +184,21 @@ class ClickSQL:
         return out
 
     def click_counts_by_rank(self, k: int = 10) -> list[RankClicks]:
-        """Impressions and clicks at ranks 1..``k`` over all traffic."""
+        """Impressions and clicks at ranks 1..``k`` over all traffic, per impression: a
+        list counts once per session that acted on its search (once when none did), as
+        the learner reads it (:meth:`shown_after`), so a rank's rate never exceeds 1."""
         lists: dict[int, int] = {}
+        sessions = ("LEFT JOIN (SELECT search_id, COUNT(DISTINCT session_id) AS n FROM events "
+                    "GROUP BY search_id) e ON e.search_id = {}.search_id")
         with self._tx() as cur:
-            cur.execute(f"SELECT {self.json_len.format('s.ids')}, COUNT(*) FROM searches s "
-                        "LEFT JOIN impressions p ON p.search_id = s.search_id "
+            cur.execute(f"SELECT {self.json_len.format('s.ids')}, SUM(COALESCE(e.n, 1)) "
+                        "FROM searches s LEFT JOIN impressions p ON p.search_id = s.search_id "
+                        f"{sessions.format('s')} "
                         "WHERE s.kind = 'search' AND p.search_id IS NULL GROUP BY 1")
             for n, count in [*cur.fetchall()]:
                 lists[int(n)] = lists.get(int(n), 0) + int(count)
-            cur.execute(f"SELECT {self.json_len.format('ids')}, COUNT(*) FROM impressions "
-                        "GROUP BY 1")
+            cur.execute(f"SELECT {self.json_len.format('p.ids')}, SUM(COALESCE(e.n, 1)) "
+                        f"FROM impressions p {sessions.format('p')} GROUP BY 1")
             for n, count in cur.fetchall():
                 lists[int(n)] = lists.get(int(n), 0) + int(count)
             cur.execute(self._sql("SELECT shown_rank, COUNT(*) FROM events WHERE action = ? "
