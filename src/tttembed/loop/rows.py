@@ -182,8 +182,9 @@ class EventsStored:
 
 @dataclass(frozen=True)
 class RankClicks:
-    """Clicks and impressions at one 1-based rank (every searched list counts once as an
-    impression at each of its ranks; its explicit impression replaces it)."""
+    """Clicks and impressions at one 1-based rank (every searched list counts as an
+    impression at each of its ranks once per session that acted on it, once when none
+    did; its explicit impression replaces it)."""
 
     rank: int
     impressions: int
