@@ -35,3 +35,43 @@ def test_a_rank_above_the_embedders_dimension_is_refused_before_any_pair_is_paid
     state = tt.learn(index, queries, scorer=QrelsScorer("labels", qrels=qrels), task="t",
                      embedder=emb, corpus=docs, budget=3, scope="adapter", rank=D)
     assert state.parts.rank == D  # the dimension itself is allowed
+
+
+def test_a_nan_in_a_cached_evaluation_cell_names_the_file_and_the_fix(tmp_path):
+    """A per-query NaN in ``<cache>/eval/cells/KEY.json`` is refused on the way out of the
+    cache with the file's path and the fix (delete it: the next run recomputes it), never
+    as an anonymous "paired scores contain NaN" later."""
+    import json
+
+    from tttembed.core.errors import DataError
+    from tttembed.evaluation.runner import CELL_METRICS, CellCache
+
+    cache = CellCache(tmp_path, {"k": 1})
+    good = {m: {"t/q1": 0.5, "t/q2": 0.25} for m in CELL_METRICS}
+    assert cache({"cell": 1}, lambda: good) == good
+    (path,) = tmp_path.glob("*.json")
+    bad = {m: dict(v) for m, v in good.items()}
+    bad[CELL_METRICS[0]]["t/q2"] = float("nan")
+    path.write_text(json.dumps(bad))
+    with pytest.raises(DataError) as got:
+        CellCache(tmp_path, {"k": 1})({"cell": 1}, lambda: good)
+    text = str(got.value)
+    assert str(path) in text and "t/q2" in text and "delete" in text
+
+
+def test_a_qrels_file_linked_to_itself_is_said_so(tmp_path):
+    """``qrels/test.tsv`` a link to itself (a loop of links) is named as such, not as "no
+    judgments for split 'test' (available splits: test)"."""
+    from tttembed.core.errors import DataError
+    from tttembed.data.beir import load_task
+
+    root = tmp_path / "task"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a doc"}\n')
+    (root / "queries.jsonl").write_text('{"_id": "q1", "text": "a query"}\n')
+    (root / "qrels" / "test.tsv").symlink_to("test.tsv")
+    with pytest.raises(DataError) as got:
+        load_task(root, split="test")
+    text = str(got.value)
+    assert "loop of links" in text and "test.tsv" in text
+    assert "available splits" not in text

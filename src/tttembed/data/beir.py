@@ -264,8 +264,13 @@ def load_task(path: str | Path, split: str | None = "test", name: str | None = N
         raise DataError(f"bad split name {shown(split)}", path=qrels_dir,
                         fix="use a split name such as 'test'")
     qrels_path = qrels_dir / f"{split}.tsv"
+    if not qrels_path.is_file() and os.path.lexists(qrels_path):
+        why = ("a folder, not a file" if qrels_path.is_dir() else
+               "a link that leads nowhere (a broken link, or a loop of links)")
+        raise DataError(f"the judgments of split {split!r} are {why}", path=qrels_path,
+                        fix="make it a regular qrels TSV file (or a link to one)")
     if not qrels_path.is_file():
-        available = sorted(p.stem for p in qrels_dir.glob("*.tsv"))
+        available = sorted(p.stem for p in qrels_dir.glob("*.tsv") if p.is_file())
         listed = ", ".join(available) if available else "none"
         raise DataError(f"no judgments for split {split!r} (available splits: {listed})",
                         path=qrels_path, fix="choose one of the available splits")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -47,6 +48,16 @@ def valid_cell(value: Any) -> bool:
                 for v in value[m].values()) for m in CELL_METRICS))
 
 
+def check_finite_cell(value: PerQuery, path: Path) -> None:
+    """Refuse a cached cell holding a NaN or infinite per-query value, naming the file."""
+    for metric, per_query in value.items():
+        for key, v in per_query.items():
+            if not math.isfinite(v):
+                raise DataError(f"cached evaluation cell holds {v} for {metric} of query "
+                                f"{key}", path=path,
+                                fix="delete the file; the next run recomputes it")
+
+
 class CellCache:
     """Per-query metrics of protocol cells as JSON files; ``hits``/``misses`` counted."""
 
@@ -66,10 +77,12 @@ class CellCache:
                 got: PerQuery = read_json(path, what="cached evaluation cell")
                 if not valid_cell(got):
                     raise DataError("not a per-query metrics table", path=path)
-                self.hits += 1
-                return got
             except DataError as exc:  # a corrupt cell is recomputed and rewritten
                 log.warning("recomputing a corrupt evaluation cell: %s", exc)
+            else:
+                check_finite_cell(got, path)
+                self.hits += 1
+                return got
         t = time.perf_counter()
         value = compute()
         self.seconds += time.perf_counter() - t
