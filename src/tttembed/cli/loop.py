@@ -84,7 +84,10 @@ def loop(
                          registry_cache=str(registry_cache) if registry_cache else None)
     check_specs(config)
     warn_unaudited(config)
-    typer.echo(f"learning into {registry} (Ctrl-C stops after the step in flight)", err=True)
+    from tttembed.core.pg import mask_url
+
+    typer.echo(f"learning into {mask_url(registry)} (Ctrl-C stops after the step in flight)",
+               err=True)
     run_loop(config)
 
 
