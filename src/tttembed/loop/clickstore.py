@@ -208,6 +208,15 @@ class ClickSQL:
         return [RankClicks(r, sum(c for n, c in lists.items() if n >= r), clicks.get(r, 0))
                 for r in range(1, int(k) + 1)]
 
+    def unsettled(self, after: float) -> tuple[int, float | None]:
+        """Searches served after ``after`` (their clicks still settling) and the time the
+        oldest of them was served (None: none)."""
+        with self._tx() as cur:
+            cur.execute(self._sql("SELECT COUNT(*), MIN(created) FROM searches WHERE "
+                                  "kind = 'search' AND created > ?"), (float(after),))
+            n, oldest = cur.fetchone()
+        return int(n), None if oldest is None else float(oldest)
+
     def event_counts(self) -> dict[str, int]:
         """Stored events by action."""
         with self._tx() as cur:

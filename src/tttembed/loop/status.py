@@ -69,6 +69,8 @@ class LoopState:
     caches: dict[str, int] = field(default_factory=dict)
     clicks: dict[str, Any] = field(default_factory=dict)
     online: dict[str, Any] = field(default_factory=dict)
+    #: ``--click-settle-s`` (-1: the learner reads no clicks, ``--clicks off``)
+    click_settle_s: float = -1.0
     pid: int = 0
     host: str = ""
     judge_audited: bool = False
@@ -209,6 +211,18 @@ def _replicas(coordination: Coordination) -> list[dict[str, Any]]:
         return []
 
 
+def clicks_waiting(store: Store | None, settle_s: float) -> dict[str, Any] | None:
+    """The searches whose clicks the learner has not read yet (served less than
+    ``settle_s`` ago) and when the next settles; None when it reads no clicks."""
+    if store is None or settle_s < 0:
+        return None
+    now = time.time()
+    n, oldest = store.unsettled(now - settle_s)
+    at = None if oldest is None else oldest + settle_s
+    return {"searches": n, "settle_s": settle_s, "next_settles_at": at,
+            "next_settles_in_s": None if at is None else round(max(at - now, 0.0), 1)}
+
+
 def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
     learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
@@ -249,6 +263,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "audits": learner.audits,
         "caches": learner.caches,
         "learner_clicks": learner.clicks,
+        "clicks_waiting": clicks_waiting(store, learner.click_settle_s),
         "propensities": learner.clicks.get("propensities"),
         "online_test": learner.online or None,
         "candidate": _candidate(coordination),
@@ -267,4 +282,5 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
 
 
 __all__ = ["HEARTBEAT_S", "STALE_S", "CoordinationRef", "LoopState", "alive", "beat",
+           "clicks_waiting",
            "loop_status", "read_status", "read_status_checked", "write_status"]
