@@ -18,3 +18,48 @@ def test_the_loop_start_line_masks_the_registry_password(tmp_path):
     out = r.output
     assert "learning into postgresql://tt:***@127.0.0.1:1/tttembed" in out, out
     assert "S3CRETpw" not in out, out
+
+
+DOCS = {f"d{i}": f"document number {i} about topic {i % 3}" for i in range(12)}
+QUERIES = ["topic zero please", "number one topic", "a document on topic two"]
+
+
+def _judge(tmp_path, url: str, budget: int):  # noqa: ANN001, ANN202
+    from tttembed.loop.judge import BackgroundJudge
+    from tttembed.loop.store import open_store
+    from tttembed.ttt.scorer import load_scorer
+
+    corpus = {d: {"title": "", "text": t} for d, t in DOCS.items()}
+    scorer = load_scorer(f"rerank:t@{url}", corpus=corpus, ledger=tmp_path / "ledger.sqlite",
+                         max_retries=0)
+    (tmp_path / "reg").mkdir(exist_ok=True)
+    store = open_store(None, tmp_path / "reg")
+    return BackgroundJudge(scorer, corpus, store, budget=budget), store
+
+
+def test_a_failing_judge_spends_no_budget_and_pays_all_once_it_recovers(tmp_path):
+    """A rerank judge that answers HTTP 500, a malformed body and a body cut short:
+    the pairs reserved for the calls that failed are released (the spend account holds
+    only answered pairs), and once the judge answers again the whole budget pays every
+    pair."""
+    from tests.servers import LocalOpenAIServer, Reply
+    from tttembed.core.errors import TTTEmbedError
+
+    pairs = [("t", q, d) for q in QUERIES for d in list(DOCS)[:4]]
+    with LocalOpenAIServer() as server:
+        judge, store = _judge(tmp_path, server.url, budget=len(pairs))
+        failures = (Reply(500), Reply(200, body={"results": "not a list"}),
+                    Reply(200, body=b'{"results": [{"index": 0, "relev'))
+        for failure in failures:
+            server.script(failure)
+            try:
+                judge.pay(pairs)
+            except TTTEmbedError:
+                pass
+            else:
+                raise AssertionError(f"{failure} did not fail the judge call")
+            assert sum(store.spent().values()) == 0, (failure, store.spent())
+        got, paid = judge.pay(pairs)  # recovered: the whole budget is still there
+    assert paid == len(pairs) and len(got) == len(pairs)
+    assert sum(store.spent().values()) == len(pairs)
+    assert store.counts()["paid"] == len(pairs)

@@ -14,7 +14,9 @@ query's rewards go to the store as soon as they come back (a kill loses nothing 
 Before the judge is asked, the pairs new to the ledger are reserved in the store's
 spend account against the budget (:meth:`tttembed.loop.store.SQLStore.reserve`): a query
 the budget cannot cover is not asked at all (:class:`BudgetSpent`), whatever other
-learners or earlier runs spent.
+learners or earlier runs spent. A judge call that fails (connection closed, HTTP 500, a
+malformed answer) gives its pairs and those of the queries not asked yet back to the
+account (a failed call is not spent budget), but those the ledger committed before it.
 Nothing here runs on a request's path: the learner's process calls it.
 """
 
@@ -115,11 +117,14 @@ class BackgroundJudge:
         self.store = store
         self.budget = budget
 
+    @staticmethod
+    def _source(source: str) -> str:
+        return source if source in ("judge", "validation") else "judge"
+
     def _reserve(self, source: str, n: int, query: str) -> None:
         if self.budget is None or n <= 0:
             return
-        source = source if source in ("judge", "validation") else "judge"
-        if self.store.reserve(source, n, self.budget, partial=False) < n:
+        if self.store.reserve(self._source(source), n, self.budget, partial=False) < n:
             raise BudgetSpent(f"the judge budget ({self.budget} pairs) cannot pay {n} more "
                               f"pair(s) (for {query[:60]!r}, ...); raise --judge-budget to "
                               "judge more")
@@ -150,8 +155,13 @@ class BackgroundJudge:
             self._reserve(source, sum(sum(new) for *_, new in plan), plan[0][1])
         out: dict[Triple, float] = {}
         paid = 0
-        for task, query, docs, items, new in plan:
-            rewards = np.asarray(self.scorer.score(Item("", query), items), dtype=np.float64)
+        for at, (task, query, docs, items, new) in enumerate(plan):
+            try:
+                rewards = np.asarray(self.scorer.score(Item("", query), items),
+                                     dtype=np.float64)
+            except Exception:
+                self._release(source, plan[at:])
+                raise
             now = time.time()
             self.store.add_rewards([Reward(task, query, d, float(r), now, source,
                                            paid=n, trusted=trusted)
@@ -159,6 +169,17 @@ class BackgroundJudge:
             paid += sum(new)
             out.update({(task, query, d): float(r) for d, r in zip(docs, rewards)})
         return out, paid
+
+    def _release(self, source: str, unpaid: Sequence[tuple[str, str, list[str], Sequence[Item],
+                                                              list[bool]]]) -> None:
+        """Give back the reservation of the queries not answered (the failed call and
+        those after it), but for pairs the ledger committed before the failure."""
+        if self.budget is None:
+            return
+        reserved = sum(sum(new) for *_, new in unpaid)
+        still = sum(sum(n and s for n, s in zip(new, self._new_to_ledger(query, items)))
+                    for _, query, _, items, new in unpaid)
+        self.store.release(self._source(source), min(still, reserved))
 
 
 __all__ = ["BackgroundJudge", "Bucket", "BudgetSpent", "Triple", "pending_pairs"]

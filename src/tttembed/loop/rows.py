@@ -12,6 +12,8 @@ from typing import Any, Protocol
 #: Sources of judge spend (``spend.source``): a served pair, a validation pair, a
 #: drift re-score, an audit re-score, and what a store held before it kept an account.
 SPEND_SOURCES = ("judge", "validation", "drift", "audit", "opening")
+#: A cap within the budget on some sources together: (pairs, sources), e.g. the audits'.
+Share = tuple[int, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,8 @@ class Store(Protocol):
     def feedback_after(self, cursor: Cursor, limit: int = ...) -> list[Feedback]: ...
     def rewards_after(self, cursor: Cursor, limit: int = ...) -> list[Reward]: ...
     def reserve(self, source: str, want: int, budget: int, *,
-                partial: bool = True) -> int: ...
+                partial: bool = True, share: Share | None = None) -> int: ...
+    def release(self, source: str, pairs: int) -> None: ...
     def spent(self) -> dict[str, int]: ...
     def open_account(self, paid_before: int) -> None: ...
     def add_events(self, rows: Sequence[Event], impressions: Sequence[Impression] = ...,
@@ -250,7 +253,7 @@ CLICK_SETTLE_S = 300.0
 CLICK = "click"
 
 
-__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps",
+__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Share",
            "ClickReward", "Cursor",
            "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
            "SearchLog", "Shown", "Store", "cursor_floor"]
