@@ -189,7 +189,7 @@ def test_an_audit_set_of_peoples_judgments_freezes_a_judge_that_disagrees(world,
                      audit=spec)
         _log_traffic(loop.store, world)
         _until_idle(loop)
-        assert loop.state.frozen and "agrees with people at AUC" in loop.state.reason
+        assert loop.state.frozen and "agrees with people at audit AUC" in loop.state.reason
         assert loop.registry.versions() == [] and loop.registry.served() is None
         assert loop.state.audits[-1]["auc"] < 0.2
         judge.inverted = False

@@ -51,3 +51,27 @@ def test_a_positives_only_audit_counts_the_retrieved_unjudged_documents_as_negat
     with pytest.raises(DataError, match="below --audit-min-auc"):
         _learn(index, emb, docs, queries, qrels, budget=3, scorer=inverted,
                audit=f"qrels:{audit}")
+
+
+def test_the_audit_auc_is_named_with_its_pair_set(tmp_path):
+    """One name per quantity: the audit's AUC is "audit AUC", and its pair set (the audited
+    queries' judged documents and their unjudged base top-10) is printed and stored beside
+    it, so that it is never read as eval's "reward AUC" (the rewarded pairs)."""
+    from tttembed.ttt.audit import audit_line
+
+    index, emb, docs, queries, qrels = _task(tmp_path, "harmful")
+    audit = _audit_file(tmp_path / "positives.tsv", qrels)  # one relevant document each
+    good = _learn(index, emb, docs, queries, qrels, budget=3, audit=f"qrels:{audit}")
+    a = good.audit
+    assert a["name"] == "audit AUC" and a["judged"] == 6 and a["unjudged"] == a["pairs"] - 6
+    assert a["pair_set"] == (f"the {a['pairs']} audit pairs: the 6 judged documents of 6 "
+                             f"queries in {audit} and their {a['unjudged']} unjudged top-10 "
+                             "documents of the base ranking (as non-relevant)")
+    line = audit_line(a)
+    assert line.startswith("audit AUC 1.000 [1.000, 1.000] on the ") and a["pair_set"] in line
+    inverted = QrelsScorer("inverted", qrels={q: {d: 1 for d in docs if d not in g}
+                                              for q, g in qrels.items()})
+    with pytest.raises(DataError, match=r"audit AUC 0\.\d+ .* on the \d+ audit pairs: the 6 "
+                                        r"judged documents of 6 queries"):
+        _learn(index, emb, docs, queries, qrels, budget=3, scorer=inverted,
+               audit=f"qrels:{audit}")

@@ -77,9 +77,10 @@ def print_tables(report: Any) -> None:
         if s["loto_mean_delta"] is not None:
             console.print(f"LOTO mean delta nDCG@10 [{s['scorer']}]: {s['loto_mean_delta']:+.4f}")
         if s.get("reward_quality"):
-            console.print(f"reward quality [{s['scorer']}]: " + ", ".join(
-                f"b={q['b']:g} AUC {q['auc']:.3f} nDCG {q['ndcg']:.3f}"
-                for q in s["reward_quality"]))
+            from tttembed.metrics.quality import reward_auc_line
+
+            console.print(f"reward quality [{s['scorer']}]: " + "; ".join(
+                reward_auc_line(q) for q in s["reward_quality"]))
         for task, fit in (s.get("qdrant_rf") or {}).items():
             console.print(f"qdrant-rf [{s['scorer']}] {task} ({fit['source']}, "
                           f"{fit['pairs']} fitting pairs): " + ", ".join(

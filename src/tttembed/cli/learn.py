@@ -192,10 +192,9 @@ def _save(state: Any, out: Path, overwrite: bool, as_json: bool) -> None:
         path = state.save(out, overwrite=overwrite)
         _summary(state, path)
         if state.audit:
-            a = state.audit
-            console.print(f"audit: the scorer agrees with the human judgments of {a['queries']} "
-                          f"queries ({a['path']}) at AUC {a['auc']:.3f} [{a['ci'][0]:.3f}, "
-                          f"{a['ci'][1]:.3f}] over {a['pairs']} pairs (minimum {a['min_auc']:g})")
+            from tttembed.ttt.audit import audit_line
+
+            console.print(f"audit: the scorer agrees with people at {audit_line(state.audit)}")
         _crossval(state)
         print_selection(state)
     if as_json:

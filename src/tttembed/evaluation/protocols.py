@@ -148,7 +148,7 @@ def fixed_population(work: Sequence[TaskData], rewards_for: Callable[[list], Rew
                         partial(auto_cell, work, rewards, rewards_for, fits, objective))
             out.append(auto_result("fixed", per, B / n, B, {"objective": objective}))
         if info is not None:
-            q = number_cell(cells, {"p": "fixed", "m": "reward-quality", "B": B, "v": 1},
+            q = number_cell(cells, {"p": "fixed", "m": "reward-quality", "B": B, "v": 2},
                             partial(_quality, rewards, work))
             info.setdefault("reward_quality", []).append({"B": B, "b": B / n, **q})
         if progress is not None:

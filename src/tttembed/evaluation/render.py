@@ -210,11 +210,16 @@ def extras_markdown(result: Mapping[str, Any]) -> list[str]:
     for s in result["sections"]:
         if s.get("reward_quality"):
             lines += [f"## Reward quality of `{s['scorer']}` on the rewarded pairs", "",
-                      "AUC of the reward against relevance (grade > 0) and nDCG of the "
-                      "rewarded candidates ordered by reward; tasks equally.", "",
-                      markdown_table(["b", "B", "pairs", "reward AUC", "reward nDCG"], [
-                          [f"{q['b']:g}", str(q["B"]), f"{q['pairs']:.0f}", f"{q['auc']:.3f}",
-                           f"{q['ndcg']:.3f}"] for q in s["reward_quality"]])]
+                      "reward AUC: AUC of the reward against relevance (grade > 0) on the "
+                      "pairs each budget paid (unjudged = non-relevant), and nDCG of the "
+                      "rewarded candidates ordered by reward; tasks equally. Not the audit "
+                      "AUC of `learn --audit` (judged documents and the base top-10 of a "
+                      "few queries): other pairs, another value.", "",
+                      markdown_table(["b", "B", "rewarded pairs", "queries", "reward AUC",
+                                      "reward nDCG"], [
+                          [f"{q['b']:g}", str(q["B"]), f"{q['pairs']:.0f}",
+                           f"{q['queries']:.0f}" if "queries" in q else "",
+                           f"{q['auc']:.3f}", f"{q['ndcg']:.3f}"] for q in s["reward_quality"]])]
         if s.get("qdrant_rf"):
             rows = [[t, f["source"], h, f"{c['a']:.4g}", f"{c['b']:.4g}", f"{c['c']:.4g}",
                      "yes" if c["fitted"] else "no (too few queries)", str(c["epochs"]),

@@ -208,7 +208,7 @@ def judge_audit(old: np.ndarray, new: np.ndarray, *, threshold: float,
     if failed:
         notes.append(f"{failed} of {len(new)} drift re-scores failed")
     if auc is not None and np.isfinite(auc) and auc < min_auc:
-        reasons.append(f"the judge agrees with people at AUC {auc:.3f} < {min_auc:g} on "
+        reasons.append(f"the judge agrees with people at audit AUC {auc:.3f} < {min_auc:g} on "
                        "the audit set")
     if clicks is not None and clicks.gap > threshold:
         reasons.append(f"the judge and the clicks disagree: gap {clicks.gap:.3f} (clicks - "

@@ -10,6 +10,13 @@ pairs themselves (evaluation only; the methods never see it).
 
 A user can compute the same two numbers for their own reranker on a few judged queries
 and read off where it sits on the reward-quality axis of the sweep.
+
+Two AUCs of one judge, two names (never one bare "AUC"): :data:`REWARD_AUC` is this
+module's, over the pairs a budget paid (``eval``'s reward quality); :data:`AUDIT_AUC`
+is the reward audit's (:mod:`tttembed.ttt.audit`), over the audited queries' judged
+documents and their unjudged base top-10 (``learn --audit``, the loop's ``--audit``).
+The pair sets differ, so the same judge and labels can give two different values; each
+is printed with its pair set.
 """
 
 from __future__ import annotations
@@ -17,6 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+#: The AUC of a judge's rewards over the pairs a budget paid (evaluation's reward quality).
+REWARD_AUC = "reward AUC"
+#: The AUC of a judge's rewards over an audit's pairs (:mod:`tttembed.ttt.audit`).
+AUDIT_AUC = "audit AUC"
 
 
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
@@ -46,7 +58,7 @@ def reward_quality(rewards: Mapping[str, Mapping[str, float]],
                    qrels: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, float]:
     """``rewards`` ``{"task/qid": {doc: r}}``; ``qrels`` ``{task: {qid: {doc: grade}}}``."""
     per_task: dict[str, tuple[list[float], list[bool], list[float]]] = {}
-    pairs = 0
+    pairs = queries = 0
     for key, got in rewards.items():
         task, qid = key.split("/", 1)
         judged = qrels.get(task, {}).get(qid, {})
@@ -60,10 +72,28 @@ def reward_quality(rewards: Mapping[str, Mapping[str, float]],
         y += [g > 0 for g in grades]
         nd.append(ndcg_of_order(r, grades))
         pairs += len(docs)
+        queries += 1
     aucs = [auc(s, y) for s, y, _ in per_task.values()]
     ndcgs = [_nanmean(nd) for _, _, nd in per_task.values()]
     return {"auc": _nanmean(aucs), "ndcg": _nanmean(ndcgs), "pairs": float(pairs),
-            "tasks": float(len(per_task))}
+            "queries": float(queries), "tasks": float(len(per_task))}
+
+
+def reward_pair_set(q: Mapping[str, float]) -> str:
+    """The pairs a :data:`REWARD_AUC` was measured on (``q``: :func:`reward_quality`'s
+    result, with the budget per query ``b`` when known; an older cached entry may lack
+    the query count)."""
+    of = f" of {q['queries']:,.0f} queries" if "queries" in q else ""
+    at = f" at b={q['b']:g}" if "b" in q else ""
+    return (f"the {q['pairs']:,.0f} rewarded pairs{of}{at} (the pairs the budget paid; "
+            "unjudged = non-relevant)")
+
+
+def reward_auc_line(q: Mapping[str, float]) -> str:
+    """``reward AUC 0.627 (reward nDCG 0.512) on the 870 rewarded pairs of 87 queries ...``:
+    the quantity by its one name, with its pair set."""
+    return (f"{REWARD_AUC} {q['auc']:.3f} (reward nDCG {q['ndcg']:.3f}) on "
+            f"{reward_pair_set(q)}")
 
 
 def _nanmean(values: Sequence[float]) -> float:

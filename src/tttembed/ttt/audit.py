@@ -8,6 +8,11 @@ counts them: BEIR qrels usually list relevant documents only), through the ledge
 it already paid cost nothing), and the audit is the ROC AUC of the judge's rewards
 against the human relevance (grade >= 1), with a 95% bootstrap interval over queries. A judge whose AUC is below ``--audit-min-auc`` (default 0.6) is
 refused before anything is learned from it.
+
+This quantity is the "audit AUC" (:data:`~tttembed.metrics.quality.AUDIT_AUC`), always
+printed with its pair set; ``eval``'s "reward AUC" is another quantity (the pairs a
+budget paid, :mod:`tttembed.metrics.quality`), so the two may sit on either side of the
+refusal line for one judge.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import ConfigError, DataError
+from tttembed.metrics.quality import AUDIT_AUC
 from tttembed.ttt.guard import Pay
 from tttembed.ttt.queries import QuerySet
 
@@ -38,10 +44,33 @@ class Audit:
     auc: float
     ci: tuple[float, float]
     min_auc: float
+    #: Pairs judged in ``path`` / retrieved in the base top-``depth`` but not judged there.
+    judged: int = 0
+    depth: int = 10
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "queries": self.queries, "pairs": self.pairs,
+        return {"name": AUDIT_AUC, "path": self.path, "queries": self.queries,
+                "pairs": self.pairs, "judged": self.judged,
+                "unjudged": self.pairs - self.judged, "pair_set": self.pair_set(),
                 "auc": self.auc, "ci": list(self.ci), "min_auc": self.min_auc}
+
+    def pair_set(self) -> str:
+        """The pairs this AUC was measured on, in words."""
+        return (f"the {self.pairs:,} audit pairs: the {self.judged:,} judged documents of "
+                f"{self.queries:,} queries in {self.path} and their "
+                f"{self.pairs - self.judged:,} unjudged top-{self.depth} documents of the base "
+                "ranking (as non-relevant)")
+
+
+def audit_line(audit: Mapping[str, Any]) -> str:
+    """``audit AUC 0.535 [0.491, 0.578] on the 1,030 audit pairs: ...`` from an
+    :meth:`Audit.as_dict` (a state's ``audit``); an older record without its pair set
+    says its pairs and queries."""
+    ci = audit.get("ci") or [float("nan")] * 2
+    pairs = audit.get("pair_set") or (f"the {audit['pairs']:,} audit pairs of "
+                                      f"{audit['queries']:,} queries in {audit['path']}")
+    return (f"{AUDIT_AUC} {audit['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] on {pairs} "
+            f"(minimum {audit['min_auc']:g})")
 
 
 def audit_spec(spec: str) -> Path:
@@ -75,7 +104,9 @@ def audit_judge(spec: str, queries: QuerySet, pay: Pay, *, min_auc: float = MIN_
                         **judged[q]} for q in keys}
     rewards = pay([(key, d) for key, docs in labels.items() for d in docs])
     auc, ci, n = _agreement(labels, rewards, seed)
-    result = Audit(str(path), len(keys), n, auc, ci, float(min_auc))
+    judged_n = sum(1 for q in keys for d in judged[q]
+                   if np.isfinite(rewards.get(keys[q], {}).get(d, np.nan)))
+    result = Audit(str(path), len(keys), n, auc, ci, float(min_auc), judged_n, depth)
     if not np.isfinite(auc):
         raise DataError(f"the audit cannot measure the judge: its {n} pairs of {len(keys)} "
                         "queries are all relevant or all non-relevant (or unscored)",
@@ -83,8 +114,8 @@ def audit_judge(spec: str, queries: QuerySet, pay: Pay, *, min_auc: float = MIN_
                         "include non-relevant ones")
     if auc < min_auc:
         raise DataError(
-            f"the judge agrees with these human judgments at AUC {auc:.3f} "
-            f"[{ci[0]:.3f}, {ci[1]:.3f}] over {n} pairs of {len(keys)} queries, below "
+            f"the judge agrees with these human judgments at {AUDIT_AUC} {auc:.3f} "
+            f"[{ci[0]:.3f}, {ci[1]:.3f}] on {result.pair_set()}, below "
             f"--audit-min-auc {min_auc:g}: learning from it would follow a wrong judge",
             path=path, fix="fix the judge (its model, prompt or instruction), or lower "
             "--audit-min-auc if you accept it")
@@ -117,4 +148,4 @@ def _agreement(labels: Mapping[str, Mapping[str, int]],
     return value, (float(lo), float(hi)), len(flat)
 
 
-__all__ = ["MIN_AUC", "Audit", "audit_judge", "audit_spec"]
+__all__ = ["MIN_AUC", "Audit", "audit_judge", "audit_line", "audit_spec"]
