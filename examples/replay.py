@@ -1,0 +1,126 @@
+"""Replay a BEIR folder's questions as live traffic to a learning server, and measure it.
+
+The closed-loop guide's traffic: every question of the folder is searched through
+``POST /v1/search`` (``--rounds`` times: questions that recur, as head queries do), then
+the script waits until the learner has nothing left to do (``/v1/loop`` says idle) and
+searches every question once more. It prints the served nDCG@10 on the folder's labels
+before (the first round) and after (the last), each beside the version that served it:
+the raw baseline stands beside the adapted figure. The questions are the ones the loop
+learned from (query-wise vectors serve exactly those texts), so the gain is in-sample:
+what the same questions get when they are asked again.
+
+    python examples/replay.py data/stdlib-docs --url http://127.0.0.1:8000 --rounds 2
+
+Standard library plus tttembed's metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tttembed.metrics.ranking import run_metrics
+
+
+def request(url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())
+
+
+def read_folder(folder: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    questions = {}
+    for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            questions[row["_id"]] = row["text"]
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, did, grade = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(grade)
+    return {q: t for q, t in questions.items() if q in qrels}, qrels
+
+
+def search_all(url: str, task: str, questions: dict[str, str]) -> dict[str, dict[str, float]]:
+    """One round: every question searched once; the run the server served."""
+    run = {}
+    for qid, text in questions.items():
+        hit = request(f"{url}/v1/search", {"query": text, "task": task, "k": 10})["data"][0]
+        run[qid] = {d: float(s) for d, s in zip(hit["ids"], hit["scores"])}
+    return run
+
+
+def served(url: str) -> str:
+    return str(request(f"{url}/v1/loop").get("version") or "raw")
+
+
+def wait_idle(url: str, limit: float) -> dict[str, Any]:
+    """Poll ``/v1/loop`` until the learner is idle (its cycles done), printing progress.
+    Idle counts only from the learner's second step after the traffic (its status
+    ``updated`` changed twice), so an idle status written before the traffic is not read
+    as the end."""
+    start, last = time.monotonic(), ""
+    seen = [request(f"{url}/v1/loop").get("updated")]
+    while True:
+        loop = request(f"{url}/v1/loop")
+        if loop.get("updated") != seen[-1]:
+            seen.append(loop.get("updated"))
+        line = (f"  learner: pairs judged {loop.get('pairs_judged')} of "
+                f"{loop.get('judge_budget')}, versions {len(loop.get('versions') or [])}, "
+                f"serving {loop.get('version') or 'raw'}"
+                + (f", frozen: {loop.get('reason')}" if loop.get("frozen") else ""))
+        if line != last:
+            print(line, flush=True)
+            last = line
+        if len(seen) > 2 and loop.get("idle") and not loop.get("learning"):
+            return dict(loop)
+        if time.monotonic() - start > limit:
+            print(f"  the learner is still busy after {limit:.0f} s; measuring now", flush=True)
+            return dict(loop)
+        time.sleep(1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="the BEIR folder the server's index was built from")
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default %(default)s)")
+    parser.add_argument("--task", help="the task name (default: the folder's name)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="times every question is asked before the learner is awaited (default 2)")
+    parser.add_argument("--wait", type=float, default=600.0,
+                        help="seconds to wait for the learner to become idle (default 600)")
+    args = parser.parse_args(argv)
+    task = args.task or args.folder.name
+    try:
+        questions, qrels = read_folder(args.folder)
+        before_version = served(args.url)
+        runs = [search_all(args.url, task, questions) for _ in range(max(args.rounds, 1))]
+        print(f"{len(questions) * len(runs)} searches sent ({len(questions)} questions x "
+              f"{len(runs)}); waiting for the learner", flush=True)
+        loop = wait_idle(args.url, args.wait)
+        after_version = served(args.url)
+        after = search_all(args.url, task, questions)
+    except (OSError, urllib.error.URLError) as exc:
+        print(f"error: {args.url}: {exc}; start the server first (see docs/guides/closed-loop.md)",
+              file=sys.stderr)
+        return 2
+    b = run_metrics(qrels, runs[0], ("ndcg@10",))["ndcg@10"]
+    a = run_metrics(qrels, after, ("ndcg@10",))["ndcg@10"]
+    print(f"served nDCG@10 on the folder's labels ({len(questions)} questions, asked again): "
+          f"{before_version} {b:.4f} -> {after_version} {a:.4f} ({a - b:+.4f})")
+    budget = loop.get("budget") or {}
+    print(f"judge pairs paid {loop.get('pairs_judged')} of {loop.get('judge_budget')}"
+          + (f" (audits {budget['audit_pairs']})" if "audit_pairs" in budget else "")
+          + (f"; promotions frozen: {loop.get('reason')}" if loop.get("frozen") else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
