@@ -75,3 +75,55 @@ def test_a_qrels_file_linked_to_itself_is_said_so(tmp_path):
     text = str(got.value)
     assert "loop of links" in text and "test.tsv" in text
     assert "available splits" not in text
+
+
+def _task_state(keys, seed=0, dim=4):
+    import numpy as np
+
+    from tttembed.adapt.state import AdaptState
+
+    v = np.random.default_rng(seed).normal(size=(len(keys), dim)).astype(np.float32)
+    return AdaptState("task", tuple(keys), v, np.full(len(keys), 0.5),
+                      np.ones(len(keys), np.int64), identity="st:test", dim=dim)
+
+
+def _adapter_state(keys, seed=1, dim=4, rank=2):
+    import dataclasses
+
+    import numpy as np
+
+    from tttembed.adapt.parts import StateParts
+
+    base = _task_state(keys, seed, dim)
+    rng = np.random.default_rng(seed + 10)
+    u = rng.normal(size=(len(keys), dim, rank)).astype(np.float32)
+    v = rng.normal(size=(len(keys), dim, rank)).astype(np.float32)
+    return dataclasses.replace(base, scope="adapter",
+                               parts=StateParts(np.arange(len(keys)), u, v))
+
+
+def test_states_diff_across_a_task_and_an_adapter_version_compares_the_vectors(tmp_path):
+    """``states diff`` between a task version and an adapter version compares what both
+    have (the task vectors and alphas: a finite |delta| and cosine) and says what it
+    cannot (the adapter's map, present on one side only), never ``|delta| inf cosine
+    nan``."""
+    import math
+
+    from typer.testing import CliRunner
+
+    from tttembed.cli import app
+    from tttembed.registry.versions import Registry
+
+    reg = Registry(tmp_path / "r", create=True, index={"identity": "st:test"})
+    reg.register(_task_state(("a", "b")))
+    reg.register(_adapter_state(("a", "b")))
+    d = reg.diff("v1", "v2")
+    assert d["changed"] == ["a", "b"]
+    for c in d["changes"].values():
+        assert math.isfinite(c["delta_norm"]) and math.isfinite(c["cosine"])
+        assert c["map"] == "added"
+    assert "map" in d["not_compared"] and "v2" in d["not_compared"]
+    out = CliRunner().invoke(app, ["states", "diff", str(tmp_path / "r"), "v1", "v2"])
+    assert out.exit_code == 0, out.output
+    assert "inf" not in out.output and "nan" not in out.output
+    assert "map added" in out.output and "not compared" in out.output

@@ -252,6 +252,20 @@ def states_diff(folder: DirArg, a: VersionArg, b: VersionArg, as_json: JsonOpt =
         for key in d[name][:20]:
             typer.echo(f"  {name[0]} {key}")
     for key in d["changed"][:20]:
-        c = d["changes"][key]
-        typer.echo(f"  ~ {key}  |delta| {c['delta_norm']:.4g}  cosine {c['cosine']:.4f}  "
-                   f"alpha {c['alpha_from']:.3f} -> {c['alpha_to']:.3f}")
+        typer.echo(f"  ~ {key}  {_change(d['changes'][key])}")
+    if d.get("not_compared"):
+        typer.echo(f"not compared: {d['not_compared']}")
+
+
+def _change(c: dict[str, Any]) -> str:
+    """One changed key of a diff in words (a part that cannot be compared: said so)."""
+    delta = "-" if c.get("delta_norm") is None else f"{c['delta_norm']:.4g}"
+    cosine = "-" if c.get("cosine") is None else f"{c['cosine']:.4f}"
+    line = (f"|delta| {delta}  cosine {cosine}  alpha {c['alpha_from']:.3f} -> "
+            f"{c['alpha_to']:.3f}")
+    if c.get("dimension"):
+        line += f"  dimension {c['dimension']} (vectors not compared)"
+    if c.get("map"):
+        line += f"  map {c['map']}" + (f" |map delta| {c['map_delta']:.4g}"
+                                        if c.get("map_delta") is not None else "")
+    return line
