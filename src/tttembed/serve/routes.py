@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,22 @@ def served_task(svc: Service, snap: Snapshot, task: str | None) -> str | None:
                    param="task", code="unknown_task")
 
 
+def search_task(snap: Snapshot, task: str | None) -> str:
+    """The task a search without ``task`` is served as: the one task the states and query
+    files name, '_' (global states) when they name none; several are a 400 listing them
+    (the answer's ``task`` says which was used)."""
+    if task is not None:
+        return task
+    known = snap.known_tasks
+    if len(known) > 1:
+        shown = ", ".join(known[:20]) + (f" (+{len(known) - 20} more)" if len(known) > 20
+                                         else "")
+        raise ApiError(400, f"'task' is required: this server's states and query files name "
+                       f"{shown}; send one of them, or '_' for the global states only",
+                       param="task", code="missing_task")
+    return known[0] if known else GLOBAL_ONLY
+
+
 #: Requests of at most this many texts (and no traffic log to write) are adapted and
 #: rendered on the event loop, their model rows awaited there; larger ones in a thread.
 INLINE_TEXTS = 32
@@ -137,8 +154,10 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
     limits = svc.config.limits
     req = parse_search(body, max_inputs=limits.max_inputs, max_k=limits.max_k)
     snap = svc.states.current
-    info.update(inputs=len(req.texts), task=req.task, generation=snap.generation, k=req.k)
-    task = served_task(svc, snap, req.task) or req.task  # a search always names a task
+    name = search_task(snap, req.task)
+    req = replace(req, task=name)  # the answer's "task": the one used
+    info.update(inputs=len(req.texts), task=name, generation=snap.generation, k=req.k)
+    task = served_task(svc, snap, name) or name  # a search always names a task
 
     # a few texts: the model rows and the index hits awaited from their threads (engine)
     found = await svc.engine.search_async(req.texts, task, req.k, snap) \
@@ -151,7 +170,7 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
         if svc.store is not None:
             sids = [uuid.uuid4().hex for _ in req.texts]
             marks = interleave_results(svc, snap, task, req, body["data"], sids)
-            log_traffic(svc, snap, req.task, req.texts, [d["ids"] for d in body["data"]],
+            log_traffic(svc, snap, name, req.texts, [d["ids"] for d in body["data"]],
                         body["data"], sids=sids, marks=marks)
         return _render(body), res
 

@@ -144,14 +144,17 @@ def embeddings_body(vectors: np.ndarray, req: EmbeddingsRequest, model: str
 
 @dataclass(frozen=True)
 class SearchRequest:
+    """A validated ``/v1/search`` body; ``task`` None when the body names none (the
+    server then decides: :func:`tttembed.serve.routes.search_task`)."""
+
     texts: list[str]
-    task: str
+    task: str | None
     k: int
     single: bool
 
 
 def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
-    """``{"query": str | "queries": [str], "task": str = "_", "k": int = 10}``."""
+    """``{"query": str | "queries": [str], "task": str?, "k": int = 10}``."""
     if not isinstance(body, Mapping):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_body")
     if ("query" in body) == ("queries" in body):
@@ -165,7 +168,7 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
         raise ApiError(400, "'queries' must be a list of strings", param="queries",
                        code="invalid_input")
     texts = _texts(value, max_inputs)
-    task = _task_name(body.get("task", "_"), "task")
+    task = _task_name(body["task"], "task") if body.get("task") is not None else None
     k = body.get("k", 10)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
         raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",
