@@ -4,8 +4,14 @@ counts it, and a PostgreSQL password never reaches the learner's start line."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
+import pytest
 from typer.testing import CliRunner
 
+from tests.loop.test_loop import world  # noqa: F401  (fixture)
 from tttembed.cli import app
 
 
@@ -63,3 +69,34 @@ def test_a_failing_judge_spends_no_budget_and_pays_all_once_it_recovers(tmp_path
     assert paid == len(pairs) and len(got) == len(pairs)
     assert sum(store.spent().values()) == len(pairs)
     assert store.counts()["paid"] == len(pairs)
+
+
+def test_pairs_judged_after_a_sigkill_of_the_learner_is_the_stores_count(world, tmp_path):  # noqa: F811
+    """SIGKILL of `tttembed loop` while it pays a slow judge: `/v1/loop`'s `pairs_judged`
+    (and the budget left) is read from the store's spend account, never below the paid
+    rewards the store holds, not from the learner's last status write."""
+    from tests.faults.test_loop import _learner, _log_traffic
+    from tests.loop.test_loop import Judgments
+    from tests.servers import LocalOpenAIServer
+    from tttembed.loop.status import loop_status
+    from tttembed.loop.store import open_store
+    from tttembed.registry.open import open_registry
+
+    reg, cache = tmp_path / "reg", tmp_path / "cache"
+    reg.mkdir()
+    _log_traffic(reg, world)
+    with LocalOpenAIServer(rerank=Judgments(world["relevant"]), latency=0.3) as server:
+        proc = _learner(world, reg, server.url, cache)
+        store = open_store(None, reg)
+        deadline = time.monotonic() + 120
+        while store.counts()["paid"] < 6 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    paid = store.counts()["paid"]
+    status = loop_status(open_registry(str(reg)), store)
+    assert paid >= 6, paid  # the kill came after answered pairs were committed
+    assert status["pairs_judged"] == sum(store.spent().values()) >= paid, (status, paid)
+    assert status["budget"]["paid_by_this_loop"] == status["pairs_judged"]
+    assert status["judge_budget_left"] == 1000 - status["pairs_judged"]

@@ -15,7 +15,8 @@ learning, once its pid is gone (same host) or its heartbeat is older than
 
 The budget words, once: ``pairs_judged`` (``budget.paid_by_this_loop``) is the judge
 pairs this loop paid for (the store's spend account: served pairs, validation, drift and
-audit re-scores); ``budget.rewards_in_ledger`` the judge rewards the store holds, paid now
+audit re-scores; read from the store by every reader, so a learner killed between two
+status writes is never under-counted); ``budget.rewards_in_ledger`` the judge rewards the store holds, paid now
 or earlier (a version's ``pairs.judged`` counts those it learned from).
 """
 
@@ -232,6 +233,10 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     learner = found or LoopState()
     running, why = alive(coordination, found)
     counts = store.counts() if store is not None else {"by_version": {}}
+    if store is not None:  # the store's account, not the learner's last write (a kill)
+        learner.spend = store.spent()
+        learner.pairs_judged = sum(learner.spend.values())
+        learner.judge_budget_left = max(learner.judge_budget - learner.pairs_judged, 0)
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
     out = {
