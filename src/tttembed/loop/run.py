@@ -100,6 +100,7 @@ class Loop:
         self.state.judge_audited = bool(config.audit)
         self.state.audit = config.audit or ""
         self.state.min_queries = config.min_queries
+        self.state.has_judge = config.has_judge
         self.state.click_settle_s = config.click_settle_s if config.clicks != "off" else -1.0
         self.state.host = socket.gethostname()
         self.failures = Failures()

@@ -71,6 +71,8 @@ class LoopState:
     clicks: dict[str, Any] = field(default_factory=dict)
     online: dict[str, Any] = field(default_factory=dict)
     #: ``--click-settle-s`` (-1: the learner reads no clicks, ``--clicks off``)
+    #: False under ``--judge none`` (clicks and labels only: nothing to audit)
+    has_judge: bool = True
     click_settle_s: float = -1.0
     pid: int = 0
     host: str = ""
@@ -265,6 +267,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "queries_served": by_version,
         "cycles": learner.cycles,
         "last_cycle": learner.last_cycle,
+        "has_judge": learner.has_judge,
         "audits": learner.audits,
         "caches": learner.caches,
         "learner_clicks": learner.clicks,

@@ -29,8 +29,9 @@ TOP_FIELDS = ("version", "learning", "idle", "pairs_judged", "judge_budget", "ju
               "judge_audited", "rewards_in_ledger")
 #: A version's evidence fields (a difference against the version served before it).
 EVIDENCE_FIELDS = ("gain", "ci_low", "ci_high", "p", "queries", "validation_pairs")
-#: A version's pair counts, shown as ``pairs_<name>``.
-PAIR_FIELDS = ("judged", "feedback", "validation")
+#: A version's pair counts, shown as ``pairs_<name>``, and the words beside each.
+PAIR_FIELDS = ("judged", "feedback", "validation", "clicks")
+PAIR_WORDS = {"validation": "validation paid", "clicks": "clicks"}
 
 _CSS = """
 :root{--fg:#1f2933;--muted:#6b7785;--line:#d9dee5;--bg:#f4f6f9;--card:#fff;--green:#1a7f37;
@@ -94,6 +95,17 @@ def _is_served(row: Mapping[str, Any], served: Any) -> bool:
     return served is not None and row.get("version") == served
 
 
+def _judge_badge(status: Mapping[str, Any]) -> str:
+    """Audited, not audited (red), or no judge at all (``--judge none``: nothing to
+    audit, ``--audit`` is refused)."""
+    audited = status.get("judge_audited")
+    if status.get("has_judge") is False:
+        return data_field("judge_audited", audited, "no judge (clicks and labels)", "badge")
+    return data_field("judge_audited", audited,
+                      "judge audited" if audited is True else "judge NOT audited (no --audit)",
+                      "badge live" if audited is True else "badge frozen")
+
+
 def _header(status: Mapping[str, Any]) -> str:
     served = status.get("version")
     learning, idle, frozen = status.get("learning"), status.get("idle"), status.get("frozen")
@@ -105,10 +117,7 @@ def _header(status: Mapping[str, Any]) -> str:
                "badge"),
         data_field("frozen", frozen, "FROZEN" if frozen is True else "live",
                "badge frozen" if frozen is True else "badge live"),
-        data_field("judge_audited", status.get("judge_audited"),
-               "judge audited" if status.get("judge_audited") is True else
-               "judge NOT audited (no --audit)",
-               "badge live" if status.get("judge_audited") is True else "badge frozen"),
+        _judge_badge(status),
     ]
     learner = as_map(status.get("learner"))
     if learner.get("running") is False and learner.get("stopped"):
@@ -260,13 +269,21 @@ def _evidence(row: Mapping[str, Any]) -> str:
     return (f'<span class="muted nw">Δ nDCG@10 vs {base}</span> <span class="nw">{gain} {ci},'
             f'</span> <span class="nw">p {p},</span> <span class="nw">'
             f'{data_field("queries", ev.get("queries"))} queries,</span> <span class="nw">'
-            f'{data_field("validation_pairs", ev.get("validation_pairs"))} validation pairs</span>')
+            f'{data_field("validation_pairs", ev.get("validation_pairs"))} validation pairs'
+            f'{_paid(row)}</span>')
+
+
+def _paid(row: Mapping[str, Any]) -> str:
+    """``, N paid``: of the validation pairs, those the judge was paid for (the rest
+    were held already, or valued without a judge)."""
+    paid = as_map(row.get("pairs")).get("validation")
+    return f", {plain(paid)} paid" if paid is not None else ""
 
 
 def _pairs(row: Mapping[str, Any]) -> str:
     pairs = as_map(row.get("pairs"))
     return " · ".join(f'<span class="nw">{data_field("pairs_" + name, pairs.get(name))} '
-                      f'{name}</span>'
+                      f'{PAIR_WORDS.get(name, name)}</span>'
                       for name in PAIR_FIELDS)
 
 
