@@ -127,3 +127,31 @@ def test_states_diff_across_a_task_and_an_adapter_version_compares_the_vectors(t
     assert out.exit_code == 0, out.output
     assert "inf" not in out.output and "nan" not in out.output
     assert "map added" in out.output and "not compared" in out.output
+
+
+@pytest.mark.parametrize("text, said", [
+    ('{"version": "v99", "against": null, "since": "2026-01-01T00:00:00Z", "by": "learner"}',
+     "v99"),
+    ("{not json", "candidate.json"),
+])
+def test_a_stale_or_garbage_candidate_is_reported_not_shown(tmp_path, text, said):
+    """A ``candidate.json`` that names a version the registry does not hold, or cannot be
+    read, is reported by ``states list`` (and its exit) and by ``/v1/loop``
+    (``candidate_error``), which shows no candidate: one rule for both readers."""
+    from typer.testing import CliRunner
+
+    from tttembed.cli import app
+    from tttembed.loop.status import loop_status
+    from tttembed.registry.versions import Registry
+
+    reg = Registry(tmp_path / "r", create=True, index={"identity": "st:test"})
+    reg.register(_task_state(("a",)))
+    (tmp_path / "r" / "candidate.json").write_text(text)
+    status = loop_status(reg, None)
+    assert status["candidate"] is None
+    assert said in status["candidate_error"]
+    out = CliRunner().invoke(app, ["states", "list", str(tmp_path / "r")])
+    assert out.exit_code == 1, out.output
+    assert "candidate" in out.output and said in out.output
+    got = CliRunner().invoke(app, ["states", "list", str(tmp_path / "r"), "--json"])
+    assert said in got.output and '"candidate": null' in got.output

@@ -29,6 +29,7 @@ AuditMinAucOpt = Annotated[float, typer.Option("--audit-min-auc", min=0.0, max=1
 ClicksOpt = Annotated[str, typer.Option("--clicks", help="How clicks (POST /v1/events) become rewards: ips (debiased for position by propensities estimated from the traffic; with a judge, combined doubly robustly), naive (the raw click-through rate, for comparison only: it rewards whatever is on top), or off.")]
 ClickSettleOpt = Annotated[float, typer.Option("--click-settle-s", min=0.0, help="Seconds after a search before its clicks are read (later clicks of it are not counted).")]
 LoopInterleaveOpt = Annotated[float, typer.Option("--interleave", min=0.0, max=1.0, help="Interleaving as the online promotion test: a version the offline check does not refuse becomes the registry's candidate, which serve --interleave P replicas interleave with the served version on P of searches; it is promoted only when the clicks' sequential test (alpha 0.05) says better, dropped when it says not. Give the replicas' P (0: promote on the offline check alone).")]
+AuditShareOpt = Annotated[float, typer.Option("--audit-share", min=0.0, max=1.0, help="The share of --judge-budget all audits together may pay (the drift re-scores and the --audit set's pairs the ledger does not hold yet; pairs it holds are free to re-read). 0.2: a fifth.")]
 MinQueriesOpt = Annotated[int, typer.Option("--min-queries", min=2, help="Rewarded queries the promotion's paired test needs at least (it promotes only when that test says better at alpha 0.05); fewer decide nothing.")]
 
 
@@ -60,6 +61,7 @@ def loop(
     drift_threshold: DriftThresholdOpt = 0.3,
     audit: AuditOpt = None,
     audit_min_auc: AuditMinAucOpt = 0.6,
+    audit_share: AuditShareOpt = 0.2,
     min_queries: MinQueriesOpt = 20,
     clicks: ClicksOpt = "ips",
     click_settle_s: ClickSettleOpt = 300.0,
@@ -78,7 +80,8 @@ def loop(
                          learn_every=learn_every, scope=scope, judge_depth=judge_depth,
                          depth=depth, drift_sample=drift_sample,
                          drift_threshold=drift_threshold, audit=audit,
-                         audit_min_auc=audit_min_auc, min_queries=min_queries, seed=seed,
+                         audit_min_auc=audit_min_auc, audit_share=audit_share,
+                         min_queries=min_queries, seed=seed,
                          nice=nice, clicks=clicks, click_settle_s=click_settle_s,
                          interleave=interleave,
                          registry_cache=str(registry_cache) if registry_cache else None)
@@ -174,12 +177,19 @@ def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[boo
     """Every version, oldest first; * marks the one the registry serves. Below: what each
     replica reported serving in the last 30 s, and (--history) promotions and rollbacks."""
     from tttembed.loop.coordination import open_coordination
+    from tttembed.loop.coordination.base import checked_candidate
 
     reg = _registry(folder)
     survey = reg.survey()
-    served, replicas = survey.served, open_coordination(reg).replicas()
+    coordination = open_coordination(reg)
+    served, replicas = survey.served, coordination.replicas()
+    candidate, candidate_error = checked_candidate(coordination,
+                                                   {v.name for v in survey.versions})
+    problems = survey.problems + ([candidate_error] if candidate_error else [])
     if as_json:
-        emit_json({"served": served, "problems": survey.problems, "replicas": replicas,
+        emit_json({"served": served, "problems": problems, "replicas": replicas,
+                   "candidate": candidate and candidate["version"],
+                   **({"candidate_error": candidate_error} if candidate_error else {}),
                    "history": survey.history, "versions": [
             {**dict(v.manifest), **({"id": v.id} if v.id else {}), "promoted": v.promoted, "promoted_at": v.promoted_at,
              "promoted_by": v.promoted_by, **({"broken": v.broken} if v.broken else {})}
@@ -189,6 +199,11 @@ def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[boo
     for v in survey.versions:
         typer.echo(_line(v, served))
     typer.echo(_budget_line(reg, folder))
+    if candidate is not None:
+        typer.echo(f"candidate: {candidate['version']} under an online test (against "
+                   f"{candidate.get('against') or 'raw'}, since {candidate.get('since')})")
+    elif candidate_error:
+        typer.echo(f"candidate: {candidate_error}")
     if replicas:
         for r in replicas:
             typer.echo(_replica_line(r, served))
@@ -199,10 +214,10 @@ def states_list(folder: DirArg, as_json: JsonOpt = False, history: Annotated[boo
         for h in survey.history:
             typer.echo(f"  {h.get('at')}  {h.get('action'):<8} {h.get('from') or 'raw'} -> "
                        f"{h.get('version') or 'raw'}  by {h.get('by')}  {h.get('reason') or ''}")
-    if survey.problems:  # what could be read is listed above; the exit says it is not all
+    if problems:  # what could be read is listed above; the exit says it is not all
         from tttembed.core.errors import DataError
 
-        raise DataError("broken registry file(s): " + "; ".join(survey.problems))
+        raise DataError("broken registry file(s): " + "; ".join(problems))
 
 
 @states_app.command("show")

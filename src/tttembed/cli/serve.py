@@ -13,6 +13,7 @@ from tttembed.cli._options import IndexOpt, SplitOpt, TaskOpt
 from tttembed.cli.loop import (
     AuditMinAucOpt,
     AuditOpt,
+    AuditShareOpt,
     ClickSettleOpt,
     ClicksOpt,
     DriftSampleOpt,
@@ -62,6 +63,7 @@ def serve(
     corpus: LoopCorpusOpt = None,
     audit: AuditOpt = None,
     audit_min_auc: AuditMinAucOpt = 0.6,
+    audit_share: AuditShareOpt = 0.2,
     judge_depth: JudgeDepthOpt = 10,
     drift_sample: DriftSampleOpt = 20,
     drift_threshold: DriftThresholdOpt = 0.3,
@@ -78,6 +80,7 @@ def serve(
     learner = _learner(learn, registry, index, judge, store=store, corpus=corpus,
                        judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
                        scope=scope, audit=audit, audit_min_auc=audit_min_auc,
+                       audit_share=audit_share,
                        judge_depth=judge_depth, drift_sample=drift_sample,
                        drift_threshold=drift_threshold, min_queries=min_queries,
                        clicks=clicks, click_settle_s=click_settle_s, interleave=interleave,

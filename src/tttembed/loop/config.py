@@ -22,7 +22,8 @@ class LoopConfig:
     new). ``judge_depth``: served ranks the judge considers; ``depth``: the base
     retrieval's candidates per query; ``drift_sample`` pairs re-scored a cycle, freezing
     above ``drift_threshold`` mean disagreement; ``audit``: ``qrels:PATH`` of people's
-    judgments (AUC below ``audit_min_auc`` freezes). ``judge`` ``none``: no judge, learn
+    judgments (AUC below ``audit_min_auc`` freezes); all audits together pay at most
+    ``audit_share`` of ``judge_budget`` (:attr:`audit_cap` pairs). ``judge`` ``none``: no judge, learn
     from clicks and labels only (the budget is 0). ``clicks``: how clicks become rewards
     (``ips`` debiased, ``naive`` the raw rate for comparison, ``off``), read
     ``click_settle_s`` after their search; ``interleave`` > 0: a version the offline check
@@ -44,6 +45,9 @@ class LoopConfig:
     drift_threshold: float = 0.3
     audit: str | None = None
     audit_min_auc: float = 0.6
+    #: the share of ``judge_budget`` all audits together may pay (``--audit-share``): the
+    #: drift re-scores and the people's audit set's pairs new to the ledger
+    audit_share: float = 0.2
     #: queries the promotion test needs at least (``--min-queries``)
     min_queries: int = 20
     validate_share: float = 0.1
@@ -66,6 +70,11 @@ class LoopConfig:
         from tttembed.loop.nojudge import NO_JUDGE
 
         return self.judge.strip().lower() != NO_JUDGE
+
+    @property
+    def audit_cap(self) -> int:
+        """Judge pairs all audits together may pay (``audit_share`` of the budget)."""
+        return int(self.audit_share * self.judge_budget)
 
     def __post_init__(self) -> None:
         from tttembed.loop.clicks.feed import CLICK_MODES
@@ -95,6 +104,9 @@ class LoopConfig:
         if self.min_queries < 2:
             raise ConfigError(f"--min-queries must be >= 2 (an interval needs 2 queries), "
                               f"got {self.min_queries}")
+        if not 0 <= self.audit_share <= 1:
+            raise ConfigError(f"--audit-share must be a fraction of --judge-budget in [0, 1], "
+                              f"got {self.audit_share:g} (0.2: a fifth of the budget)")
         if not 0 < self.drift_threshold <= 1 or self.drift_sample < 0:
             raise ConfigError("--drift-threshold must be in (0, 1] and --drift-sample >= 0")
 
@@ -116,6 +128,7 @@ class LoopConfig:
                 out += [flag, value]
         if self.audit:
             out += ["--audit-min-auc", str(self.audit_min_auc)]
+        out += ["--audit-share", str(self.audit_share)]
         if self.threads:
             out = ["--threads", str(self.threads), *out]
         return out

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Union
 
 from tttembed.loop.coordination import Coordination, open_coordination
+from tttembed.loop.coordination.base import checked_candidate
 from tttembed.loop.store import Store
-from tttembed.registry.base import StateRegistry, Version
+from tttembed.registry.base import StateRegistry, Survey, Version
 
 #: Seconds between the learner's heartbeats, and the age past which it is not running.
 HEARTBEAT_S = 1.0
@@ -70,9 +71,9 @@ class LoopState:
     caches: dict[str, int] = field(default_factory=dict)
     clicks: dict[str, Any] = field(default_factory=dict)
     online: dict[str, Any] = field(default_factory=dict)
-    #: ``--click-settle-s`` (-1: the learner reads no clicks, ``--clicks off``)
     #: False under ``--judge none`` (clicks and labels only: nothing to audit)
     has_judge: bool = True
+    #: ``--click-settle-s`` (-1: the learner reads no clicks, ``--clicks off``)
     click_settle_s: float = -1.0
     pid: int = 0
     host: str = ""
@@ -200,9 +201,13 @@ def _version_row(v: Version, served: str | None, by_version: dict[str, int],
             **({"broken": v.broken} if v.broken else {})}
 
 
-def _candidate(coordination: Coordination) -> str | None:
-    record = coordination.candidate()
-    return None if record is None else str(record["version"])
+def _candidate(coordination: Coordination, survey: Survey) -> tuple[str | None, str]:
+    """The candidate's name (None: none, or one that is not a version) and why not."""
+    try:
+        record, why = checked_candidate(coordination, {v.name for v in survey.versions})
+    except Exception as exc:  # noqa: BLE001  (a status page shows what it can)
+        return None, " ".join(str(exc).split())
+    return (None if record is None else str(record["version"])), why
 
 
 def _replicas(coordination: Coordination) -> list[dict[str, Any]]:
@@ -241,6 +246,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         learner.judge_budget_left = max(learner.judge_budget - learner.pairs_judged, 0)
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
+    candidate, candidate_error = _candidate(coordination, survey)
     out = {
         "version": survey.served,
         "versions": [_version_row(v, survey.served, by_version, survey.history)
@@ -261,20 +267,20 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "frozen": learner.frozen,
         "reason": learner.reason,
         "judge_audited": learner.judge_audited,
+        "has_judge": learner.has_judge,
         "audit": learner.audit or None,
         "min_queries": learner.min_queries or None,
         "searches": int(counts.get("searches", 0)),
         "queries_served": by_version,
         "cycles": learner.cycles,
         "last_cycle": learner.last_cycle,
-        "has_judge": learner.has_judge,
         "audits": learner.audits,
         "caches": learner.caches,
         "learner_clicks": learner.clicks,
         "clicks_waiting": clicks_waiting(store, learner.click_settle_s),
         "propensities": learner.clicks.get("propensities"),
         "online_test": learner.online or None,
-        "candidate": _candidate(coordination),
+        "candidate": candidate,
         "learner": {"running": running, "pid": learner.pid or None,
                     "updated": learner.updated or None, "error": learner.error,
                     **({"stopped": why} if not running and found is not None else {})},
@@ -284,6 +290,8 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     }
     if status_error:
         out["status_error"] = status_error
+    if candidate_error:
+        out["candidate_error"] = candidate_error
     if survey.problems:
         out["registry_error"] = "; ".join(survey.problems)
     return out

@@ -11,7 +11,7 @@ versions and the served pointer (:mod:`tttembed.registry`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -43,10 +43,29 @@ class Coordination(Protocol):
     def replicas(self, *, fresh_s: float = REPLICA_FRESH_S) -> list[dict[str, Any]]: ...
     # the candidate under an online test
     def candidate(self) -> dict[str, Any] | None: ...
+    def candidate_checked(self) -> tuple[dict[str, Any] | None, str]: ...
     def set_candidate(self, version: str, against: str | None,
                       by: str = "learner") -> dict[str, Any]: ...
     def clear_candidate(self) -> None: ...
     def candidate_mark(self) -> tuple[Any, ...]: ...
+
+
+def checked_candidate(coordination: Coordination, versions: Collection[str]
+                      ) -> tuple[dict[str, Any] | None, str]:
+    """The one rule for every reader of the candidate (``states list``, ``/v1/loop``):
+    the record when it names a version of ``versions`` (the registry's); else None and
+    why (a record that cannot be read, or names a missing version; "" for no candidate)."""
+    record, problem = coordination.candidate_checked()
+    if record is None:
+        return None, (f"no candidate: {problem}; the learner's next candidate replaces it "
+                      "(or delete it)" if problem else "")
+    name = str(record["version"])
+    if name not in versions:
+        held = ", ".join(sorted(versions, key=lambda n: (len(n), n))) or "none"
+        return None, (f"no candidate: the candidate names {name}, which registry "
+                      f"{coordination.location} does not hold (versions: {held}); the "
+                      "learner's next candidate replaces it")
+    return record, ""
 
 
 def holder(hb: Mapping[str, Any] | None) -> str:
@@ -63,4 +82,5 @@ def another_learner(location: str, hb: Mapping[str, Any] | None) -> ConfigError:
                        "learner per registry; stop it first, or give another --registry")
 
 
-__all__ = ["REPLICA_FRESH_S", "Coordination", "LockLost", "another_learner", "holder"]
+__all__ = ["REPLICA_FRESH_S", "Coordination", "LockLost", "another_learner",
+           "checked_candidate", "holder"]

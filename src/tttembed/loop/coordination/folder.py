@@ -108,6 +108,9 @@ class FolderCoordination:
     def candidate(self) -> dict[str, Any] | None:
         return read_candidate(self.root)
 
+    def candidate_checked(self) -> tuple[dict[str, Any] | None, str]:
+        return read_candidate_checked(self.root)
+
     def set_candidate(self, version: str, against: str | None,
                       by: str = "learner") -> dict[str, Any]:
         return set_candidate(self.root, version, against, by)
@@ -140,16 +143,22 @@ def read_status_file(root: str | Path) -> tuple[dict[str, Any] | None, str]:
 
 def read_candidate(root: str | Path) -> dict[str, Any] | None:
     """The candidate record, or None (no candidate, or a file that cannot be read)."""
+    return read_candidate_checked(root)[0]
+
+
+def read_candidate_checked(root: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """The candidate record (None: none) and why a file there is not one ("" when it is,
+    or when there is no file)."""
     path = Path(root) / CANDIDATE_FILE
     if not path.exists():
-        return None
+        return None, ""
     try:
         record = read_json(path)
-    except (OSError, ValueError, TTTEmbedError):
-        return None
+    except (OSError, ValueError, TTTEmbedError) as exc:
+        return None, " ".join(str(exc).split())
     if not isinstance(record, dict) or not isinstance(record.get("version"), str):
-        return None
-    return record
+        return None, f"{path} is not a candidate record (no version name)"
+    return record, ""
 
 
 def set_candidate(root: str | Path, version: str, against: str | None,
@@ -170,5 +179,6 @@ def clear_candidate(root: str | Path) -> None:
 
 
 __all__ = ["CANDIDATE_FILE", "HEARTBEAT_FILE", "LEARNER_LOCK", "REPLICAS", "STATUS_FILE",
-           "FolderCoordination", "clear_candidate", "read_candidate", "read_status_file",
+           "FolderCoordination", "clear_candidate", "read_candidate",
+           "read_candidate_checked", "read_status_file",
            "set_candidate"]

@@ -172,14 +172,22 @@ class PostgresCoordination:
 
     # -- the candidate --------------------------------------------------------------
     def candidate(self) -> dict[str, Any] | None:
+        return self.candidate_checked()[0]
+
+    def candidate_checked(self) -> tuple[dict[str, Any] | None, str]:
         try:
             with self.db.transaction() as cur:
                 cur.execute("SELECT candidate FROM registry_pointer WHERE key = 'served'")
                 row = cur.fetchone()
-        except RegistryUnavailable:
-            return None
-        got = _loads(row[0]) if row and row[0] else None
-        return got if isinstance(got, dict) and isinstance(got.get("version"), str) else None
+        except RegistryUnavailable as exc:
+            return None, f"the candidate cannot be read ({' '.join(str(exc).split())})"
+        if not row or not row[0]:
+            return None, ""
+        got = _loads(row[0])
+        if isinstance(got, dict) and isinstance(got.get("version"), str):
+            return got, ""
+        return None, (f"registry {self.location}: the candidate row is not a candidate "
+                      "record (no version name)")
 
     def set_candidate(self, version: str, against: str | None,
                       by: str = "learner") -> dict[str, Any]:
