@@ -157,18 +157,21 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
         console.print(f"note: {n:,} of these judged queries rewarded {st.label} with their "
                       f"own judgments ({st.scorer}): adapted metrics on them are not a "
                       "held-out result (evaluate on other queries, or use tttembed eval)")
-    leak = " - LABEL LEAK: judged queries rewarded the state" if result.leaked else ""
+    leak = _leak_banner(result)
     doc: dict[str, Any] = {
         "queries": len(result.qids), "kind": kind, "top_k": top_k, "timings_s": result.timings,
         "ignore_identical_ids": result.identical,
         "states": [{"file": st.label, "scope": st.scope, "applied": n,
                     "label_leak_queries": result.leaked.get(st, 0)}
-                   for st, n in result.applied.items()]}
+                   for st, n in result.applied.items()],
+        "label_leak": result.leak_qids}
     runs = result.runs()
     if out is not None:
         doc["runs"] = [str(p) for p in write_runs(runs, out, fmt, overwrite, tag)]
     if raw is not None:
         doc["paired"] = raw_beside_adapted(raw, result, names, n_resamples, leak)
+        if result.leak_qids:
+            doc["paired_without_label_leak"] = without_leak(raw, result, names, n_resamples)
     elif result.qrels:
         doc["metrics"] = print_metrics(
             {t: (result.qrels[t], runs[t]) for t in runs if t in result.qrels},
@@ -181,6 +184,41 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
         doc["top"] = {t: {q: sorted(r.items(), key=lambda kv: -kv[1])[:10]
                           for q, r in run.items()} for t, run in runs.items()}
     return doc
+
+
+def _leak_banner(result: Any) -> str:
+    """`` - LABEL LEAK on 2 of 300 judged queries`` (and their ids printed once), or ""."""
+    leaked = sum(len(q) for q in result.leak_qids.values())
+    if not leaked:
+        return ""
+    tasks = result.tasks or [""] * len(result.qids)
+    judged = sum(1 for t, q in zip(tasks, result.qids) if q in result.qrels.get(t, {}))
+    ids = [q for qids in result.leak_qids.values() for q in qids]
+    console.print("label-leak queries: " + ", ".join(ids[:10]) + (
+        f", ... ({len(ids) - 10:,} more; --json lists them)" if len(ids) > 10 else ""))
+    return f" - LABEL LEAK on {leaked:,} of {judged:,} judged queries"
+
+
+def without_leak(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resamples: int
+                 ) -> dict[str, list[dict[str, Any]]]:
+    """Per judged task with label-leak queries: raw vs adapted again without them (the
+    held-out figure beside the one with them); a task whose every judged query leaked
+    has none, said so."""
+    raw_runs, runs = raw.runs(), adapted.runs()
+    out = {}
+    for task, leaked in adapted.leak_qids.items():
+        qrels = {q: j for q, j in adapted.qrels.get(task, {}).items() if q not in leaked}
+        n = len(leaked)
+        if task not in runs or not qrels:
+            console.print(f"{task}: every judged query rewarded the state with its own "
+                          "judgments: no held-out figure (evaluate on other queries)")
+            continue
+        out[task] = paired_rows(qrels, raw_runs[task], runs[task], metrics, n_resamples,
+                                ("raw", "adapted"))
+        print_paired(out[task], ("raw", "adapted"),
+                     f"{task}: raw vs adapted without the {n:,} label-leak "
+                     f"quer{'y' if n == 1 else 'ies'} (held out from the state's judgments)")
+    return out
 
 
 def _shadowed(result: Any) -> dict[Any, str]:

@@ -44,6 +44,8 @@ class SearchResult:
     qrels: dict[str, Qrels] = field(default_factory=dict, repr=False)
     applied: dict[Any, int] = field(default_factory=dict)
     leaked: dict[Any, int] = field(default_factory=dict)
+    #: ``{task: [qid, ...]}``: the judged queries whose own judgments rewarded a state.
+    leak_qids: dict[str, list[str]] = field(default_factory=dict)
     #: Tasks whose lists leave out the query's own document (``ignore_identical_ids``).
     identical: list[str] = field(default_factory=list)
 

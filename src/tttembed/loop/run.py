@@ -100,6 +100,7 @@ class Loop:
         self.state.judge_audited = bool(config.audit)
         self.state.audit = config.audit or ""
         self.state.min_queries = config.min_queries
+        self.state.audit_share = config.audit_share
         self.state.has_judge = config.has_judge
         self.state.click_settle_s = config.click_settle_s if config.clicks != "off" else -1.0
         self.state.host = socket.gethostname()
@@ -188,8 +189,8 @@ class Loop:
             if s.frozen and thawed_by_user(s, self.registry):
                 s.frozen, s.reason = False, ""
             view = self.learner.click_view()
-            apply_audit(s, self.auditor.run(s.cycles, self.config.judge_budget, view),
-                        self.store)
+            apply_audit(s, self.auditor.run(s.cycles, self.config.judge_budget, view,
+                                            fresh=trigger != "re-audit"), self.store)
             self.learner.record_clicks(view, trusted=not s.frozen)
             if s.frozen:
                 return None

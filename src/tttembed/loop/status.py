@@ -79,6 +79,8 @@ class LoopState:
     host: str = ""
     judge_audited: bool = False
     audit: str = ""
+    #: the share of the judge budget all audits together may pay (``--audit-share``)
+    audit_share: float = 0.0
     min_queries: int = 0
     updated: str = ""
     error: str = ""
@@ -231,6 +233,14 @@ def clicks_waiting(store: Store | None, settle_s: float) -> dict[str, Any] | Non
             "next_settles_in_s": None if at is None else round(max(at - now, 0.0), 1)}
 
 
+def _audit_budget(learner: LoopState) -> dict[str, Any]:
+    """What audits may cost and have cost: ``audit_share`` of the budget, ``audit_cap``
+    pairs, ``audit_pairs`` paid for audits so far (drift re-scores and the audit set)."""
+    return {"audit_share": learner.audit_share,
+            "audit_cap": int(learner.audit_share * learner.judge_budget),
+            "audit_pairs": learner.spend.get("audit", 0) + learner.spend.get("drift", 0)}
+
+
 def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
     learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
@@ -260,7 +270,8 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "budget": {"paid_by_this_loop": learner.pairs_judged,
                    "rewards_in_ledger": int(counts.get("rewards", 0)),
                    "judge_budget": learner.judge_budget,
-                   "left": learner.judge_budget_left},
+                   "left": learner.judge_budget_left,
+                   **_audit_budget(learner)},
         "rewards_in_ledger": int(counts.get("rewards", 0)),
         "spend": learner.spend,
         "feedback_received": int(counts.get("feedback", 0)),

@@ -92,18 +92,38 @@ def check_folder_corpus(folder: Path | None, index: Index) -> None:
 def label_leaks(states: Sequence[AdaptState], queries: QuerySet) -> dict[AdaptState, int]:
     """For each state learned from judgments (a ``qrels``-like scorer), how many of the
     judged queries here rewarded it with their own judgments (by query text)."""
+    out = {st: sum(len(q) for q in by_task.values())
+           for st, by_task in _leaks(states, queries).items()}
+    return {st: n for st, n in out.items() if n}
+
+
+def leaked_queries(states: Sequence[AdaptState], queries: QuerySet) -> dict[str, list[str]]:
+    """``{task: [qid, ...]}``: the judged queries here whose own judgments (by text)
+    rewarded one of ``states`` (learned from judgments); metrics on them are no held-out
+    result, the others' are."""
+    out: dict[str, list[str]] = {}
+    for by_task in _leaks(states, queries).values():
+        for task, qids in by_task.items():
+            out.setdefault(task, [])
+            out[task] += [q for q in qids if q not in out[task]]
+    return {t: qids for t, qids in out.items() if qids}
+
+
+def _leaks(states: Sequence[AdaptState], queries: QuerySet
+           ) -> dict[AdaptState, dict[str, list[str]]]:
     from tttembed.adapt.scopes import query_digest
     from tttembed.score.base import uses_labels
 
-    judged = [text for task, qid, text in zip(queries.tasks, queries.qids, queries.texts)
+    judged = [(task, qid, text) for task, qid, text in
+              zip(queries.tasks, queries.qids, queries.texts)
               if qid in queries.qrels.get(task, {})]
-    out: dict[AdaptState, int] = {}
+    out: dict[AdaptState, dict[str, list[str]]] = {}
     for st in states:
         if st.rewarded and uses_labels(st.scorer):
             mine = set(st.rewarded)
-            n = sum(1 for text in judged if query_digest(text) in mine)
-            if n:
-                out[st] = n
+            for task, qid, text in judged:
+                if query_digest(text) in mine:
+                    out.setdefault(st, {}).setdefault(task, []).append(qid)
     return out
 
 
@@ -199,6 +219,7 @@ def search(index: Index, queries: Queries, *, k: int = 100,
                         timings={"encode_s": t1 - t0, "search_s": time.perf_counter() - t1},
                         tasks=list(qs.tasks), qrels=dict(qs.qrels),
                         applied=dict(zip(loaded, counts)), leaked=label_leaks(loaded, qs),
+                        leak_qids=leaked_queries(loaded, qs),
                         identical=sorted(qs.drop_identical))
 
 
