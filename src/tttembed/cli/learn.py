@@ -229,9 +229,11 @@ def print_selection(state: Any) -> None:
     if not state.selection:
         return
     sel = Selection.from_dict(state.selection)
-    table = Table(title=f"method auto: per task, the best gain whose 95% CI is above 0; "
-                        f"validation pairs {sel.paid:,} (cap {sel.cap:,})")
-    for name in ("task", "method", "estimated by", "gain vs raw", "95% CI", "queries", ""):
+    table = Table(title=f"method auto: per task, the best estimated gain whose 95% CI is "
+                        f"above 0 (nDCG@10 under the judge, judged re-search of the "
+                        f"validation pairs: {sel.paid:,} paid, cap {sel.cap:,})")
+    for name in ("task", "method", "estimated by", "estimated gain vs raw", "95% CI",
+                 "queries", ""):
         table.add_column(name, justify="left" if name in ("task", "method", "estimated by",
                                                            "") else "right")
     for task in sel.evidence:
@@ -239,10 +241,15 @@ def print_selection(state: Any) -> None:
         for m, e in sel.gains(task).items():
             alpha = sel.evidence[task][m].get("alpha", "rule")
             label = m if alpha == "rule" else f"{m} (alpha {alpha})"
-            table.add_row(task, label, sel.estimators.get(m, ""), f"{e.gain:+.4f}",
-                          f"[{e.ci_low:+.4f}, {e.ci_high:+.4f}]", f"{e.queries:.0f}",
-                          "<- chosen" if m in chosen else "")
+            table.add_row(task, label, estimated_by(m, sel.estimators.get(m, "")),
+                          f"{e.gain:+.4f}", f"[{e.ci_low:+.4f}, {e.ci_high:+.4f}]",
+                          f"{e.queries:.0f}", "<- chosen" if m in chosen else "")
     console.print(table)
+    console.print(f"estimated gain: the mean Delta nDCG@10 under the judge ({state.scorer}) "
+                  "of a judged re-search of the validation pairs: held-out rewarded queries "
+                  "for the shared parts, the rewarded queries themselves for the query parts "
+                  "(in-sample: a query-wise vector serves those texts); not the gain search "
+                  "--state measures on labels or on other queries, which may differ")
     for task in sel.shared:
         choice = sel.choice(task)
         console.print(f"task {task}: {choice}" + ("" if choice != "raw" else
@@ -252,6 +259,18 @@ def print_selection(state: Any) -> None:
     if not state.audit:
         console.print(f"note: the validation trusts the judge ({state.scorer}); --audit "
                       "qrels:PATH checks it against a few human-judged queries")
+
+
+def estimated_by(method: str, estimator: str) -> str:
+    """The ``estimated by`` cell of method auto's table, in words: a judged re-search of
+    held-out queries (shared parts) or of the rewarded queries (query parts), or the
+    judged candidates only (the guard did not run)."""
+    from tttembed.ttt.select import QUERY_LEVEL
+
+    if estimator.startswith("judged-diff"):
+        who = "rewarded queries" if method in QUERY_LEVEL else "held-out queries"
+        return f"re-search, {who}" + (" (sampled)" if estimator.endswith("sampled") else "")
+    return {"judged-candidates": "judged candidates only"}.get(estimator, estimator)
 
 
 def _crossval_title(rec: Any) -> str:
