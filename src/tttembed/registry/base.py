@@ -110,6 +110,7 @@ class StateRegistry(Protocol):
                 check: bool = False) -> dict[str, Any]: ...
     def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]: ...
     def validate(self, name: str) -> None: ...
+    def add(self, path: str | Path, *, by: str = "user") -> Version: ...
     def diff(self, a: str, b: str) -> dict[str, Any]: ...
     def check_index(self, index: Mapping[str, Any]) -> None: ...
     # following the served pointer
@@ -122,7 +123,7 @@ class StateRegistry(Protocol):
 
 class RegistryBase:
     """What both backends do the same way above their storage. A backend provides
-    ``get``, ``served_record``, ``_serve`` and ``location``/``manifest``."""
+    ``get``, ``served_record``, ``_serve``, ``register`` and ``location``/``manifest``."""
 
     manifest: Mapping[str, Any]
     location: str
@@ -134,6 +135,9 @@ class RegistryBase:
         raise NotImplementedError
 
     def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def register(self, state: AdaptState | None, **manifest: Any) -> Version:
         raise NotImplementedError
 
     def served(self) -> str | None:
@@ -178,8 +182,7 @@ class RegistryBase:
     def validate(self, name: str) -> None:
         """Refuse (StateMismatch / DataError, one line) a version the servers would
         refuse: a state that does not load (NaN or inf values, a torn file) or was learned
-        for another embedder or corpus than the registry's index (checked against the
-        index itself when its folder is here, else against the index record)."""
+        for another embedder or corpus than the registry's index (:meth:`check_state`)."""
         v = self.get(name)
         if not v.state_path.exists():
             return  # a version that applies nothing: raw
@@ -188,6 +191,12 @@ class RegistryBase:
         except (DataError, ValueError, OSError) as exc:
             raise DataError(f"{name} cannot be served: {' '.join(str(exc).split())}",
                             path=v.state_path, fix="promote another version") from None
+        self.check_state(st, f"{name} cannot be served", "promote another version")
+
+    def check_state(self, st: AdaptState, what: str, fix: str) -> None:
+        """Refuse (StateMismatch naming ``what``, ending with ``fix``) a state learned for
+        another embedder or corpus than the registry's index: checked against the index
+        itself when its folder is here, else against the index record."""
         index_path = self.manifest.get("index")
         if index_path and Path(str(index_path)).exists():
             from tttembed.index.store import load_index
@@ -196,15 +205,34 @@ class RegistryBase:
             try:
                 check_states([st], load_index(str(index_path)))
             except StateMismatch as exc:
-                raise StateMismatch(f"{name} cannot be served: {exc}") from None
+                raise StateMismatch(f"{what}: {exc}") from None
             return
         for key, mine in (("identity", st.identity),
                           ("corpus_fingerprint", st.corpus_fingerprint)):
             theirs = self.manifest.get(key)
             if theirs and mine != theirs:
-                raise StateMismatch(f"{name} cannot be served: its state has {key} {mine!r}, "
-                                    f"the registry's index {theirs!r}; promote another "
-                                    "version")
+                raise StateMismatch(f"{what}: its state has {key} {mine!r}, the registry's "
+                                    f"index {theirs!r}; {fix}")
+
+    def add(self, path: str | Path, *, by: str = "user") -> Version:
+        """Register the state file ``path`` (what ``tttembed learn -o`` wrote) as a new
+        version, not promoted, once it passes the checks of a served version
+        (:meth:`check_state`); a registry that records no index to check against, or a
+        state with no learned key, is refused."""
+        st = load_state(path)
+        what = f"{path} cannot be added to registry {self.location}"
+        if not self.manifest.get("identity") and not self.manifest.get("index"):
+            raise StateMismatch(f"{what}: the registry records no index to check it "
+                                "against; add it to a registry made by `tttembed loop` or "
+                                "`tttembed serve --learn`")
+        self.check_state(st, what, "learn it on the registry's index, or add it to the "
+                                   "registry of the index it was learned on")
+        if not st.keys:
+            raise DataError("the state holds no learned key (a dry run's plan?)", path=path,
+                            fix="learn it without --dry-run")
+        return self.register(st, parent=None, reason=f"added by {by} from {path}",
+                             added_from=str(path), added_by=by, scope=st.scope,
+                             pairs=dict(st.pairs))
 
     def diff(self, a: str, b: str) -> dict[str, Any]:
         """What changes from version ``a`` to ``b``: keys added, removed, changed (per
