@@ -243,6 +243,17 @@ def states_promote(folder: DirArg, version: VersionArg) -> None:
                f"`tttembed states list {reg.location}` shows what each serves)")
 
 
+@states_app.command("add")
+@handle_errors
+def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FILE", help="A state learned offline: the vectors.npz `tttembed learn -o` wrote (its .json manifest beside it).", show_default=False)]) -> None:
+    """Register a state learned offline as a new version (checked against the registry's
+    embedder and corpus like every version; not promoted: `states promote` serves it)."""
+    reg = _registry(folder)
+    v = reg.add(file, by="user")
+    typer.echo(f"{reg.location}: added {file} as {v.name}, not promoted (serve it with "
+               f"`tttembed states promote {reg.location} {v.name}`)")
+
+
 @states_app.command("rollback")
 @handle_errors
 def states_rollback(folder: DirArg, version: Annotated[Optional[str], typer.Argument(metavar="[VERSION]", help="The version to serve; default: the one the current version replaced (raw when none).", show_default=False)] = None) -> None:
