@@ -19,7 +19,7 @@ JudgeBudgetOpt = Annotated[int, typer.Option("--judge-budget", min=0, help="Judg
 JudgeRpmOpt = Annotated[float, typer.Option("--judge-rpm", min=0.001, help="Most judge pairs a minute.")]
 LearnEveryOpt = Annotated[int, typer.Option("--learn-every", min=1, help="New rewarded pairs between learning cycles (a cycle also runs when the judge has nothing left to do).")]
 LoopScopeOpt = Annotated[str, typer.Option("--scope", help="Comma-separated parts a version may use: query (query-wise, by the query's text), task, global.")]
-LoopCorpusOpt = Annotated[Optional[Path], typer.Option("--corpus", help="The documents' texts (BEIR folder or corpus.jsonl) for the judge; default: the index's source.")]
+LoopCorpusOpt = Annotated[Optional[Path], typer.Option("--corpus", help="The documents' texts (BEIR folder or corpus.jsonl) for the judge, and on `serve` for the document fields /v1/search returns when asked (\"include\": text, title); default: the index's source.")]
 AuditOpt = Annotated[Optional[str], typer.Option("--audit", help="qrels:FOLDER (a BEIR folder) or qrels:FOLDER/qrels/SPLIT.tsv of people's judgments: each cycle the judge's AUC on them is measured and a low one freezes promotions. Without it the judge is unaudited (a warning, and judge_audited: false in /v1/loop).")]
 JudgeDepthOpt = Annotated[int, typer.Option("--judge-depth", min=1, help="Served ranks the judge considers per query.")]
 LoopDepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Base-retrieval candidates per rewarded query when learning.")]

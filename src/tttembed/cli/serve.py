@@ -77,17 +77,15 @@ def serve(
     quiet_libraries()
     from tttembed.serve.config import Batching, Listen, RequestLimits, ServeConfig, ServeLoop
     cache = str(registry_cache) if registry_cache else None
-    learner = _learner(learn, registry, index, judge, store=store, corpus=corpus,
+    learner = _learner(learn, registry, index, judge, store=store, corpus=corpus, scope=scope,
                        judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
-                       scope=scope, audit=audit, audit_min_auc=audit_min_auc,
-                       audit_share=audit_share,
-                       judge_depth=judge_depth, drift_sample=drift_sample,
+                       audit=audit, audit_min_auc=audit_min_auc, audit_share=audit_share,
+                       judge_depth=judge_depth, drift_sample=drift_sample, clicks=clicks,
                        drift_threshold=drift_threshold, min_queries=min_queries,
-                       clicks=clicks, click_settle_s=click_settle_s, interleave=interleave,
-                       registry_cache=cache)
+                       click_settle_s=click_settle_s, interleave=interleave, registry_cache=cache)
     config = ServeConfig(
-        index=str(index), states=tuple(str(s) for s in state or ()),
-        queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), split=split,
+        index=str(index), states=tuple(str(s) for s in state or ()), split=split,
+        queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), corpus=corpus,
         api_key_env=api_key_env, allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
         listen=Listen(host=host, port=port, workers=workers, log_level=log_level.lower()),
         limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs),

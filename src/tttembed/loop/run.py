@@ -95,14 +95,8 @@ class Loop:
             log.warning("%s: the previous status could not be read, so its audit history "
                         "starts anew (the budget's spend is the store's: nothing is lost)",
                         broken)
-        self.state = _kept(found)
-        self.state.judge_budget = config.judge_budget
-        self.state.judge_audited = bool(config.audit)
-        self.state.audit = config.audit or ""
-        self.state.min_queries = config.min_queries
+        self.state = _kept(found, config)
         self.state.audit_share = config.audit_share
-        self.state.has_judge = config.has_judge
-        self.state.click_settle_s = config.click_settle_s if config.clicks != "off" else -1.0
         self.state.host = socket.gethostname()
         self.failures = Failures()
         # a store from before the spend account: what it paid (and the re-scores the old
@@ -310,10 +304,16 @@ _KEPT = ("frozen", "reason", "frozen_at", "last_ok_audit", "audited_at", "audits
          "rewards_at_cycle", "last_cycle", "drift_pairs")
 
 
-def _kept(record: LoopState | None) -> LoopState:
-    if record is None:
-        return LoopState()
-    return LoopState(**{k: getattr(record, k) for k in _KEPT})
+def _kept(record: LoopState | None, config: LoopConfig) -> LoopState:
+    """The record a (re)started learner begins with: what it takes over, and what its
+    configuration says."""
+    state = LoopState(**{k: getattr(record, k) for k in _KEPT}) \
+        if record is not None else LoopState()
+    state.judge_budget, state.min_queries = config.judge_budget, config.min_queries
+    state.judge_audited, state.audit = bool(config.audit), config.audit or ""
+    state.has_judge = config.has_judge
+    state.click_settle_s = config.click_settle_s if config.clicks != "off" else -1.0
+    return state
 
 
 #: Seconds the step in flight gets after SIGTERM/SIGINT before the process exits anyway

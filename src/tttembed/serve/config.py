@@ -96,6 +96,9 @@ class ServeConfig:
     split: str = "test"
     api_key_env: str | None = None
     allow_foreign_state: bool = False
+    #: the documents' texts for ``/v1/search``'s ``include`` (``--corpus``; None: the
+    #: source the index records, read on the first search that asks)
+    corpus: str | None = None
     #: A task no state or query file names: None -> 404 listing the known tasks;
     #: "global" -> global states only; "raw" -> the raw vectors.
     unknown_task: str | None = None
@@ -129,6 +132,8 @@ class ServeConfig:
             object.__setattr__(self, name, tuple(str(v) for v in
                                                  ([value] if isinstance(value, str) else value)))
         object.__setattr__(self, "index", str(self.index))
+        if self.corpus is not None:
+            object.__setattr__(self, "corpus", str(self.corpus))
         if self.tasks and len(self.tasks) != len(self.queries):
             raise ConfigError(f"give one task name per query source ({len(self.queries)} "
                               f"sources, {len(self.tasks)} names)")

@@ -167,6 +167,8 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
         res = found if found is not None else svc.engine.search(req.texts, task, req.k, snap)
         body = _search_body(svc, req, res)
         body["version"] = snap.version
+        if req.include:
+            svc.documents.attach(body["data"], req.include)
         if svc.store is not None:
             sids = [uuid.uuid4().hex for _ in req.texts]
             marks = interleave_results(svc, snap, task, req, body["data"], sids)
@@ -174,7 +176,7 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
                         body["data"], sids=sids, marks=marks)
         return _render(body), res
 
-    inline = found is not None and svc.store is None
+    inline = found is not None and svc.store is None and not req.include
     content, res = work() if inline else await run_in_threadpool(work)
     info["states"] = res.hits
     svc.metrics.hit(res.hits, "search", len(req.texts))

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from tttembed.core.errors import StateMismatch
 from tttembed.embed.base import Embedder
 from tttembed.serve.config import ServeConfig
+from tttembed.serve.documents import Documents
 from tttembed.serve.engine import Engine
 from tttembed.serve.metrics import Metrics
 from tttembed.serve.states import Follow, ServedStates
@@ -47,6 +48,7 @@ class Service:
         # load the model before the first request, on the thread that runs every call
         self.engine.encoder.batcher.encode(["warm-up"], "query")
         self.states = ServedStates(config, self.index)
+        self.documents = Documents(self.index, config.corpus)
         self.metrics = Metrics()
         self.metrics.generation = self.states.current.generation
         self._key = config.api_key()

@@ -151,10 +151,13 @@ class SearchRequest:
     task: str | None
     k: int
     single: bool
+    #: document fields each hit carries (``"include"``; empty: ids and scores only)
+    include: tuple[str, ...] = ()
 
 
 def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
-    """``{"query": str | "queries": [str], "task": str?, "k": int = 10}``."""
+    """``{"query": str | "queries": [str], "task": str?, "k": int = 10, "include":
+    ["text", "title"]?}``."""
     if not isinstance(body, Mapping):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_body")
     if ("query" in body) == ("queries" in body):
@@ -173,4 +176,19 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
         raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",
                        code="invalid_k")
-    return SearchRequest(texts, task, k, single)
+    return SearchRequest(texts, task, k, single, _include(body.get("include", [])))
+
+
+#: The document fields ``/v1/search`` may include in its hits.
+SEARCH_INCLUDE = ("text", "title")
+
+
+def _include(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(400, "'include' must be a list of document fields (any of "
+                       f"{', '.join(SEARCH_INCLUDE)})", param="include", code="invalid_include")
+    unknown = [v for v in value if v not in SEARCH_INCLUDE]
+    if unknown:
+        raise ApiError(400, f"'include' names {unknown[0]!r}: the document fields are "
+                       f"{', '.join(SEARCH_INCLUDE)}", param="include", code="invalid_include")
+    return tuple(dict.fromkeys(value))

@@ -1,0 +1,48 @@
+"""``/v1/search``'s ``"include"``: each hit's document fields (``text``, ``title``), read
+from the corpus the server was given (``--corpus``) or, without it, the source the index
+records; loaded once, on the first search that asks, and checked against the index's
+corpus fingerprint."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from tttembed.core.errors import TTTEmbedError
+from tttembed.index.base import Index
+from tttembed.serve.wire import ApiError
+
+
+class Documents:
+    """The index's document texts for ``include``, loaded lazily (thread-safe)."""
+
+    def __init__(self, index: Index, corpus: str | None) -> None:
+        self.index, self.corpus = index, corpus
+        self._docs: dict[str, dict[str, str]] | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        from tttembed.ttt.rewards import corpus_for_index
+
+        with self._lock:
+            if self._docs is None:
+                try:
+                    self._docs = corpus_for_index(self.index, self.corpus)
+                except (TTTEmbedError, OSError) as exc:
+                    raise ApiError(400, "'include' needs the document texts and this server "
+                                   f"cannot read them ({' '.join(str(exc).split())}): start "
+                                   "it with --corpus FOLDER (the BEIR folder or corpus.jsonl "
+                                   "the index was built from)", param="include",
+                                   code="no_corpus") from None
+            return self._docs
+
+    def attach(self, data: list[dict[str, Any]], include: Sequence[str]) -> None:
+        """Give each result of ``data`` its ``documents``: ``{"id", FIELD...}`` per hit."""
+        docs = self._load()
+        for item in data:
+            item["documents"] = [{"id": d, **{f: docs.get(d, {}).get(f, "") for f in include}}
+                                 for d in item["ids"]]
+
+
+__all__ = ["Documents"]
