@@ -155,6 +155,10 @@ def test_readme_python_section_runs(tmp_path, monkeypatch, small_demo, minilm, c
     exec(compile(_block("python"), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "'requested'" in out and "py-demo-task.npz" in out
+    # the numbers come with their verdict: a judge the audit refuses can lower nDCG@10
+    assert re.search(r"nDCG@10 raw [01]\.\d{4} -> adapted [01]\.\d{4} \([+-]\d\.\d{4}, "
+                     r"95% CI \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\], p \d\.\d{3}\): adapted is "
+                     r"(lower|higher|not shown to differ)", out), out
 
 
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
