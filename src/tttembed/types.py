@@ -43,13 +43,16 @@ Executor = Literal["local", "ray"]
 AlphaMode = Literal["rule", "auto"]
 #: The baselines ``eval`` compares TTT-Embed's scopes with (``qdrant-rf`` is opt-in).
 Baseline = Literal["direct", "prf-avg", "prf-rocchio", "rw-rocchio", "qdrant-rf"]
+#: The multiple-testing correction of ``compare RUN...``'s p-values (over the pairs).
+Correction = Literal["holm", "bonferroni", "none"]
 
 SCOPES: tuple[str, ...] = get_args(Scope)
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 EXECUTORS: tuple[str, ...] = get_args(Executor)
 ALPHA_MODES: tuple[str, ...] = get_args(AlphaMode)
 BASELINES: tuple[str, ...] = get_args(Baseline)
+CORRECTIONS: tuple[str, ...] = get_args(Correction)
 
-__all__ = ["ALPHA_MODES", "BASELINES", "EXECUTORS", "OBJECTIVES", "SCOPES", "AlphaMode",
-           "Baseline", "ChainState", "Corpus", "Executor", "Objective", "Pair", "PathLike",
+__all__ = ["ALPHA_MODES", "BASELINES", "CORRECTIONS", "EXECUTORS", "OBJECTIVES", "SCOPES",
+           "AlphaMode", "Baseline", "ChainState", "Correction", "Corpus", "Executor", "Objective", "Pair", "PathLike",
            "Qrels", "Rewards", "Run", "Scope", "Search", "Triple"]

@@ -1,11 +1,13 @@
-"""``tttembed compare``: two run files on one set of judgments, paired (ranx's ``compare``
-convention, our own paired tests), and the raw-vs-adapted table ``search`` prints.
+"""``tttembed compare``: two or more run files on one set of judgments, paired (ranx's
+``compare`` convention, our own paired tests), and the raw-vs-adapted table ``search`` prints.
 
 One row per metric: both means, the paired difference (B - A), its 95% bootstrap interval
 and the two-sided paired randomization p-value (:mod:`tttembed.metrics.stats`), over the
 judged queries both runs answer: a judged query one run lacks is left out of both means
 (never scored 0 in one of them), and how many each run lacks is printed. An empty run is
-refused."""
+refused. More than two runs: every pair (as ranx's ``compare`` tests every pair), the
+earlier run as A, and each metric's p-values corrected over the pairs (``--correction``:
+Holm by default, Bonferroni or none; named in the output)."""
 
 from __future__ import annotations
 
@@ -95,35 +97,113 @@ def metric_names(values: Optional[list[str]]) -> tuple[str, ...]:
     return names
 
 
+CorrectionOpt = Annotated[str, typer.Option("--correction", help="With three or more runs: the multiple-testing correction of each metric's p-values over the pairs of runs: holm (Holm's step-down, the default), bonferroni or none (raw p). Two runs make one test per metric: nothing to correct.")]
+
+
 @handle_errors
 def compare_command(
-    run_a: Annotated[Path, typer.Argument(metavar="RUN_A", help="Baseline run file (.trec or .jsonl).", show_default=False)],
-    run_b: Annotated[Path, typer.Argument(metavar="RUN_B", help="Run file compared with RUN_A (.trec or .jsonl).", show_default=False)],
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Two or more run files (.trec or .jsonl). Two: B (the second) against A (the first, the baseline); more: every pair, the earlier run as A.", show_default=False)],
     qrels: Annotated[Path, typer.Option("--qrels", help="Judgments (BEIR qrels TSV: query-id, corpus-id, score; or TREC qrels: qid 0 doc grade).", show_default=False)],
     metrics: MetricsOpt = None,
     n_resamples: ResamplesOpt = 10000,
+    correction: CorrectionOpt = "holm",
     ignore_identical_ids: IdenticalIdsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Compare two run files on one set of judgments: means, paired difference, interval, p."""
+    """Compare run files on one set of judgments: means, paired difference, interval, p
+    (three or more: every pair, p corrected for testing them together)."""
     from tttembed.data.beir import load_judgments
     from tttembed.index.search import read_run
+    from tttembed.types import CORRECTIONS
 
+    if len(runs) < 2:
+        raise typer.BadParameter("give at least two runs (RUN... : the baseline first)",
+                                 param_hint="RUN...")
+    if correction not in CORRECTIONS:
+        raise typer.BadParameter(f"{correction!r} is not one of: {', '.join(CORRECTIONS)}",
+                                 param_hint="--correction")
     names = metric_names(metrics)
     judgments = load_judgments(qrels)
-    a, b = read_run(run_a), read_run(run_b)
+    loaded = [read_run(r) for r in runs]
     identical, why = qrels_identical_rule(qrels, ignore_identical_ids)
     if identical:
         from tttembed.metrics.ranking import drop_identical
 
-        a, b = drop_identical(a), drop_identical(b)
-    rows = paired_rows(judgments, a, b, names, n_resamples, (f"A ({run_a})", f"B ({run_b})"))
+        loaded = [drop_identical(r) for r in loaded]
+    if len(runs) > 2:
+        many = compare_many(judgments, runs, loaded, names, n_resamples, correction)
+        if as_json:
+            emit_json({"runs": [str(r) for r in runs], "qrels": str(qrels),
+                       "ignore_identical_ids": identical, "correction": correction,
+                       "comparisons": many})
+            return
+        print_many(many, runs, correction)
+        console.print(f"ignore_identical_ids: {'on' if identical else 'off'} ({why})",
+                      style="dim")
+        return
+    run_a, run_b = runs
+    rows = paired_rows(judgments, loaded[0], loaded[1], names, n_resamples,
+                       (f"A ({run_a})", f"B ({run_b})"))
     if as_json:
         emit_json({"run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
-                   "ignore_identical_ids": identical, "metrics": rows})
+                   "ignore_identical_ids": identical, "correction": correction,
+                   "metrics": rows})
         return
     print_paired(rows, ("A", "B"), f"A = {run_a}, B = {run_b}")
     console.print(f"ignore_identical_ids: {'on' if identical else 'off'} ({why})", style="dim")
+
+
+def compare_many(qrels: Qrels, paths: Sequence[Path], runs: Sequence[Run],
+                 metrics: Sequence[str], n_resamples: int, correction: str
+                 ) -> list[dict[str, Any]]:
+    """Every pair of ``runs`` (the earlier as A): ``{run_a, run_b, metrics}`` with
+    :func:`paired_rows`' rows, each with ``p_adjusted``: its metric's p-values corrected
+    over the pairs (``correction``, :func:`tttembed.metrics.stats.adjust_p`)."""
+    from tttembed.metrics.stats import adjust_p
+
+    out: list[dict[str, Any]] = []
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            rows = paired_rows(qrels, runs[i], runs[j], metrics, n_resamples,
+                               (f"A ({paths[i]})", f"B ({paths[j]})"))
+            out.append({"run_a": str(paths[i]), "run_b": str(paths[j]), "metrics": rows})
+    for m in range(len(metrics)):
+        adjusted = adjust_p([c["metrics"][m]["p_value"] for c in out], correction)
+        for c, p in zip(out, adjusted):
+            c["metrics"][m]["p_adjusted"] = p
+    return out
+
+
+CORRECTION_NAMES = {"holm": "Holm", "bonferroni": "Bonferroni", "none": "none"}
+
+
+def print_many(comparisons: Sequence[Mapping[str, Any]], paths: Sequence[Path],
+               correction: str) -> None:
+    """One table of every pair: metric | A | B | mean A | mean B | B - A | 95% CI | p |
+    p corrected | queries; the runs named R1, R2, ... below it."""
+    label = {str(p): f"R{i + 1}" for i, p in enumerate(paths)}
+    name = CORRECTION_NAMES[correction]
+    table = Table(title="every pair of runs: " + ", ".join(
+        f"R{i + 1} = {p}" for i, p in enumerate(paths)))
+    for col in ("metric", "A", "B", "mean A", "mean B", "B - A", "95% CI", "p",
+                f"p ({name})", "queries"):
+        table.add_column(col, justify="left" if col in ("metric", "A", "B") else "right")
+    for c in comparisons:
+        for r in c["metrics"]:
+            table.add_row(r["metric"], label[c["run_a"]], label[c["run_b"]], f"{r['a']:.4f}",
+                          f"{r['b']:.4f}", f"{r['delta']:+.4f}",
+                          f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", _p(r["p_value"]),
+                          _p(r["p_adjusted"]), str(r["n"]))
+    console.print(table)
+    pairs = len(comparisons)
+    how = ("not corrected (--correction none)" if correction == "none" else
+           f"corrected over the {pairs} pairs of each metric ({name}"
+           + ("'s step-down" if correction == "holm" else "") + ")")
+    metrics = list(dict.fromkeys(r["metric"] for c in comparisons for r in c["metrics"]))
+    console.print(f"{legend(metrics)}; {pairs} pairs, B - A: paired difference of the "
+                  "means over the judged queries both runs answer, 95% CI: paired "
+                  "bootstrap, p: two-sided paired randomization test, "
+                  f"p ({name}): {how}", style="dim")
 
 
 def qrels_identical_rule(qrels: Path, given: Optional[bool]) -> tuple[bool, str]:

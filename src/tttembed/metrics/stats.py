@@ -6,6 +6,8 @@
   returns 0 (the observed pattern counts as one of the resamples).
 * ``paired_bootstrap_ci``: percentile bootstrap interval of the mean difference.
 * ``compare``: both, over the queries two per-query dicts have in common.
+* ``adjust_p``: p-values of a family of tests corrected for multiple testing (Holm's
+  step-down or Bonferroni), as R's ``p.adjust``.
 * ``aubc``: trapezoid integral of Delta(b) over log b, divided by log(b_max / b_min).
 * ``ComparisonCache``: the results of the two tests on disk, keyed by the bytes of the
   paired scores, the seed, the resample count and alpha (as the eval cells are keyed by
@@ -29,8 +31,9 @@ import numpy as np
 
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import json_hash, read_json, write_text
+from tttembed.types import CORRECTIONS
 
-__all__ = ["Comparison", "ComparisonCache", "aubc", "compare", "p_value",
+__all__ = ["Comparison", "ComparisonCache", "adjust_p", "aubc", "compare", "p_value",
            "paired_bootstrap_ci", "paired_randomization_test"]
 
 log = logging.getLogger(__name__)
@@ -289,3 +292,24 @@ def aubc(budgets: Sequence[float] | np.ndarray, deltas: Sequence[float] | np.nda
     logb = np.log(b)
     area = float(np.sum((g[1:] + g[:-1]) * 0.5 * np.diff(logb)))
     return area / float(logb[-1] - logb[0])
+
+
+def adjust_p(p_values: Sequence[float], method: str = "holm") -> list[float]:
+    """``p_values`` of one family of tests corrected for testing them together (in their
+    order; R's ``p.adjust``): ``holm`` (step-down: the i-th smallest times ``m - i + 1``,
+    made monotone), ``bonferroni`` (each times ``m``), ``none``; capped at 1."""
+    if method not in CORRECTIONS:
+        raise ConfigError(f"unknown correction {method!r}; choose one of: "
+                          f"{', '.join(CORRECTIONS)}")
+    p = [float(x) for x in p_values]
+    m = len(p)
+    if method == "none" or m == 0:
+        return p
+    if method == "bonferroni":
+        return [min(1.0, m * x) for x in p]
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda j: p[j])):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
