@@ -1,0 +1,125 @@
+"""What an ``eval`` run will do and roughly what it costs, said before it starts: the grid
+(budgets x scopes x methods x tasks x protocols x scorers) and the judge pairs it pays.
+
+The pairs are estimated from what the protocols do: the fixed protocol's budgets are nested
+(the largest budget's pairs hold every smaller one's), so a scorer pays at most the largest
+budget ``max(b) * N`` pairs (``N`` the rewarded queries), capped by the candidates there
+are (``min(EVAL_DEPTH, documents)`` per query); held-out rewards ``ceil(fraction * n_t)``
+queries per task, LOTO every query; a label scorer (``qrels``) pays nothing, and pairs the
+reward ledger already holds are free (so the figure is an upper bound). Counting a task's
+queries and documents reads its qrels and corpus lines only; a task that cannot be counted
+here (``mteb:``) is shown without figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tttembed.evaluation.workload import EVAL_DEPTH
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """A task's judged queries in the evaluated split and its documents (None: unknown)."""
+
+    name: str
+    queries: int | None
+    documents: int | None
+
+
+def count_task(spec: str, data_root: str | Path | None, split: str) -> TaskSize:
+    """``spec``'s judged queries and documents from its files' lines (None where they
+    cannot be counted here: the real load reports any problem with its own message)."""
+    from tttembed.data.beir import resolve_task_path
+    from tttembed.evaluation.tasks import task_name
+
+    name = task_name(spec)
+    try:
+        root = resolve_task_path(spec, data_root)
+        with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as f:
+            qids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
+        qids -= {"query-id", "query_id", "qid"}
+        with (root / "corpus.jsonl").open("rb") as f:
+            documents = sum(1 for line in f if line.strip())
+    except Exception:  # noqa: BLE001  (an estimate only; the load says what is wrong)
+        return TaskSize(name, None, None)
+    return TaskSize(name, len(qids), documents)
+
+
+def rewarded_queries(protocol: str, sizes: Sequence[TaskSize], fraction: float) -> int | None:
+    """Queries whose pairs ``protocol`` pays (None: a task could not be counted)."""
+    if any(t.queries is None for t in sizes):
+        return None
+    counts = [int(t.queries or 0) for t in sizes]
+    if protocol == "heldout":
+        return sum(math.ceil(fraction * n) for n in counts)
+    return sum(counts)
+
+
+def judge_pairs(budgets: Sequence[float], protocols: Sequence[str], sizes: Sequence[TaskSize],
+                fraction: float) -> int | None:
+    """At most this many pairs for one (paying) scorer over ``protocols`` (module doc)."""
+    total = 0
+    for proto in protocols:
+        n = rewarded_queries(proto, sizes, fraction)
+        if n is None or any(t.documents is None for t in sizes):
+            return None
+        depth = min([EVAL_DEPTH, *(int(t.documents or 0) for t in sizes)])
+        total += min(max(1, round(max(budgets) * n)), n * depth)
+    return total
+
+
+#: Baselines that run at every budget on its rewarded pairs (the PRF ones need none).
+BUDGETED_BASELINES = ("direct", "rw-rocchio", "qdrant-rf")
+
+
+def methods_per_budget(scopes: Sequence[str], alphas: Sequence[str], selects: Sequence[str],
+                       allocations: Sequence[str], baselines: Sequence[str]) -> list[str]:
+    """The method rows learned or reranked at each budget (as the report names them)."""
+    ttt = [s if a == "rule" else f"{s}-auto" for s in scopes for a in alphas] + list(selects)
+    if "active" in allocations:
+        ttt += [f"{m}@active" for m in ttt]
+    return ttt + [b for b in baselines if b in BUDGETED_BASELINES]
+
+
+def _number(x: float) -> str:
+    return f"{x:g}"
+
+
+def grid_lines(*, budgets: Sequence[float], budget_given: bool, scopes: Sequence[str],
+               methods: Sequence[str], protocols: Sequence[str], sizes: Sequence[TaskSize],
+               scorers: Mapping[str, bool], fraction: float) -> list[str]:
+    """The lines ``eval`` prints before it starts; ``scorers``: spec -> whether it pays
+    (False: it reads labels)."""
+    b = sorted(budgets)
+    whole = "" if budget_given else "; no --budget: the whole grid"
+    tasks = ", ".join(f"{t.name}: {t.queries if t.queries is not None else '?'} queries"
+                      for t in sizes)
+    cells = len(b) * len(methods) * len(protocols) * len(scorers)
+    span = _number(b[0]) if len(b) == 1 else f"{_number(b[0])} to {_number(b[-1])}"
+    lines = [f"grid: {len(b)} budget{'s' * (len(b) != 1)} ({span}{whole}) x {len(scopes)} scope{'s' * (len(scopes) != 1)} "
+             f"({', '.join(scopes)}) x {len(sizes)} task{'s' * (len(sizes) != 1)} ({tasks}) "
+             f"x {len(protocols)} protocol{'s' * (len(protocols) != 1)} "
+             f"({', '.join(protocols)}) x {len(scorers)} scorer"
+             f"{'s' * (len(scorers) != 1)}: {cells} learned cells ({len(methods)} methods "
+             f"per budget: {', '.join(methods)})"]
+    pairs = judge_pairs(b, protocols, sizes, fraction)
+    cost = []
+    for spec, pays in scorers.items():
+        if not pays:
+            cost.append(f"{spec}: free (labels)")
+        else:
+            cost.append(f"at most {pairs:,} for {spec}" if pairs is not None
+                        else f"{spec}: unknown until the tasks are loaded")
+    lines.append("judge pairs: " + "; ".join(cost) + " (based on the largest budget "
+                 f"{_number(b[-1])} pairs per rewarded query, nested below it, per protocol, "
+                 f"capped by {EVAL_DEPTH} candidates per query; pairs already in the reward "
+                 "ledger are free; --budget picks fewer points)")
+    return lines
+
+
+__all__ = ["BUDGETED_BASELINES", "TaskSize", "count_task", "grid_lines", "judge_pairs",
+           "methods_per_budget", "rewarded_queries"]

@@ -1,0 +1,47 @@
+"""``eval`` says its grid and what it will cost before it starts: budgets x scopes x
+methods x tasks, and the judge pairs the largest budget pays (the smaller budgets' pairs
+are nested in it), capped by the candidates there are."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.evaluation.evaldata import write_task
+from tttembed.cli import app
+from tttembed.core.errors import ConfigError
+
+
+@pytest.fixture
+def stopped(monkeypatch):
+    """``evaluate`` that stops at once: what is printed before it is what eval says first."""
+    import tttembed.api
+
+    def stop(*args, **kwargs):
+        raise ConfigError("stopped by the test before any work")
+
+    monkeypatch.setattr(tttembed.api, "evaluate", stop)
+
+
+def test_eval_without_budget_says_the_whole_grid_and_its_cost_first(tmp_path, stopped):
+    task = write_task(tmp_path, "beta", ["bio", "sea", "rail"])  # 9 queries, 18 documents
+    got = CliRunner().invoke(app, ["eval", str(task), "--scorer", "bm25", "--scope",
+                                   "global,task"])
+    text = " ".join(got.output.split())
+    assert got.exit_code == 1 and "stopped by the test" in text
+    assert text.index("grid:") < text.index("stopped by the test")
+    assert "12 budgets (0.01 to 100; no --budget: the whole grid)" in text
+    assert "2 scopes (global, task)" in text and "1 task (beta: 9 queries)" in text
+    # b = 100 wants 900 pairs; 9 queries x 18 candidates = 162 exist
+    assert "judge pairs: at most 162 for bm25" in text
+    assert "based on" in text
+
+
+def test_a_budget_grid_is_priced_by_its_largest_budget(tmp_path, stopped):
+    task = write_task(tmp_path, "beta", ["bio", "sea", "rail"])
+    got = CliRunner().invoke(app, ["eval", str(task), "--scorer", "bm25", "--budget", "1,2",
+                                   "--scorer", "qrels", "--protocol", "heldout"])
+    text = " ".join(got.output.split())
+    assert "2 budgets (1 to 2)" in text
+    assert "judge pairs: at most 16 for bm25" in text  # round(2 x 8 rewarded queries)
+    assert "qrels: free (labels)" in text
