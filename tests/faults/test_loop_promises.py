@@ -157,7 +157,6 @@ def test_an_audit_that_could_not_score_says_so_and_freezes_nothing(world, tmp_pa
     """Every re-score of the audit set fails: the audit records that it could not score
     (no AUC, passed None) and promotions are not frozen (no 'AUC 0.500')."""
     from tttembed.core.errors import TTTEmbedError
-    from tttembed.loop.auditor import Auditor
 
     class Broken:
         spec = "broken"
@@ -166,10 +165,10 @@ def test_an_audit_that_could_not_score_says_so_and_freezes_nothing(world, tmp_pa
             raise TTTEmbedError("the judge is down")
 
     monkeypatch.setenv("TTTEMBED_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(Auditor, "inner", property(lambda self: Broken()))
     with LocalOpenAIServer(rerank=Judgments(world["relevant"])) as server:
         loop = _loop(world, tmp_path / "reg", server.url, judge_budget=1000,
                      learn_every=200, audit=audit_folder(world, tmp_path / "audit"))
+        loop.auditor.scorer = Broken()  # the audit's judge (ledger and fresh) fails
         _traffic(loop.store, world, "s")
         _run(loop, cycles=0)
     last = loop.state.audits[-1]

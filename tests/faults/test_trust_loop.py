@@ -153,10 +153,13 @@ def test_both_budget_figures_are_labelled_in_the_status(tmp_path):
     reg = Registry(tmp_path / "reg", create=True)
     store = open_store(None, reg.root)
     store.add_rewards([Reward(TASK, q, "d1", 1.0, time.time()) for q in QUERIES])
-    write_status(reg.root, LoopState(pairs_judged=3, judge_budget=100, judge_budget_left=97))
+    store.reserve("judge", 3, 100)  # the count is the store's spend account
+    write_status(reg.root, LoopState(pairs_judged=1, judge_budget=100, judge_budget_left=99,
+                                     audit_share=0.2))
     status = loop_status(reg, store)
     assert status["budget"] == {"paid_by_this_loop": 3, "rewards_in_ledger": len(QUERIES),
-                                "judge_budget": 100, "left": 97}
+                                "judge_budget": 100, "left": 97, "audit_share": 0.2,
+                                "audit_cap": 20, "audit_pairs": 0}
     page = render_dashboard(status)
     assert "paid by this loop" in page and "rewards in the ledger" in page
     store.close()

@@ -170,8 +170,11 @@ def test_a_judge_that_turns_freezes_promotions_and_distrusts_its_rewards(world, 
         loop.run_cycle("test")
         assert loop.state.frozen and "no judge budget left" in loop.state.reason
         loop.config = config
-        loop.state.audited_at = 0.0  # a minute since the last audit: step() audits again
-        loop.step()  # with no new traffic
+        loop.state.audited_at = 0.0  # a minute since the last audit: step() audits again,
+        before = server.count()
+        loop.step()  # with no new traffic: the timed re-audit re-scores nothing
+        assert loop.state.frozen and server.count() == before
+        loop.run_cycle("learn-every")  # the next learning cycle's audit re-scores
     assert not loop.state.frozen  # agreement returned
     assert [a["passed"] for a in loop.state.audits][-2:] == [None, True]
 

@@ -169,7 +169,17 @@ def _budget(status: Mapping[str, Any]) -> str:
             '<div class="muted">paid by this loop</div>'
             f'{bar}<div>{data_field("judge_budget_left", status.get("judge_budget_left"))} left'
             f' · {data_field("rewards_in_ledger", ledger)} rewards in the ledger</div>'
-            "</div>")
+            f"{_audit_cost(as_map(status.get('budget')))}</div>")
+
+
+def _audit_cost(budget: Mapping[str, Any]) -> str:
+    """What audits cost: pairs paid for them against their cap (``--audit-share``)."""
+    paid, cap, share = (real(budget.get(k)) for k in ("audit_pairs", "audit_cap",
+                                                        "audit_share"))
+    if paid is None or cap is None or share is None:
+        return ""
+    return (f'<div class="muted">audits: {paid:.0f} of {cap:.0f} pairs ({share:g} of the '
+            "budget; the audit set re-read from the ledger is free)</div>")
 
 
 def _cards(status: Mapping[str, Any]) -> str:
