@@ -81,8 +81,6 @@ class LoopState:
     audit: str = ""
     #: the share of the judge budget all audits together may pay (``--audit-share``)
     audit_share: float = 0.0
-    #: the share of the judge budget all audits together may pay (``--audit-share``)
-    audit_share: float = 0.0
     min_queries: int = 0
     updated: str = ""
     error: str = ""
@@ -233,14 +231,6 @@ def clicks_waiting(store: Store | None, settle_s: float) -> dict[str, Any] | Non
     at = None if oldest is None else oldest + settle_s
     return {"searches": n, "settle_s": settle_s, "next_settles_at": at,
             "next_settles_in_s": None if at is None else round(max(at - now, 0.0), 1)}
-
-
-def _audit_budget(learner: LoopState) -> dict[str, Any]:
-    """What audits may cost and have cost: ``audit_share`` of the budget, ``audit_cap``
-    pairs, ``audit_pairs`` paid for audits so far (drift re-scores and the audit set)."""
-    return {"audit_share": learner.audit_share,
-            "audit_cap": int(learner.audit_share * learner.judge_budget),
-            "audit_pairs": learner.spend.get("audit", 0) + learner.spend.get("drift", 0)}
 
 
 def _audit_budget(learner: LoopState) -> dict[str, Any]:
