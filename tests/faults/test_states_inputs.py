@@ -15,9 +15,9 @@ from tttembed.core.errors import ConfigError
 def test_a_rank_above_the_embedders_dimension_is_refused_before_any_pair_is_paid(tmp_path):
     """``--rank 1000`` on a 16-dimension embedder is refused (one rule: rank <= the
     embedder's dimension), naming both numbers, before the judge is asked anything."""
+    import tttembed.api as tt
     from tests.ttt.test_guard import D, _task
     from tttembed.score.qrels import QrelsScorer
-    import tttembed.api as tt
 
     index, emb, docs, queries, qrels = _task(tmp_path, "helpful")
     asked: list[int] = []

@@ -5,8 +5,8 @@ Registered by ``cli/__init__.py`` as ``app.command("eval")(eval_command)``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -149,11 +149,7 @@ def eval_command(
     options = _built_options(api.HttpLimits(timeout, max_retries, concurrency, rpm),
                              ray_executor(executor, ray_address, ray_actors, ray_gpus),
                              allocation, ignore_identical_ids, budget)
-    _say_grid(task_list, options, scorers=split_list(scorer) or ("bm25",),
-              scopes=split_list([scope]), protocols=split_list(protocol) or ("fixed",),
-              alphas=split_list([alpha]), selects=split_list([select]) if select else (),
-              baselines=split_list([baselines]), data_root=data_root, split=split,
-              fraction=heldout_fraction)
+    _say_grid(task_list, options, (scorer, scope, protocol, alpha, select, baselines), data_root, split, heldout_fraction)
     with json_mode(as_json), progress_group(not quiet) as stage:
         report = api.evaluate(task_list, scorers=split_list(scorer) or ("bm25",),
                               embedder=embedder, scopes=split_list([scope]),
@@ -170,20 +166,27 @@ def eval_command(
         err_console.print(f"note: {SKIPPED}")
 
 
-def _say_grid(tasks: Sequence[str], options: dict[str, Any], *, scorers: Any, scopes: Any,
-              protocols: Any, alphas: Any, selects: Any, baselines: Any,
+def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, ...],
               data_root: Optional[Path], split: str, fraction: float) -> None:
-    """Before the work: the grid and the judge pairs it may pay (on stderr)."""
+    """Before the work: the grid and the judge pairs it may pay (on stderr). ``flags``:
+    --scorer, --scope, --protocol, --alpha, --select and --baselines as given."""
     from tttembed.adapt.allocate import NORMALISED_BUDGETS
     from tttembed.evaluation.grid import count_task, grid_lines, methods_per_budget
     from tttembed.score.base import uses_labels
 
-    methods = methods_per_budget(scopes, alphas, selects, options["allocation"], baselines)
+    scorer, scope, protocol, alpha, select, baselines = flags
+    grid = {"scorers": split_list(scorer) or ("bm25",), "scopes": split_list([scope]),
+            "protocols": split_list(protocol) or ("fixed",), "alphas": split_list([alpha]),
+            "selects": split_list([select]) if select else (),
+            "baselines": split_list([baselines])}
+    methods = methods_per_budget(grid["scopes"], grid["alphas"], grid["selects"],
+                                 options["allocation"], grid["baselines"])
     for line in grid_lines(
             budgets=options.get("budgets", NORMALISED_BUDGETS),
-            budget_given="budgets" in options, scopes=scopes, methods=methods,
-            protocols=protocols, sizes=[count_task(t, data_root, split) for t in tasks],
-            scorers={s: not _label_scorer(s, uses_labels) for s in scorers},
+            budget_given="budgets" in options, scopes=grid["scopes"], methods=methods,
+            protocols=grid["protocols"],
+            sizes=[count_task(t, data_root, split) for t in tasks],
+            scorers={s: not _label_scorer(s, uses_labels) for s in grid["scorers"]},
             fraction=fraction):
         err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 

@@ -203,13 +203,15 @@ def _version_row(v: Version, served: str | None, by_version: dict[str, int],
             **({"broken": v.broken} if v.broken else {})}
 
 
-def _candidate(coordination: Coordination, survey: Survey) -> tuple[str | None, str]:
-    """The candidate's name (None: none, or one that is not a version) and why not."""
+def _candidate(coordination: Coordination, survey: Survey) -> dict[str, Any]:
+    """``candidate``: its name (None: none, or a record that is not a version), and
+    ``candidate_error``: why not, when there is a reason."""
     try:
         record, why = checked_candidate(coordination, {v.name for v in survey.versions})
     except Exception as exc:  # noqa: BLE001  (a status page shows what it can)
-        return None, " ".join(str(exc).split())
-    return (None if record is None else str(record["version"])), why
+        record, why = None, " ".join(str(exc).split())
+    return {"candidate": None if record is None else str(record["version"]),
+            **({"candidate_error": why} if why else {})}
 
 
 def _replicas(coordination: Coordination) -> list[dict[str, Any]]:
@@ -256,7 +258,6 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         learner.judge_budget_left = max(learner.judge_budget - learner.pairs_judged, 0)
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
-    candidate, candidate_error = _candidate(coordination, survey)
     out = {
         "version": survey.served,
         "versions": [_version_row(v, survey.served, by_version, survey.history)
@@ -290,7 +291,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "clicks_waiting": clicks_waiting(store, learner.click_settle_s),
         "propensities": learner.clicks.get("propensities"),
         "online_test": learner.online or None,
-        "candidate": candidate,
+        **_candidate(coordination, survey),
         "learner": {"running": running, "pid": learner.pid or None,
                     "updated": learner.updated or None, "error": learner.error,
                     **({"stopped": why} if not running and found is not None else {})},
@@ -300,8 +301,6 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     }
     if status_error:
         out["status_error"] = status_error
-    if candidate_error:
-        out["candidate_error"] = candidate_error
     if survey.problems:
         out["registry_error"] = "; ".join(survey.problems)
     return out

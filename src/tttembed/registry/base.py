@@ -265,10 +265,10 @@ DIFF_TOL = 1e-6
 
 #: One key of a version: its alpha, its vector and its adapter map (U and V flattened;
 #: None without one).
-Key = tuple[float, np.ndarray, "np.ndarray | None"]
+VersionKey = tuple[float, np.ndarray, "np.ndarray | None"]
 
 
-def key_change(old: Key, new: Key) -> dict[str, Any] | None:
+def key_change(old: VersionKey, new: VersionKey) -> dict[str, Any] | None:
     """How one key's (alpha, vector, map) changed, or None when it did not: the norm of the
     difference of the applied offsets ``alpha v``, the cosine of the vectors, both alphas;
     ``map`` (with ``map_delta``) when either side has an adapter map. Parts that cannot be
@@ -319,7 +319,7 @@ def not_compared(changes: Mapping[str, Mapping[str, Any]], a: str, b: str) -> st
     return "; ".join(parts)
 
 
-def _keys(v: Version) -> dict[str, Key]:
+def _keys(v: Version) -> dict[str, VersionKey]:
     if not v.state_path.exists():
         return {}
     st = v.load()
