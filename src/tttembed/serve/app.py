@@ -119,6 +119,7 @@ def _lifespan(svc: Service) -> Callable[[Starlette], Any]:
             yield
         finally:
             svc.stop_watching()
+            await asyncio.get_running_loop().run_in_executor(None, svc.close_traffic)
             if hup:
                 loop.remove_signal_handler(signal.SIGHUP)
             log.info("stopped")

@@ -109,10 +109,8 @@ def _status(svc: Service) -> dict[str, Any]:
         status["clicks"] = click_status(svc.store)
     except (TTTEmbedError, OSError) as exc:  # the store restarting: said, never a 500
         status["clicks"] = {"error": " ".join(str(exc).split())}
-    if svc.log_error is not None or svc.unlogged:
-        serving = status["serving"]
-        serving.update(log_error=svc.log_error, unlogged=len(svc.unlogged),
-                       unlogged_dropped=svc.unlogged_dropped)
+    held = svc.store_status()  # the dropped count stays once the store is back
+    status["serving"].update({k: v for k, v in held.items() if v})
     return status
 
 

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from typing import Any
 
 from starlette.requests import Request
@@ -21,11 +20,9 @@ from tttembed.serve.documents import Documents
 from tttembed.serve.engine import Engine
 from tttembed.serve.metrics import Metrics
 from tttembed.serve.states import Follow, ServedStates
+from tttembed.serve.traffic import TrafficLog
 
 log = logging.getLogger("tttembed.serve")
-#: Searches kept in memory while the store cannot be written, and the pause between tries.
-UNLOGGED_MAX = 100_000
-LOG_RETRY_S = 1.0
 
 
 class Service:
@@ -59,11 +56,9 @@ class Service:
         self._watching = threading.Event()
         self.follow = Follow()
         self._doc_ids: frozenset[str] | None = None
-        self._log_lock = threading.Lock()
-        self.unlogged: list[Any] = []
-        self.unlogged_dropped = 0
-        self.log_error: str | None = None
-        self._log_retry_at = 0.0
+        self.traffic = TrafficLog(self.store) if self.store is not None else None
+        if self.traffic is not None:
+            self.traffic.probe()  # unreachable: said (/healthz degraded), tried again
 
     def _open_store(self) -> Any:
         if not self.config.loop.registry or self.states.versions is None:
@@ -74,36 +69,20 @@ class Service:
         return open_store(self.config.loop.store, self.config.loop.registry, lazy=True)
 
     def log_searches(self, rows: list[Any]) -> None:
-        """Log served queries in the store; while it cannot be written (the database
-        restarting) they wait in :attr:`unlogged` (bounded: the oldest dropped beyond
-        :data:`UNLOGGED_MAX`, counted) and go in with the next write that succeeds. A
-        search never fails because its log cannot be written."""
-        with self._log_lock:
-            self.unlogged.extend(rows)
-            if time.monotonic() < self._log_retry_at:
-                self._trim_unlogged()
-                return
-            batch = list(self.unlogged)
-            try:
-                self.store.log_searches(batch)
-            except Exception as exc:  # noqa: BLE001  (the search is answered anyway)
-                self._log_retry_at = time.monotonic() + LOG_RETRY_S
-                if self.log_error is None:
-                    log.error("cannot log searches (kept in memory, retried every %.0f s): "
-                              "%s", LOG_RETRY_S, " ".join(str(exc).split()))
-                self.log_error = " ".join(f"{type(exc).__name__}: {exc}".split())
-                self._trim_unlogged()
-                return
-            del self.unlogged[:len(batch)]
-            if self.log_error is not None:
-                log.info("searches logged again (%d kept meanwhile)", len(batch))
-            self.log_error = None
+        """Log served queries in the store (:class:`~tttembed.serve.traffic.TrafficLog`:
+        held in memory and written by a timer while the store cannot be written)."""
+        if self.traffic is not None:
+            self.traffic.log(rows)
 
-    def _trim_unlogged(self) -> None:
-        over = len(self.unlogged) - UNLOGGED_MAX
-        if over > 0:
-            del self.unlogged[:over]
-            self.unlogged_dropped += over
+    def store_status(self) -> dict[str, Any]:
+        """The traffic log's ``log_error``, ``unlogged`` and ``unlogged_dropped``."""
+        return self.traffic.status() if self.traffic is not None else {
+            "log_error": None, "unlogged": 0, "unlogged_dropped": 0}
+
+    def close_traffic(self) -> None:
+        """On shutdown: what the traffic log holds is written once more."""
+        if self.traffic is not None:
+            self.traffic.close()
 
     @property
     def doc_ids(self) -> frozenset[str]:
