@@ -76,7 +76,7 @@ def serve(
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
     from tttembed.serve.config import Batching, Listen, RequestLimits, ServeConfig, ServeLoop
-    cache = str(registry_cache) if registry_cache else None
+    cache = _str(registry_cache)
     learner = _learner(learn, registry, index, judge, store=store, corpus=corpus, scope=scope,
                        judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
                        audit=audit, audit_min_auc=audit_min_auc, audit_share=audit_share,
@@ -85,7 +85,7 @@ def serve(
                        click_settle_s=click_settle_s, interleave=interleave, registry_cache=cache)
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()), split=split,
-        queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), corpus=corpus,
+        queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), corpus=_str(corpus),
         api_key_env=api_key_env, allow_foreign_state=allow_foreign_state, unknown_task=unknown_task,
         listen=Listen(host=host, port=port, workers=workers, log_level=log_level.lower()),
         limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs),
@@ -93,6 +93,10 @@ def serve(
         loop=ServeLoop(registry=str(registry) if registry else None, store=store,
                        registry_cache=cache, explore=explore, interleave=interleave))
     _start(config, learner)
+
+
+def _str(path: Optional[Path]) -> Optional[str]:
+    return str(path) if path else None
 
 
 def _learner(learn: bool, registry: Optional[str], index: Path, judge: Optional[str],
