@@ -8,7 +8,6 @@ import os
 import signal
 import time
 
-import pytest
 from typer.testing import CliRunner
 
 from tests.loop.test_loop import world  # noqa: F401  (fixture)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, Triple
 from tttembed.loop.nojudge import UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
-from tttembed.loop.promote import PromotionCheck, check_promotion, verdict
+from tttembed.loop.promote import PromotionCheck, check_promotion, verdict, waiting
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
@@ -108,6 +109,8 @@ class Cycle:
     promoted: bool
     validation_pairs: int
     reason: str
+    #: what the promotion test lacks to decide (:func:`tttembed.loop.promote.waiting`)
+    waiting: dict[str, Any] = field(default_factory=dict)
 
 
 class Learner:
@@ -189,8 +192,9 @@ class Learner:
         check_cap = max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \
             else UNLIMITED
         check = check_promotion(self.index, qs, base.x, judged_now, served, candidate, pay,
-                                cap=check_cap,
-                                seed=self.config.seed, min_queries=self.config.min_queries)
+                                cap=check_cap, seed=self.config.seed, min_queries=self.config
+                                .min_queries, reach=self._reach(budget_left - pay.spent,
+                                                                check_cap))
         ok, reason = verdict(check, frozen=frozen, candidate=candidate)
         test = self.online is not None and bool(candidate) and not frozen and \
             (ok or not self.config.has_judge or _not_worse(check))
@@ -209,7 +213,18 @@ class Learner:
             self.registry.promote(version.name, by="learner", reason=reason)
         elif test and self.online is not None:
             self.online.propose(version.name)
-        return Cycle(version, ok, pay.spent, reason)
+        return Cycle(version, ok, pay.spent, reason, waiting(check, rewarded=len(qs), candidate=(
+            candidate), pairs_left=max(budget_left - pay.spent, 0) * self.config.has_judge))
+
+    def _reach(self, left: int, check_cap: int) -> int:
+        """Pairs the promotion check may pay beyond its cap to reach ``--min-queries``:
+        what the validation share of the judge budget has left (this cycle's guard
+        included), within the ``left`` of the budget (none without a judge)."""
+        if not self.config.has_judge:
+            return 0
+        share = int(self.config.validate_share * self.config.judge_budget)
+        used = self.store.spent().get("validation", 0)
+        return max(min(share - used, left) - check_cap, 0)
 
 
 def _not_worse(check: PromotionCheck) -> bool:

@@ -11,7 +11,10 @@ candidate is promoted only when ONE paired test (:func:`tttembed.ttt.judged.pair
 a bootstrap of the task-balanced mean Delta) over at least ``min_queries`` queries says
 better at alpha 0.05, and the interval and p shown are that test's (:func:`verdict`, a
 small function over the typed evidence record :class:`PromotionCheck`, so that a second
-test can be added beside it). Fewer than 2 queries have no interval.
+test can be added beside it). Fewer than 2 queries have no interval. When the cap leaves
+the test short of ``min_queries``, the check pays on (``reach`` pairs: the learner's
+validation share of the judge budget and the budget left) for more of the changed
+queries, whole, until it has them; what it still lacks is :func:`waiting`'s to say.
 
 This check is in-sample: a query-wise vector serves exactly the texts it was learned on,
 so for them it is the quantity that matters; the candidate's task-wise parts were kept
@@ -20,7 +23,7 @@ only with out-of-fold evidence against raw (:mod:`tttembed.ttt.select`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +118,36 @@ def verdict(check: PromotionCheck, *, frozen: bool, candidate: Sequence[AdaptSta
     return True, f"promoted: {shown}"
 
 
+def reach_min_queries(keys: Sequence[str], need: Mapping[str, Sequence[str]], reach: int,
+                      short: int, rng: np.random.Generator) -> list[str]:
+    """Up to ``short`` more of the changed queries ``keys`` (the cap left them out), in a
+    seeded random order, each whole while what they need fits in ``reach`` pairs."""
+    out: list[str] = []
+    spent = 0
+    for i in rng.permutation(len(keys)):
+        n = len(need.get(keys[i], ()))
+        if len(out) >= short:
+            break
+        if spent + n <= reach:
+            out.append(keys[i])
+            spent += n
+    return out
+
+
+def waiting(check: PromotionCheck, *, rewarded: int, candidate: Sequence[AdaptState],
+            pairs_left: int) -> dict[str, Any]:
+    """What the test lacks to decide (empty when it has its ``min_queries``): the judged
+    queries needed, whether the traffic lacks them (``rewarded`` queries in all) or the
+    budget, and the pairs left, with one sentence saying so."""
+    if not candidate or not check.changed or check.queries >= check.min_queries:
+        return {}
+    needed = check.min_queries - check.queries
+    why = "traffic" if rewarded < check.min_queries else "validation budget"
+    return {"queries": check.queries, "min_queries": check.min_queries, "needed": needed,
+            "short_of": why, "pairs_left": pairs_left,
+            "message": f"{needed} more judged queries needed; {pairs_left:,} pairs left"}
+
+
 def adapted(x: np.ndarray, texts: Sequence[str], tasks: Sequence[str],
             states: Sequence[AdaptState]) -> np.ndarray:
     """``x`` with ``states`` applied (the lookup serve and search use)."""
@@ -125,10 +158,12 @@ def adapted(x: np.ndarray, texts: Sequence[str], tasks: Sequence[str],
 
 def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judged,
                     served: Sequence[AdaptState], candidate: Sequence[AdaptState], pay: Pay,
-                    *, cap: int, seed: int = 0, min_queries: int = MIN_QUERIES
-                    ) -> PromotionCheck:
+                    *, cap: int, seed: int = 0, min_queries: int = MIN_QUERIES,
+                    reach: int = 0) -> PromotionCheck:
     """The module docstring's check of the rewarded ``queries`` (base vectors ``x``);
-    ``judged[key]`` the rewards a query already has, ``pay`` pays ``(query key, doc)``."""
+    ``judged[key]`` the rewards a query already has, ``pay`` pays ``(query key, doc)``;
+    ``reach``: pairs it may pay beyond ``cap``, only to bring the test up to
+    ``min_queries`` queries (:func:`reach_min_queries`)."""
     keys, texts, tasks = queries.keys, queries.texts, queries.tasks
     old = top_lists(index, adapted(x, texts, tasks, served))
     new = top_lists(index, adapted(x, texts, tasks, candidate))
@@ -137,6 +172,10 @@ def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judg
     need = never_judged([keys[q] for q in changed],
                         [{"served": old[q], "candidate": new[q]} for q in changed], judged)
     kept = whole_queries([keys[q] for q in changed], need, cap, rng)
+    short = min_queries - (len(keys) - len(changed) + len(kept))
+    if short > 0 and reach > 0:
+        kept += reach_min_queries([keys[q] for q in changed if keys[q] not in set(kept)],
+                                  need, reach, short, rng)
     pairs = [(q, d) for q in kept for d in sorted(need.get(q, []))]
     bought = pay(pairs) if pairs else {}
     keep, moved = set(kept), set(changed)
@@ -151,5 +190,5 @@ def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judg
                           left_out, min_queries)
 
 
-__all__ = ["MIN_QUERIES", "PromotionCheck", "adapted", "check_promotion", "top_lists",
-           "verdict"]
+__all__ = ["MIN_QUERIES", "PromotionCheck", "adapted", "check_promotion",
+           "reach_min_queries", "top_lists", "verdict", "waiting"]

@@ -195,7 +195,12 @@ class Loop:
             s.last_cycle = {"version": cycle.version.name if cycle.version else None,
                             "promoted": cycle.promoted, "reason": cycle.reason,
                             "at": now_utc(), "validation_pairs": cycle.validation_pairs}
-            log.info("cycle %d: %s", s.cycles, cycle.reason)
+            said = bool(s.promotion_waiting)
+            s.promotion_waiting = cycle.waiting
+            if cycle.waiting and not said:
+                log.info("promotions wait: %s (%s)", cycle.waiting["message"], cycle.reason)
+            log.log(logging.DEBUG if cycle.waiting and said else logging.INFO,
+                    "cycle %d: %s", s.cycles, cycle.reason)
             return cycle
         finally:
             s.rewards_at_cycle = self._rewarded()

@@ -81,6 +81,8 @@ class LoopState:
     audit: str = ""
     #: the share of the judge budget all audits together may pay (``--audit-share``)
     audit_share: float = 0.0
+    #: what the promotion test lacks to decide (empty: nothing), said once in the log
+    promotion_waiting: dict[str, Any] = field(default_factory=dict)
     min_queries: int = 0
     updated: str = ""
     error: str = ""
@@ -235,6 +237,15 @@ def clicks_waiting(store: Store | None, settle_s: float) -> dict[str, Any] | Non
             "next_settles_in_s": None if at is None else round(max(at - now, 0.0), 1)}
 
 
+def _spend_from(store: Store | None, learner: LoopState) -> None:
+    """The store's spend account into ``learner`` (not the learner's last write: a
+    learner killed between two writes is never under-counted)."""
+    if store is not None:
+        learner.spend = store.spent()
+        learner.pairs_judged = sum(learner.spend.values())
+        learner.judge_budget_left = max(learner.judge_budget - learner.pairs_judged, 0)
+
+
 def _audit_budget(learner: LoopState) -> dict[str, Any]:
     """What audits may cost and have cost: ``audit_share`` of the budget, ``audit_cap``
     pairs, ``audit_pairs`` paid for audits so far (drift re-scores and the audit set)."""
@@ -252,10 +263,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     learner = found or LoopState()
     running, why = alive(coordination, found)
     counts = store.counts() if store is not None else {"by_version": {}}
-    if store is not None:  # the store's account, not the learner's last write (a kill)
-        learner.spend = store.spent()
-        learner.pairs_judged = sum(learner.spend.values())
-        learner.judge_budget_left = max(learner.judge_budget - learner.pairs_judged, 0)
+    _spend_from(store, learner)
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
     out = {
@@ -281,6 +289,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "judge_audited": learner.judge_audited, "has_judge": learner.has_judge,
         "audit": learner.audit or None,
         "min_queries": learner.min_queries or None,
+        "promotion_waiting": learner.promotion_waiting or None,
         "searches": int(counts.get("searches", 0)),
         "queries_served": by_version,
         "cycles": learner.cycles,
