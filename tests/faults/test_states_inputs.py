@@ -155,3 +155,25 @@ def test_a_stale_or_garbage_candidate_is_reported_not_shown(tmp_path, text, said
     assert "candidate" in out.output and said in out.output
     got = CliRunner().invoke(app, ["states", "list", str(tmp_path / "r"), "--json"])
     assert said in got.output and '"candidate": null' in got.output
+
+
+def test_the_learner_drops_a_candidate_that_names_no_version(tmp_path):
+    """The learner's online test reads the candidate by the same rule: one naming a
+    version the registry does not hold is dropped (cleared), never tested for ever."""
+    from tttembed.loop.clicks.feed import ClickFeed
+    from tttembed.loop.coordination.folder import set_candidate
+    from tttembed.loop.online import OnlineTest
+    from tttembed.loop.store import open_store
+    from tttembed.registry.versions import Registry
+
+    reg = Registry(tmp_path / "r", create=True, index={"identity": "st:test"})
+    reg.register(_task_state(("a",)))
+    set_candidate(reg.root, "v99", None)
+    store = open_store(str(tmp_path / "loop.sqlite"))
+    try:
+        online = OnlineTest(reg, ClickFeed(store, settle_s=0.0))
+        assert online.step() is None
+        assert not (tmp_path / "r" / "candidate.json").exists()
+        assert "v99" in online.dropped
+    finally:
+        store.close()

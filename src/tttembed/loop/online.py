@@ -20,6 +20,7 @@ from typing import Any
 from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.clicks.sequential import DECISIONS, SequentialTest
 from tttembed.loop.coordination import Coordination, open_coordination
+from tttembed.loop.coordination.base import checked_candidate
 from tttembed.registry.base import StateRegistry
 
 #: Outcomes after which an undecided test gives up (the candidate is dropped).
@@ -59,6 +60,8 @@ class OnlineTest:
         self.registry, self.feed, self.max_outcomes = registry, feed, max_outcomes
         self.coordination = coordination or open_coordination(registry)
         self.last: OnlineVerdict | None = None
+        #: why the last candidate was dropped unread ("" when none was)
+        self.dropped = ""
 
     def propose(self, version: str) -> None:
         """Make ``version`` the candidate tested against the version served now."""
@@ -71,8 +74,12 @@ class OnlineTest:
     def step(self) -> OnlineVerdict | None:
         """Update the test of the candidate (None: there is none); promote or drop it
         when it decides."""
-        record = self.coordination.candidate()
+        record, why = checked_candidate(self.coordination,
+                                        {v.name for v in self.registry.versions()})
         if record is None:
+            if why and self.coordination.candidate_checked()[0] is not None:
+                self.coordination.clear_candidate()  # names no version: nothing to test
+                self.dropped = why
             return None
         name = str(record["version"])
         test = SequentialTest(max_n=self.max_outcomes)
