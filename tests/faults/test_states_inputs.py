@@ -9,7 +9,10 @@ import re
 
 import pytest
 
+from tests.pg import database_fixtures
 from tttembed.core.errors import ConfigError
+
+pg_cluster, url = database_fixtures("si_")
 
 
 def test_a_rank_above_the_embedders_dimension_is_refused_before_any_pair_is_paid(tmp_path):
@@ -177,3 +180,24 @@ def test_the_learner_drops_a_candidate_that_names_no_version(tmp_path):
         assert "v99" in online.dropped
     finally:
         store.close()
+
+
+def test_db_candidate_naming_no_version(url, tmp_path):
+    """The same rule on a PostgreSQL registry: a candidate row naming v99 is reported in
+    ``/v1/loop`` (``candidate_error``), never shown as the candidate."""
+    pytest.importorskip("psycopg", reason="pip install 'tttembed[loop]'")
+    from tttembed.loop.coordination import open_coordination
+    from tttembed.loop.status import loop_status
+    from tttembed.registry.open import open_registry
+
+    reg = open_registry(url, create=True, index={"identity": "st:test"}, cache=tmp_path / "c")
+    try:
+        reg.register(_task_state(("a",)))
+        open_coordination(reg).set_candidate("v99", None)
+        status = loop_status(reg, None)
+        assert status["candidate"] is None and "v99" in status["candidate_error"]
+        open_coordination(reg).set_candidate("v1", None)
+        status = loop_status(reg, None)
+        assert status["candidate"] == "v1" and "candidate_error" not in status
+    finally:
+        reg.close()
