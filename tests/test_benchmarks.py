@@ -232,6 +232,18 @@ def test_the_loop_gain_benchmark(tmp_path, env, tiny, tiny_index):
     assert len(json.loads((tmp_path / "loop.json").read_text())["rows"]) == 5
 
 
+def test_the_loop_audit_spend_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_loop_audit_spend.py",
+            ["--modules", "json,csv", "--repeat", "1", "--budget", "200", "--learn-every",
+             "20", "--wait-s", "30", "--json", str(tmp_path / "spend.json")], env, claims)
+    rows = reported(r, claims, least=4)
+    got = json.loads((tmp_path / "spend.json").read_text())
+    assert got["paid"] == sum(got["spend"].values()) <= 200, got
+    assert got["audits"] <= 0.2 * 200, got  # the audit share
+    assert rows[2]["claim"].startswith("loop audit spend: share of the budget"), rows
+
+
 def test_the_loop_states_benchmark(tmp_path, env, tiny, tiny_index):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_loop_states.py", [str(tiny), "--index", str(tiny_index),

@@ -297,7 +297,7 @@ def test_serve_help_has_the_loop_options_of_the_guide():
 
     loop_only = {"--registry", "--index", "--depth", "--seed", "--nice", "--help"}
     want = {"--drift-sample", "--drift-threshold", "--audit", "--audit-min-auc",
-            "--judge-depth", "--min-queries", "--judge-budget", "--judge-rpm",
+            "--audit-share", "--judge-depth", "--min-queries", "--judge-budget", "--judge-rpm",
             "--learn-every", "--scope", "--store", "--corpus", "--judge"}
     assert want <= options("serve"), want - options("serve")
     assert options("loop") - loop_only <= options("serve"), options("loop") - options("serve")

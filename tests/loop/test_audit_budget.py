@@ -52,3 +52,16 @@ def test_audits_stay_within_their_share_and_an_unchanged_judge_is_reread_free(
     assert status["budget"]["audit_pairs"] == _audits(loop)
     assert [a["auc"] for a in status["audits"]] and all(
         a["auc"] == status["audits"][0]["auc"] for a in status["audits"])
+
+
+def test_the_audit_share_is_an_option_the_learner_child_gets_and_is_checked():
+    from tttembed.core.errors import ConfigError
+    from tttembed.loop.config import LoopConfig
+
+    config = LoopConfig(registry="r", index="i", judge="bm25", judge_budget=2000,
+                        audit_share=0.1)
+    argv = config.argv()
+    assert argv[argv.index("--audit-share") + 1] == "0.1" and config.audit_cap == 200
+    assert LoopConfig(registry="r", index="i", judge="bm25").audit_share == 0.2
+    with pytest.raises(ConfigError, match=r"--audit-share must be a fraction"):
+        LoopConfig(registry="r", index="i", judge="bm25", audit_share=1.5)
