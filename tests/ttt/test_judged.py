@@ -10,8 +10,10 @@ from tttembed.ttt.judged import (
     exact_gain,
     judge_lists,
     never_judged,
+    sample_by_task,
     sample_pairs,
     source_lists,
+    task_shares,
     top_lists,
     whole_queries,
 )
@@ -123,3 +125,31 @@ def test_fully_paid_lists_give_the_exact_judged_difference():
                           judged.judged, ["t"] * len(keys), np.random.default_rng(0))
     assert sampled.gain == pytest.approx(exact.gain, abs=1e-12)
     assert 0 <= p["a"] <= 1
+
+
+def test_the_cap_is_split_by_task_so_a_large_task_cannot_take_a_small_ones_evidence():
+    """1,000 new documents of one task, 20 of another, a cap of 40: each task gets its
+    equal share (the small one all it needs, the large one the rest). A uniform sample
+    would give the small task about one pair (40 x 20 / 1,020)."""
+    pairs = [(f"big{i}", "d") for i in range(1000)] + [(f"small{i}", "d") for i in range(20)]
+    task_of = {q: q.rstrip("0123456789") for q, _ in pairs}
+    picked = sample_by_task(pairs, task_of, 40, np.random.default_rng(0))
+    tasks = [task_of[q] for q, _ in picked]
+    assert len(picked) == 40 and tasks.count("small") == 20 and tasks.count("big") == 20
+    assert picked == sorted(picked, key=pairs.index)  # in the pairs' order
+
+
+def test_task_shares_water_fill():
+    assert task_shares({"a": 5, "b": 100, "c": 100}, 45) == {"a": 5, "b": 20, "c": 20}
+    assert task_shares({"a": 5, "b": 6}, 100) == {"a": 5, "b": 6}
+    assert task_shares({"a": 10, "b": 10, "c": 10}, 7) == {"a": 3, "b": 2, "c": 2}
+    assert sum(task_shares({"a": 0, "b": 3}, 0).values()) == 0
+
+
+def test_one_task_samples_draw_for_draw_as_before():
+    pairs = [(f"q{i}", f"d{j}") for i in range(30) for j in range(3)]
+    task_of = {q: "t" for q, _ in pairs}
+    for within in (False, True):
+        a = sample_by_task(pairs, task_of, 17, np.random.default_rng(3), draw_within_cap=within)
+        b = sample_pairs(pairs, 17, np.random.default_rng(3), draw_within_cap=within)
+        assert a == b

@@ -12,7 +12,9 @@ then every list is fully judged and the paired ``Delta nDCG@k`` is exact under t
 judged-candidates cross-validation (:mod:`tttembed.adapt.crossval`) cannot.
 
 Validation pairs are capped (default 10% of the learning budget). Past the cap a uniform
-random sample of the never-judged documents is paid, and an unpaid one counts the mean
+random sample of the never-judged documents is paid, the cap split equally by task (a task
+needing less leaves the rest to the others: :func:`tttembed.ttt.judged.task_shares`; the
+paired test weighs tasks equally, so does the evidence bought for it), and an unpaid one counts the mean
 reward of the paid ones of its list, the interval bootstrapping the queries and that
 sample together (:func:`tttembed.ttt.judged.sample_pairs`; too small a sample counts the
 bound against the change). The judged-candidates estimate decides only where the guard
@@ -43,7 +45,7 @@ from tttembed.ttt.judged import (
     Source,
     judge_lists,
     never_judged,
-    sample_pairs,
+    sample_by_task,
     source_lists,
 )
 from tttembed.ttt.rewards import reward_table
@@ -51,7 +53,7 @@ from tttembed.ttt.rewards import reward_table
 #: Default cap on validation pairs, as a share of the learning budget's pairs.
 VALIDATE_SHARE = 0.1
 #: Bump when the guard's choices change for the same inputs (eval cells are keyed by it).
-GUARD_VERSION = 4
+GUARD_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def judged_diff(scope: str, sources: Sequence[Source],
                          {a: blocks[:, j] for j, a in enumerate(ALPHA_GRID)}, k, by_row=True,
                          keys=keys)
     new = [(q, d) for q, ds in never_judged(keys, lists, rewards).items() for d in ds]
-    picked = sample_pairs(new, cap, rng)
+    picked = sample_by_task(new, dict(zip(keys, tasks)), cap, rng)
     judged = judge_lists(keys, tasks, lists, rewards, pay, picked, needed=len(new), base="0",
                          names=ALPHA_GRID, k=k)
     raw = np.array([judged_deltas(per["0"], [], j, k)[0] for per, j in zip(lists, judged.judged)])

@@ -141,6 +141,41 @@ def sample_pairs(pairs: Sequence[Pair], cap: int, rng: np.random.Generator, *,
     return list(pairs)
 
 
+def task_shares(need: Mapping[str, int], cap: int) -> dict[str, int]:
+    """The validation cap split by task (tasks weigh equally in the paired test, so they
+    do in the evidence bought for it): every task an equal share, a task that needs less
+    takes what it needs and the rest is split among the others (water-filling); the
+    pairs a division leaves over go to the tasks in their order."""
+    shares = {t: 0 for t in need}
+    left, open_ = max(cap, 0), [t for t in need if need[t] > 0]
+    while left > 0 and open_:
+        each, extra = divmod(left, len(open_))
+        for i, t in enumerate(open_):
+            shares[t] += min(each + (1 if i < extra else 0), need[t] - shares[t])
+        left = max(cap, 0) - sum(shares.values())
+        open_ = [t for t in open_ if shares[t] < need[t]]
+    return shares
+
+
+def sample_by_task(pairs: Sequence[Pair], task_of: Mapping[str, str], cap: int,
+                   rng: np.random.Generator, *, draw_within_cap: bool = False) -> list[Pair]:
+    """:func:`sample_pairs` with the cap split by the task of each pair's query
+    (:func:`task_shares`): one task's many new documents (a large or very different task)
+    cannot take the evidence the small tasks need. With one task it is
+    :func:`sample_pairs`, draw for draw."""
+    groups: dict[str, list[int]] = {}
+    for i, (q, _) in enumerate(pairs):
+        groups.setdefault(task_of.get(q, ""), []).append(i)
+    if len(groups) <= 1 or (len(pairs) <= cap and not draw_within_cap):
+        return sample_pairs(pairs, cap, rng, draw_within_cap=draw_within_cap)
+    shares = task_shares({t: len(ix) for t, ix in groups.items()}, cap)
+    picked: list[int] = []
+    for t, ix in groups.items():
+        size = min(shares[t], len(ix))
+        picked += [ix[j] for j in rng.choice(len(ix), size=size, replace=False).tolist()]
+    return [pairs[i] for i in sorted(picked)]
+
+
 def whole_queries(keys: Sequence[str], need: Mapping[str, Sequence[str]], cap: int,
                   rng: np.random.Generator) -> list[str]:
     """Query keys in a seeded random order, each kept while all it needs (``need[key]``,
@@ -286,5 +321,5 @@ def paired_test(deltas: np.ndarray, tasks: Sequence[str], rng: np.random.Generat
 
 
 __all__ = ["ALPHA", "K", "JudgedLists", "PairedTest", "exact_deltas", "paired_test", "Judged", "Lists", "Pair", "Pay", "Source", "exact_gain",
-           "judge_lists", "never_judged", "pay_into", "sample_pairs", "scorer_pay", "source_lists",
-           "top_lists", "whole_queries"]
+           "judge_lists", "never_judged", "pay_into", "sample_by_task", "sample_pairs", "scorer_pay", "source_lists",
+           "task_shares", "top_lists", "whole_queries"]

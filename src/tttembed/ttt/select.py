@@ -47,7 +47,7 @@ from tttembed.ttt.judged import (
     Source,
     judge_lists,
     never_judged,
-    sample_pairs,
+    sample_by_task,
     source_lists,
 )
 
@@ -60,7 +60,7 @@ METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 6
+SELECT_VERSION = 7
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
@@ -313,7 +313,8 @@ def _query_part(sources: Sequence[Source], table: Table,
                          keys=table.keys)
     new = [(q, d) for q, ds in never_judged(table.keys, lists, rewards).items()
            for d in sorted(ds)]
-    picked = sample_pairs(new, cap, rng, draw_within_cap=True)
+    picked = sample_by_task(new, dict(zip(table.keys, table.tasks)), cap, rng,
+                            draw_within_cap=True)
     judged = judge_lists(table.keys, table.tasks, lists, rewards, pay, picked,
                          needed=len(new), base="", names=QUERY_LEVEL, k=k)
     out = _QueryPart(judged.per_task(rng), "judged-diff" + ("-sampled" if judged.sampled
