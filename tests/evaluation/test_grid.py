@@ -40,8 +40,24 @@ def test_eval_without_budget_says_the_whole_grid_and_its_cost_first(tmp_path, st
 def test_a_budget_grid_is_priced_by_its_largest_budget(tmp_path, stopped):
     task = write_task(tmp_path, "beta", ["bio", "sea", "rail"])
     got = CliRunner().invoke(app, ["eval", str(task), "--scorer", "bm25", "--budget", "1,2",
-                                   "--scorer", "qrels", "--protocol", "heldout"])
+                                   "--scorer", "qrels"])
     text = " ".join(got.output.split())
     assert "2 budgets (1 to 2)" in text
-    assert "judge pairs: at most 16 for bm25" in text  # round(2 x 8 rewarded queries)
+    assert "judge pairs: at most 18 for bm25" in text  # round(2 x 9 rewarded queries)
     assert "qrels: free (labels)" in text
+
+
+def test_the_held_out_protocol_is_priced_at_its_depth_not_the_budgets(tmp_path, stopped):
+    """Held-out learns 80% of the queries at depth 10 whatever --budget says: the grid
+    says so and prices 8 x 10 pairs, not a budget's."""
+    task = write_task(tmp_path, "beta", ["bio", "sea", "rail"])  # 9 queries, 18 documents
+    got = CliRunner().invoke(app, ["eval", str(task), "--scorer", "bm25", "--protocol",
+                                   "heldout", "--scope", "task"])
+    text = " ".join(got.output.split())
+    assert "grid: depth 10 (--budget applies to the fixed protocol only)" in text
+    assert "judge pairs: at most 80 for bm25" in text and "heldout: 10 per rewarded query" in text
+    got = CliRunner().invoke(app, ["eval", str(task), "--scorer", "bm25", "--protocol",
+                                   "fixed,heldout", "--budget", "1"])
+    text = " ".join(got.output.split())
+    assert "1 budget (1; the fixed protocol's, the others learn at depth 10)" in text
+    assert "judge pairs: at most 89 for bm25" in text  # 9 (b = 1) + 80

@@ -5,7 +5,8 @@ The pairs are estimated from what the protocols do: the fixed protocol's budgets
 (the largest budget's pairs hold every smaller one's), so a scorer pays at most the largest
 budget ``max(b) * N`` pairs (``N`` the rewarded queries), capped by the candidates there
 are (``min(EVAL_DEPTH, documents)`` per query); held-out rewards ``ceil(fraction * n_t)``
-queries per task, LOTO every query; a label scorer (``qrels``) pays nothing, and pairs the
+queries per task, LOTO every query, both at depth 10 (``--budget`` is the fixed protocol's
+only, and the grid says so); a label scorer (``qrels``) pays nothing, and pairs the
 reward ledger already holds are free (so the figure is an upper bound). Counting a task's
 queries and documents reads its qrels and corpus lines only; a task that cannot be counted
 here (``mteb:``) is shown without figures.
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tttembed.adapt.allocate import BREADTH_DEPTH
 from tttembed.evaluation.workload import EVAL_DEPTH
 
 
@@ -59,17 +61,25 @@ def rewarded_queries(protocol: str, sizes: Sequence[TaskSize], fraction: float) 
     return sum(counts)
 
 
+def protocol_pairs(protocol: str, budgets: Sequence[float], sizes: Sequence[TaskSize],
+                   fraction: float) -> int | None:
+    """At most this many pairs ``protocol`` pays one scorer: the fixed protocol its largest
+    budget's (the smaller ones nested in it) within the candidates there are; held-out
+    and LOTO learn at depth :data:`BREADTH_DEPTH` whatever ``--budget`` says."""
+    n = rewarded_queries(protocol, sizes, fraction)
+    if n is None or any(t.documents is None for t in sizes):
+        return None
+    docs = min(int(t.documents or 0) for t in sizes) if sizes else 0
+    if protocol == "fixed":
+        return min(max(1, round(max(budgets) * n)), n * min(EVAL_DEPTH, docs))
+    return n * min(BREADTH_DEPTH, docs)
+
+
 def judge_pairs(budgets: Sequence[float], protocols: Sequence[str], sizes: Sequence[TaskSize],
                 fraction: float) -> int | None:
     """At most this many pairs for one (paying) scorer over ``protocols`` (module doc)."""
-    total = 0
-    for proto in protocols:
-        n = rewarded_queries(proto, sizes, fraction)
-        if n is None or any(t.documents is None for t in sizes):
-            return None
-        depth = min([EVAL_DEPTH, *(int(t.documents or 0) for t in sizes)])
-        total += min(max(1, round(max(budgets) * n)), n * depth)
-    return total
+    got = [protocol_pairs(p, budgets, sizes, fraction) for p in protocols]
+    return None if any(g is None for g in got) else sum(int(g or 0) for g in got)
 
 
 #: Baselines that run at every budget on its rewarded pairs (the PRF ones need none).
@@ -98,9 +108,15 @@ def grid_lines(*, budgets: Sequence[float], budget_given: bool, scopes: Sequence
     whole = "" if budget_given else "; no --budget: the whole grid"
     tasks = ", ".join(f"{t.name}: {t.queries if t.queries is not None else '?'} queries"
                       for t in sizes)
-    cells = len(b) * len(methods) * len(protocols) * len(scorers)
+    fixed = "fixed" in protocols
+    points = len(b) * fixed + sum(p != "fixed" for p in protocols)
+    cells = points * len(methods) * len(scorers)
     span = _number(b[0]) if len(b) == 1 else f"{_number(b[0])} to {_number(b[-1])}"
-    lines = [f"grid: {len(b)} budget{'s' * (len(b) != 1)} ({span}{whole}) x {len(scopes)} scope{'s' * (len(scopes) != 1)} "
+    budget = (f"{len(b)} budget{'s' * (len(b) != 1)} ({span}{whole}"
+              + ("; the fixed protocol's, the others learn at depth "
+                 f"{BREADTH_DEPTH}" if len(protocols) > 1 else "") + ")" if fixed else
+              f"depth {BREADTH_DEPTH} (--budget applies to the fixed protocol only)")
+    lines = [f"grid: {budget} x {len(scopes)} scope{'s' * (len(scopes) != 1)} "
              f"({', '.join(scopes)}) x {len(sizes)} task{'s' * (len(sizes) != 1)} ({tasks}) "
              f"x {len(protocols)} protocol{'s' * (len(protocols) != 1)} "
              f"({', '.join(protocols)}) x {len(scorers)} scorer"
@@ -114,12 +130,14 @@ def grid_lines(*, budgets: Sequence[float], budget_given: bool, scopes: Sequence
         else:
             cost.append(f"at most {pairs:,} for {spec}" if pairs is not None
                         else f"{spec}: unknown until the tasks are loaded")
-    lines.append("judge pairs: " + "; ".join(cost) + " (based on the largest budget "
-                 f"{_number(b[-1])} pairs per rewarded query, nested below it, per protocol, "
-                 f"capped by {EVAL_DEPTH} candidates per query; pairs already in the reward "
-                 "ledger are free; --budget picks fewer points)")
+    basis = ([f"the largest budget {_number(b[-1])} pairs per rewarded query, nested below "
+              f"it, capped by {EVAL_DEPTH} candidates per query"] if fixed else [])
+    basis += [f"{p}: {BREADTH_DEPTH} per rewarded query" for p in protocols if p != "fixed"]
+    lines.append("judge pairs: " + "; ".join(cost) + f" (based on {'; '.join(basis)}; "
+                 "pairs already in the reward ledger are free"
+                 + ("; --budget picks fewer points)" if fixed else ")"))
     return lines
 
 
 __all__ = ["BUDGETED_BASELINES", "TaskSize", "count_task", "grid_lines", "judge_pairs",
-           "methods_per_budget", "rewarded_queries"]
+           "methods_per_budget", "protocol_pairs", "rewarded_queries"]
