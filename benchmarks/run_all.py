@@ -54,6 +54,7 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
      [str(DATA / "cranfield"), "--windows", "3", "--head", "30", "--tail", "10"]),
     ("bench_loop_states.py", [str(DATA / "scifact"), "--many-states", "10000"],
      [str(DATA / "cranfield"), "--many-states", "2000"]),
+    ("bench_loop_audit_spend.py", [], ["--modules", "json,csv"]),
     ("bench_loop.py", ["--history", "10000,100000,1000000"],
      ["--history", "10000,100000", "--steps", "10"]),
     ("bench_allocation.py", ["--data-root", str(DATA)],
