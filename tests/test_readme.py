@@ -17,7 +17,7 @@ README = ROOT / "README.md"
 GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
 PAGES = [README, *GUIDES, ROOT / "docs" / "performance.md", ROOT / "docs" / "architecture.md"]
 MODULES = "json,csv,re,pathlib,functools,itertools,collections,shutil,os,os.path"
-MARKERS = ("usage", "vectordb", "python", "eval", "loop", "states")
+MARKERS = ("usage", "vectordb", "python", "eval", "loop", "freeze", "states")
 MAX_README_LINES = 220
 
 

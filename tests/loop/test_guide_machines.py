@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from tests.loop.test_guide import _stop
 from tests.loop.test_replicas import _env, _get, _port, _post, _wait
 from tests.test_readme import MODULES, _block
 
@@ -129,12 +130,7 @@ class Machines:
         try:
             yield proc, log
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            _stop(proc, 30)
 
 
 def _search(url: str, q: str) -> dict[str, Any]:
