@@ -172,3 +172,24 @@ def test_sign_flip_p_is_small_for_a_consistent_gain_and_large_for_noise():
     tasks = np.array(["t"] * 30)
     assert sign_flip_p(np.full(30, 0.1), tasks, 2000, rng) < 0.01
     assert sign_flip_p(rng.normal(size=30) * 0.1, tasks, 2000, rng) > 0.05
+
+
+def _gains(**means):
+    """Per-alpha evidence with a tight interval around each mean."""
+    return {a: {"gain": m, "ci_low": m - 0.01, "ci_high": m + 0.01, "queries": 20}
+            for a, m in means.items()}
+
+
+def test_alpha_auto_on_several_tasks_is_chosen_per_task():
+    """A task whose held-out queries lose at every alpha keeps raw (0) although the pooled
+    evidence, carried by a task that gains, would have given it the pooled alpha."""
+    from tttembed.ttt.distil import task_alphas
+
+    evidence = {"gains": _gains(**{"0": 0.0, "0.1": 0.1, "0.5": 0.3, "rule": 0.2}),
+                "loses": _gains(**{"0": 0.0, "0.1": -0.02, "0.5": -0.1, "rule": -0.2}),
+                "flat": {**_gains(**{"0": 0.0}), "0.5": {"gain": 0.05, "ci_low": -0.01,
+                                                          "ci_high": 0.1, "queries": 20}}}
+    assert task_alphas(evidence, ["gains", "loses", "flat"]) == {
+        "gains": "0.5", "loses": "0", "flat": "0"}
+    assert task_alphas(evidence, ["gains"]) == {}  # one task: the pooled choice is its own
+    assert task_alphas(evidence, ["gains", "absent"]) == {}  # no evidence: pooled

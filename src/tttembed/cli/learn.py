@@ -309,6 +309,9 @@ def _crossval(state: Any) -> None:
             "<- auto" if g.alpha == cv.auto() else "")
         table.add_row(g.alpha, f"{g.gain:+.4f}", f"[{g.ci_low:+.4f}, {g.ci_high:+.4f}]", mark)
     console.print(table)
+    if ";" in state.alpha_chosen:
+        console.print(f"alpha auto per task, each on its own held-out queries (the table "
+                      f"pools them): {state.alpha_chosen} (0: raw for that task)")
     if rec.note:
         console.print(f"note: {rec.note}")
     if rec.fallback:
