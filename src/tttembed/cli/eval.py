@@ -171,6 +171,7 @@ def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, .
     """Before the work: the grid and the judge pairs it may pay (on stderr). ``flags``:
     --scorer, --scope, --protocol, --alpha, --select and --baselines as given."""
     from tttembed.adapt.allocate import NORMALISED_BUDGETS
+    from tttembed.evaluation.config import check_label_scorer
     from tttembed.evaluation.grid import count_task, grid_lines, methods_per_budget
     from tttembed.score.base import uses_labels
 
@@ -179,6 +180,8 @@ def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, .
             "protocols": split_list(protocol) or ("fixed",), "alphas": split_list([alpha]),
             "selects": split_list([select]) if select else (),
             "baselines": split_list([baselines])}
+    for spec in grid["scorers"]:
+        check_label_scorer(spec)  # a refused spec: its one line, not the grid first
     methods = methods_per_budget(grid["scopes"], grid["alphas"], grid["selects"],
                                  options["allocation"], grid["baselines"])
     for line in grid_lines(

@@ -150,7 +150,10 @@ def _chosen_alphas(scope: str, asked: str | float, guard: Guard | None, cv: Cros
                            if judged is not None and sharing(scope) == "task" else {}, keys)
     if not per_task:
         return chosen, alphas
-    return "; ".join(f"{t} {a}" for t, a in per_task.items()), np.array(
+    same = len(set(per_task.values())) == 1  # one alpha for all: its label, as pooled
+    label = next(iter(per_task.values())) if same else "; ".join(
+        f"{t} {a}" for t, a in per_task.items())
+    return label, np.array(
         [res.alpha[g] if a == "rule" else alpha_values(a, res.n_g[g:g + 1])[0]
          for g, a in enumerate(per_task.values())])
 
