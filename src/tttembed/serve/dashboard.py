@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tttembed.serve.cells import as_map, data_field, esc, exact, plain, pvalue, real, signed
+from tttembed.serve.timeline import is_served, marker_kind, timeline, version_rows
 
 #: Seconds between reloads of the page.
 REFRESH_SECONDS = 5
@@ -79,20 +80,6 @@ tr.refused td{color:#4b5563}
 td.reason{min-width:150px}
 td .badge.served{font-size:11px;margin-top:3px}
 """
-
-
-def _versions(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    rows = status.get("versions")
-    if not isinstance(rows, (list, tuple)):
-        return []
-    return [row for row in rows if isinstance(row, Mapping)]
-
-
-def _is_served(row: Mapping[str, Any], served: Any) -> bool:
-    flag = row.get("served")
-    if isinstance(flag, bool):
-        return flag
-    return served is not None and row.get("version") == served
 
 
 def _judge_badge(status: Mapping[str, Any]) -> str:
@@ -185,80 +172,14 @@ def _audit_cost(budget: Mapping[str, Any]) -> str:
 def _cards(status: Mapping[str, Any]) -> str:
     feedback = data_field("feedback_received", status.get("feedback_received"))
     served = sum(real(n) or 0 for n in as_map(status.get("queries_served")).values())
-    promoted = sum(1 for row in _versions(status) if row.get("promoted") is True)
+    promoted = sum(1 for row in version_rows(status) if row.get("promoted") is True)
     return (f'<div class="cards">{_budget(status)}'
             f'<div class="card"><h2>Feedback</h2><div class="big">{feedback}</div>'
             '<div class="muted">pairs received from users</div></div>'
-            f'<div class="card"><h2>Versions</h2><div class="big">{len(_versions(status))}</div>'
+            f'<div class="card"><h2>Versions</h2><div class="big">{len(version_rows(status))}</div>'
             f'<div class="muted">{promoted} promoted</div></div>'
             f'<div class="card"><h2>Queries served</h2><div class="big">{served:.0f}</div>'
             '<div class="muted">all states</div></div></div>')
-
-
-def _kind(row: Mapping[str, Any]) -> str:
-    promoted = row.get("promoted")
-    return "promoted" if promoted is True else ("refused" if promoted is False else "unknown")
-
-
-def _shape(kind: str, x: float, y: float) -> str:
-    """Promoted: a green circle; refused: a red diamond; unknown: a hollow grey circle."""
-    if kind == "promoted":
-        return f'<circle cx="{x}" cy="{y}" r="10" fill="#1a7f37"/>'
-    if kind == "refused":
-        pts = f"{x},{y - 11} {x + 11},{y} {x},{y + 11} {x - 11},{y}"
-        return f'<polygon points="{pts}" fill="#c62828"/>'
-    return f'<circle cx="{x}" cy="{y}" r="9" fill="#fff" stroke="#6b7785" stroke-width="2"/>'
-
-
-def _marker(name: str, kind: str, served: bool, x: float, tip: str) -> str:
-    y = 46
-    ring = (f'<circle cx="{x}" cy="{y}" r="17" fill="none" stroke="#0b5cad" stroke-width="3"/>'
-            f'<text x="{x}" y="{y - 24}" text-anchor="middle" font-size="11" font-weight="700"'
-            ' fill="#0b5cad">served</text>') if served else ""
-    label = name if len(name) <= 12 else name[:11] + "…"
-    weight = ' font-weight="700"' if served else ""
-    return (f'<g data-marker="{esc(name)}" data-kind="{kind}" '
-            f'data-served="{"true" if served else "false"}"><title>{esc(tip)}</title>{ring}'
-            f"{_shape(kind, x, y)}"
-            f'<text x="{x}" y="{y + 32}" text-anchor="middle" font-size="12"{weight} '
-            f'fill="#1f2933">{esc(label)}</text></g>')
-
-
-def _timeline(status: Mapping[str, Any]) -> str:
-    rows, served = _versions(status), status.get("version")
-    step, pad = 96, 40
-    width = max(2 * pad + step * len(rows), 240)
-    last = pad + step * len(rows)
-    parts = [f'<line x1="{pad}" y1="46" x2="{last}" y2="46" stroke="#c3cad3" stroke-width="2"/>',
-             f'<g data-origin="raw"><title>raw vectors (no learned state)</title>'
-             f'<rect x="{pad - 8}" y="38" width="16" height="16" rx="3" fill="#6b7785"/>'
-             f'<text x="{pad}" y="78" text-anchor="middle" font-size="12" fill="#6b7785">raw'
-             "</text></g>"]
-    if served is None:
-        parts.append(f'<circle cx="{pad}" cy="46" r="17" fill="none" stroke="#0b5cad" '
-                     f'stroke-width="3"/><text x="{pad}" y="22" text-anchor="middle" '
-                     'font-size="11" font-weight="700" fill="#0b5cad">served</text>')
-    for i, row in enumerate(rows, 1):
-        name, kind = str(row.get("version") or "?"), _kind(row)
-        tip = f"{name}: {kind}" + (f" ({row.get('reason')})" if row.get("reason") else "")
-        parts.append(_marker(name, kind, _is_served(row, served), pad + step * i, tip))
-    empty = "" if rows else '<p class="muted">No versions yet: raw vectors are served.</p>'
-    return (f'<section><h2>Versions timeline</h2><div class="scroll"><svg role="img" '
-            f'aria-label="versions timeline" width="{width}" height="92" '
-            f'viewBox="0 0 {width} 92">{"".join(parts)}'
-            f"</svg></div>{empty}{_legend()}</section>")
-
-
-def _legend() -> str:
-    def icon(shape: str) -> str:
-        return (f'<svg width="22" height="22" viewBox="0 0 40 40">{shape}</svg>')
-
-    ring = '<circle cx="20" cy="20" r="15" fill="none" stroke="#0b5cad" stroke-width="4"/>'
-    return ('<div class="legend">'
-            f'<span>{icon(_shape("promoted", 20, 20))}promoted</span>'
-            f'<span>{icon(_shape("refused", 20, 20))}refused</span>'
-            f"<span>{icon(ring)}served</span>"
-            f'<span>{icon(_shape("unknown", 20, 20))}undecided</span></div>')
 
 
 def _evidence(row: Mapping[str, Any]) -> str:
@@ -298,7 +219,7 @@ def _pairs(row: Mapping[str, Any]) -> str:
 
 
 def _version_row(row: Mapping[str, Any], served: bool) -> str:
-    name, kind = str(row.get("version") or "?"), _kind(row)
+    name, kind = str(row.get("version") or "?"), marker_kind(row)
     decision = {"promoted": ("promoted", "badge ok"), "refused": ("refused", "badge no")}.get(
         kind, ("undecided", "badge"))
     serving = data_field("served", row.get("served"), "serving" if served else "",
@@ -316,13 +237,13 @@ def _version_row(row: Mapping[str, Any], served: bool) -> str:
 
 
 def _versions_table(status: Mapping[str, Any]) -> str:
-    rows, served = _versions(status), status.get("version")
+    rows, served = version_rows(status), status.get("version")
     if not rows:
         return '<section><h2>Versions</h2><p class="muted">No versions registered.</p></section>'
     head = ("<tr><th>Version</th><th>Created</th><th>Parent</th><th>Decision</th>"
             "<th>Evidence (against the version served before)</th><th>Pairs</th>"
             '<th class="num">Queries served</th><th>Reason</th></tr>')
-    body = "".join(_version_row(row, _is_served(row, served)) for row in rows)
+    body = "".join(_version_row(row, is_served(row, served)) for row in rows)
     return (f'<section><h2>Versions</h2><div class="scroll"><table><thead>{head}</thead>'
             f"<tbody>{body}</tbody></table></div></section>{_history(status)}")
 
@@ -367,7 +288,7 @@ def _replicas_table(status: Mapping[str, Any]) -> str:
 
 def _state_order(counts: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
     """``raw`` first, then the versions in order, then any other state by name."""
-    known = ["raw"] + [str(row.get("version")) for row in _versions(status)]
+    known = ["raw"] + [str(row.get("version")) for row in version_rows(status)]
     first = [name for name in dict.fromkeys(known) if name in counts]
     return first + sorted(str(k) for k in counts if k not in first)
 
@@ -443,7 +364,7 @@ def render_dashboard(status: Mapping[str, Any]) -> str:
     """The loop's status (the ``GET /v1/loop`` mapping) as one complete HTML page."""
     served = status.get("version")
     title = f"tttembed loop: {served if served else 'raw'}"
-    body = "".join((_header(status), _notice(status), _cards(status), _timeline(status),
+    body = "".join((_header(status), _notice(status), _cards(status), timeline(status),
                     _versions_table(status), _replicas_table(status), _states_table(status),
                     _clicks_table(status)))
     return ("<!DOCTYPE html>\n"
