@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _support import pct, start_serve
+from _support import pct, start_serve, stop
 from claims import Goal
 
 K = 10
@@ -141,8 +141,7 @@ def search_section(connect: Callable[[str, int], Any], work: Path, index: Path, 
                             args.search_requests, args.rounds, deadline, measured,
                             pid=proc.pid)
         finally:
-            proc.terminate()
-            proc.wait(60)
+            stop(proc)
     return ok
 
 

@@ -92,6 +92,16 @@ def start_serve(index: Path, args: Sequence[str], extra: Sequence[str] = ()
     return proc, url
 
 
+def stop(proc: subprocess.Popen, wait: float = 60.0) -> None:
+    """SIGTERM ``proc``, SIGKILL it after ``wait`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def log_tail(path: Path, n: int = 30) -> str:
     """The last ``n`` lines of a log file ("" when unreadable)."""
     try:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _support import cli, free_port, src_env, wait_healthy, write_json
+from _support import cli, free_port, src_env, stop, wait_healthy, write_json
 from claims import Goal, emit
 
 GOALS = {
@@ -107,11 +107,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 time.sleep(1.0)
                 status = client.get("/v1/loop").json()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     spend = {k: int(v) for k, v in (status.get("spend") or {}).items()}
     return {"searches": args.repeat * len(texts), "budget": args.budget,
             "paid": sum(spend.values()), "spend": spend,

@@ -30,6 +30,19 @@ def _write_beir(root, corpus, queries, qrels, split="test"):
     return root
 
 
+def index_and_learn(data, out):
+    """``tttembed index`` of the BEIR folder ``data`` into ``out/idx`` and a task-wise state
+    learned on its own qrels (b = 3) into ``out/task.npz``: (index folder, state file)."""
+    runner = CliRunner()
+    r = runner.invoke(app, ["index", str(data), "--out", str(out / "idx")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["learn", str(data), "--index", str(out / "idx"), "--scorer",
+                            f"qrels:{data / 'qrels' / 'test.tsv'}", "--budget", "3",
+                            "--out", str(out / "task.npz")])
+    assert r.exit_code == 0, r.output
+    return out / "idx", out / "task.npz"
+
+
 CORPUS = {
     "d1": {"title": "Photosynthesis", "text": "Plants convert light into chemical energy."},
     "d2": {"title": "Volcanoes", "text": "Magma rises through the crust and erupts as lava."},

@@ -8,7 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
-from tests.cli.test_cli import CORPUS, QRELS, QUERIES, _write_beir
+from tests.cli.test_cli import CORPUS, QRELS, QUERIES, _write_beir, index_and_learn
 from tttembed.cli import app
 
 TEST_QUERIES = {"t1": QUERIES["q1"], "t2": "which force drives the ocean tides",
@@ -20,14 +20,9 @@ def test_an_overlapping_query_is_marked_and_the_figure_without_it_is_printed(tmp
     train = _write_beir(tmp_path / "train", CORPUS, QUERIES, QRELS)
     test = _write_beir(tmp_path / "test", CORPUS, TEST_QUERIES, TEST_QRELS)
     runner = CliRunner()
-    r = runner.invoke(app, ["index", str(train), "--out", str(tmp_path / "idx")])
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["learn", str(train), "--index", str(tmp_path / "idx"), "--scorer",
-                            f"qrels:{train / 'qrels' / 'test.tsv'}", "--budget", "3",
-                            "--out", str(tmp_path / "task.npz")])
-    assert r.exit_code == 0, r.output
-    args = ["search", str(test), "--index", str(tmp_path / "idx"), "--state",
-            str(tmp_path / "task.npz"), "--task", "train", "--allow-foreign-corpus"]
+    idx, state = index_and_learn(train, tmp_path)
+    args = ["search", str(test), "--index", str(idx), "--state",
+            str(state), "--task", "train", "--allow-foreign-corpus"]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from tests.cli.test_cli import CORPUS, QRELS, QUERIES, _write_beir
+from tests.cli.test_cli import CORPUS, QRELS, QUERIES, _write_beir, index_and_learn
 from tests.servers import LocalOpenAIServer, Reply
 from tttembed.cli import app
 from tttembed.core.errors import BackendError, StateMismatch
@@ -23,14 +23,7 @@ def folder(tmp_path, minilm):
     """A BEIR folder, its index and a task-wise state learned on it (CLI, bundled MiniLM)."""
     data = tmp_path / "data"
     _write_beir(data, CORPUS, QUERIES, QRELS)
-    runner = CliRunner()
-    r = runner.invoke(app, ["index", str(data), "--out", str(tmp_path / "idx")])
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["learn", str(data), "--index", str(tmp_path / "idx"), "--scorer",
-                            f"qrels:{data / 'qrels' / 'test.tsv'}", "--budget", "3",
-                            "--out", str(tmp_path / "task.npz")])
-    assert r.exit_code == 0, r.output
-    return data, tmp_path / "idx", tmp_path / "task.npz"
+    return (data, *index_and_learn(data, tmp_path))
 
 
 def test_a_state_without_its_corpus_fingerprint_is_refused(folder, tmp_path):
