@@ -48,17 +48,32 @@ def read_folder(folder: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]
     return {q: t for q, t in questions.items() if q in qrels}, qrels
 
 
-def search_all(url: str, task: str, questions: dict[str, str]) -> dict[str, dict[str, float]]:
-    """One round: every question searched once; the run the server served."""
-    run = {}
+def search_all(url: str, task: str,
+               questions: dict[str, str]) -> tuple[dict[str, dict[str, float]], str]:
+    """One round: every question searched once; the run the server served, and the
+    version(s) that served it (each answer's ``version``)."""
+    run, versions = {}, []
     for qid, text in questions.items():
-        hit = request(f"{url}/v1/search", {"query": text, "task": task, "k": 10})["data"][0]
+        body = request(f"{url}/v1/search", {"query": text, "task": task, "k": 10})
+        hit = body["data"][0]
         run[qid] = {d: float(s) for d, s in zip(hit["ids"], hit["scores"])}
-    return run
+        name = str(body.get("version") or "raw")
+        if name not in versions:
+            versions.append(name)
+    return run, "/".join(versions)
 
 
-def served(url: str) -> str:
-    return str(request(f"{url}/v1/loop").get("version") or "raw")
+def wait_following(url: str, limit: float = 60.0) -> None:
+    """Wait until this server serves the version the registry names: a promotion reaches
+    a serving process within its registry poll, after ``/v1/loop`` already names it."""
+    start = time.monotonic()
+    while True:
+        loop = request(f"{url}/v1/loop")
+        named = loop.get("version")
+        serving = (loop.get("serving") or {}).get("version")
+        if named == serving or time.monotonic() - start > limit:
+            return
+        time.sleep(0.5)
 
 
 def wait_idle(url: str, limit: float) -> dict[str, Any]:
@@ -100,18 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     task = args.task or args.folder.name
     try:
         questions, qrels = read_folder(args.folder)
-        before_version = served(args.url)
         runs = [search_all(args.url, task, questions) for _ in range(max(args.rounds, 1))]
         print(f"{len(questions) * len(runs)} searches sent ({len(questions)} questions x "
               f"{len(runs)}); waiting for the learner", flush=True)
         loop = wait_idle(args.url, args.wait)
-        after_version = served(args.url)
-        after = search_all(args.url, task, questions)
+        wait_following(args.url)
+        after, after_version = search_all(args.url, task, questions)
     except (OSError, urllib.error.URLError) as exc:
         print(f"error: {args.url}: {exc}; start the server first (see docs/guides/closed-loop.md)",
               file=sys.stderr)
         return 2
-    b = run_metrics(qrels, runs[0], ("ndcg@10",))["ndcg@10"]
+    first, before_version = runs[0]
+    b = run_metrics(qrels, first, ("ndcg@10",))["ndcg@10"]
     a = run_metrics(qrels, after, ("ndcg@10",))["ndcg@10"]
     print(f"served nDCG@10 on the folder's labels ({len(questions)} questions, asked again): "
           f"{before_version} {b:.4f} -> {after_version} {a:.4f} ({a - b:+.4f})")
