@@ -231,3 +231,17 @@ def test_select_auto_adds_the_method_row_auto_in_both_protocols(work):
     auto_rows = [row for row in rows if row["method"] == "auto"]
     assert all(set(row["chosen"]) == tasks for row in auto_rows)
     assert all("vs_direct" in row for row in auto_rows)  # paired with direct at its b
+
+
+def test_the_guard_column_counts_the_budgets_validated_for_method_auto():
+    """Method auto's rows carry a validation record but no alpha: its "guard ran" cell
+    reads "2 of 3" (budgets where the judged diff ran, of those validated), not "2 of 0"."""
+    from tttembed.evaluation.render import _guard_cells
+
+    def row(B, guard):
+        return {"protocol": "fixed", "method": "auto", "B": B,
+                "validation": {"paid": 5.0, "cap": 10.0, "guard": guard},
+                "tasks": {"t": {"ndcg@10_": 0, "delta_ndcg@10": 0.01, "p_raw": 0.5}}}
+    harm = harm_counts([row(10, 0.0), row(100, 1.0), row(1000, 1.0)])["auto"]
+    assert harm["validated"] == 3 and harm["guarded"] == 2
+    assert _guard_cells(harm)[0] == "2 of 3"

@@ -153,3 +153,32 @@ def test_one_task_samples_draw_for_draw_as_before():
         a = sample_by_task(pairs, task_of, 17, np.random.default_rng(3), draw_within_cap=within)
         b = sample_pairs(pairs, 17, np.random.default_rng(3), draw_within_cap=within)
         assert a == b
+
+
+def test_a_filled_list_never_scores_above_the_ideal():
+    """b = 1: each row has one judged document (a small reward) and the adapted list is
+    ten unpaid documents whose kind's paid sample is relevant. Filled, the list may not
+    score above the ideal DCG that holds those same fills: every row's Delta nDCG@10 lies
+    in [-1, 1] (without the fills in the ideal: 1.3 and 44 per row)."""
+    keys = [f"t/q{i}" for i in range(8)]
+    lists = [{"0": [f"j{i}"] + [f"b{i}_{r}" for r in range(9)],
+              "a": [f"n{i}_{r}" for r in range(10)]} for i in range(len(keys))]
+    # the base list's other documents were judged irrelevant; only j{i} had a small gain
+    rewards = {k: {f"j{i}": 0.1, **{f"b{i}_{r}": 0.0 for r in range(9)}}
+               for i, k in enumerate(keys)}
+    picked = [(keys[0], f"n0_{r}") for r in range(6)]  # a paid sample of the new kind
+
+    def pay(pairs):
+        out: dict[str, dict[str, float]] = {}
+        for q, d in pairs:
+            out.setdefault(q, {})[d] = 1.0
+        return out
+
+    new = [(q, d) for q, ds in never_judged(keys, lists, rewards).items() for d in ds]
+    judged = judge_lists(keys, ["t"] * len(keys), lists, rewards, pay, picked,
+                         needed=len(new), base="0", names=("a",))
+    assert judged.sampled
+    deltas = judged.parts.known[:, 0] + judged.parts.open[:, 0] * 1.0 - judged.parts.open_base
+    assert np.all(deltas <= 1.0 + 1e-9) and np.all(deltas >= -1.0 - 1e-9)
+    (gain,), _ = judged.overall(np.random.default_rng(0))
+    assert 0 < gain.gain <= 1.0

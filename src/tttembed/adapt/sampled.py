@@ -73,11 +73,12 @@ class OpenParts:
 
 
 def open_parts(base: Sequence[str], lists: Sequence[Sequence[str]],
-               judged: Mapping[str, float], k: int, fill_base: float
-               ) -> tuple[np.ndarray, np.ndarray, float]:
+               judged: Mapping[str, float], k: int, fill_base: float,
+               fill_ideal: Sequence[float] = ()) -> tuple[np.ndarray, np.ndarray, float]:
     """One row: ``known`` (L,), ``open`` (L,), ``open_base``; the ideal DCG holds the judged
-    rewards and ``fill_base`` for each unpaid document of ``base`` (0s when the row has no
-    judged gain)."""
+    rewards, ``fill_base`` for each unpaid document of ``base`` and ``fill_ideal``, the
+    fills of the other lists' unpaid documents (each once), so that no filled list scores
+    above the ideal (0s when the row has no judged gain)."""
     disc = 1.0 / np.log2(np.arange(2, k + 2))
 
     def split(docs: Sequence[str]) -> tuple[float, float]:
@@ -91,7 +92,7 @@ def open_parts(base: Sequence[str], lists: Sequence[Sequence[str]],
 
     kb, ob = split(base)
     n_open = sum(1 for d in list(base)[:k] if d not in judged)
-    ideal = sorted([fill_base] * n_open + [g for v in judged.values()
+    ideal = sorted([fill_base] * n_open + list(fill_ideal) + [g for v in judged.values()
                                            if (g := _gain(v)) is not None], reverse=True)[:k]
     idcg = float((np.asarray(ideal) * disc[: len(ideal)]).sum())
     if idcg <= 0:

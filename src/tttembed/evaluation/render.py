@@ -191,7 +191,7 @@ def _guard_cells(c: Mapping[str, Any]) -> tuple[str, str]:
     if "guarded" not in c:
         return "", ""
     share = c["validation_pairs"] / c["learning_pairs"] if c.get("learning_pairs") else 0.0
-    return (f"{c['guarded']} of {c.get('states', 0)}",
+    return (f"{c['guarded']} of {c.get('validated', c.get('states', 0))}",
             f"{c['validation_pairs']:,} / {c['learning_pairs']:,} ({100 * share:.1f}%)")
 
 

@@ -136,6 +136,7 @@ def harm_counts(rows: Sequence[Mapping[str, Any]], protocol: str = "fixed",
             c["shrunk"] = c.get("shrunk", 0) + (r[ALPHA_CHOSEN] in ("0", "none"))
         if "validation" in r:  # the guard: how often it ran, and the pairs it paid
             v = r["validation"]
+            c["validated"] = c.get("validated", 0) + 1
             c["guarded"] = c.get("guarded", 0) + int(v.get("guard", 0))
             c["validation_pairs"] = c.get("validation_pairs", 0) + int(v.get("paid", 0))
             c["learning_pairs"] = c.get("learning_pairs", 0) + int(r["B"])
