@@ -263,3 +263,82 @@ def test_an_overshooting_task_state_is_kept_shrunk_and_carries_to_unseen_questio
     raw = _ndcg(index, emb, unseen, new)
     assert _ndcg(index, emb, unseen, new, [rule]) < raw - 0.2  # the rule overshoots
     assert _ndcg(index, emb, unseen, new, [auto]) > raw + 0.3  # shrunk, it carries
+
+
+# --- the query part's alpha, chosen out of sample on each query's held-out candidates ---
+
+def _candidate_table(kind: str, nq: int = 30, k: int = 10, d: int = 32):
+    """Rewarded rows whose judged candidates are ordered by a direction of their own
+    query (``direction``: a query-wise vector learned on some candidates orders the
+    others; more of it orders them better) or by nothing (``noise``)."""
+    from tttembed.ttt.guard import Table
+
+    rng = np.random.default_rng(0)
+    xs, zs, rs = [], [], []
+    for _ in range(nq):
+        x = rng.normal(size=d)
+        x /= np.linalg.norm(x)
+        u = rng.normal(size=d)
+        u -= (u @ x) * x
+        z = x + 1.05 * rng.normal(size=(k, d)) / np.sqrt(d)
+        z /= np.linalg.norm(z, axis=1, keepdims=True)
+        s = z @ u
+        r = (s - s.min()) / (s.max() - s.min()) if kind == "direction" else rng.random(k)
+        xs.append(x)
+        zs.append(z.astype(np.float32))
+        rs.append(r)
+    names = [f"q{i}" for i in range(nq)]
+    return Table(np.array(xs, np.float32), zs, rs, ["t"] * nq, names, names,
+                 [f"t/{n}" for n in names], [0] * nq)
+
+
+def test_the_query_wise_alpha_is_chosen_out_of_sample_on_held_out_candidates():
+    """Each query's vector, learned without some of its judged candidates, orders those
+    better the more of it is added: the largest alpha of the grid is kept (the rule's
+    n/(n+1) = 0.5 gives less). Rewards that follow nothing: no alpha is shown above 0,
+    the rule's is kept, as for a shared part."""
+    from tttembed.adapt.crossval import ALPHA_GRID, cv_deltas
+    from tttembed.ttt.select import query_alphas
+
+    good = _candidate_table("direction")
+    d, _ = cv_deltas(good.x, good.zs, good.rs, good.qids, good.tasks, "query")
+    mean = dict(zip(ALPHA_GRID, d.mean(0)))
+    assert mean["0.7"] > mean["rule"] > 0  # more of the query's own direction helps
+    assert query_alphas(good, objective="kd", folds=5, seed=0) == {"t": "0.7"}
+    assert query_alphas(_candidate_table("noise"), objective="kd", folds=5,
+                        seed=0) == {"t": "rule"}
+
+
+def test_the_mixed_state_serves_the_query_alpha_its_evidence_chose(tmp_path, monkeypatch):
+    """Whatever alpha the out-of-sample evidence chose for the query-wise vectors is the
+    one recorded, the one the query part is judged at and the one the file serves for
+    those texts (the rule's n/(n+1) where the evidence says ``rule``)."""
+    from dataclasses import replace
+
+    import tttembed.ttt.select as select
+    from tttembed.ttt.distil import learn_state
+    from tttembed.ttt.guard import reward_rows
+    from tttembed.ttt.mixed import mixed_state
+    from tttembed.ttt.options import LearnOptions
+
+    monkeypatch.setattr(select, "query_alphas", lambda *a, **kw: {"t": "0.2"})
+    state, _ = _auto(tmp_path, "harmful", ["t"], 10)
+    sel = select.Selection.from_dict(state.selection)
+    assert sel.query_alpha == {"t": "0.2"} and state.selection["query_alpha"] == {"t": "0.2"}
+    assert sel.evidence["t"]["query"]["alpha"] == "0.2"  # judged at it, and said so
+    # the query-wise vectors served: at the chosen alpha, else at the rule's
+    index, emb, docs, queries, qrels = _task(tmp_path / "m", "harmful")
+    sources = _auto_sources(index, emb, queries, ["t"])
+    qs, base, _ = sources[0]
+    rewards = _labels_pay(qrels, [])([(key, index.doc_ids[r]) for key, row in
+                                      zip(qs.keys, base.rows) for r in row[:10]])
+    table = reward_rows(sources, rewards)
+    kd = learn_state(sources, rewards, LearnOptions(scope="query"), table=table)
+    assert kd is not None
+    for label, want in (("0.2", 0.2), ("rule", 0.5)):
+        chosen = replace(sel, shared={"t": "raw"}, query={"t": "query"},
+                         neighbour={}, query_alpha={"t": label})
+        mixed = mixed_state(chosen, {"query": kd}, table, lambda t, k: (0.0,) * 3, kd)
+        assert len(mixed.keys) == len(set(table.texts))
+        np.testing.assert_allclose(mixed.alpha, want)
+

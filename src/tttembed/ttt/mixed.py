@@ -58,7 +58,8 @@ def mixed_state(selection: Selection, learned: Mapping[str, AdaptState | None], 
         if method == "none" or key in seen:
             continue
         seen.add(key)
-        vec = query_vector(method, q, key, table, kd, rows, coef_for)
+        vec = query_vector(method, q, key, table, kd, rows, coef_for,
+                           selection.query_alpha.get(task, "rule"))
         if vec is not None:
             parts.add(key, *vec)
     near = _neighbour_rows(selection, learned.get(NEIGHBOUR) or kd, table, parts)

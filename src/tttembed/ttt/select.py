@@ -14,7 +14,10 @@ Two choices per task, each by the paired validation of :mod:`tttembed.adapt.vali
   ``none``, ``query`` (learned query-wise vectors), ``rw-rocchio`` (reward-weighted
   Rocchio) or ``qdrant-rf`` (Qdrant's naive formula), validated the same way on the
   queries it serves: each rewarded query's re-search against the list its shared part
-  gives, within the rest of the cap.
+  gives, within the rest of the cap. The query-wise vectors' alpha is chosen first, per
+  task and out of sample, by splitting each rewarded query's judged candidates
+  (:func:`query_alphas`: the reward cross-validation of the query scope, nothing paid);
+  the in-sample re-search then judges the query part at that alpha.
 
 ``scopes`` limits the parts chosen from (``global``, ``task``, ``query``); a part it
 excludes is not learned, validated or paid for.
@@ -60,7 +63,7 @@ METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 7
+SELECT_VERSION = 8
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
@@ -100,6 +103,10 @@ class Selection:
     #: Per task whose shared part is kept: its alpha, a label of the guard's grid
     #: (``rule`` = n/(n+1), or a shrunk value such as ``0.3``) chosen by the same evidence.
     shared_alpha: dict[str, str] = field(default_factory=dict)
+    #: Per task: the alpha of its query-wise vectors (a label of the guard's grid), chosen
+    #: out of sample on each rewarded query's held-out judged candidates
+    #: (:func:`query_alphas`); ``rule`` (n/(n+1) = 0.5) where that evidence shows none.
+    query_alpha: dict[str, str] = field(default_factory=dict)
 
     def choice(self, task: str) -> str:
         """``task``, ``task+qdrant-rf``, ``adapter+query+neighbour``, ``raw``..."""
@@ -115,7 +122,7 @@ class Selection:
                 "validation_pairs_needed": self.needed, "validation_pairs_paid": self.paid,
                 "validation_cap": self.cap, "notes": list(self.notes),
                 "qdrant_coefficients": self.coefficients, "neighbour": dict(self.neighbour),
-                "shared_alpha": dict(self.shared_alpha)}
+                "shared_alpha": dict(self.shared_alpha), "query_alpha": dict(self.query_alpha)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Selection:
@@ -127,7 +134,8 @@ class Selection:
                    int(d.get("validation_pairs_paid", 0)), int(d.get("validation_cap", 0)),
                    tuple(d.get("notes", ())), dict(d.get("qdrant_coefficients", {})),
                    {str(t): str(m) for t, m in d.get("neighbour", {}).items()},
-                   {str(t): str(a) for t, a in d.get("shared_alpha", {}).items()})
+                   {str(t): str(a) for t, a in d.get("shared_alpha", {}).items()},
+                   {str(t): str(a) for t, a in d.get("query_alpha", {}).items()})
 
     def gains(self, task: str) -> dict[str, MethodGain]:
         """Every method's evidence in ``task``."""
@@ -195,10 +203,11 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
     alphas = {t: str(evidence[t][m].get("alpha", "rule")) for t, m in shared.items()
               if m != "raw"}
     qp = _QueryPart({}, "")
+    qalpha = query_alphas(table, objective=objective, folds=folds, seed=seed) if query else {}
     if query:
         qp = _query_part(sources, table, sh.merged, pay, shared, alphas, learned,
                          cap=max(cap - sh.spent, 0) // (2 if near else 1), coef_for=coef_for,
-                         k=k, rng=rng)
+                         k=k, rng=rng, query_alpha=qalpha)
     for t, got in qp.evidence.items():
         evidence[t].update(got)
     estimators = {**sh.estimators, **({m: qp.estimator for m in QUERY_LEVEL} if query else {})}
@@ -218,7 +227,7 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         paid=sh.spent + qp.paid + nb.spent, cap=cap, notes=tuple(sh.notes + qp.notes + nb.notes),
         neighbour={t: best_method({m: e[m] for m in (NEIGHBOUR,) if m in e}, "none")
                    for t, e in evidence.items()} if near else {},
-        shared_alpha=alphas)
+        shared_alpha=alphas, query_alpha=qalpha)
 
 
 Evidence = dict[str, dict[str, dict[str, float]]]
@@ -237,6 +246,25 @@ def shrunk(per_alpha: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
     names = ["rule", *(a for a in per_alpha if a != "rule")]
     best = best_method({a: per_alpha[a] for a in names if a in per_alpha}, "rule")
     return {**per_alpha[best], "alpha": best}
+
+
+def query_alphas(table: Table, *, objective: str, folds: int, seed: int) -> dict[str, str]:
+    """Per task, the alpha of the query-wise vectors, chosen out of sample: each rewarded
+    query's judged candidates are split in folds, its vector learned on the others
+    orders the held-out ones (:func:`tttembed.adapt.crossval.cv_deltas`, scope
+    ``query``; nothing is paid), and the alpha of :data:`SHRINK` with the largest mean
+    gain whose 95% interval lies above 0 is kept (:func:`shrunk`; the rule's, n/(n+1) =
+    0.5, on a tie or when none does, and for a task whose queries have fewer than two
+    judged candidates). The in-sample re-search of the query part cannot make this
+    choice: scored against the rewards it was learned from, more alpha always looks
+    better. Its own random stream (``seed``), so the other parts' draws are unchanged."""
+    d, tasks = cv_deltas(table.x, table.zs, table.rs, table.qids, table.tasks, "query",
+                         objective=objective, folds=folds, seed=seed)
+    if not len(d):
+        return {}
+    per = task_gains({a: d[:, ALPHA_GRID.index(a)] for a in SHRINK}, tasks.tolist(),
+                     n_boot=N_BOOT, rng=np.random.default_rng([seed, SELECT_VERSION]))
+    return {t: str(shrunk(e)["alpha"]) for t, e in per.items()}
 
 
 @dataclass
@@ -300,14 +328,16 @@ class _QueryPart:
 def _query_part(sources: Sequence[Source], table: Table,
                 rewards: Mapping[str, Mapping[str, float]], pay: Pay, shared: Mapping[str, str],
                 alphas: Mapping[str, str], learned: Mapping[str, AdaptState | None], *,
-                cap: int, coef_for: CoefFor, k: int, rng: np.random.Generator) -> _QueryPart:
+                cap: int, coef_for: CoefFor, k: int, rng: np.random.Generator,
+                query_alpha: Mapping[str, str]) -> _QueryPart:
     """Each query-level method's Delta on every rewarded row: its top-k against the list
     the row's shared part gives; the never-judged documents of those lists, in (row, doc
     id) order, are sampled at random within ``cap`` and paid, the others filled with the
     mean reward of the paid ones of their kind, bootstrapped with the rows
-    (:mod:`tttembed.ttt.judged`)."""
+    (:mod:`tttembed.ttt.judged`). The query-wise vectors at each task's ``query_alpha``
+    (recorded in their evidence as ``alpha``)."""
     vecs = {"": _shared_vectors(table, shared, alphas, learned)}
-    vecs.update({m: _method_vectors(m, table, learned.get("query"), coef_for)
+    vecs.update({m: _method_vectors(m, table, learned.get("query"), coef_for, query_alpha)
                  for m in QUERY_LEVEL})
     lists = source_lists(sources, table.source, vecs, k,  # per row: {"" or method: ids}
                          keys=table.keys)
@@ -317,8 +347,12 @@ def _query_part(sources: Sequence[Source], table: Table,
                             draw_within_cap=True)
     judged = judge_lists(table.keys, table.tasks, lists, rewards, pay, picked,
                          needed=len(new), base="", names=QUERY_LEVEL, k=k)
-    out = _QueryPart(judged.per_task(rng), "judged-diff" + ("-sampled" if judged.sampled
-                                                             else ""), len(new), len(picked))
+    evidence = judged.per_task(rng)
+    for t, label in query_alpha.items():
+        if "query" in evidence.get(t, {}):
+            evidence[t]["query"]["alpha"] = label  # type: ignore[assignment]
+    out = _QueryPart(evidence, "judged-diff" + ("-sampled" if judged.sampled else ""),
+                     len(new), len(picked))
     if judged.sampled:
         out.notes.append(f"query part: {len(picked):,} of the {len(new):,} never-judged "
                          "documents its re-searches bring in were paid (a random sample, "
@@ -354,33 +388,37 @@ def _shared_vectors(table: Table, shared: Mapping[str, str], alphas: Mapping[str
     return out
 
 
-def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: CoefFor
-                    ) -> np.ndarray:
-    """Each rewarded row's unit query vector under a query-level method."""
+def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: CoefFor,
+                    query_alpha: Mapping[str, str]) -> np.ndarray:
+    """Each rewarded row's unit query vector under a query-level method (query-wise
+    vectors at their task's ``query_alpha``)."""
     out = np.zeros_like(table.x, dtype=np.float32)
     rows = kd.index() if kd is not None else {}
     for i in range(len(table.keys)):
         v = query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
-                          rows, coef_for)
+                          rows, coef_for, query_alpha.get(table.tasks[i], "rule"))
         out[i] = table.x[i] if v is None else unit_rows(table.x[i] + v[1] * v[0])
     return out
 
 
 def query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | None,
-                  rows: Mapping[str, int], coef_for: CoefFor
+                  rows: Mapping[str, int], coef_for: CoefFor, alpha: str = "rule"
                   ) -> tuple[np.ndarray, float, int] | None:
     """(vector, alpha, n) of one rewarded text under a query-level method (``rows``: the
-    query-wise state ``kd``'s key -> row)."""
+    query-wise state ``kd``'s key -> row; ``alpha``: the query-wise vector's, a label of
+    the guard's grid, ``rule`` = the state's n/(n+1))."""
     x, z, r = table.x[q], table.zs[q], table.rs[q]
     if method == "query":
         g = rows.get(key)
-        return None if g is None or kd is None else (kd.vectors[g], float(kd.alpha[g]),
-                                                     int(kd.n_g[g]))
+        if g is None or kd is None:
+            return None
+        return (kd.vectors[g], float(kd.alpha[g]) if alpha == "rule" else float(alpha),
+                int(kd.n_g[g]))
     u = (reward_rocchio(x[None], [z], [r])[0] if method == "rw-rocchio"
          else unit_rows(feedback_vector(x, z, r, coef_for(table.tasks[q], table.keys[q]))))
     return np.asarray(u, np.float32) - x, 1.0, 1
 
 
 __all__ = ["AUTO_SCOPES", "METHODS", "NEIGHBOUR", "QUERY_LEVEL", "SELECT_VERSION", "SHARED",
-           "CoefFor", "MethodGain", "Selection", "query_vector", "rewards_coef",
+           "CoefFor", "MethodGain", "Selection", "query_alphas", "query_vector", "rewards_coef",
            "select_methods", "shared_groups", "shared_scopes"]
