@@ -44,6 +44,7 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
      ["--k", "100", "--n", "300", "--steps", "30", "--scopes", "query", "--loop-sample", "3"]),
     ("bench_adapted_search.py", [], ["--repeats", "3", "--copies", "3"]),
     ("bench_identical_ids.py", [], ["--repeats", "3"]),
+    ("bench_query_alpha.py", [], ["--queries", "100", "--repeats", "1"]),
     ("bench_embed_index_search.py", [], ["--docs", "300", "--repeats", "2"]),
     ("bench_ledger.py", [], ["--n", "2000", "--b1", "100", "--b2", "300"]),
     ("bench_chain.py", [], ["--questions", "20", "--skip-train", "--repeats", "1"]),

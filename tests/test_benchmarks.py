@@ -151,6 +151,14 @@ def test_the_identical_ids_benchmark(tmp_path, env):
     assert rows[0]["measured"] is not None, rows
 
 
+def test_the_query_alpha_benchmark(tmp_path, env):
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_query_alpha.py", ["--docs", "300", "--queries", "20",
+                                             "--dim", "16", "--repeats", "1"], env, claims)
+    rows = reported(r, claims, least=1, miss_exits_1=True)
+    assert rows[0]["measured"] is not None and rows[0]["measured"] > 0, rows
+
+
 def test_the_embedding_benchmark(tmp_path, env, tiny):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_embed_index_search.py", ["--data", str(tiny), "--docs", "8",
