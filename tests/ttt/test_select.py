@@ -269,44 +269,52 @@ def test_an_overshooting_task_state_is_kept_shrunk_and_carries_to_unseen_questio
 
 def _candidate_table(kind: str, nq: int = 30, k: int = 10, d: int = 32):
     """Rewarded rows whose judged candidates are ordered by a direction of their own
-    query (``direction``: a query-wise vector learned on some candidates orders the
-    others; more of it orders them better) or by nothing (``noise``)."""
+    query, against the raw scores (``direction``: a query-wise vector learned on some
+    candidates orders the others, and more of it than the rule's orders them better), by
+    the raw scores with a faint direction of their own (``raw``: the rule's alpha runs
+    past what the candidates show) or by nothing (``noise``)."""
     from tttembed.ttt.guard import Table
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0 if kind != "raw" else 1)
     xs, zs, rs = [], [], []
-    for _ in range(nq):
+    for _ in range(nq if kind != "raw" else 40):
         x = rng.normal(size=d)
         x /= np.linalg.norm(x)
         u = rng.normal(size=d)
         u -= (u @ x) * x
+        u /= np.linalg.norm(u)
         z = x + 1.05 * rng.normal(size=(k, d)) / np.sqrt(d)
         z /= np.linalg.norm(z, axis=1, keepdims=True)
-        s = z @ u
-        r = (s - s.min()) / (s.max() - s.min()) if kind == "direction" else rng.random(k)
+        s = {"direction": z @ u - z @ x,
+             "raw": z @ x + 0.02 * (z @ u) + 0.05 * rng.normal(size=k),
+             "noise": rng.random(k)}[kind]
         xs.append(x)
         zs.append(z.astype(np.float32))
-        rs.append(r)
-    names = [f"q{i}" for i in range(nq)]
-    return Table(np.array(xs, np.float32), zs, rs, ["t"] * nq, names, names,
-                 [f"t/{n}" for n in names], [0] * nq)
+        rs.append((s - s.min()) / (s.max() - s.min()))
+    names = [f"q{i}" for i in range(len(xs))]
+    return Table(np.array(xs, np.float32), zs, rs, ["t"] * len(xs), names, names,
+                 [f"t/{n}" for n in names], [0] * len(xs))
 
 
 def test_the_query_wise_alpha_is_chosen_out_of_sample_on_held_out_candidates():
     """Each query's vector, learned without some of its judged candidates, orders those
-    better the more of it is added: the largest alpha of the grid is kept (the rule's
-    n/(n+1) = 0.5 gives less). Rewards that follow nothing: no alpha is shown above 0,
-    the rule's is kept, as for a shared part."""
+    better with more of it than the rule's n/(n+1) = 0.5 gives: the largest alpha of the
+    grid is kept. Where the raw scores already order them and the rule's alpha runs past
+    what they show, a smaller alpha shown to beat the rule's is kept. Rewards that follow
+    nothing: no alpha beats the rule's, which is kept (weak evidence never moves it)."""
     from tttembed.adapt.crossval import ALPHA_GRID, cv_deltas
     from tttembed.ttt.select import query_alphas
+
+    def choice(kind):
+        return query_alphas(_candidate_table(kind), objective="kd", folds=5, seed=0)["t"]
 
     good = _candidate_table("direction")
     d, _ = cv_deltas(good.x, good.zs, good.rs, good.qids, good.tasks, "query")
     mean = dict(zip(ALPHA_GRID, d.mean(0)))
     assert mean["0.7"] > mean["rule"] > 0  # more of the query's own direction helps
-    assert query_alphas(good, objective="kd", folds=5, seed=0) == {"t": "0.7"}
-    assert query_alphas(_candidate_table("noise"), objective="kd", folds=5,
-                        seed=0) == {"t": "rule"}
+    assert choice("direction") == "0.7"
+    assert float(choice("raw")) < 0.5  # the rule overshoots: shrunk
+    assert choice("noise") == "rule"
 
 
 def test_the_mixed_state_serves_the_query_alpha_its_evidence_chose(tmp_path, monkeypatch):

@@ -63,7 +63,7 @@ METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 8
+SELECT_VERSION = 9
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
@@ -252,19 +252,23 @@ def query_alphas(table: Table, *, objective: str, folds: int, seed: int) -> dict
     """Per task, the alpha of the query-wise vectors, chosen out of sample: each rewarded
     query's judged candidates are split in folds, its vector learned on the others
     orders the held-out ones (:func:`tttembed.adapt.crossval.cv_deltas`, scope
-    ``query``; nothing is paid), and the alpha of :data:`SHRINK` with the largest mean
-    gain whose 95% interval lies above 0 is kept (:func:`shrunk`; the rule's, n/(n+1) =
-    0.5, on a tie or when none does, and for a task whose queries have fewer than two
-    judged candidates). The in-sample re-search of the query part cannot make this
-    choice: scored against the rewards it was learned from, more alpha always looks
-    better. Its own random stream (``seed``), so the other parts' draws are unchanged."""
+    ``query``; nothing is paid). The rule's n/(n+1) (0.5) is kept unless another alpha of
+    :data:`SHRINK` orders them better than it: the one with the largest mean gain over the
+    rule's whose 95% interval (paired, per query) lies above 0. So weak evidence never
+    moves the rule, and evidence that the vectors help never lowers their alpha below the
+    rule's unless a smaller alpha is shown to beat it. A task whose queries have fewer
+    than two judged candidates keeps the rule. The in-sample re-search of the query part
+    cannot make this choice: scored against the rewards it was learned from, more alpha
+    always looks better. Its own random stream (``seed``), so the other parts' draws are
+    unchanged."""
     d, tasks = cv_deltas(table.x, table.zs, table.rs, table.qids, table.tasks, "query",
                          objective=objective, folds=folds, seed=seed)
     if not len(d):
         return {}
-    per = task_gains({a: d[:, ALPHA_GRID.index(a)] for a in SHRINK}, tasks.tolist(),
-                     n_boot=N_BOOT, rng=np.random.default_rng([seed, SELECT_VERSION]))
-    return {t: str(shrunk(e)["alpha"]) for t, e in per.items()}
+    rule = d[:, _RULE]
+    per = task_gains({a: d[:, ALPHA_GRID.index(a)] - rule for a in SHRINK if a != "rule"},
+                     tasks.tolist(), n_boot=N_BOOT, rng=np.random.default_rng([seed, SELECT_VERSION]))
+    return {t: best_method(e, "rule") for t, e in per.items()}
 
 
 @dataclass
