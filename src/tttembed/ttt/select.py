@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -354,7 +354,7 @@ def _query_part(sources: Sequence[Source], table: Table,
     evidence = judged.per_task(rng)
     for t, label in query_alpha.items():
         if "query" in evidence.get(t, {}):
-            evidence[t]["query"]["alpha"] = label  # type: ignore[assignment]
+            cast(dict[str, Any], evidence[t]["query"])["alpha"] = label
     out = _QueryPart(evidence, "judged-diff" + ("-sampled" if judged.sampled else ""),
                      len(new), len(picked))
     if judged.sampled:
