@@ -202,9 +202,9 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
               for t, e in evidence.items()}
     alphas = {t: str(evidence[t][m].get("alpha", "rule")) for t, m in shared.items()
               if m != "raw"}
-    qp = _QueryPart({}, "")
-    qalpha = query_alphas(table, objective=objective, folds=folds, seed=seed) if query else {}
+    qp, qalpha = _QueryPart({}, ""), {}
     if query:
+        qalpha = query_alphas(table, objective=objective, folds=folds, seed=seed)
         qp = _query_part(sources, table, sh.merged, pay, shared, alphas, learned,
                          cap=max(cap - sh.spent, 0) // (2 if near else 1), coef_for=coef_for,
                          k=k, rng=rng, query_alpha=qalpha)
@@ -375,8 +375,13 @@ def shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | 
         g = None if st is None else st.index().get("*" if st.scope == "global" else task)
         if st is not None and g is not None:
             label = (alphas or {}).get(task, "rule")
-            out[task] = (st, g, float(st.alpha[g]) if label == "rule" else float(label))
+            out[task] = (st, g, _alpha(label, float(st.alpha[g])))
     return out
+
+
+def _alpha(label: str, rule: float) -> float:
+    """An alpha label of the guard's grid as a number (``rule``: the state's own n/(n+1))."""
+    return rule if label == "rule" else float(label)
 
 
 def _shared_vectors(table: Table, shared: Mapping[str, str], alphas: Mapping[str, str],
@@ -416,8 +421,7 @@ def query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | N
         g = rows.get(key)
         if g is None or kd is None:
             return None
-        return (kd.vectors[g], float(kd.alpha[g]) if alpha == "rule" else float(alpha),
-                int(kd.n_g[g]))
+        return kd.vectors[g], _alpha(alpha, float(kd.alpha[g])), int(kd.n_g[g])
     u = (reward_rocchio(x[None], [z], [r])[0] if method == "rw-rocchio"
          else unit_rows(feedback_vector(x, z, r, coef_for(table.tasks[q], table.keys[q]))))
     return np.asarray(u, np.float32) - x, 1.0, 1
