@@ -272,7 +272,9 @@ def _candidate_table(kind: str, nq: int = 30, k: int = 10, d: int = 32):
     query, against the raw scores (``direction``: a query-wise vector learned on some
     candidates orders the others, and more of it than the rule's orders them better), by
     the raw scores with a faint direction of their own (``raw``: the rule's alpha runs
-    past what the candidates show) or by nothing (``noise``)."""
+    past what the candidates show) or by nothing (``noise``). ``plain``: the query's own
+    direction alone (more alpha helps, by less than the test over the rule's can see);
+    ``weak``: the direction under the raw scores (no alpha's gain over raw is shown)."""
     from tttembed.ttt.guard import Table
 
     rng = np.random.default_rng(0 if kind != "raw" else 1)
@@ -285,7 +287,7 @@ def _candidate_table(kind: str, nq: int = 30, k: int = 10, d: int = 32):
         u /= np.linalg.norm(u)
         z = x + 1.05 * rng.normal(size=(k, d)) / np.sqrt(d)
         z /= np.linalg.norm(z, axis=1, keepdims=True)
-        s = {"direction": z @ u - z @ x,
+        s = {"direction": z @ u - z @ x, "plain": z @ u, "weak": z @ u + 1.5 * (z @ x),
              "raw": z @ x + 0.02 * (z @ u) + 0.05 * rng.normal(size=k),
              "noise": rng.random(k)}[kind]
         xs.append(x)
@@ -315,6 +317,23 @@ def test_the_query_wise_alpha_is_chosen_out_of_sample_on_held_out_candidates():
     assert choice("direction") == "0.7"
     assert float(choice("raw")) < 0.5  # the rule overshoots: shrunk
     assert choice("noise") == "rule"
+
+
+def test_more_alpha_is_taken_on_one_sided_evidence_less_only_on_a_shown_gain():
+    """The held-out candidates understate what more alpha gives a vector that serves its
+    own query (its top 10 holds mostly the candidates it learned on). A larger alpha
+    whose mean beats the rule's and whose own gain over raw is shown is taken even when
+    the paired test against the rule's cannot tell them apart; where the vectors' gain
+    over raw is not shown at the larger alpha the rule stays."""
+    from tttembed.adapt.crossval import ALPHA_GRID, cv_deltas
+    from tttembed.ttt.select import query_alphas
+
+    plain = _candidate_table("plain")
+    d, _ = cv_deltas(plain.x, plain.zs, plain.rs, plain.qids, plain.tasks, "query")
+    diff = d[:, ALPHA_GRID.index("0.7")] - d[:, ALPHA_GRID.index("rule")]
+    assert diff.mean() > 0 and diff.mean() < 2.05 * diff.std(ddof=1) / np.sqrt(len(diff))
+    assert query_alphas(plain, objective="kd", folds=5, seed=0)["t"] == "0.7"
+    assert query_alphas(_candidate_table("weak"), objective="kd", folds=5, seed=0)["t"] == "rule"
 
 
 def test_the_mixed_state_serves_the_query_alpha_its_evidence_chose(tmp_path, monkeypatch):

@@ -63,10 +63,12 @@ METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 9
+SELECT_VERSION = 10
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
+#: The rule's n/(n+1) for a query-wise vector (one rewarded query).
+_QUERY_RULE = 0.5
 
 
 class MethodGain(NamedTuple):
@@ -252,23 +254,34 @@ def query_alphas(table: Table, *, objective: str, folds: int, seed: int) -> dict
     """Per task, the alpha of the query-wise vectors, chosen out of sample: each rewarded
     query's judged candidates are split in folds, its vector learned on the others
     orders the held-out ones (:func:`tttembed.adapt.crossval.cv_deltas`, scope
-    ``query``; nothing is paid). The rule's n/(n+1) (0.5) is kept unless another alpha of
-    :data:`SHRINK` orders them better than it: the one with the largest mean gain over the
-    rule's whose 95% interval (paired, per query) lies above 0. So weak evidence never
-    moves the rule, and evidence that the vectors help never lowers their alpha below the
-    rule's unless a smaller alpha is shown to beat it. A task whose queries have fewer
-    than two judged candidates keeps the rule. The in-sample re-search of the query part
-    cannot make this choice: scored against the rewards it was learned from, more alpha
-    always looks better. Its own random stream (``seed``), so the other parts' draws are
-    unchanged."""
+    ``query``; nothing is paid). The evidence is one-sided: the vector serves the query
+    it was learned from, whose top 10 holds mostly the candidates it learned on, so
+    held-out candidates understate what more alpha gives and overstate what less gives.
+    So the rule's n/(n+1) (0.5) is left downward only for an alpha of :data:`SHRINK`
+    that orders them better than the rule's (the largest mean gain over it whose 95%
+    interval, paired per query, lies above 0), and upward for a larger alpha whose mean
+    beats the rule's and whose own gain over raw has its interval above 0 (the vectors
+    are shown to help, and more of them helps more). Noise never moves the rule, and
+    weak evidence that the vectors help never lowers their alpha. A task whose queries
+    have fewer than two judged candidates keeps the rule. The in-sample re-search of the
+    query part cannot make this choice: scored against the rewards it was learned from,
+    more alpha always looks better. Its own random stream (``seed``), so the other
+    parts' draws are unchanged."""
     d, tasks = cv_deltas(table.x, table.zs, table.rs, table.qids, table.tasks, "query",
                          objective=objective, folds=folds, seed=seed)
     if not len(d):
         return {}
-    rule = d[:, _RULE]
-    per = task_gains({a: d[:, ALPHA_GRID.index(a)] - rule for a in SHRINK if a != "rule"},
-                     tasks.tolist(), n_boot=N_BOOT, rng=np.random.default_rng([seed, SELECT_VERSION]))
-    return {t: best_method(e, "rule") for t, e in per.items()}
+    col = {a: d[:, ALPHA_GRID.index(a)] for a in SHRINK}
+    rng = np.random.default_rng([seed, SELECT_VERSION])
+    per = task_gains({a: col[a] - col["rule"] for a in SHRINK if a != "rule"},
+                     tasks.tolist(), n_boot=N_BOOT, rng=rng)
+    up = [a for a in SHRINK if a != "rule" and float(a) > _QUERY_RULE]
+    raw = task_gains({a: col[a] for a in up}, tasks.tolist(), n_boot=N_BOOT, rng=rng)
+    out = {t: best_method(e, "rule") for t, e in per.items()}
+    for t, choice in out.items():
+        if choice == "rule":
+            out[t] = best_method({a: raw[t][a] for a in up if per[t][a]["gain"] > 0}, "rule")
+    return out
 
 
 @dataclass
