@@ -21,7 +21,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from tttembed.core.errors import ConfigError
-from tttembed.core.pg import Words, connect, dead, mask_url
+from tttembed.core.pg import Words, connect, dead, import_psycopg, mask_url, scrub
 from tttembed.loop.store import SCHEMA, SQLStore
 
 #: The key of the advisory lock taken while the schema is created (any constant shared
@@ -37,7 +37,9 @@ WORDS = Words(
             "postgresql://USER:PASSWORD@HOST:PORT/DATABASE)",
     unreachable="cannot connect to the feedback store {url}: {error} (check that "
                 "PostgreSQL runs there and that the host, port, user, password and "
-                "database in the URL are right)")
+                "database in the URL are right)",
+    lost="lost the feedback store {url}: {error} (nothing of this call was kept; check "
+         "that PostgreSQL runs there: the next call connects anew)")
 
 
 class PostgresStore(SQLStore):
@@ -65,18 +67,31 @@ class PostgresStore(SQLStore):
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
-        conn = self._conn
-        if dead(conn):
-            # the server dropped it (a restart, an idle timeout): the next call reconnects
-            with self._lock:
-                if self._conn is conn:
-                    self._conn = None
-            with suppress(Exception):
-                conn.close()
-        if not self._schema_ready:
-            self._init_schema()
-        with super()._tx() as cur:
-            yield cur
+        if dead(self._conn):
+            # the server dropped it (a restart, an idle timeout): this call reconnects
+            self._drop(self._conn)
+        psycopg = import_psycopg()
+        try:
+            if not self._schema_ready:
+                self._init_schema()
+            with super()._tx() as cur:
+                yield cur
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            conn = self._conn
+            if not dead(conn):
+                raise  # a live connection's error (a serialization failure): as it is
+            self._drop(conn)
+            raise ConfigError(WORDS.lost.format(url=self.url,
+                                                error=scrub(exc, self._dsn))) from None
+
+    def _drop(self, conn: Any) -> None:
+        """Forget ``conn``, the kept connection the server dropped (the next call opens
+        a new one)."""
+        with self._lock:
+            if self._conn is conn:
+                self._conn = None
+        with suppress(Exception):
+            conn.close()
 
     #: the text column holding a JSON array, cast for ``json_array_length``
     json_len = "json_array_length(({})::json)"

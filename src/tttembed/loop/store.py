@@ -45,7 +45,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,8 @@ class SQLStore(ClickSQL, SpendSQL):
                 yield cur
                 conn.commit()
             except BaseException:
-                conn.rollback()
+                with suppress(Exception):  # a lost connection cannot roll back: the
+                    conn.rollback()        # server did; the first error is the one to see
                 raise
 
     def _init_schema(self) -> None:
