@@ -154,8 +154,9 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
 
     use_threads(1)
     from tttembed.loop.config import LoopConfig
+    from tttembed.loop.open import open_store
     from tttembed.loop.run import Loop
-    from tttembed.loop.store import SearchLog, open_store
+    from tttembed.loop.store import SearchLog
 
     work = Path(args.work)
     world = json.loads((work / "world.json").read_text())

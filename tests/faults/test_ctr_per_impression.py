@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
+from tttembed.loop.open import open_store
 from tttembed.loop.rows import ClickCaps, Event, SearchLog
-from tttembed.loop.store import open_store
 
 
 def test_several_sessions_clicking_one_search_keep_ctr_at_most_one(tmp_path) -> None:

@@ -71,7 +71,7 @@ def _bodies(sid: str, doc: str) -> list[bytes]:
 def test_malformed_events_are_4xx_and_store_nothing(index_dir, minilm, tmp_path, caplog):
     """Every malformed event body is a 400-499 with an error message, no server traceback is
     logged, the server keeps serving and no event of those bodies is stored."""
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
     from tttembed.serve import create_app
 
     app = create_app(index=str(index_dir), registry=str(tmp_path / "reg"), embedder=minilm)

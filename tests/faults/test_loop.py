@@ -19,7 +19,8 @@ pytest.importorskip("sentence_transformers")
 
 
 def _log_traffic(reg, world_) -> None:  # noqa: ANN001
-    from tttembed.loop.store import SearchLog, open_store
+    from tttembed.loop.open import open_store
+    from tttembed.loop.store import SearchLog
 
     store = open_store(None, reg)
     now = time.time()
@@ -46,7 +47,7 @@ def test_a_killed_learner_loses_no_paid_reward_and_pays_none_twice(world, tmp_pa
     """SIGKILL while the learner pays a slow judge: every pair the judge answered is in
     the ledger; after a restart every served pair is in the store once, and the judge is
     never asked again for an answered pair (only the request in flight at the kill)."""
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
     from tttembed.score.ledger import Ledger
 
     reg, cache = tmp_path / "reg", tmp_path / "cache"

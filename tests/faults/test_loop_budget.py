@@ -31,7 +31,7 @@ QUERIES = ["topic zero please", "number one topic", "a document on topic two"]
 
 def _judge(tmp_path, url: str, budget: int):  # noqa: ANN001, ANN202
     from tttembed.loop.judge import BackgroundJudge
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
     from tttembed.ttt.scorer import load_scorer
 
     corpus = {d: {"title": "", "text": t} for d, t in DOCS.items()}
@@ -77,8 +77,8 @@ def test_pairs_judged_after_a_sigkill_of_the_learner_is_the_stores_count(world, 
     from tests.faults.test_loop import _learner, _log_traffic
     from tests.loop.test_loop import Judgments
     from tests.servers import LocalOpenAIServer
+    from tttembed.loop.open import open_store
     from tttembed.loop.status import loop_status
-    from tttembed.loop.store import open_store
     from tttembed.registry.open import open_registry
 
     reg, cache = tmp_path / "reg", tmp_path / "cache"

@@ -137,11 +137,11 @@ def test_the_budget_account_is_one_transaction_on_postgresql(tmp_path):
     more than the budget between them."""
     pytest.importorskip("psycopg")
     from tests.pg import postgres_server
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
 
     (tmp_path / "pg").mkdir()
     with postgres_server(tmp_path / "pg") as url:
-        code = ("import sys; from tttembed.loop.store import open_store\n"
+        code = ("import sys; from tttembed.loop.open import open_store\n"
                 "s = open_store(sys.argv[1]); n = 0\n"
                 "for _ in range(200): n += s.reserve('judge', 3, 300)\n"
                 "print(n)")
@@ -247,8 +247,8 @@ def test_a_forced_learner_stop_exits_non_zero_and_a_clean_one_closes_the_store(w
     """SIGTERM while the judge hangs: past the grace the learner exits with a non-zero
     status (3) and says why; SIGTERM when idle: exit 0 with the store closed (SQLite's WAL
     checkpointed and removed)."""
+    from tttembed.loop.open import open_store
     from tttembed.loop.run import FORCED_EXIT
-    from tttembed.loop.store import open_store
 
     reg = tmp_path / "reg"
     reg.mkdir()

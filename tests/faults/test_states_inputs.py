@@ -166,7 +166,7 @@ def test_the_learner_drops_a_candidate_that_names_no_version(tmp_path):
     from tttembed.loop.clicks.feed import ClickFeed
     from tttembed.loop.coordination.folder import set_candidate
     from tttembed.loop.online import OnlineTest
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
     from tttembed.registry.versions import Registry
 
     reg = Registry(tmp_path / "r", create=True, index={"identity": "st:test"})

@@ -160,7 +160,7 @@ def test_a_store_or_ledger_that_cannot_be_opened_says_why(tmp_path, kind):
     says which (never "unreadable ... move it aside", advice that would move an index
     folder away)."""
     from tttembed.core.errors import ConfigError
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
     from tttembed.score.ledger import Ledger
 
     if kind == "folder":

@@ -145,8 +145,9 @@ def test_a_hand_promotion_shows_who_and_when_not_the_learners_refusal(tmp_path):
 
 
 def test_both_budget_figures_are_labelled_in_the_status(tmp_path):
+    from tttembed.loop.open import open_store
     from tttembed.loop.status import LoopState, loop_status, write_status
-    from tttembed.loop.store import Reward, open_store
+    from tttembed.loop.store import Reward
     from tttembed.registry.versions import Registry
     from tttembed.serve.dashboard import render_dashboard
 

@@ -28,9 +28,10 @@ from tttembed.loop.clicks.rewards import GAP_IMPRESSIONS, GAP_PAIRS, click_rewar
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.freeze import apply_audit
 from tttembed.loop.learner import Learner
+from tttembed.loop.open import open_store
 from tttembed.loop.rows import Shown
 from tttembed.loop.status import LoopState
-from tttembed.loop.store import Reward, Store, open_store
+from tttembed.loop.store import Reward, Store
 
 TOP = 2.0
 #: the judges: reward from the qrels grade g in {0, 1, 2}

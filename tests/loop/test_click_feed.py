@@ -11,8 +11,8 @@ import numpy as np
 from tests.loop.clicks.conftest import Tiny
 from tttembed.loop.clicks import simulate as sim
 from tttembed.loop.clicks.feed import ClickFeed
+from tttembed.loop.open import open_store
 from tttembed.loop.rows import Event, SearchLog, Shown
-from tttembed.loop.store import open_store
 
 
 def _log(store: object, shown: list[Shown], start: float) -> None:

@@ -19,7 +19,8 @@ from tttembed.loop.clicks.feed import ClickFeed, ClickView
 from tttembed.loop.clicks.propensity import flat
 from tttembed.loop.clicks.rewards import ClickStat
 from tttembed.loop.learner import Learner, collect
-from tttembed.loop.store import ClickReward, Reward, Store, open_store
+from tttembed.loop.open import open_store
+from tttembed.loop.store import ClickReward, Reward, Store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

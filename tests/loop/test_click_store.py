@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.pg import new_database
+from tttembed.loop.open import open_store
 from tttembed.loop.pending import Tail
 from tttembed.loop.rows import START, ClickCaps, Event, Impression, SearchLog, Store
-from tttembed.loop.store import open_store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from tttembed.loop.open import open_store
 from tttembed.loop.rows import SearchLog
 from tttembed.loop.status import LoopState, beat, loop_status, write_status
-from tttembed.loop.store import open_store
 from tttembed.registry.versions import Registry
 
 

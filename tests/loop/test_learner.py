@@ -16,7 +16,7 @@ from tests.ttt.test_guard import _task
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge
 from tttembed.loop.learner import Learner
-from tttembed.loop.store import open_store
+from tttembed.loop.open import open_store
 from tttembed.registry.versions import Registry, index_record
 
 QUERY_LEVEL = {"query", "rw-rocchio", "qdrant-rf"}

@@ -12,8 +12,8 @@ import numpy as np
 from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.coordination.folder import read_candidate
 from tttembed.loop.online import OnlineTest
+from tttembed.loop.open import open_store
 from tttembed.loop.rows import Event, SearchLog
-from tttembed.loop.store import open_store
 from tttembed.registry.versions import Registry
 from tttembed.serve.explore import interleave_item
 

@@ -9,7 +9,8 @@ import pytest
 
 from tttembed.loop.judge import pending_pairs
 from tttembed.loop.pending import PendingQueue, Tail
-from tttembed.loop.store import Feedback, Reward, SearchLog, SQLiteStore
+from tttembed.loop.sqlite import SQLiteStore
+from tttembed.loop.store import Feedback, Reward, SearchLog
 
 
 def _traffic(seed: int, n: int = 300) -> tuple[list[SearchLog], dict]:

@@ -51,7 +51,7 @@ def _search(client: Any, queries: list[str]) -> dict[str, Any]:
 
 def test_searches_are_logged_and_feedback_is_validated_and_stored_once(served, minilm,
                                                                        tmp_path):
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
 
     with _client(served, minilm, tmp_path / "reg") as client:
         body = _search(client, QUERIES[:2])

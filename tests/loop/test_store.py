@@ -19,7 +19,9 @@ import pytest
 
 from tests.pg import free_port, new_database
 from tttembed.core.errors import ConfigError, MissingDependency
-from tttembed.loop.store import Feedback, Reward, SearchLog, SQLiteStore, Store, open_store
+from tttembed.loop.open import open_store
+from tttembed.loop.sqlite import SQLiteStore
+from tttembed.loop.store import Feedback, Reward, SearchLog, Store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

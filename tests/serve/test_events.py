@@ -46,7 +46,7 @@ def served(index_dir, minilm, tmp_path, store_spec) -> Iterator[dict[str, Any]]:
 
 def _serve(index_dir: Path, minilm: Any, tmp_path: Path, **options: Any
            ) -> Iterator[dict[str, Any]]:
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
     from tttembed.serve import create_app
 
     app = create_app(index=str(index_dir), registry=str(tmp_path / "reg"), embedder=minilm,
@@ -188,7 +188,7 @@ def test_randpair_swaps_one_adjacent_pair_and_logs_what_it_returned(index_dir, m
 
 
 def _logged(tmp_path: Path, sid: str) -> Any:
-    from tttembed.loop.store import open_store
+    from tttembed.loop.open import open_store
 
     store = open_store(None, tmp_path / "reg")
     try:

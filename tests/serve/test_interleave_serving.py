@@ -30,8 +30,8 @@ def test_a_candidate_is_interleaved_and_logged_with_its_teams(served, minilm,  #
                                                              tmp_path) -> None:
     from tttembed.loop.clicks.feed import ClickFeed
     from tttembed.loop.coordination.folder import clear_candidate, set_candidate
+    from tttembed.loop.open import open_store
     from tttembed.loop.rows import START
-    from tttembed.loop.store import open_store
     from tttembed.registry.versions import Registry, index_record
 
     reg_dir = tmp_path / "reg"

@@ -142,8 +142,8 @@ def _line(v: Any, served: str | None) -> str:
 def _budget_line(reg: Any, spec: str) -> str:
     """The loop's two budget figures, labelled (``/v1/loop``'s ``budget``)."""
     from tttembed.loop.coordination import open_coordination
+    from tttembed.loop.open import open_store
     from tttembed.loop.status import read_status
-    from tttembed.loop.store import open_store
 
     st = read_status(open_coordination(reg))
     paid = f"{st.pairs_judged} of {st.judge_budget}" if st else "none"

@@ -42,7 +42,7 @@ _BUILTIN: dict[str, dict[str, str]] = {
     },
     # the closed loop's feedback store (a plain path is SQLite and skips this table)
     "store": {
-        "sqlite": "tttembed.loop.store:sqlite_from_spec",
+        "sqlite": "tttembed.loop.sqlite:from_spec",
         "postgresql": "tttembed.loop.postgres:from_spec",
         "postgres": "tttembed.loop.postgres:from_spec",
     },

@@ -37,9 +37,10 @@ from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent, Triple
 from tttembed.loop.learner import Cycle, Learner
 from tttembed.loop.nojudge import NoScorer
 from tttembed.loop.online import OnlineTest
+from tttembed.loop.open import open_store
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
 from tttembed.loop.status import HEARTBEAT_S, LoopState, beat, read_status_checked, write_status
-from tttembed.loop.store import SearchLog, Store, open_store
+from tttembed.loop.store import SearchLog, Store
 from tttembed.registry.base import index_record
 from tttembed.registry.open import open_registry
 

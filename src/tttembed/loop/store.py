@@ -2,9 +2,9 @@
 rewards, shared by every serve replica and the learner.
 
 The rows and the role (:class:`Store`) are in :mod:`tttembed.loop.rows` (re-exported
-here); this module holds the SQL. Backends by spec string, chosen in one place
-(:func:`open_store`): a path or ``sqlite:PATH`` (the default, ``DIR/loop.sqlite`` in the
-registry; WAL mode, any number of readers, one writer at a time) and ``postgresql://...``
+here); this module holds the SQL (SQLite: :mod:`tttembed.loop.sqlite`). Backends by spec
+string, chosen in one place (:func:`tttembed.loop.open.open_store`): a path or
+``sqlite:PATH`` (the default, ``DIR/loop.sqlite`` in the registry; WAL mode, any number of readers, one writer at a time) and ``postgresql://...``
 (several replicas on several machines, by default the registry's own database;
 :mod:`tttembed.loop.postgres`). Both run the same SQL (``?`` placeholders, rewritten for
 the driver that wants ``%s``).
@@ -41,15 +41,12 @@ an index on ``created``), so one step costs what is new, not the whole history.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import Any
 
-from tttembed.core.errors import ConfigError
 from tttembed.loop.clickstore import CLICK_SCHEMA, ClickSQL
 from tttembed.loop.rows import (
     PAGE,
@@ -365,80 +362,6 @@ def _search(row: Sequence[Any]) -> SearchLog:
                      tuple(json.loads(row[5])), row[6], row[7], row[8] or "")
 
 
-class SQLiteStore(SQLStore):
-    """The store in one SQLite file (WAL; one writer at a time, others wait)."""
-
-    def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
-        super().__init__()
-        self.path = Path(path)
-        self.url = f"sqlite:{self.path}"
-        self.timeout = timeout
-        self._init_schema()
-
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            conn = sqlite3.connect(self.path, timeout=self.timeout, check_same_thread=False)
-            _wal(conn, self.timeout)
-            conn.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.DatabaseError as exc:
-            from tttembed.score.ledger import sqlite_problem
-
-            raise ConfigError(f"feedback store {self.path} " + sqlite_problem(
-                self.path, exc, "to start a new store", "loop.sqlite")) from exc
-        return conn
-
-
-def _wal(conn: sqlite3.Connection, timeout: float) -> None:
-    """Switch to WAL. Two processes opening a new file at once make this fail at once
-    with "database is locked" (the busy timeout does not cover it): try again."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
-def open_store(spec: str | None, registry: str | Path | None = None, *,
-               lazy: bool = False) -> Store:
-    """The one place a feedback store is chosen: the store ``spec`` names
-    (``postgresql://...``, ``sqlite:PATH`` or a path) or, None, the registry's own
-    (``registry``: its folder, ``loop.sqlite`` there; or its ``postgresql://`` URL, the
-    same database, opened ``lazy``). ``lazy``: a PostgreSQL store that does not answer
-    yet is opened anyway (a replica started while the database is down), each call
-    trying again."""
-    if spec is None:
-        if registry is None:
-            raise ConfigError("give --store (postgresql://... or a SQLite path) or --registry")
-        from tttembed.registry.postgres import is_url
-
-        if not is_url(registry):
-            return SQLiteStore(Path(registry) / "loop.sqlite")
-        scheme, _, rest = str(registry).strip().partition(":")
-        if scheme not in ("postgresql", "postgres"):
-            raise ConfigError(f"give --store: a {scheme}: registry keeps no feedback store")
-        spec, lazy = "postgresql:" + rest, True
-    from tttembed.core.backends import create, split_spec
-
-    scheme, _ = split_spec(spec)
-    if "/" in scheme or "\\" in scheme or scheme == spec.strip() or len(scheme) == 1:
-        return SQLiteStore(spec)  # a plain path (or a Windows drive letter)
-    lazy_pg = lazy and scheme in ("postgresql", "postgres")
-    store: Store = create("store", spec, **({"lazy": True} if lazy_pg else {}))
-    return store
-
-
-def sqlite_from_spec(rest: str) -> SQLiteStore:
-    """``sqlite:PATH``."""
-    if not rest:
-        raise ConfigError("sqlite: needs a path, e.g. sqlite:/srv/tttembed/loop.sqlite")
-    return SQLiteStore(rest)
-
-
 __all__ = ["PAGE", "SPEND_SOURCES", "START", "ClickCaps", "ClickReward", "Cursor", "Event",
-           "EventsStored", "Feedback", "Impression", "RankClicks", "Reward", "SQLStore", "SQLiteStore",
-           "SearchLog", "Store", "open_store", "sqlite_from_spec"]
+           "EventsStored", "Feedback", "Impression", "RankClicks", "Reward", "SQLStore",
+           "SearchLog", "Store"]

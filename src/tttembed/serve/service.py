@@ -63,7 +63,7 @@ class Service:
     def _open_store(self) -> Any:
         if not self.config.loop.registry or self.states.versions is None:
             return None
-        from tttembed.loop.store import open_store
+        from tttembed.loop.open import open_store
 
         # lazy: a replica may start while the database is down
         return open_store(self.config.loop.store, self.config.loop.registry, lazy=True)
