@@ -249,9 +249,22 @@ def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FIL
     """Register a state learned offline as a new version (checked against the registry's
     embedder and corpus like every version; not promoted: `states promote` serves it)."""
     reg = _registry(folder)
+    same = reg.added_as(file)
+    if same is not None:
+        typer.echo(f"{reg.location}: {file} is already {same.name} (the same state, "
+                   f"{_added_how(same)}): nothing added (serve it with "
+                   f"`tttembed states promote {reg.location} {same.name}`)")
+        return
     v = reg.add(file, by="user")
     typer.echo(f"{reg.location}: added {file} as {v.name}, not promoted (serve it with "
                f"`tttembed states promote {reg.location} {v.name}`)")
+
+
+def _added_how(v: Any) -> str:
+    """How a version came in: ``added from PATH`` or ``registered by the learner``."""
+    source = v.manifest.get("added_from")
+    return f"added from {source}" if source else "registered by the learner"
+
 
 
 @states_app.command("rollback")
