@@ -95,15 +95,21 @@ def loop(
 
 
 def warn_unaudited(config: Any) -> None:
-    """The start-up warning of a loop whose judge nobody audits."""
+    """The start-up warnings of a loop (once: not again in the learner ``serve --learn``
+    starts): a judge nobody audits, a --min-queries no promotion can reach."""
     import os
 
+    from tttembed.loop.config import never_promotes
     from tttembed.serve.run import SERVED_LEARNER_ENV
 
-    if not config.audit and config.has_judge and not os.environ.get(SERVED_LEARNER_ENV):
+    if os.environ.get(SERVED_LEARNER_ENV):
+        return
+    if not config.audit and config.has_judge:
         from tttembed.loop.failures import UNAUDITED
 
         typer.echo(f"warning: {UNAUDITED}", err=True)
+    if never := never_promotes(config):
+        typer.echo(f"warning: {never}", err=True)
 
 
 states_app = typer.Typer(help="The versions of a state registry.", no_args_is_help=True,

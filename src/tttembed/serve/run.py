@@ -51,11 +51,13 @@ def check_serve_states(config: ServeConfig) -> None:
     """Load every state file and check it against the index (no model)."""
     from tttembed.adapt.state import load_state
     from tttembed.index.store import load_index
+    from tttembed.serve.documents import Documents
     from tttembed.ttt.search import check_states as check
 
     index = load_index(config.index)
     check([load_state(p) for p in config.states], index,
           allow_foreign=config.allow_foreign_state)
+    Documents(index, config.corpus).check()
     config.api_key()
 
 
