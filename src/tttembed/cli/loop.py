@@ -88,6 +88,9 @@ def loop(
     check_specs(config)
     warn_unaudited(config)
     from tttembed.core.pg import mask_url
+    from tttembed.serve.run import die_with_server
+
+    die_with_server()  # started by serve --learn: ends with its server
 
     typer.echo(f"learning into {mask_url(registry)} (Ctrl-C stops after the step in flight)",
                err=True)
