@@ -16,6 +16,7 @@ from tests.loop.test_replicas import _env, _get, _learner_args, _port, _proc_sta
 from tests.servers import LocalOpenAIServer
 
 pytest.importorskip("uvicorn")
+pytestmark = pytest.mark.process  # real `tttembed serve --learn` processes
 
 
 def _alive(pid: int) -> bool:
