@@ -3,18 +3,33 @@ cannot see: an inverted judge on a weak base ranking agrees with that ranking an
 
 from __future__ import annotations
 
-import warnings
+import logging
 
 import pytest
 
+from tttembed.core.notes import NOTES
 from tttembed.ttt.sanity import check_judge
 
 
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def _line(rewards, lists) -> str:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    """The check's note (one line, ``judge check: ...``)."""
+    caught = _Lines()
+    logging.getLogger(NOTES).addHandler(caught)
+    try:
         check_judge(rewards, lists)
-    return str(caught[-1].message)
+    finally:
+        logging.getLogger(NOTES).removeHandler(caught)
+    assert caught.lines[-1].startswith("judge check: ") and "\n" not in caught.lines[-1]
+    return caught.lines[-1]
 
 
 def test_the_check_sentence_agrees_with_its_sign():

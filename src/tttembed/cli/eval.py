@@ -56,11 +56,11 @@ def _floats(values: list[str] | None, name: str) -> tuple[float, ...]:
 
 def print_tables(report: Any) -> None:
     """One rich table per scorer and protocol (the rows of report.md, on the 0-1 scale)."""
+    from tttembed.cli.search import print_identical
+
     result = report.data
-    dropped = [t["name"] for t in result["tasks"] if t.get("ignore_identical_ids")]
-    if dropped:
-        console.print(f"ignore_identical_ids: on for {', '.join(dropped)} (a retrieved document "
-                      "whose id is the query id is left out, as BEIR and MTEB score it)")
+    print_identical({t["name"]: t.get("ignore_identical_ids_why") or "on" for t in
+                     result["tasks"] if t.get("ignore_identical_ids")})
     for s in result["sections"]:
         for note in s["notes"]:
             console.print(f"[yellow]note:[/] {note}")

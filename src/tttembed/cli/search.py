@@ -143,10 +143,7 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
     kind = "adapted (" + ", ".join(f"{s.scope}-wise" for s in used) + ")" if used else "raw"
     console.print(f"searched {len(result.qids):,} queries, {kind}, top {top_k}: encode "
                   f"{result.timings['encode_s']:.2f} s, search {result.timings['search_s']:.3f} s")
-    if result.identical:
-        console.print(f"ignore_identical_ids: on for {', '.join(result.identical)} (a retrieved "
-                      "document whose id is the query id is left out, as BEIR and MTEB "
-                      "score it; --keep-identical-ids keeps it)")
+    print_identical(result.identical_why)
     shadowed = _shadowed(result)
     for st, n in result.applied.items():
         extra = f" (shadowed by {shadowed[st]})" if st in shadowed else ""
@@ -184,6 +181,22 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
         doc["top"] = {t: {q: sorted(r.items(), key=lambda kv: -kv[1])[:10]
                           for q, r in run.items()} for t, run in runs.items()}
     return doc
+
+
+def print_identical(why: dict[str, str]) -> None:
+    """``ignore_identical_ids: on for arguana (the benchmark's setting for task arguana)
+    ...``: the tasks whose lists leave out the query's own document, and where each
+    task's rule came from (nothing when it is off everywhere)."""
+    by_reason: dict[str, list[str]] = {}
+    for task, rule in why.items():
+        if rule.startswith("on"):
+            by_reason.setdefault(rule[len("on"):].strip(" ()"), []).append(task)
+    if by_reason:
+        on = "; ".join(", ".join(tasks) + (f" ({reason})" if reason else "")
+                       for reason, tasks in by_reason.items())
+        console.print(f"ignore_identical_ids: on for {on}: a retrieved document whose id is "
+                      "the query id is left out, as BEIR and MTEB score it; "
+                      "--keep-identical-ids keeps it")
 
 
 def _leak_banner(result: Any) -> str:
