@@ -151,9 +151,10 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
         console.print(f"state {st.label} ({st.scope}-wise): applied to {n:,} of "
                       f"{len(result.qids):,} queries{extra}{why}")
     for st, n in result.leaked.items():
-        console.print(f"note: {n:,} of these judged queries rewarded {st.label} with their "
-                      f"own judgments ({st.scorer}): adapted metrics on them are not a "
-                      "held-out result (evaluate on other queries, or use tttembed eval)")
+        console.print(f"note: {n:,} of these judged queries have the text of a query whose "
+                      f"judgments rewarded {st.label} ({st.scorer}): {OVERLAP}; adapted "
+                      "metrics on them are not a held-out result (evaluate on other "
+                      "queries, or use tttembed eval)")
     leak = _leak_banner(result)
     doc: dict[str, Any] = {
         "queries": len(result.qids), "kind": kind, "top_k": top_k, "timings_s": result.timings,
@@ -199,6 +200,12 @@ def print_identical(why: dict[str, str]) -> None:
                       "--keep-identical-ids keeps it")
 
 
+#: How a label leak is found, in the words of the note under the banner.
+OVERLAP = ("queries are matched by text, not by id, so the same text under another id "
+           "counts (a data set that files one text under several ids leaks across a split "
+           "made by id: split by text)")
+
+
 def _leak_banner(result: Any) -> str:
     """`` - LABEL LEAK on 2 of 300 judged queries`` (and their ids printed once), or ""."""
     leaked = sum(len(q) for q in result.leak_qids.values())
@@ -209,7 +216,8 @@ def _leak_banner(result: Any) -> str:
     ids = [q for qids in result.leak_qids.values() for q in qids]
     console.print("label-leak queries: " + ", ".join(ids[:10]) + (
         f", ... ({len(ids) - 10:,} more; --json lists them)" if len(ids) > 10 else ""))
-    return f" - LABEL LEAK on {leaked:,} of {judged:,} judged queries"
+    return (f" - LABEL LEAK on {leaked:,} of {judged:,} judged queries (their text is the "
+            "text of a rewarded query)")
 
 
 def without_leak(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resamples: int
