@@ -182,8 +182,9 @@ def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, .
             "baselines": split_list([baselines])}
     for spec in grid["scorers"]:
         check_label_scorer(spec)  # a refused spec: its one line, not the grid first
-    methods = methods_per_budget(grid["scopes"], grid["alphas"], grid["selects"],
-                                 options["allocation"], grid["baselines"])
+    methods = {p: methods_per_budget(grid["scopes"], grid["alphas"], grid["selects"],
+                                     options["allocation"], grid["baselines"], p)
+               for p in grid["protocols"]}
     for line in grid_lines(
             budgets=options.get("budgets", NORMALISED_BUDGETS),
             budget_given="budgets" in options, scopes=grid["scopes"], methods=methods,
