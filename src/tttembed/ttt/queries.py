@@ -223,12 +223,11 @@ def own_documents(queries: QuerySet, index: Index, rows: np.ndarray) -> dict[str
     """Per task whose identical-ids rule is off (not by ``--keep-identical-ids``): how many of its queries find in their
     list ``rows`` the document whose id is the query id (tasks with none left out)."""
     asked = {t for t, why in queries.identical_why.items() if "--keep-identical-ids" in why}
-    own = identical_rows(index, queries.qids, [t not in queries.drop_identical | asked
-                                               for t in queries.tasks])
-    found = (own >= 0) & (np.asarray(rows) == own[:, None]).any(axis=1)
+    skip = queries.drop_identical | asked
+    ids = index.doc_ids  # a look-up per retrieved row: no id -> row map of the whole index
     out: dict[str, int] = {}
-    for task, hit in zip(queries.tasks, found):
-        if hit:
+    for task, qid, row in zip(queries.tasks, queries.qids, np.asarray(rows).tolist()):
+        if task not in skip and any(r >= 0 and ids[r] == qid for r in row):
             out[task] = out.get(task, 0) + 1
     return out
 
