@@ -159,6 +159,7 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
     doc: dict[str, Any] = {
         "queries": len(result.qids), "kind": kind, "top_k": top_k, "timings_s": result.timings,
         "ignore_identical_ids": result.identical,
+        "ignore_identical_ids_why": result.identical_why,
         "states": [{"file": st.label, "scope": st.scope, "applied": n,
                     "label_leak_queries": result.leaked.get(st, 0)}
                    for st, n in result.applied.items()],
