@@ -160,11 +160,16 @@ def test_the_index_corpus_folder_settings_turn_the_rule_on_for_a_query_file(toy)
 def test_eval_says_it_once_too(toy, caplog):
     """`eval` on a folder not named as the benchmark: the same note."""
     caplog.set_level(logging.WARNING, logger=NOTES)
-    api.evaluate([str(toy["folder"])], embedder="texthash:toy", scorers=["bm25"],
-                 scopes=["global"], budgets=[1.0], baselines=[], n_resamples=10,
-                 cache_dir=toy["tmp"] / "cache")
+    options = dict(embedder="texthash:toy", scorers=["bm25"], scopes=["global"],
+                   budgets=[1.0], baselines=[], n_resamples=10, cache_dir=toy["tmp"] / "cache")
+    off = api.evaluate([str(toy["folder"])], **options)
     notes = [r.getMessage() for r in caplog.records if NOTE in r.getMessage()]
     assert notes and "6 of 6 queries of args" in notes[0], notes
+    assert off.data["tasks"][0]["ignore_identical_ids_why"] == "off"
+    caplog.clear()
+    on = api.evaluate([str(toy["folder"])], ignore_identical_ids=True, **options)
+    assert on.data["tasks"][0]["ignore_identical_ids_why"] == "on (--ignore-identical-ids)"
+    assert not [r for r in caplog.records if NOTE in r.getMessage()]
 
 
 def test_the_label_leak_banner_says_the_overlap_is_by_text(toy):
