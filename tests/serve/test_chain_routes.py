@@ -130,3 +130,50 @@ def test_the_chain_route_without_chain_is_a_404_that_says_how(chain_setup, minil
         r = httpx.post(f"{url}/v1/chain/search", json={"question": "q"}, timeout=60)
     assert r.status_code == 404
     assert "--chain" in r.json()["error"]["message"]
+
+
+def test_chain_search_ids_take_events_and_feedback_stored_like_searches(chain_setup, minilm,
+                                                                         tmp_path):
+    """Clicks and labels on a chain search's final list are stored as a search's are;
+    a refused request logs nothing; the state learner learns nothing from them today."""
+    from tttembed.loop.learner import collect
+    from tttembed.loop.open import open_store
+    from tttembed.loop.pending import PendingQueue, Traffic
+    from tttembed.loop.rows import CHAIN_KIND, CHAIN_TASK, START
+
+    app = chain_app(chain_setup, minilm, registry=str(tmp_path / "reg"), registry_poll_s=0.1)
+    question = CHAINS[0][1]
+    with running(app) as url:
+        for body in ({"question": ""}, {"question": question, "beam": 0}):
+            assert httpx.post(f"{url}/v1/chain/search", json=body).status_code == 400
+        got = httpx.post(f"{url}/v1/chain/search", json={"question": question, "top_k": 3},
+                         timeout=60).json()
+        sid, shown = got["search_id"], [d["id"] for d in got["data"]]
+        unshown = next(d for d in (f"p{i}" for i in range(1, 13)) if d not in shown)
+        click = {"search_id": sid, "doc_id": shown[1], "type": "click", "session_id": "s1"}
+        r = httpx.post(f"{url}/v1/events", json=click)
+        assert r.status_code == 202 and r.json()["stored"] == 1, r.text
+        r = httpx.post(f"{url}/v1/events", json={**click, "doc_id": unshown})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "doc_not_shown"
+        r = httpx.post(f"{url}/v1/feedback", json={"search_id": sid, "doc_id": shown[0],
+                                                   "label": 1})
+        assert r.status_code == 202 and r.json()["stored"] == 1, r.text
+    store = open_store(None, tmp_path / "reg")
+    try:
+        [logged] = store.searches()  # the two refused requests logged nothing
+        assert (logged.search_id, logged.task, logged.query, logged.kind) == \
+            (sid, CHAIN_TASK, question, CHAIN_KIND)
+        assert list(logged.ids) == shown
+        [event] = store.events_after(START)
+        assert (event.doc_id, event.task, event.rank) == (shown[1], CHAIN_TASK, 2)
+        [label] = store.feedback()
+        assert (label.task, label.query, label.doc_id) == (CHAIN_TASK, question, shown[0])
+        # what the state learner takes from them today: nothing
+        rewards, _, n_labels, _ = collect(store)
+        assert rewards == {} and n_labels == 0
+        queue = PendingQueue(depth=10)
+        Traffic(store, queue, lambda s: s.ids).update()
+        assert queue.sizes()["queries"] == 0
+        assert store.shown_after(START) == []
+    finally:
+        store.close()

@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 MAX_HOPS = 10
 MAX_BEAM = 16
 MAX_QUESTION_CHARS = 4000
-#: The task and kind chain searches are logged under in the feedback store.
-CHAIN_TASK = "chain"
-CHAIN_KIND = "chain"
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ def _body(svc: Service, found: Found, encoder: ChainEncoder, sid: str) -> dict[s
 
 
 def _log(svc: Service, req: ChainRequest, body: dict[str, Any]) -> None:
-    from tttembed.loop.rows import SearchLog
+    from tttembed.loop.rows import CHAIN_KIND, CHAIN_TASK, SearchLog
 
     svc.log_searches([SearchLog(body["search_id"], CHAIN_TASK, req.question, time.time(),
                                 body["version"], tuple(d["id"] for d in body["data"]),
@@ -134,4 +131,4 @@ async def chain_search_route(svc: Service, request: Request, info: dict[str, Any
     return json_response(out)
 
 
-__all__ = ["CHAIN_KIND", "CHAIN_TASK", "ChainRequest", "chain_search_route", "parse_chain"]
+__all__ = ["ChainRequest", "chain_search_route", "parse_chain"]
