@@ -76,20 +76,38 @@ def test_served_chains_equal_chain_search_on_a_whole_split(chain_setup, chain_se
         assert len(got["search_id"]) == 32
 
 
-def test_concurrent_requests_are_merged_and_answered_alike(chain_setup, chain_server):
-    def ask(question: str) -> dict[str, Any]:
-        r = httpx.post(f"{chain_server}/v1/chain/search", json={"question": question},
-                       timeout=60)
-        assert r.status_code == 200, r.text
-        return r.json()
+def test_a_smaller_state_token_limit_serves_as_chain_search_runs_it(chain_setup, minilm,
+                                                                     tmp_path):
+    want = offline(chain_setup, tmp_path / "run.jsonl", "--steps", "2",
+                   "--max-seq-length", "24")
+    default = offline(chain_setup, tmp_path / "default.jsonl", "--steps", "2")
+    assert want != default  # the limit cuts the states here
+    with running(chain_app(chain_setup, minilm, chain_max_seq_length=24)) as url:
+        for qid, question, _ in CHAINS:
+            got = httpx.post(f"{url}/v1/chain/search", json={"question": question,
+                                                            "top_k": 12}, timeout=60).json()
+            assert [(d["id"], d["score"]) for d in got["data"]] == want[qid]
 
-    questions = [q for _, q, _ in CHAINS] * 4
-    alone = {q: ask(q)["data"] for q in questions[:len(CHAINS)]}
-    with ThreadPoolExecutor(16) as pool:
-        together = list(pool.map(ask, questions))
+
+def test_concurrent_requests_are_merged_and_answered_alike(chain_setup, minilm):
+    app = chain_app(chain_setup, minilm, max_wait_ms=20)
+    worker = app.state.service.chain.worker
+    with running(app) as url:
+        def ask(question: str) -> dict[str, Any]:
+            r = httpx.post(f"{url}/v1/chain/search", json={"question": question},
+                           timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        questions = [q for _, q, _ in CHAINS] * 8
+        alone = {q: ask(q)["data"] for q in questions[:len(CHAINS)]}
+        assert worker.merged == 0
+        with ThreadPoolExecutor(16) as pool:
+            together = list(pool.map(ask, questions))
     for q, got in zip(questions, together):
         assert got["data"] == alone[q] and len(got["data"]) == 10
         assert len(got["hops"]) == 2  # the untrained encoder's T
+    assert worker.merged > 0 and worker.calls < len(CHAINS) + len(questions)
 
 
 BAD = [

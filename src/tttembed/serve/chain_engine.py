@@ -88,8 +88,10 @@ class ChainSource:
     when a followed registry serves another version."""
 
     def __init__(self, spec: str, index: Index, engine: Engine,
-                 registry_cache: str | None = None) -> None:
+                 registry_cache: str | None = None,
+                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH) -> None:
         self.spec, self.index, self.engine = spec, index, engine
+        self.max_seq_length = int(max_seq_length)
         self.registry: Any = None
         self.pinned: str | None = None
         self.error: str | None = None
@@ -150,7 +152,7 @@ class ChainSource:
                               "registry (no such folder); give --chain base, a folder "
                               "`tttembed chain train` wrote, or a chain registry")
         manifest = read_checkpoint_manifest(path)
-        encoder = load_encoder(path, max_seq_length=DEFAULT_MAX_SEQ_LENGTH, index=self.index)
+        encoder = load_encoder(path, max_seq_length=self.max_seq_length, index=self.index)
         return ChainEncoder(name, version, int(manifest.get("steps") or DEFAULT_STEPS),
                             encoder.encode)
 
@@ -223,8 +225,8 @@ class ChainService:
     """The chain route's parts: the encoder's source, the worker, the passage texts."""
 
     def __init__(self, spec: str, index: Index, engine: Engine, corpus: str | None,
-                 max_batch: int, max_wait_ms: float, registry_cache: str | None = None
-                 ) -> None:
+                 max_batch: int, max_wait_ms: float, registry_cache: str | None = None,
+                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH) -> None:
         from tttembed.data.beir import doc_text
         from tttembed.ttt.rewards import corpus_for_index
 
@@ -234,9 +236,10 @@ class ChainService:
                               f"model (st:), this one's is {index.identity!r}")
         docs = corpus_for_index(index, corpus)
         passages = [doc_text(docs[d]) for d in index.doc_ids]
-        self.source = ChainSource(spec, index, engine, registry_cache)
-        self.worker = ChainWorker(index, engine,
-                                  TokenBudget.for_model(model, DEFAULT_MAX_SEQ_LENGTH),
+        if max_seq_length < 8:
+            raise ConfigError("--chain-max-seq-length must be at least 8")
+        self.source = ChainSource(spec, index, engine, registry_cache, max_seq_length)
+        self.worker = ChainWorker(index, engine, TokenBudget.for_model(model, max_seq_length),
                                   passages, max_batch, max_wait_ms)
 
 

@@ -77,7 +77,8 @@ class Service:
 
         b = self.config.batching
         return ChainService(self.config.chain, self.index, self.engine, self.config.corpus,
-                            b.max_batch, b.max_wait_ms, self.config.loop.registry_cache)
+                            b.max_batch, b.max_wait_ms, self.config.loop.registry_cache,
+                            self.config.chain_max_seq_length)
 
     def log_searches(self, rows: list[Any]) -> None:
         """Log served queries in the store (:class:`~tttembed.serve.traffic.TrafficLog`:
