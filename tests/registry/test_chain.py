@@ -122,6 +122,9 @@ def test_a_server_serves_and_follows_the_promoted_chain_version(
             got = ask(question)
             assert got["version"] == "v1" and got["encoder"] == str(reg)
             assert [(d["id"], d["score"]) for d in got["data"]] == want[qid]
+        health = httpx.get(f"{url}/healthz").json()
+        assert health["chain"] == {"encoder": str(reg), "version": "v1", "steps": 3,
+                                   "error": None}
         assert states("promote", reg, "v2").exit_code == 0
         deadline = time.monotonic() + 20
         while ask(CHAINS[0][1])["version"] != "v2":
@@ -146,3 +149,27 @@ def test_an_unknown_version_or_a_state_registry_is_refused_at_start(
         chain_app(chain_setup, minilm, chain=str(tmp_path / "nothing"))
     pinned = chain_app(chain_setup, minilm, chain=f"{reg}@v1")
     assert pinned.state.service.chain.source.current.version == "v1"
+
+
+def test_a_promoted_version_that_cannot_be_served_keeps_the_last_one(
+        gold_checkpoint, chain_setup, minilm, tmp_path):
+    ckpt, _ = gold_checkpoint
+    reg = tmp_path / "chain-reg"
+    assert states("add", reg, ckpt).exit_code == 0
+    assert states("add", reg, edited(ckpt, tmp_path / "b", epochs_done=2)).exit_code == 0
+    assert states("promote", reg, "v1").exit_code == 0
+    (reg / "versions" / "v2" / "chain" / "manifest.json").unlink()  # damaged on disk
+    app = chain_app(chain_setup, minilm, chain=str(reg), registry_poll_s=0.1)
+    with running(app) as url:
+        from tttembed.registry.open import open_registry
+
+        open_registry(reg).promote("v2", by="test")  # unchecked: the servers must refuse
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{url}/healthz").json()["status"] != "degraded":
+            assert time.monotonic() < deadline, "the refusal was never reported"
+            time.sleep(0.1)
+        health = httpx.get(f"{url}/healthz").json()["chain"]
+        assert health["version"] == "v1" and "chain encoder files are missing" in \
+            health["error"]
+        r = httpx.post(f"{url}/v1/chain/search", json={"question": "q"}, timeout=60)
+        assert r.status_code == 200 and r.json()["version"] == "v1"

@@ -188,6 +188,13 @@ class ChainSource:
     def stop(self) -> None:
         self._watching.clear()
 
+    def status(self) -> dict[str, Any]:
+        """What ``/healthz`` says of the chain encoder: its name, version, T, and the
+        error that keeps a followed registry's version from being served (None: none)."""
+        now = self.current
+        return {"encoder": now.name, "version": now.version, "steps": now.steps,
+                "error": self.error}
+
 
 class ChainWorker(MergingWorker[list[Ask], ChainKey, list[Found]]):
     """Concurrent chain requests merged into one chain search per (encoder, T, beam)
