@@ -17,7 +17,7 @@ README = ROOT / "README.md"
 GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
 PAGES = [README, *GUIDES, ROOT / "docs" / "performance.md", ROOT / "docs" / "architecture.md"]
 MODULES = "json,csv,re,pathlib,functools,itertools,collections,shutil,os,os.path"
-MARKERS = ("usage", "vectordb", "python", "eval", "loop", "freeze", "states")
+MARKERS = ("usage", "vectordb", "python", "eval", "loop", "freeze", "states", "chain-serve")
 MAX_README_LINES = 220
 
 
@@ -262,3 +262,44 @@ def test_what_the_pages_write_is_ignored_by_git(tmp_path):
     proc = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
                           capture_output=True, text=True)
     assert sorted(proc.stdout.split()) == sorted(written), proc.stdout
+
+
+def _prose(page: Path) -> list[str]:
+    """The paragraphs of a page outside its code blocks, each on one line."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return [" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def test_the_fast_tier_sentence_names_the_install_it_needs():
+    """The set-up line installs no pytest: where the README says plain `pytest -q` runs
+    the fast tier, it says the one install line that brings pytest."""
+    said = [p for p in _prose(README) if "pytest -q`" in p and "fast tier" in p]
+    assert said, "the README says how to run the fast tier"
+    assert re.search(r'pip install -c constraints\.txt -e "\.\[dev\]"', said[0]), said[0]
+
+
+def test_the_first_index_command_says_how_fast_it_indexes():
+    """Next to the first `tttembed index`: the documents per second on 2 CPU cores."""
+    block = _block("usage").splitlines()
+    first = next(i for i, ln in enumerate(block) if ln.startswith("tttembed index "))
+    comment = " ".join(ln for ln in block[max(0, first - 3):first] if ln.startswith("#"))
+    assert re.search(r"\d+-\d+ documents/s", comment) and "2 CPU" in comment, comment
+
+
+def test_the_fast_tier_count_is_the_collected_one():
+    """The README's fast-tier count is what `pytest --collect-only -q` selects (within
+    5%: other changes add tests), with the measured times beside it."""
+    import subprocess
+    import sys
+
+    said = next(p for p in _prose(README) if "--collect-only -q" in p)
+    got = re.search(r"([\d,]+) of ([\d,]+) \(`pytest --collect-only -q`\), (\d+) s on a "
+                    r"quiet 2-core machine, (\d+) s beside other jobs", said)
+    assert got, said
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                        "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    counted = re.search(r"(\d+)/(\d+) tests collected", r.stdout)
+    assert counted, r.stdout[-2000:]
+    for readme, real in zip(got.groups()[:2], counted.groups()):
+        assert abs(int(readme.replace(",", "")) - int(real)) <= 0.05 * int(real), (got, counted)

@@ -3,18 +3,33 @@ cannot see: an inverted judge on a weak base ranking agrees with that ranking an
 
 from __future__ import annotations
 
-import warnings
+import logging
 
 import pytest
 
+from tttembed.core.notes import NOTES
 from tttembed.ttt.sanity import check_judge
 
 
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def _line(rewards, lists) -> str:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    """The check's note (one line, ``judge check: ...``)."""
+    caught = _Lines()
+    logging.getLogger(NOTES).addHandler(caught)
+    try:
         check_judge(rewards, lists)
-    return str(caught[-1].message)
+    finally:
+        logging.getLogger(NOTES).removeHandler(caught)
+    assert caught.lines[-1].startswith("judge check: ") and "\n" not in caught.lines[-1]
+    return caught.lines[-1]
 
 
 def test_the_check_sentence_agrees_with_its_sign():
@@ -52,3 +67,22 @@ def test_too_few_queries_says_nothing_was_checked():
     assert "not checked" in line and "--audit qrels:PATH" in line
     with pytest.raises(AssertionError):
         assert "higher near the top" in line
+
+
+def test_a_script_sees_the_check_as_one_plain_line():
+    """As the README's Python example shows it: one plain line on stderr, no source path,
+    no ``JudgeCheck:`` category (before: ``.../ttt/learn.py:110: JudgeCheck: reward vs
+    base rank ...`` and the source line under it)."""
+    import subprocess
+    import sys
+
+    script = ("from tttembed.ttt.sanity import check_judge\n"
+              "lists = {f'q{i}': ['a', 'b', 'c', 'd'] for i in range(8)}\n"
+              "check_judge({q: {'a': 1.0, 'b': 0.6, 'c': 0.3, 'd': 0.0} for q in lists}, "
+              "lists)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("judge check: reward vs base rank"), lines
+    assert "JudgeCheck" not in r.stderr and ".py:" not in r.stderr

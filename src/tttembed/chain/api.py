@@ -26,9 +26,10 @@ from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
 from tttembed.chain.checkpoint import read_checkpoint_manifest
+from tttembed.chain.online import chain_run
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
 from tttembed.chain.report import write_chain_report
-from tttembed.chain.search import ChainRun, Encode, beam_chain, chain_metrics, greedy_chain
+from tttembed.chain.search import ChainRun, Encode, chain_metrics
 from tttembed.chain.setup import (
     DEFAULT_MAX_SEQ_LENGTH,
     Loaded,
@@ -89,13 +90,9 @@ def run_search(loaded: Loaded, encode: Encode, *, steps: int | None = None, beam
     """Greedy (``beam`` 1) or beam chain search of every question of ``loaded``."""
     task = loaded.task
     texts = state_texts(task, loaded.embedder.model, max_seq_length)
-    steps = steps or task.max_hops
-    search = loaded.index.search
-    if beam > 1:
-        return beam_chain(len(task.golds), texts, encode, search, steps, width=beam,
-                          depth=depth, keep=depth, progress=progress)
-    return greedy_chain(len(task.golds), texts, encode, search, steps, depth=depth,
-                        keep=depth, progress=progress)
+    return chain_run(len(task.golds), texts, encode, loaded.index.search,
+                     steps=steps or task.max_hops, beam=beam, depth=depth, keep=depth,
+                     progress=progress)
 
 
 def _check_names(names: Sequence[str], wanted: Sequence[str]) -> None:

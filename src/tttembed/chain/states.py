@@ -141,13 +141,16 @@ class StateTexts:
 
     def __init__(self, questions: Sequence[str], passages: Sequence[str], *,
                  budget: TokenBudget | None = None, sep: str = SEP,
-                 cache_size: int = 1_000_000) -> None:
+                 cache_size: int = 1_000_000,
+                 offsets: dict[str, list[int]] | None = None) -> None:
         self.questions = list(questions)
         self.passages = passages
         self.budget = budget
         self.sep = sep
         self.cache_size = int(cache_size)
-        self._ends: dict[str, list[int]] = {}
+        #: token end offsets by text; ``offsets`` shares them with other instances (a
+        #: server's batches of new questions over the same passages)
+        self._ends: dict[str, list[int]] = {} if offsets is None else offsets
         self._texts: dict[tuple[int, tuple[int, ...]], str] = {}
 
     def _offsets(self, text: str) -> list[int]:

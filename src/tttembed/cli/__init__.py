@@ -62,12 +62,40 @@ def rewrite_aliases(args: list[str]) -> list[str]:
     return out
 
 
+#: On/off flag pairs: given both at once, a usage error, never "the last one wins".
+OPPOSITES = (("--ignore-identical-ids", "--keep-identical-ids"),)
+
+
+def contradiction(args: list[str]) -> str | None:
+    """The one-line usage error of a line that gives both flags of a pair, or None."""
+    words = args[:args.index("--")] if "--" in args else args
+    for on, off in OPPOSITES:
+        if on in words and off in words:
+            return (f"{on} and {off} contradict each other: give one of them (or neither: "
+                    "the data decides)")
+    return None
+
+
+def _refuse_contradiction(args: list[str]) -> None:
+    """Exit 2 with one line on stderr (and ``{"error": ...}`` on stdout with --json)."""
+    message = contradiction(args)
+    if message is None:
+        return
+    if "--json" in args:
+        from tttembed.cli._common import emit_json
+
+        emit_json({"error": message})
+    print(f"Error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 class AliasGroup(TyperGroup):
     def main(self, args: Any = None, *a: Any, **kw: Any) -> Any:
         args = list(sys.argv[1:] if args is None else args)
         if args[:2] == ["index", "show"]:  # `index` builds; `index show X` inspects
             args = ["index-show", *args[2:]]
         args = rewrite_aliases(hoist_threads(args))
+        _refuse_contradiction(args)
         if "--json" not in args or not kw.pop("standalone_mode", True):
             return super().main(args, *a, **kw)
         return _json_main(super().main, args, *a, **kw)

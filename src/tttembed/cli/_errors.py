@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -97,25 +98,42 @@ def describe(exc: BaseException) -> str | None:
     return None
 
 
+class _Notes(logging.Handler):
+    """Collects the notes (:mod:`tttembed.core.notes`) of one command, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 @contextmanager
 def summarised_warnings() -> Iterator[None]:
-    """Warnings raised while a command runs, printed once at its end: a judge's unscored
-    answers (one JudgeWarning per pair) as one line with their count, the first example
-    and the fix; any other warning once per distinct message. Never Python's raw
-    ``file:line: Category: ...`` lines, one per pair."""
+    """Notes and warnings raised while a command runs, printed once at its end: each
+    distinct note (the judge check's line, a rule that is off while queries find their
+    own document) once; a judge's unscored answers (one JudgeWarning per pair) as one line
+    with their count, the first example and the fix; any other warning once per distinct
+    message. Never Python's raw ``file:line: Category: ...`` lines, one per pair."""
+    from tttembed.core.notes import NOTES
+
+    logger, notes = logging.getLogger(NOTES), _Notes()
+    logger.addHandler(notes)
+    propagate, logger.propagate = logger.propagate, False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         try:
             yield
         finally:
+            logger.removeHandler(notes)
+            logger.propagate = propagate
+            for line in dict.fromkeys(notes.lines):
+                print(line, file=sys.stderr)
             _print_warnings(caught)
 
 
 def _print_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
-    for w in caught:
-        if w.category.__name__ == "JudgeCheck":  # tttembed.ttt.sanity: a note, not a fault
-            print(f"judge check: {w.message}", file=sys.stderr)
-    caught = [w for w in caught if w.category.__name__ != "JudgeCheck"]
     judged = [w for w in caught if w.category.__name__ == "JudgeWarning"]
     if judged:
         first = str(judged[0].message)

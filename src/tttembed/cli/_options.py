@@ -140,8 +140,10 @@ ResamplesOpt = Annotated[int, typer.Option(
 IdenticalIdsOpt = Annotated[Optional[bool], typer.Option(
     "--ignore-identical-ids/--keep-identical-ids", show_default="as the data says",
     help="Leave a retrieved document whose id equals the query id out of every ranking "
-         "(BEIR/MTEB's ignore_identical_ids). Default: as the data says: on for ArguAna and "
-         "Quora and for a folder whose tttembed-task.json says "
-         "{\"ignore_identical_ids\": true}, off elsewhere.")]
+         "(BEIR/MTEB's ignore_identical_ids); give one of the two, not both. Default: as "
+         "the task says: on for a task named ArguAna or Quora (--task arguana on a query "
+         "file too) and for a folder whose tttembed-task.json says "
+         "{\"ignore_identical_ids\": true} (for a query file: the index's corpus folder), "
+         "off elsewhere.")]
 RunTagOpt = Annotated[str, typer.Option(
     "--run-tag", help="Tag in the last column of TREC run files.")]

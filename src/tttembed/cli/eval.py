@@ -56,11 +56,11 @@ def _floats(values: list[str] | None, name: str) -> tuple[float, ...]:
 
 def print_tables(report: Any) -> None:
     """One rich table per scorer and protocol (the rows of report.md, on the 0-1 scale)."""
+    from tttembed.cli.search import print_identical
+
     result = report.data
-    dropped = [t["name"] for t in result["tasks"] if t.get("ignore_identical_ids")]
-    if dropped:
-        console.print(f"ignore_identical_ids: on for {', '.join(dropped)} (a retrieved document "
-                      "whose id is the query id is left out, as BEIR and MTEB score it)")
+    print_identical({t["name"]: t.get("ignore_identical_ids_why") or "on" for t in
+                     result["tasks"] if t.get("ignore_identical_ids")})
     for s in result["sections"]:
         for note in s["notes"]:
             console.print(f"[yellow]note:[/] {note}")
@@ -182,8 +182,9 @@ def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, .
             "baselines": split_list([baselines])}
     for spec in grid["scorers"]:
         check_label_scorer(spec)  # a refused spec: its one line, not the grid first
-    methods = methods_per_budget(grid["scopes"], grid["alphas"], grid["selects"],
-                                 options["allocation"], grid["baselines"])
+    methods = {p: methods_per_budget(grid["scopes"], grid["alphas"], grid["selects"],
+                                     options["allocation"], grid["baselines"], p)
+               for p in grid["protocols"]}
     for line in grid_lines(
             budgets=options.get("budgets", NORMALISED_BUDGETS),
             budget_given="budgets" in options, scopes=grid["scopes"], methods=methods,

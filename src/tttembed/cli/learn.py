@@ -28,6 +28,7 @@ from tttembed.cli._options import (
     DepthOpt,
     ExecutorOpt,
     FoldsOpt,
+    IdenticalIdsOpt,
     IndexOpt,
     InstructionOpt,
     JsonOpt,
@@ -54,7 +55,7 @@ from tttembed.cli._options import (
     ray_executor,
 )
 from tttembed.cli.compare import metric_names
-from tttembed.cli.search import raw_beside_adapted, write_runs
+from tttembed.cli.search import print_identical, raw_beside_adapted, write_runs
 from tttembed.core.io import refuse_existing
 
 SCOPE_HELP = ("global (one vector), task (one per task), query (one per rewarded query), "
@@ -133,13 +134,13 @@ def learn(
     ray_actors: RayActorsOpt = 1,
     ray_gpus: RayGpusOpt = 0.0,
     trust_judge: Annotated[bool, typer.Option("--trust-judge", help="Learn even when the judge check refuses the scorer: its rewards rise toward the bottom of the base ranking's lists (an inverted judge, unless you know better).")] = False,
+    ignore_identical_ids: IdenticalIdsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Spend a reward budget on retrieved candidates and learn query vectors."""
     quiet_libraries()
     from tttembed import api
     from tttembed.ttt import LearnOptions, learn_with
-
     _refuse_existing_state(out, overwrite or dry_run)  # before paying for a pair
     options = LearnOptions(scope=scope, method=method, alpha=alpha, objective=objective,
                            budget=budget, depth=depth, folds=folds, validate_budget=validate_budget,
@@ -149,13 +150,25 @@ def learn(
                             (timeout, max_retries), retry_missing, (concurrency, rpm),
                             queries, split)
     with json_mode(as_json), progress_group(not quiet) as stage:
-        state = learn_with(handle, queries, options, scorer=sc, task=task, split=split,
-                           embedder=emb, corpus=corpus, progress=stage,
-                           executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
+        qs = _query_set(handle, queries, task, split, ignore_identical_ids)
+        state = learn_with(handle, qs, options, scorer=sc, embedder=emb, corpus=corpus,
+                           progress=stage, executor=ray_executor(executor, ray_address,
+                                                                 ray_actors, ray_gpus))
     if dry_run:
         _plan(state.pairs, budget, depth, sc.spec, as_json)
         return
     _save(state, out, overwrite, as_json)
+
+
+def _query_set(index: Any, queries: Sequence[Path], task: Optional[list[str]], split: str,
+               ignore_identical_ids: Optional[bool]) -> Any:
+    """The queries to learn from, and the line saying where each task's identical-ids
+    rule came from (when it is on)."""
+    from tttembed.ttt.queries import as_query_set
+
+    qs = as_query_set(list(queries), task, split, ignore_identical_ids, index)
+    print_identical(dict(qs.identical_why))
+    return qs
 
 
 def _refuse_existing_state(out: Path, replace_it: bool) -> None:
@@ -364,6 +377,7 @@ def rerank(
     metrics: MetricsOpt = None,
     n_resamples: ResamplesOpt = 10000,
     run_tag: RunTagOpt = "tttembed",
+    ignore_identical_ids: IdenticalIdsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Direct reranking baseline: rewarded candidates sorted by reward inside their slots."""
@@ -380,13 +394,15 @@ def rerank(
     with json_mode(as_json), progress_group(not quiet) as stage:
         result = api.rerank(handle, queries, scorer=sc, budget=budget, k=top_k, depth=depth,
                             seed=seed, task=task, split=split, embedder=emb, corpus=corpus,
-                            progress=stage,
+                            progress=stage, ignore_identical_ids=ignore_identical_ids,
                             executor=ray_executor(executor, ray_address, ray_actors, ray_gpus))
+        print_identical(result.identical_why)
         if out is not None:
             write_runs(result.runs(), out, None, overwrite, run_tag)
         paired = {}
         if result.qrels:  # the reranked result beside raw, never alone
-            raw = api.search(handle, queries, k=top_k, task=task, split=split, embedder=emb)
+            raw = api.search(handle, queries, k=top_k, task=task, split=split, embedder=emb,
+                             ignore_identical_ids=ignore_identical_ids)
             paired = raw_beside_adapted(raw, result, names, n_resamples,
                                         f", b = {budget:g}", name="reranked")
     if as_json:

@@ -131,7 +131,9 @@ def _line(v: Any, served: str | None) -> str:
     m = v.manifest
     ev = m.get("evidence") or {}
     lo, hi = ev.get("ci_low"), ev.get("ci_high")
-    if not ev:
+    if m.get("kind") == "chain":
+        gain = f"- (chain encoder, {m.get('regime')}, T={m.get('steps')})"
+    elif not ev:
         gain = "-"
     elif lo is None or hi is None:
         gain = f"{ev.get('gain', 0):+.4f} (no interval with fewer than 2 queries)"
@@ -254,10 +256,14 @@ def states_promote(folder: DirArg, version: VersionArg) -> None:
 
 @states_app.command("add")
 @handle_errors
-def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FILE", help="A state learned offline: the vectors.npz `tttembed learn -o` wrote (its .json manifest beside it).", show_default=False)]) -> None:
-    """Register a state learned offline as a new version (checked against the registry's
-    embedder and corpus like every version; not promoted: `states promote` serves it)."""
-    reg = _registry(folder)
+def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FILE", help="A state learned offline: the vectors.npz `tttembed learn -o` wrote (its .json manifest beside it); or a chain encoder checkpoint folder (`tttembed chain train`), added to a chain registry (made for its index when REGISTRY holds none yet).", show_default=False)]) -> None:
+    """Register a state learned offline, or a chain encoder, as a new version (checked
+    against the registry's embedder, corpus and base model like every version; not
+    promoted: `states promote` serves it). The same state added again is said, with the
+    version that holds it, and not added twice."""
+    from tttembed.registry.open import open_for
+
+    reg = open_for(folder, file)
     same = reg.added_as(file)
     if same is not None:
         typer.echo(f"{reg.location}: {file} is already {same.name} (the same state, "
@@ -293,6 +299,12 @@ def states_diff(folder: DirArg, a: VersionArg, b: VersionArg, as_json: JsonOpt =
     d = _registry(folder).diff(a, b)
     if as_json:
         emit_json(d)
+        return
+    if d.get("kind") == "chain":
+        typer.echo(f"{a} -> {b} (chain encoders): {len(d['changed'])} fields changed")
+        for key, c in d["changes"].items():
+            typer.echo(f"  ~ {key}: {c['from']} -> {c['to']}")
+        typer.echo(f"not compared: {d['not_compared']}")
         return
     typer.echo(f"{a} -> {b}: {len(d['added'])} keys added, {len(d['removed'])} removed, "
                f"{len(d['changed'])} changed, {d['unchanged']} unchanged")

@@ -143,10 +143,7 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
     kind = "adapted (" + ", ".join(f"{s.scope}-wise" for s in used) + ")" if used else "raw"
     console.print(f"searched {len(result.qids):,} queries, {kind}, top {top_k}: encode "
                   f"{result.timings['encode_s']:.2f} s, search {result.timings['search_s']:.3f} s")
-    if result.identical:
-        console.print(f"ignore_identical_ids: on for {', '.join(result.identical)} (a retrieved "
-                      "document whose id is the query id is left out, as BEIR and MTEB "
-                      "score it; --keep-identical-ids keeps it)")
+    print_identical(result.identical_why)
     shadowed = _shadowed(result)
     for st, n in result.applied.items():
         extra = f" (shadowed by {shadowed[st]})" if st in shadowed else ""
@@ -154,13 +151,15 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
         console.print(f"state {st.label} ({st.scope}-wise): applied to {n:,} of "
                       f"{len(result.qids):,} queries{extra}{why}")
     for st, n in result.leaked.items():
-        console.print(f"note: {n:,} of these judged queries rewarded {st.label} with their "
-                      f"own judgments ({st.scorer}): adapted metrics on them are not a "
-                      "held-out result (evaluate on other queries, or use tttembed eval)")
+        console.print(f"note: {n:,} of these judged queries have the text of a query whose "
+                      f"judgments rewarded {st.label} ({st.scorer}): {OVERLAP}; adapted "
+                      "metrics on them are not a held-out result (evaluate on other "
+                      "queries, or use tttembed eval)")
     leak = _leak_banner(result)
     doc: dict[str, Any] = {
         "queries": len(result.qids), "kind": kind, "top_k": top_k, "timings_s": result.timings,
         "ignore_identical_ids": result.identical,
+        "ignore_identical_ids_why": result.identical_why,
         "states": [{"file": st.label, "scope": st.scope, "applied": n,
                     "label_leak_queries": result.leaked.get(st, 0)}
                    for st, n in result.applied.items()],
@@ -186,6 +185,28 @@ def _report(result: Any, raw: Any, top_k: int, out: Optional[Path], fmt: Optiona
     return doc
 
 
+def print_identical(why: dict[str, str]) -> None:
+    """``ignore_identical_ids: on for arguana (the benchmark's setting for task arguana)
+    ...``: the tasks whose lists leave out the query's own document, and where each
+    task's rule came from (nothing when it is off everywhere)."""
+    by_reason: dict[str, list[str]] = {}
+    for task, rule in why.items():
+        if rule.startswith("on"):
+            by_reason.setdefault(rule[len("on"):].strip(" ()"), []).append(task)
+    if by_reason:
+        on = "; ".join(", ".join(tasks) + (f" ({reason})" if reason else "")
+                       for reason, tasks in by_reason.items())
+        console.print(f"ignore_identical_ids: on for {on}: a retrieved document whose id is "
+                      "the query id is left out, as BEIR and MTEB score it; "
+                      "--keep-identical-ids keeps it")
+
+
+#: How a label leak is found, in the words of the note under the banner.
+OVERLAP = ("queries are matched by text, not by id, so the same text under another id "
+           "counts (a data set that files one text under several ids leaks across a split "
+           "made by id: split by text)")
+
+
 def _leak_banner(result: Any) -> str:
     """`` - LABEL LEAK on 2 of 300 judged queries`` (and their ids printed once), or ""."""
     leaked = sum(len(q) for q in result.leak_qids.values())
@@ -196,7 +217,8 @@ def _leak_banner(result: Any) -> str:
     ids = [q for qids in result.leak_qids.values() for q in qids]
     console.print("label-leak queries: " + ", ".join(ids[:10]) + (
         f", ... ({len(ids) - 10:,} more; --json lists them)" if len(ids) > 10 else ""))
-    return f" - LABEL LEAK on {leaked:,} of {judged:,} judged queries"
+    return (f" - LABEL LEAK on {leaked:,} of {judged:,} judged queries (their text is the "
+            "text of a rewarded query)")
 
 
 def without_leak(raw: Any, adapted: Any, metrics: tuple[str, ...], n_resamples: int

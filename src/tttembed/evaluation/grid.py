@@ -87,12 +87,35 @@ BUDGETED_BASELINES = ("direct", "rw-rocchio", "qdrant-rf")
 
 
 def methods_per_budget(scopes: Sequence[str], alphas: Sequence[str], selects: Sequence[str],
-                       allocations: Sequence[str], baselines: Sequence[str]) -> list[str]:
-    """The method rows learned or reranked at each budget (as the report names them)."""
-    ttt = [s if a == "rule" else f"{s}-auto" for s in scopes for a in alphas] + list(selects)
+                       allocations: Sequence[str], baselines: Sequence[str],
+                       protocol: str = "fixed") -> list[str]:
+    """The method rows ``protocol`` learns or reranks at each budget (as the report names
+    them): the fixed protocol every one asked; held-out the shared scopes and the auto
+    choice (query-wise states, direct reranking and reward Rocchio equal raw on unseen
+    queries, so it runs none of them, nor the active allocation); leave-one-task-out the
+    global state."""
+    def named(scope: str) -> list[str]:
+        return [scope if a == "rule" else f"{scope}-auto" for a in alphas]
+
+    if protocol == "loto":
+        return named("global")
+    if protocol == "heldout":
+        return [m for s in scopes if s != "query" for m in named(s)] + list(selects)
+    ttt = [m for s in scopes for m in named(s)] + list(selects)
     if "active" in allocations:
         ttt += [f"{m}@active" for m in ttt]
     return ttt + [b for b in baselines if b in BUDGETED_BASELINES]
+
+
+def _methods_said(methods: Mapping[str, Sequence[str]]) -> str:
+    """``3 methods per budget: task, direct, rw-rocchio``, or per protocol when they
+    differ (``methods per budget: fixed: ...; heldout: task``)."""
+    lists = list(methods.values())
+    if all(m == lists[0] for m in lists):
+        return f"{len(lists[0])} method{'s' * (len(lists[0]) != 1)} per budget: " + (
+            ", ".join(lists[0]) or "none")
+    return "methods per budget: " + "; ".join(
+        f"{p}: {', '.join(m) or 'none'}" for p, m in methods.items())
 
 
 def _number(x: float) -> str:
@@ -100,17 +123,19 @@ def _number(x: float) -> str:
 
 
 def grid_lines(*, budgets: Sequence[float], budget_given: bool, scopes: Sequence[str],
-               methods: Sequence[str], protocols: Sequence[str], sizes: Sequence[TaskSize],
-               scorers: Mapping[str, bool], fraction: float) -> list[str]:
-    """The lines ``eval`` prints before it starts; ``scorers``: spec -> whether it pays
+               methods: Mapping[str, Sequence[str]], protocols: Sequence[str],
+               sizes: Sequence[TaskSize], scorers: Mapping[str, bool],
+               fraction: float) -> list[str]:
+    """The lines ``eval`` prints before it starts; ``methods``: protocol -> the methods
+    it runs per budget (:func:`methods_per_budget`); ``scorers``: spec -> whether it pays
     (False: it reads labels)."""
     b = sorted(budgets)
     whole = "" if budget_given else "; no --budget: the whole grid"
     tasks = ", ".join(f"{t.name}: {t.queries if t.queries is not None else '?'} queries"
                       for t in sizes)
     fixed = "fixed" in protocols
-    points = len(b) * fixed + sum(p != "fixed" for p in protocols)
-    cells = points * len(methods) * len(scorers)
+    cells = len(scorers) * sum((len(b) if p == "fixed" else 1) * len(methods.get(p, ()))
+                               for p in protocols)
     span = _number(b[0]) if len(b) == 1 else f"{_number(b[0])} to {_number(b[-1])}"
     budget = (f"{len(b)} budget{'s' * (len(b) != 1)} ({span}{whole}"
               + ("; the fixed protocol's, the others learn at depth "
@@ -120,8 +145,8 @@ def grid_lines(*, budgets: Sequence[float], budget_given: bool, scopes: Sequence
              f"({', '.join(scopes)}) x {len(sizes)} task{'s' * (len(sizes) != 1)} ({tasks}) "
              f"x {len(protocols)} protocol{'s' * (len(protocols) != 1)} "
              f"({', '.join(protocols)}) x {len(scorers)} scorer"
-             f"{'s' * (len(scorers) != 1)}: {cells} learned cells ({len(methods)} methods "
-             f"per budget: {', '.join(methods)})"]
+             f"{'s' * (len(scorers) != 1)}: {cells} learned cell{'s' * (cells != 1)} "
+             f"({_methods_said({p: methods.get(p, ()) for p in protocols})})"]
     pairs = judge_pairs(b, protocols, sizes, fraction)
     cost = []
     for spec, pays in scorers.items():

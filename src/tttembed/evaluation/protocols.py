@@ -237,8 +237,11 @@ def heldout(work: Sequence[TaskData], rewards_for: Callable[[list], Rewards], *,
     n = sum(len(td.queries) for td in work)
     B = len(pairs)
     rw = lazy(rewards_for, pairs)
-    setting = {"fraction": fraction, "depth": depth, "train": use_train,
-               "evaluated": len(u_keys)}
+    trained = sum(1 for td in work if use_train and td.train is not None)
+    setting: dict[str, Any] = {"fraction": fraction, "depth": depth, "train": use_train,
+                               "evaluated": len(u_keys)}
+    if trained == len(work):  # every task learns from its train split: no fraction
+        setting = {"learned from": "train split", "depth": depth, "evaluated": len(u_keys)}
     tag = {"p": "heldout", "f": fraction, "d": depth, "t": use_train, "o": objective}
     out = [MethodResult("heldout", "raw", cells({**tag, "m": "raw"},
                                                  lambda: raw_metrics(work, u_keys)), 0.0, 0,

@@ -39,6 +39,21 @@ def _p(c: Mapping[str, float] | None) -> str:
     return f"{c['p_value']:.3g} [{_pct(c['ci_low'])}, {_pct(c['ci_high'])}]"
 
 
+def budget_text(b: float) -> str:
+    """``b`` as the tables print it, to 3 significant digits (``8.00143`` -> ``8``)."""
+    return f"{b:.3g}" if abs(b) < 1000 else f"{b:,.0f}"
+
+
+def protocol_table(section: Mapping[str, Any], protocol: str,
+                   scale: tuple[float, int] = REPORT_SCALE) -> tuple[list[str], list[list[str]]]:
+    """A protocol's header and rows: :data:`HEAD` without its "vs direct" column when no
+    row has one (the held-out and leave-one-task-out protocols run no direct reranking)."""
+    rows = table_rows(section, protocol, scale)
+    if rows and not any(r[-1] for r in rows):
+        return list(HEAD[:-1]), [r[:-1] for r in rows]
+    return list(HEAD), rows
+
+
 def table_rows(section: Mapping[str, Any], protocol: str,
                scale: tuple[float, int] = REPORT_SCALE) -> list[list[str]]:
     """One line per row of a protocol: method, b, B, nDCG@10, Delta, R@100, tests."""
@@ -58,7 +73,7 @@ def _table_rows(section: Mapping[str, Any], protocol: str) -> list[list[str]]:
         s = r["setting"]
         extra = ", ".join(f"{k}={v if not isinstance(v, float) else round(v, 3)}"
                           for k, v in s.items() if k not in ("objective",) or protocol == "objectives")
-        out.append([r["method"] + (f" ({extra})" if extra else ""), f"{r['b']:g}",
+        out.append([r["method"] + (f" ({extra})" if extra else ""), budget_text(r["b"]),
                     str(r["B"]), _val(r["macro"][MAIN]), _pct(r["delta"][MAIN]),
                     _val(r["macro"]["recall@100"]), _pct(r["delta"]["recall@100"]),
                     _p(r.get("vs_raw")), _p(r.get("vs_direct"))])
@@ -90,7 +105,7 @@ def per_task_rows(section: Mapping[str, Any], protocol: str = "fixed") -> tuple[
             star = "*" if e.get("p_raw", 1.0) < 0.05 else ""
             cells.append(f"{_val(e[MAIN])} ({_pct(e['delta_' + MAIN])}{star})"
                          if r["method"] != "raw" else _val(e[MAIN]))
-        rows.append([r["method"], f"{r['b']:g}", *cells])
+        rows.append([r["method"], budget_text(r["b"]), *cells])
     return ["method", "b", *tasks], rows
 
 
@@ -132,10 +147,10 @@ def markdown(result: Mapping[str, Any], images: Sequence[str] = ()) -> str:
         lines += [f"## Scorer `{s['scorer']}`", ""]
         lines += [f"- note: {n}" for n in s["notes"]]
         for proto in TITLES:
-            rows = table_rows(s, proto)
+            head, rows = protocol_table(s, proto)
             if not rows:
                 continue
-            lines += ["", f"### {TITLES[proto]}", "", markdown_table(HEAD, rows)]
+            lines += ["", f"### {TITLES[proto]}", "", markdown_table(head, rows)]
             if proto == "fixed":
                 if s["aubc"]:
                     lines += ["AUBC (mean Δ nDCG@10 per log-budget, ×100): " + ", ".join(
@@ -181,7 +196,7 @@ def _choice_lines(section: Mapping[str, Any], protocol: str) -> list[str]:
     return ["Method `auto`: the state chosen per task (shared part + query part; "
             "`raw`: neither showed a gain):", "", markdown_table(
                 ["b", "B (with validation)", *tasks],
-                [[f"{r['b']:g}", str(r["B"]), *[r["chosen"].get(t, "") for t in tasks]]
+                [[budget_text(r["b"]), str(r["B"]), *[r["chosen"].get(t, "") for t in tasks]]
                  for r in rows]), ""]
 
 
@@ -217,7 +232,7 @@ def extras_markdown(result: Mapping[str, Any]) -> list[str]:
                       "few queries): other pairs, another value.", "",
                       markdown_table(["b", "B", "rewarded pairs", "queries", "reward AUC",
                                       "reward nDCG"], [
-                          [f"{q['b']:g}", str(q["B"]), f"{q['pairs']:.0f}",
+                          [budget_text(q["b"]), str(q["B"]), f"{q['pairs']:.0f}",
                            f"{q['queries']:.0f}" if "queries" in q else "",
                            f"{q['auc']:.3f}", f"{q['ndcg']:.3f}"] for q in s["reward_quality"]])]
         if s.get("qdrant_rf"):

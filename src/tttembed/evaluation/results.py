@@ -28,12 +28,12 @@ class EvalReport:
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """(title, header, rows) of every protocol's table, metrics 0-1 with 4 decimals."""
-        from tttembed.evaluation.render import CONSOLE_SCALE, HEAD, TITLES, table_rows
+        from tttembed.evaluation.render import CONSOLE_SCALE, TITLES, protocol_table
 
         out = []
         for s in self.data["sections"]:
             for proto, title in TITLES.items():
-                rows = table_rows(s, proto, CONSOLE_SCALE)
+                head, rows = protocol_table(s, proto, CONSOLE_SCALE)
                 if rows:
-                    out.append((f"{title} — scorer {s['scorer']}", list(HEAD), rows))
+                    out.append((f"{title} — scorer {s['scorer']}", head, rows))
         return out

@@ -111,11 +111,14 @@ def prepare_workload(cfg: EvalConfig, progress: Progress | None = None,
         bar = stage(progress, f"index {task.name}", len(task.corpus))
         index = task_index(task, emb, cfg.cache_dir, progress=bar)
         drop = [task.name] if identical_ids(cfg, task) else []
-        queries = QuerySet.from_tasks({task.name: task.queries}, drop_identical=drop)
+        why = {task.name: identical_why(cfg, task)}
+        queries = QuerySet.from_tasks({task.name: task.queries}, drop_identical=drop,
+                                      identical_why=why)
         base = base_retrieval(index, emb, queries, EVAL_DEPTH)
         train = train_base = None
         if task.train_queries:
-            train = QuerySet.from_tasks({task.name: task.train_queries}, drop_identical=drop)
+            train = QuerySet.from_tasks({task.name: task.train_queries}, drop_identical=drop,
+                                        identical_why=why)
             train_base = base_retrieval(index, emb, train, EVAL_DEPTH)
         data.append(TaskData(task.name, index, task.corpus, queries, task.qrels, base,
                                train, train_base))
@@ -128,6 +131,17 @@ def identical_ids(cfg: EvalConfig, task: Task) -> bool:
     its data says (:func:`tttembed.data.beir.identical_ids_rule`)."""
     return (task.ignore_identical_ids if cfg.ignore_identical_ids is None
             else cfg.ignore_identical_ids)
+
+
+def identical_why(cfg: EvalConfig, task: Task) -> str:
+    """``on (why)`` / ``off (why)``: :func:`identical_ids` and where it came from (the
+    flag, the folder's ``tttembed-task.json``, the benchmark's setting for its name)."""
+    from tttembed.ttt.queries import identical_rule
+
+    on = identical_ids(cfg, task)
+    root = task.root if task.root is not None and task.root.is_dir() else None
+    why = identical_rule(task.name, cfg.ignore_identical_ids, root)
+    return why if why.startswith("on" if on else "off") else ("on" if on else "off")
 
 
 def _protocols(cfg: EvalConfig, work: Workload, src: RewardSource, cells: CellCache,
@@ -281,7 +295,8 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None,
                    "corpus_fingerprint": t.fingerprint, "documents": len(t.corpus),
                    "queries": len(t.queries), "train_queries": len(t.train_queries),
                    "few_queries": len(t.queries) < cfg.few_queries,
-                   "ignore_identical_ids": identical_ids(cfg, t)} for t in work.tasks],
+                   "ignore_identical_ids": identical_ids(cfg, t),
+                   "ignore_identical_ids_why": identical_why(cfg, t)} for t in work.tasks],
         "raw": {"per_task": summary_raw(raw_all)},
         "sections": sections,
         "counts": counts,

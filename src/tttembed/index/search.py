@@ -48,6 +48,8 @@ class SearchResult:
     leak_qids: dict[str, list[str]] = field(default_factory=dict)
     #: Tasks whose lists leave out the query's own document (``ignore_identical_ids``).
     identical: list[str] = field(default_factory=list)
+    #: ``{task: "on (why)" | "off (why)"}``: where each task's rule came from.
+    identical_why: dict[str, str] = field(default_factory=dict)
 
     def _task(self, i: int) -> str:
         return self.tasks[i] if self.tasks else ""

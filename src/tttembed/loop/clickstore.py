@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tttembed.loop.clicks.intervention import INTERLEAVE, Intervention
 from tttembed.loop.rows import (
+    CHAIN_TASK,
     CLICK,
     PAGE,
     ClickCaps,
@@ -164,11 +165,11 @@ class ClickSQL:
                 "COALESCE(v.kind, ''), p.ids FROM searches s "
                 "LEFT JOIN interventions v ON v.search_id = s.search_id "
                 "LEFT JOIN impressions p ON p.search_id = s.search_id "
-                "WHERE (s.created, s.search_id) > (?, ?) AND s.created < ? AND "
-                "(p.search_id IS NOT NULL OR (s.kind = 'search' AND s.ids <> '[]')) "
+                "WHERE (s.created, s.search_id) > (?, ?) AND s.created < ? AND s.task <> ? "
+                "AND (p.search_id IS NOT NULL OR (s.kind = 'search' AND s.ids <> '[]')) "
                 "ORDER BY s.created, s.search_id LIMIT ?"),
                 (cursor_floor(cursor), cursor[1], 1e300 if before is None else float(before),
-                 int(limit)))
+                 CHAIN_TASK, int(limit)))
             searches = cur.fetchall()
             acts = self._events_of(cur, [str(r[0]) for r in searches])
         return [shown for row in searches for shown in _expand(row, acts.get(str(row[0]), []))]

@@ -35,6 +35,7 @@ from tttembed.loop.judge import BackgroundJudge, Triple
 from tttembed.loop.nojudge import UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.promote import PromotionCheck, check_promotion, verdict, waiting
+from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
@@ -70,7 +71,7 @@ def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | Non
             kept = {d: r for d, r in docs.items() if (task, query, d) not in distrusted}
             if kept:
                 out.setdefault((task, query), {}).update(kept)
-    fb = store.feedback()
+    fb = [f for f in store.feedback() if f.task != CHAIN_TASK]  # chain labels: kept only
     for f in fb:
         out.setdefault((f.task, f.query), {})[f.doc_id] = float(f.label)
     return out, len(judge), len(fb), view

@@ -21,7 +21,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from tttembed.adapt.active import query_priority
-from tttembed.loop.rows import PAGE, START, Cursor, Feedback, Reward, SearchLog, Store
+from tttembed.loop.rows import (
+    CHAIN_TASK,
+    PAGE,
+    START,
+    Cursor,
+    Feedback,
+    Reward,
+    SearchLog,
+    Store,
+)
 from tttembed.types import Triple
 
 T = TypeVar("T")
@@ -243,8 +252,8 @@ class Traffic:
         for labels in self.feedback.pages():
             self.queue.add_judged((((f.task, f.query, f.doc_id), float(f.label))
                                    for f in labels), override=False)
-        for searches in self.searches.pages():
-            self.queue.add_searches(searches, self.lists)
+        for searches in self.searches.pages():  # chain searches: no state learns from them
+            self.queue.add_searches([s for s in searches if s.task != CHAIN_TASK], self.lists)
 
     @property
     def rewarded(self) -> int:

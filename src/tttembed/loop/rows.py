@@ -16,6 +16,11 @@ from tttembed.types import Triple
 SPEND_SOURCES = ("judge", "validation", "drift", "audit", "opening")
 #: A cap within the budget on some sources together: (pairs, sources), e.g. the audits'.
 Share = tuple[int, tuple[str, ...]]
+#: The task and kind chain searches (``POST /v1/chain/search``) are logged under. No
+#: single-search task has this name (a task name holds no '/'), and the state learner
+#: skips it: its judge, click rewards and labels serve the single-search states only.
+CHAIN_TASK = "/chain"
+CHAIN_KIND = "chain"
 
 
 @dataclass(frozen=True)

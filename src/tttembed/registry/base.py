@@ -25,6 +25,14 @@ import numpy as np
 
 from tttembed.adapt.state import AdaptState, load_state
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.registry.chain import (
+    FOLDER,
+    check_fits,
+    checkpoint_files,
+    checkpoint_record,
+    is_chain,
+    is_checkpoint,
+)
 
 FORMAT = "tttembed-registry"
 FORMAT_VERSION = 1
@@ -113,6 +121,7 @@ class StateRegistry(Protocol):
     def rollback(self, to: str | None = None, *, by: str = "user") -> dict[str, Any]: ...
     def validate(self, name: str) -> None: ...
     def add(self, path: str | Path, *, by: str = "user") -> Version: ...
+    def add_chain(self, path: str | Path, *, by: str = "user") -> Version: ...
     def added_as(self, path: str | Path) -> Version | None: ...
     def diff(self, a: str, b: str) -> dict[str, Any]: ...
     def check_index(self, index: Mapping[str, Any]) -> None: ...
@@ -141,6 +150,9 @@ class RegistryBase:
         raise NotImplementedError
 
     def register(self, state: AdaptState | None, **manifest: Any) -> Version:
+        raise NotImplementedError
+
+    def register_files(self, files: Mapping[str, bytes], **manifest: Any) -> Version:
         raise NotImplementedError
 
     def served(self) -> str | None:
@@ -187,6 +199,12 @@ class RegistryBase:
         refuse: a state that does not load (NaN or inf values, a torn file) or was learned
         for another embedder or corpus than the registry's index (:meth:`check_state`)."""
         v = self.get(name)
+        if is_chain(v.manifest):
+            if not (v.path / FOLDER / "manifest.json").is_file():
+                raise DataError(f"{name} cannot be served: its chain encoder files are "
+                                "missing", path=v.path, fix="promote another version")
+            check_fits(self.manifest, v.manifest, f"{name} cannot be served")
+            return
         if not v.state_path.exists():
             return  # a version that applies nothing: raw
         try:
@@ -221,7 +239,10 @@ class RegistryBase:
         """Register the state file ``path`` (what ``tttembed learn -o`` wrote) as a new
         version, not promoted, once it passes the checks of a served version
         (:meth:`check_state`); a registry that records no index to check against, or a
-        state with no learned key, is refused."""
+        state with no learned key, is refused. A chain encoder checkpoint (a folder) goes
+        in a chain registry (:meth:`add_chain`)."""
+        if is_checkpoint(path):
+            return self.add_chain(path, by=by)
         st = load_state(path)
         what = f"{path} cannot be added to registry {self.location}"
         if not self.manifest.get("identity") and not self.manifest.get("index"):
@@ -245,6 +266,8 @@ class RegistryBase:
         """The version that already holds the state of file ``path`` (added before, from
         this path or another), or None: what ``add`` of the same state again returns
         instead of a new version, in a folder and a database registry alike."""
+        if is_checkpoint(path):  # a chain encoder: its versions are its own
+            return None
         return self.holding(state_digest(load_state(path)))
 
     def holding(self, digest: str) -> Version | None:
@@ -257,6 +280,17 @@ class RegistryBase:
     def versions(self) -> list[Version]:
         raise NotImplementedError
 
+    def add_chain(self, path: str | Path, *, by: str = "user") -> Version:
+        """Register the chain encoder checkpoint at ``path`` (its manifest and adapter) as
+        a new version of this chain registry, not promoted; an encoder trained against
+        another index or on another base model is refused with the reason."""
+        record = checkpoint_record(path)
+        check_fits(self.manifest, record,
+                   f"{path} cannot be added to registry {self.location}")
+        return self.register_files(checkpoint_files(path), parent=None,
+                                   reason=f"chain encoder added by {by} from {path}",
+                                   added_from=str(path), added_by=by, **record)
+
     def diff(self, a: str, b: str) -> dict[str, Any]:
         """What changes from version ``a`` to ``b``: keys added, removed, changed (per
         changed key, in ``changes``: the norm of ``alpha v`` 's difference, the cosine of
@@ -264,7 +298,10 @@ class RegistryBase:
         added, removed, changed or unchanged, with ``map_delta`` when both have one of one
         rank). What cannot be compared (a map on one side only, maps of two ranks,
         vectors of two dimensions) is said in ``not_compared``, never a number."""
-        sa, sb = _keys(self.get(a)), _keys(self.get(b))
+        va, vb = self.get(a), self.get(b)
+        if is_chain(va.manifest) or is_chain(vb.manifest):
+            return chain_diff(va, vb)
+        sa, sb = _keys(va), _keys(vb)
         common = sorted(set(sa) & set(sb))
         changes = {k: c for k in common if (c := key_change(sa[k], sb[k])) is not None}
         return {"from": a, "to": b, "added": sorted(set(sb) - set(sa)),
@@ -354,6 +391,23 @@ def not_compared(changes: Mapping[str, Mapping[str, Any]], a: str, b: str) -> st
     if n := sum(1 for c in changes.values() if c.get("dimension")):
         parts.append(f"the vectors of {n} key(s) have another dimension in {a} and {b}")
     return "; ".join(parts)
+
+
+#: What a diff of two chain encoder versions compares (their manifests' records).
+CHAIN_FIELDS = ("identity", "corpus_fingerprint", "base", "steps", "regime", "epochs_done",
+                "added_from")
+
+
+def chain_diff(va: Version, vb: Version) -> dict[str, Any]:
+    """A diff of two chain encoder versions: the record fields that changed (``changes``:
+    ``{field: {"from", "to"}}``); their adapters' weights are not compared."""
+    changes = {f: {"from": va.manifest.get(f), "to": vb.manifest.get(f)} for f in CHAIN_FIELDS
+               if va.manifest.get(f) != vb.manifest.get(f)}
+    kinds = {v.name: v.manifest.get("kind") or "state" for v in (va, vb)}
+    return {"from": va.name, "to": vb.name, "kind": "chain", "kinds": kinds, "added": [],
+            "removed": [], "changed": sorted(changes), "changes": changes,
+            "unchanged": len(CHAIN_FIELDS) - len(changes),
+            "not_compared": "the chain encoders' adapter weights"}
 
 
 def _keys(v: Version) -> dict[str, VersionKey]:

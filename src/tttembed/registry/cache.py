@@ -22,6 +22,7 @@ from tttembed.core.errors import DataError
 from tttembed.core.io import atomic_directory, read_json, write_json
 from tttembed.core.locks import writer_lock
 from tttembed.registry.base import STATE_FILE, Version
+from tttembed.registry.chain import FOLDER, PACKED, is_chain, unpack, write_files
 
 SIDECAR = "vectors.json"
 
@@ -63,8 +64,11 @@ class VersionCache:
             manifest = read_json(folder / "version.json", what="cached version")
         except (DataError, OSError):
             return False
-        state, sidecar = folder / STATE_FILE, folder / SIDECAR
-        return isinstance(manifest, dict) and content_id(
+        if not isinstance(manifest, dict):
+            return False
+        state = folder / (PACKED if is_chain(manifest) else STATE_FILE)
+        sidecar = folder / SIDECAR
+        return content_id(
             manifest, state.read_bytes() if state.exists() else None,
             sidecar.read_bytes() if sidecar.exists() else None) == vid
 
@@ -77,13 +81,17 @@ class VersionCache:
             if self.verified(vid):
                 return
             with atomic_directory(folder) as tmp:
-                if state is not None:
+                if state is not None and is_chain(manifest):  # a chain encoder's files
+                    (tmp / PACKED).write_bytes(state)
+                    write_files(tmp / FOLDER, unpack(state))
+                elif state is not None:
                     (tmp / STATE_FILE).write_bytes(state)
                 if sidecar is not None:
                     (tmp / SIDECAR).write_bytes(sidecar)
                 write_json(tmp / "version.json", manifest)
                 for path in tmp.iterdir():
-                    path.chmod(0o444)  # a copy, checked on every read
+                    if path.is_file():
+                        path.chmod(0o444)  # a copy, checked on every read
 
     def find(self, name: str) -> Version | None:
         """The verified copy of version ``name``, or None."""

@@ -29,4 +29,20 @@ def open_registry(spec: str | Path, *, create: bool = False,
     return Registry(spec, create=create, index=index)
 
 
-__all__ = ["open_registry"]
+def open_for(spec: str | Path, path: str | Path) -> StateRegistry:
+    """The registry ``spec`` for adding ``path``: a chain encoder checkpoint (a folder)
+    goes in a chain registry, made for its index and base model when ``spec`` holds none
+    yet; anything else in an existing state registry."""
+    from tttembed.core.errors import DataError
+    from tttembed.registry.chain import checkpoint_record, is_checkpoint, registry_record
+
+    if not is_checkpoint(path):
+        return open_registry(spec)
+    try:
+        return open_registry(spec)  # its own check (add_chain) says why an encoder misfits
+    except DataError:  # no registry there yet
+        return open_registry(spec, create=True,
+                             index=registry_record(checkpoint_record(path)))
+
+
+__all__ = ["open_for", "open_registry"]

@@ -49,6 +49,7 @@ from tttembed.registry.base import (
     version_number,
 )
 from tttembed.registry.cache import VersionCache, content_id, default_cache
+from tttembed.registry.chain import pack
 
 log = logging.getLogger("tttembed.registry")
 CHANNEL = "tttembed_registry"
@@ -279,6 +280,16 @@ class PostgresRegistry(RegistryBase):
         return row[0] if row else None
 
     # -- writing --------------------------------------------------------------------
+    def register_files(self, files: Mapping[str, bytes], **manifest: Any) -> Version:
+        """Store a new version of a chain encoder's files (packed into the state column)
+        and its manifest, as :meth:`register` stores a state."""
+        record = {"created": now_utc(), "applies": False, **manifest}
+        blob = pack(files)
+        vid = content_id(record, blob, None)
+        number = self._retry("registering a version",
+                             lambda: self._insert(vid, record, blob, None))
+        return self.get(f"v{number}")
+
     def register(self, state: AdaptState | None, **manifest: Any) -> Version:
         """Store a new version (its state bytes and manifest) in one row, not promoted;
         the same content again (a retried write) returns the version already stored."""

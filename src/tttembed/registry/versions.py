@@ -51,6 +51,7 @@ from tttembed.registry.base import (
     promotions,
     version_number,
 )
+from tttembed.registry.chain import FOLDER, write_files
 
 _NAME = re.compile(r"v(\d+)")
 _FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made"
@@ -159,6 +160,15 @@ class Registry(RegistryBase):
     def register(self, state: AdaptState | None, **manifest: Any) -> Version:
         """Write a new version (the state and its manifest) whole, not promoted. ``state``
         None: a version that applies nothing (raw), kept for its evidence."""
+        return self._write(state, None, manifest)
+
+    def register_files(self, files: Mapping[str, bytes], **manifest: Any) -> Version:
+        """Write a new version of a chain encoder's files (kept under ``chain/``,
+        :mod:`tttembed.registry.chain`) and its manifest, not promoted."""
+        return self._write(None, files, manifest)
+
+    def _write(self, state: AdaptState | None, files: Mapping[str, bytes] | None,
+               manifest: Mapping[str, Any]) -> Version:
         with writer_lock(self.root / "registry.json", wait=True):
             versions = self.versions()
             number = max((v.number for v in versions), default=0) + 1
@@ -168,6 +178,8 @@ class Registry(RegistryBase):
             with atomic_directory(self.root / "versions" / name) as tmp:
                 if state is not None:
                     save_state(tmp / STATE_FILE, state)
+                if files is not None:
+                    write_files(tmp / FOLDER, files)
                 write_json(tmp / "version.json", record)
         return self.get(name)
 

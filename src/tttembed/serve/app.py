@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tttembed.embed.base import Embedder
-from tttembed.serve import events, loop_routes, routes
+from tttembed.serve import chain_routes, events, loop_routes, routes
 from tttembed.serve.config import ServeConfig
 from tttembed.serve.logs import access_log, configure_logging, log
 from tttembed.serve.routes import json_response
@@ -83,6 +83,7 @@ ROUTES: tuple[tuple[str, str, Any, list[str], bool], ...] = (
     ("/v1/embeddings", "embeddings", routes.embeddings, ["POST"], True),
     ("/t/{task}/v1/embeddings", "task_embeddings", routes.embeddings, ["POST"], True),
     ("/v1/search", "search", routes.search_route, ["POST"], True),
+    ("/v1/chain/search", "chain_search", chain_routes.chain_search_route, ["POST"], True),
     ("/v1/states", "states", routes.states, ["GET"], True),
     ("/v1/models", "models", routes.models, ["GET"], True),
     ("/t/{task}/v1/models", "models", routes.models, ["GET"], True),

@@ -102,6 +102,12 @@ class ServeConfig:
     #: A task no state or query file names: None -> 404 listing the known tasks;
     #: "global" -> global states only; "raw" -> the raw vectors.
     unknown_task: str | None = None
+    #: ``--chain``: the chain route's encoder (``base``, a checkpoint folder, a chain
+    #: registry or ``REGISTRY@vN``); None: no ``/v1/chain/search``
+    chain: str | None = None
+    #: ``--chain-max-seq-length``: the state token limit of the chain encoder (as
+    #: ``tttembed chain search --max-seq-length``)
+    chain_max_seq_length: int = 256
     listen: Listen = field(default_factory=Listen)
     limits: RequestLimits = field(default_factory=RequestLimits)
     batching: Batching = field(default_factory=Batching)

@@ -86,6 +86,10 @@ async def healthz(svc: Service, request: Request, info: dict[str, Any]) -> Respo
         body.update(status="ok" if follow["following"] else "degraded",
                     version=snap.version, following=follow["following"],
                     follow_error=follow["error"])
+    if svc.chain is not None:  # --chain: the encoder served, and whether it follows
+        body["chain"] = svc.chain.source.status()
+        if body["chain"]["error"] is not None:
+            body["status"] = "degraded"
     store_error = svc.store_status()["log_error"]
     if store_error is not None:  # searches held in memory, or the store unreachable
         body.update(status="degraded", store_error=store_error)

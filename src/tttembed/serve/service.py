@@ -58,6 +58,7 @@ class Service:
         self.follow = Follow()
         self._doc_ids: frozenset[str] | None = None
         self.traffic = TrafficLog(self.store) if self.store is not None else None
+        self.chain = self._open_chain()
         if self.traffic is not None:
             self.traffic.probe()  # unreachable: said (/healthz degraded), tried again
 
@@ -68,6 +69,17 @@ class Service:
 
         # lazy: a replica may start while the database is down
         return open_store(self.config.loop.store, self.config.loop.registry, lazy=True)
+
+    def _open_chain(self) -> Any:
+        """``--chain``'s route parts (:mod:`tttembed.serve.chain_engine`), or None."""
+        if not self.config.chain:
+            return None
+        from tttembed.serve.chain_engine import ChainService
+
+        b = self.config.batching
+        return ChainService(self.config.chain, self.index, self.engine, self.config.corpus,
+                            b.max_batch, b.max_wait_ms, self.config.loop.registry_cache,
+                            self.config.chain_max_seq_length)
 
     def log_searches(self, rows: list[Any]) -> None:
         """Log served queries in the store (:class:`~tttembed.serve.traffic.TrafficLog`:
@@ -96,7 +108,10 @@ class Service:
         changes: promotions and rollbacks reach this process within ``registry_poll_s``.
         The watcher survives every error: while the registry cannot be read, or the
         version it names cannot be served, ``self.follow`` says ``following: false``
-        with the error (logged once per kind) and the watcher tries again each poll."""
+        with the error (logged once per kind) and the watcher tries again each poll. A
+        chain registry (``--chain``) has a watcher of its own."""
+        if self.chain is not None:
+            self.chain.source.watch(self.config.loop.registry_poll_s)
         if self.states.versions is None or self._watching.is_set():
             return
         self._watching.set()
@@ -125,6 +140,8 @@ class Service:
 
     def stop_watching(self) -> None:
         self._watching.clear()
+        if self.chain is not None:
+            self.chain.source.stop()
 
     def authorized(self, request: Request) -> bool:
         if self._key_bytes is None:

@@ -82,6 +82,10 @@ class ServedStates:
         self.versions = None if not config.loop.registry else open_registry(
             config.loop.registry, create=True, index=index_record(index),
             cache=config.loop.registry_cache, offline_ok=True)
+        if self.versions is not None and self.versions.manifest.get("kind") == "chain":
+            raise ConfigError(f"--registry {config.loop.registry} holds chain encoders, not "
+                              "learned states: give it to --chain (and a state registry, "
+                              "if any, to --registry)")
         #: the candidate and the replicas' reports, beside the registry
         self.coordination = None if self.versions is None else \
             open_coordination(self.versions)

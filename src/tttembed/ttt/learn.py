@@ -211,7 +211,8 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
           alpha: str | float = "rule", folds: int = FOLDS, progress: Progress | None = None,
           executor: ExecutorLike = "local", validate_budget: float | None = None,
           audit: str | None = None, audit_min_auc: float = MIN_AUC, method: str = "scope",
-          allocation: str = "waterfill", trust_judge: bool = False, rank: int = 8) -> AdaptState:
+          allocation: str = "waterfill", trust_judge: bool = False, rank: int = 8,
+          ignore_identical_ids: bool | None = None) -> AdaptState:
     """Spend ``budget`` rewards per query (on average) on the top candidates of
     ``queries``, paid once through the ledger, and learn one ``scope``'s state;
     ``allocation="active"``: the pairs chosen in rounds (:mod:`tttembed.adapt.active`).
@@ -239,6 +240,10 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
     (:mod:`tttembed.ttt.select`; ``scope`` ignored), one ``mixed`` state whose choice and
     evidence are in ``state.selection``; ``"scope"`` (default): ``scope``'s state.
 
+    ``ignore_identical_ids``: leave each query's own document (same id) out of its
+    candidates and re-searches, as :func:`tttembed.ttt.search.search` (None: as the task
+    says; ``task="arguana"`` applies it to a query file).
+
     ``state.pairs`` reports requested / cached (served from the ledger) / paid / missing
     pairs. With ``dry_run`` nothing is scored: the state holds no vector, and
     ``state.pairs`` says requested / in_ledger / to_pay.
@@ -253,23 +258,25 @@ def learn(index: Index, queries: Queries, *, scorer: Scorer | str, scope: str = 
                            audit_min_auc=audit_min_auc, allocation=allocation,
                            trust_judge=trust_judge, seed=seed, rank=rank, dry_run=dry_run)
     return learn_with(index, queries, options, scorer=scorer, task=task, split=split,
-                      embedder=embedder, corpus=corpus, executor=executor, progress=progress)
+                      embedder=embedder, corpus=corpus, executor=executor, progress=progress,
+                      ignore_identical_ids=ignore_identical_ids)
 
 
-def learn_with(index: Index, queries: Queries, options: LearnOptions, *, scorer: Scorer | str,
-               task: str | Sequence[str] | None = None, split: str = "test",
+def learn_with(index: Index, queries: Queries | QuerySet, options: LearnOptions, *,
+               scorer: Scorer | str, task: str | Sequence[str] | None = None, split: str = "test",
                embedder: Embedder | None = None, corpus: CorpusArg | None = None,
-               executor: ExecutorLike = "local", progress: Progress | None = None
-               ) -> AdaptState:
+               executor: ExecutorLike = "local", progress: Progress | None = None,
+               ignore_identical_ids: bool | None = None) -> AdaptState:
     """:func:`learn` with its settings already one :class:`LearnOptions` (what ``tttembed
-    learn`` builds from its flags): the queries (``task``, ``split`` as for
-    :func:`learn`), the index's corpus and embedder, the scorer (made ready on
-    ``executor``), then :func:`learn_outcome`."""
+    learn`` builds from its flags): the queries (``task``, ``split``,
+    ``ignore_identical_ids`` as for :func:`learn`; a QuerySet as it is), the index's
+    corpus and embedder, the scorer (made ready on ``executor``), then
+    :func:`learn_outcome`."""
     from tttembed.execute import prepare
     from tttembed.index.embedder import index_embedder
     from tttembed.ttt.scorer import scorer_for
 
-    qs = as_query_set(queries, task, split)
+    qs = as_query_set(queries, task, split, ignore_identical_ids, index)
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = scorer_for(scorer, index, docs)
     emb = index_embedder(index, embedder)

@@ -18,6 +18,7 @@ from typing import Union
 import numpy as np
 
 from tttembed.core.errors import ConfigError
+from tttembed.core.notes import note
 from tttembed.core.progress import Advance
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
@@ -43,12 +44,15 @@ class QuerySet:
     #: Tasks whose rankings leave out the document whose id is the query id (BEIR's
     #: ``ignore_identical_ids``): every search of these queries skips it.
     drop_identical: frozenset[str] = field(default=frozenset(), compare=False)
+    #: ``{task: why}``: where each task's rule came from (:func:`identical_rule`).
+    identical_why: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_tasks(cls, tasks: Mapping[str, Mapping[str, str]],
                    qrels: Mapping[str, Qrels] | None = None,
                    folder: Path | None = None,
-                   drop_identical: Collection[str] = ()) -> QuerySet:
+                   drop_identical: Collection[str] = (),
+                   identical_why: Mapping[str, str] | None = None) -> QuerySet:
         """``{task: {qid: text}}`` -> QuerySet, tasks in the given order."""
         t, q, x = [], [], []
         for name, queries in tasks.items():
@@ -57,7 +61,7 @@ class QuerySet:
                 q.append(qid)
                 x.append(text)
         return cls(tuple(t), tuple(q), tuple(x), dict(qrels or {}), folder,
-                   frozenset(drop_identical))
+                   frozenset(drop_identical), dict(identical_why or {}))
 
     def identical(self, index: Index) -> np.ndarray | None:
         """Per query, the index row to leave out of its rankings (the document whose id
@@ -88,7 +92,7 @@ class QuerySet:
     def subset(self, keep: Sequence[int]) -> QuerySet:
         return QuerySet(tuple(self.tasks[i] for i in keep), tuple(self.qids[i] for i in keep),
                         tuple(self.texts[i] for i in keep), self.qrels, self.folder,
-                        self.drop_identical)
+                        self.drop_identical, self.identical_why)
 
 
 def _names(task: str | Sequence[str] | None, n: int) -> list[str | None]:
@@ -104,14 +108,17 @@ def _names(task: str | Sequence[str] | None, n: int) -> list[str | None]:
 def query_sources(queries: QuerySource | Sequence[QuerySource], *,
                   task: str | Sequence[str] | None = None,
                   split: str | None = "test",
-                  ignore_identical_ids: bool | None = None) -> QuerySet:
+                  ignore_identical_ids: bool | None = None,
+                  corpus_folder: Path | None = None) -> QuerySet:
     """A QuerySet from one source or several (one task each).
 
     A BEIR folder gives its ``split``'s queries (task = the folder name) and their qrels;
     a file gives all its queries (task = the file stem); a dict is task ``queries``.
     ``task`` renames the task(s). ``ignore_identical_ids``: leave each query's own
-    document (same id) out of its rankings; None = as the folder says
-    (:func:`tttembed.data.beir.identical_ids_rule`; a file or dict: off)."""
+    document (same id) out of its rankings; None = as the task says
+    (:func:`identical_rule`: a folder's ``tttembed-task.json``, else the benchmark's
+    setting for the task's name, ArguAna and Quora; for a file or dict, the settings of
+    ``corpus_folder``, the folder the index's corpus came from, count too)."""
     from tttembed.data.beir import load_task
     from tttembed.data.queries import load_queries
 
@@ -121,29 +128,68 @@ def query_sources(queries: QuerySource | Sequence[QuerySource], *,
         raise ConfigError("give at least one query source")
     by_task: dict[str, dict[str, str]] = {}
     qrels: dict[str, Qrels] = {}
-    drop: set[str] = set()
+    why: dict[str, str] = {}
     folder = None
     for src, name in zip(sources, _names(task, len(sources))):
-        identical = bool(ignore_identical_ids)
+        root = None
         if isinstance(src, Mapping):
             key, got = name or DICT_TASK, {str(k): str(v) for k, v in src.items()}
         elif Path(src).is_dir():
-            loaded = load_task(Path(src), split=split)
+            root = Path(src)
+            loaded = load_task(root, split=split)
             key, got = name or loaded.name, dict(loaded.queries)
-            if ignore_identical_ids is None:
-                identical = loaded.ignore_identical_ids
             if loaded.qrels:
                 qrels[key] = loaded.qrels
-            folder = folder or Path(src)
+            folder = folder or root
         else:
             key, got = name or Path(src).stem, load_queries(Path(src))
-        if identical:
-            drop.add(key)
         if key in by_task:
             raise ConfigError(f"two query sources are both named {key!r}; name them with "
                               "--task (task=...)")
         by_task[key] = got
-    return QuerySet.from_tasks(by_task, qrels, folder, drop)
+        why[key] = identical_rule(key, ignore_identical_ids, root, corpus_folder)
+    drop = [k for k, w in why.items() if w.startswith("on")]
+    return QuerySet.from_tasks(by_task, qrels, folder, drop, why)
+
+
+def identical_rule(task: str, given: bool | None, folder: Path | None = None,
+                   corpus_folder: Path | None = None) -> str:
+    """Whether a task's rankings leave out the document whose id is the query id, and
+    why, as one phrase starting ``on`` or ``off``: the flag given, else a BEIR folder's
+    ``tttembed-task.json`` or the benchmark's setting for its name; for a query file or
+    dict, the index's corpus folder's ``tttembed-task.json``; then the benchmark's setting
+    for the task's name (``--task arguana``), then for the corpus folder's name."""
+    from tttembed.data.beir import TASK_SETTINGS, identical_ids_rule
+
+    if given is not None:
+        return ("on (--ignore-identical-ids)" if given else "off (--keep-identical-ids)")
+    if folder is not None:
+        on, why = identical_ids_rule(folder, folder.resolve().name)
+        if why != "off":
+            where = f"{TASK_SETTINGS} of {folder}" if why == TASK_SETTINGS else why
+            return f"{'on' if on else 'off'} ({where})"
+    elif corpus_folder is not None and (corpus_folder / TASK_SETTINGS).is_file():
+        on, _ = identical_ids_rule(corpus_folder, task)
+        return (f"{'on' if on else 'off'} ({TASK_SETTINGS} of the index's corpus folder "
+                f"{corpus_folder})")
+    if identical_ids_rule(None, task)[0]:
+        return f"on (the benchmark's setting for task {task})"
+    if folder is None and corpus_folder is not None:
+        if identical_ids_rule(None, corpus_folder.resolve().name)[0]:
+            return (f"on (the benchmark's setting for {corpus_folder.resolve().name}, the "
+                    f"index's corpus folder {corpus_folder})")
+    return "off"
+
+
+def corpus_folder(index: Index) -> Path | None:
+    """The folder the index's corpus was read from (its manifest's ``corpus_source``: a
+    BEIR folder, or the folder of a corpus.jsonl); None for a dict or a folder gone."""
+    src = str(index.manifest.get("corpus_source") or "")
+    if not src or src == "<dict>":
+        return None
+    path = Path(src)
+    folder = path if path.is_dir() else path.parent
+    return folder if folder.is_dir() else None
 
 
 @dataclass(frozen=True)
@@ -161,9 +207,46 @@ class BaseRetrieval:
 
 def base_retrieval(index: Index, embedder: Embedder, queries: QuerySet, k: int,
                    progress: Advance | None = None) -> BaseRetrieval:
+    """Encode ``queries`` and search their top ``k`` (a note when, with the identical-ids
+    rule off, many of them find their own document: :func:`note_own_documents`)."""
     x = encode_queries(embedder, list(queries.texts), progress=progress)
     scores, rows = queries.search(index, x, k)
+    note_own_documents(queries, index, rows)
     return BaseRetrieval(x=x, rows=rows.astype(np.int64), scores=scores)
+
+
+#: More than this many queries finding their own document, with the rule off, is said.
+OWN_DOCUMENT_FEW = 3
+
+
+def own_documents(queries: QuerySet, index: Index, rows: np.ndarray) -> dict[str, int]:
+    """Per task whose identical-ids rule is off (not by ``--keep-identical-ids``): how many of its queries find in their
+    list ``rows`` the document whose id is the query id (tasks with none left out)."""
+    asked = {t for t, why in queries.identical_why.items() if "--keep-identical-ids" in why}
+    skip = queries.drop_identical | asked
+    ids = index.doc_ids  # a look-up per retrieved row: no id -> row map of the whole index
+    out: dict[str, int] = {}
+    for task, qid, row in zip(queries.tasks, queries.qids, np.asarray(rows).tolist()):
+        if task not in skip and any(r >= 0 and ids[r] == qid for r in row):
+            out[task] = out.get(task, 0) + 1
+    return out
+
+
+def note_own_documents(queries: QuerySet, index: Index, rows: np.ndarray) -> None:
+    """With the rule off, more than :data:`OWN_DOCUMENT_FEW` queries that find their own
+    document (a query that is also a document of the corpus, as in ArguAna) are said in
+    one note (:func:`tttembed.core.notes.note`): the count and the flag."""
+    found = own_documents(queries, index, rows)
+    if sum(found.values()) <= OWN_DOCUMENT_FEW:
+        return
+    size = {t: queries.tasks.count(t) for t in found}
+    where = "; ".join(f"{n:,} of {size[t]:,} queries of {t}" for t, n in found.items())
+    k = np.asarray(rows).shape[1] if np.asarray(rows).ndim == 2 else 0
+    note(f"{where} find their own document (the one whose id is the query id) in their top "
+         f"{k}, and ignore_identical_ids is off: BEIR and MTEB leave it out where queries "
+         "are documents of the corpus (ArguAna, Quora); --ignore-identical-ids "
+         "(ignore_identical_ids=True) leaves it out, --keep-identical-ids keeps it without this "
+         "note")
 
 
 def run_from_arrays(queries: QuerySet, index: Index, rows: np.ndarray,
@@ -177,7 +260,8 @@ def run_from_arrays(queries: QuerySet, index: Index, rows: np.ndarray,
 
 
 __all__ = ["DICT_TASK", "BaseRetrieval", "Pair", "QuerySet", "QuerySource", "Qrels", "Run",
-           "base_retrieval", "query_sources", "run_from_arrays"]
+           "base_retrieval", "corpus_folder", "identical_rule", "query_sources",
+           "run_from_arrays"]
 
 
 #: What the API takes as queries: one source or several (one task each).
@@ -186,15 +270,20 @@ Queries = Union[QuerySource, Sequence[QuerySource]]
 
 def as_query_set(queries: Queries | QuerySet, task: str | Sequence[str] | None = None,
                  split: str | None = "test",
-                 ignore_identical_ids: bool | None = None) -> QuerySet:
+                 ignore_identical_ids: bool | None = None,
+                 index: Index | None = None) -> QuerySet:
     """``queries`` as a QuerySet (a QuerySet is returned as it is, unless
-    ``ignore_identical_ids`` sets its tasks' rule)."""
+    ``ignore_identical_ids`` sets its tasks' rule); ``index``: the one searched (its
+    corpus folder's settings count, :func:`identical_rule`)."""
     if isinstance(queries, QuerySet):
         if ignore_identical_ids is None:
             return queries
         from dataclasses import replace
 
+        why = identical_rule("", ignore_identical_ids)
         return replace(queries, drop_identical=frozenset(
-            queries.task_names if ignore_identical_ids else ()))
+            queries.task_names if ignore_identical_ids else ()),
+            identical_why=dict.fromkeys(queries.task_names, why))
     return query_sources(queries, task=task, split=split,
-                         ignore_identical_ids=ignore_identical_ids)
+                         ignore_identical_ids=ignore_identical_ids,
+                         corpus_folder=None if index is None else corpus_folder(index))

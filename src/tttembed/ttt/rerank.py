@@ -21,10 +21,12 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
            k: int = 100, depth: int = 10, seed: int = 0,
            task: str | Sequence[str] | None = None, split: str = "test",
            embedder: Embedder | None = None, corpus: CorpusArg | None = None,
-           progress: Progress | None = None, executor: ExecutorLike = "local") -> SearchResult:
+           progress: Progress | None = None, executor: ExecutorLike = "local",
+           ignore_identical_ids: bool | None = None) -> SearchResult:
     """Direct reranking (the baseline): the same reward plan as ``learn``, rewarded
-    candidates sorted by reward inside their original slots. ``executor`` as for
-    :func:`tttembed.ttt.learn.learn`.
+    candidates sorted by reward inside their original slots. ``executor`` and
+    ``ignore_identical_ids`` as for :func:`tttembed.ttt.search.search`
+    (``result.identical_why`` says each task's rule).
 
         >>> result = tt.rerank(index, "data/scifact", scorer="bm25", budget=10)
     """
@@ -32,7 +34,7 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
     from tttembed.index.embedder import index_embedder
     from tttembed.ttt.scorer import scorer_for
 
-    qs = as_query_set(queries, task, split)
+    qs = as_query_set(queries, task, split, ignore_identical_ids, index)
     docs = corpus_for_index(index, corpus, qs.folder)
     sc = scorer_for(scorer, index, docs)
     emb = index_embedder(index, embedder)
@@ -45,4 +47,5 @@ def rerank(index: Index, queries: Queries, *, scorer: Scorer | str, budget: floa
                           progress=stage(progress, "scoring pairs", len(plan.pairs)))
     runs = rerank_runs(qs, index, base.rows, base.scores, rewards)
     return SearchResult.from_runs(runs, qs.tasks, qs.qids, index.doc_ids, int(k),
-                                  qrels=dict(qs.qrels))
+                                  qrels=dict(qs.qrels), identical=sorted(qs.drop_identical),
+                                  identical_why=dict(qs.identical_why))

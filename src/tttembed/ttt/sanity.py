@@ -22,20 +22,16 @@ audit against people (``--audit qrels:PATH``) sees that.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from tttembed.core.errors import DataError
+from tttembed.core.notes import note
 
 #: Fewest queries with two different rewards on their base list before the check decides.
 MIN_QUERIES = 5
-
-
-class JudgeCheck(RuntimeWarning):
-    """The judge check's one line (the CLI prints it as ``judge check: ...``)."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +113,9 @@ def rank_agreement(rewards: Mapping[str, Mapping[str, float]],
 def check_judge(rewards: Mapping[str, Mapping[str, float]],
                 lists: Mapping[str, Sequence[str]], *, spec: str = "the judge",
                 trust: bool = False, n_resamples: int = 2000, seed: int = 0) -> RankCheck:
-    """Run the check; its line is emitted as a :class:`JudgeCheck` warning. A judge that
-    prefers the bottom of the lists is a :class:`DataError` unless ``trust``."""
+    """Run the check; its line is a note, ``judge check: ...`` (one plain line:
+    :func:`tttembed.core.notes.note`). A judge that prefers the bottom of the lists is a
+    :class:`DataError` unless ``trust``."""
     from tttembed.metrics.stats import compare
 
     per_query = rank_agreement(rewards, lists)
@@ -138,8 +135,8 @@ def check_judge(rewards: Mapping[str, Mapping[str, float]],
                         "what it should, so nothing was learned",
                         fix="check the judge with --audit qrels:PATH, or pass --trust-judge "
                             "if it is right to prefer what the base ranks last")
-    warnings.warn(check.line(), JudgeCheck, stacklevel=2)
+    note(f"judge check: {check.line()}")
     return check
 
 
-__all__ = ["MIN_QUERIES", "JudgeCheck", "RankCheck", "check_judge", "rank_agreement"]
+__all__ = ["MIN_QUERIES", "RankCheck", "check_judge", "rank_agreement"]

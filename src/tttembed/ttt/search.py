@@ -21,7 +21,14 @@ from tttembed.core.progress import Progress, stage
 from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
 from tttembed.index.search import SearchResult
-from tttembed.ttt.queries import Queries, QuerySet, Run, as_query_set, run_from_arrays
+from tttembed.ttt.queries import (
+    Queries,
+    QuerySet,
+    Run,
+    as_query_set,
+    note_own_documents,
+    run_from_arrays,
+)
 from tttembed.types import PathLike
 
 
@@ -191,9 +198,11 @@ def search(index: Index, queries: Queries, *, k: int = 100,
     ``allow_foreign_state``), is an error; so is a BEIR folder whose corpus.jsonl is not
     the index's corpus (its judgments would score other documents; unless
     ``allow_foreign_corpus``). ``ignore_identical_ids``: leave out of each query's list
-    the document whose id is the query id (BEIR's convention; None = as the BEIR folder
-    says: on for ArguAna and Quora or a ``tttembed-task.json`` flag); ``result.identical``
-    names the tasks where it was applied.
+    the document whose id is the query id (BEIR's convention; None = as the task says: a
+    BEIR folder's ``tttembed-task.json`` or the index's corpus folder's, else on for a task
+    named ArguAna or Quora, ``task="arguana"`` for a query file too:
+    :func:`tttembed.ttt.queries.identical_rule`); ``result.identical`` names the tasks
+    where it was applied, ``result.identical_why`` where each task's rule came from.
 
         >>> result = tt.search(index, {"q1": "0-dimensional biomaterials"}, k=10)
         >>> adapted = tt.search(index, "data/scifact", states=["vectors.npz"])
@@ -206,7 +215,7 @@ def search(index: Index, queries: Queries, *, k: int = 100,
 
     loaded = [s if isinstance(s, AdaptState) else load_state(s) for s in states]
     check_states(loaded, index, allow_foreign=allow_foreign_state)
-    qs = as_query_set(queries, task, split, ignore_identical_ids)
+    qs = as_query_set(queries, task, split, ignore_identical_ids, index)
     if not allow_foreign_corpus:
         check_folder_corpus(qs.folder, index)
     emb = index_embedder(index, embedder)
@@ -217,12 +226,14 @@ def search(index: Index, queries: Queries, *, k: int = 100,
                        progress=stage(progress, "encoding queries", len(qs)))
     t1 = time.perf_counter()
     scores, rows = adapted_search(index, qs, x, loaded, min(int(k), len(index)))
+    note_own_documents(qs, index, rows)
     return SearchResult(qids=list(qs.qids), scores=scores, rows=rows, doc_ids=index.doc_ids,
                         timings={"encode_s": t1 - t0, "search_s": time.perf_counter() - t1},
                         tasks=list(qs.tasks), qrels=dict(qs.qrels),
                         applied=dict(zip(loaded, counts)), leaked=label_leaks(loaded, qs),
                         leak_qids=leaked_queries(loaded, qs),
-                        identical=sorted(qs.drop_identical))
+                        identical=sorted(qs.drop_identical),
+                        identical_why=dict(qs.identical_why))
 
 
 __all__ = ["adapt_queries", "adapted_search", "applied_counts", "check_applied",
