@@ -28,11 +28,25 @@ from typing import Any
 from tttembed.metrics.ranking import run_metrics
 
 
+class NotTheServer(Exception):
+    """The server answered, but not as a tttembed server does (one line: what it said)."""
+
+
 def request(url: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            text = resp.read()
+    except urllib.error.HTTPError as exc:
+        raise NotTheServer(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise NotTheServer(f"{url} answered with something that is not JSON") from None
+    if not isinstance(doc, dict):
+        raise NotTheServer(f"{url} answered JSON that is not an object")
+    return doc
 
 
 def read_folder(folder: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -55,8 +69,12 @@ def search_all(url: str, task: str,
     run, versions = {}, []
     for qid, text in questions.items():
         body = request(f"{url}/v1/search", {"query": text, "task": task, "k": 10})
-        hit = body["data"][0]
-        run[qid] = {d: float(s) for d, s in zip(hit["ids"], hit["scores"])}
+        try:
+            hit = body["data"][0]
+            run[qid] = {d: float(s) for d, s in zip(hit["ids"], hit["scores"])}
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise NotTheServer(f"{url}/v1/search answered without a search result "
+                               "('data': [{'ids', 'scores'}])") from None
         name = str(body.get("version") or "raw")
         if name not in versions:
             versions.append(name)
@@ -115,12 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     task = args.task or args.folder.name
     try:
         questions, qrels = read_folder(args.folder)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {args.folder} is not a readable BEIR folder ({type(exc).__name__}: "
+              f"{exc}); give the folder the server's index was built from (the demo's: "
+              "tttembed demo --export data/stdlib-docs)", file=sys.stderr)
+        return 2
+    try:
         runs = [search_all(args.url, task, questions) for _ in range(max(args.rounds, 1))]
         print(f"{len(questions) * len(runs)} searches sent ({len(questions)} questions x "
               f"{len(runs)}); waiting for the learner", flush=True)
         loop = wait_idle(args.url, args.wait)
         wait_following(args.url)
         after, after_version = search_all(args.url, task, questions)
+    except NotTheServer as exc:
+        print(f"error: {exc}: is it a tttembed server? give --url of `tttembed serve` "
+              "(see docs/guides/closed-loop.md)", file=sys.stderr)
+        return 2
     except (OSError, urllib.error.URLError) as exc:
         print(f"error: {args.url}: {exc}; start the server first (see docs/guides/closed-loop.md)",
               file=sys.stderr)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import random
 import re
 import signal
@@ -124,6 +125,19 @@ def handler(judge: Judge) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def check_args(args: argparse.Namespace) -> str:
+    """What is wrong with the arguments, in one line with the fix ("" when nothing)."""
+    if not 0 <= args.port <= 65535:
+        return f"--port {args.port} is not a port; give 1-65535 (0: any free port)"
+    if not math.isfinite(args.noise) or args.noise < 0:
+        return (f"--noise {args.noise} is not a standard deviation; give a number >= 0 "
+                "(0: the labels exactly)")
+    if not (args.folder / "qrels" / "test.tsv").is_file():
+        return (f"{args.folder}/qrels/test.tsv not found; export the demo first "
+                "(tttembed demo --export data/stdlib-docs)")
+    return ""
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -137,12 +151,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="standard deviation of the seeded per-pair noise (default 0.15)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise (default 0)")
     args = parser.parse_args(argv)
-    if not (args.folder / "qrels" / "test.tsv").is_file():
-        print(f"error: {args.folder}/qrels/test.tsv not found; export the demo first "
-              "(tttembed demo --export data/stdlib-docs)", file=sys.stderr)
+    problem = check_args(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
-    server = ThreadingHTTPServer(("127.0.0.1", args.port),
-                                 handler(Judge(args.folder, args.noise, args.seed)))
+    try:
+        judge = Judge(args.folder, args.noise, args.seed)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {args.folder} is not a readable BEIR folder ({type(exc).__name__}: "
+              f"{exc}); export the demo again (tttembed demo --export data/stdlib-docs)",
+              file=sys.stderr)
+        return 2
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(judge))
+    except OSError as exc:
+        print(f"error: cannot listen on 127.0.0.1:{args.port} ({exc.strerror or exc}); "
+              "stop what uses it or give another --port (0: any free port)", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"rerank stand-in on http://127.0.0.1:{server.server_address[1]}/v1 "
           f"(labels of {args.folder}, noise {args.noise})", flush=True)

@@ -83,3 +83,37 @@ def test_two_runs_keep_their_output_and_json(tmp_path):
     text = CliRunner().invoke(app, ["compare", runs[0], runs[2], "--qrels", qrels,
                                     "--metrics", "mrr@10", "--n-resamples", "300"])
     assert f"A = {runs[0]}, B = {runs[2]}" in " ".join(text.output.split())
+
+
+def test_a_file_given_twice_is_labelled_by_position_and_said(tmp_path):
+    """issue 59: `compare a a b` printed rows R2-R2, R2-R3, R2-R3 and no R1."""
+    qrels, runs = _world(tmp_path)
+    args = [runs[0], runs[0], runs[1]]
+    got = CliRunner().invoke(app, ["compare", *args, "--qrels", qrels, "--metrics", "mrr@10",
+                                   "--n-resamples", "300"])
+    assert got.exit_code == 0, got.output
+    rows = [ln.split("│")[2:4] for ln in got.stdout.splitlines() if "mrr@10" in ln
+            and "│" in ln]
+    assert [(a.strip(), b.strip()) for a, b in rows] == [("R1", "R2"), ("R1", "R3"),
+                                                         ("R2", "R3")], got.stdout
+    assert f"warning: R1 and R2 are the same file ({runs[0]})" in got.output
+    doc = json.loads(CliRunner().invoke(app, ["compare", *args, "--qrels", qrels, "--metrics",
+                                              "mrr@10", "--n-resamples", "300",
+                                              "--json"]).stdout)
+    assert [(c["position_a"], c["position_b"]) for c in doc["comparisons"]] == [
+        (1, 2), (1, 3), (2, 3)]
+    assert any("same file" in w for w in doc["warnings"])
+
+
+def test_a_run_of_another_corpus_is_said_to_have_no_judged_document(tmp_path):
+    """issue 59: a run whose documents appear in no judgment scored 0.0000 without a word."""
+    qrels, runs = _world(tmp_path)
+    other = tmp_path / "other.trec"
+    other.write_text("".join(f"q{i} Q0 z{i} 1 1 other\n" for i in range(12)))
+    got = CliRunner().invoke(app, ["compare", runs[0], str(other), "--qrels", qrels,
+                                   "--metrics", "mrr@10", "--n-resamples", "300"])
+    assert got.exit_code == 0, got.output
+    assert (f"warning: B ({other}): none of its 12 documents is in the judgments {qrels}"
+            in " ".join(got.output.split())), got.output
+    assert "warning" not in CliRunner().invoke(app, ["compare", *runs[:2], "--qrels", qrels,
+                                                     "--n-resamples", "300"]).output

@@ -58,3 +58,27 @@ def test_an_unknown_task_is_a_404_listing_the_known_ones(setup, minilm):  # noqa
                 expected.json()["data"][0]["embedding"], abs=1e-6)
     assert known.json()["data"][0]["embedding"] != pytest.approx(
         raw.json()["data"][0]["embedding"], abs=1e-6)  # the task's state does move it
+
+
+BODIES = {"/v1/embeddings": b'{"input": "cats"}', f"/t/{TASK}/v1/embeddings": b'{"input": "cats"}',
+          "/v1/search": b'{"query": "cats", "task": "' + TASK.encode() + b'"}'}
+
+
+def test_a_body_that_is_not_json_by_its_content_type_is_415(setup, minilm):  # noqa: F811
+    """issue 59: a JSON body was read whatever its Content-Type. Every route that takes a
+    body refuses a non-JSON type with a 415; JSON types (with parameters, ``+json``) and
+    a missing Content-Type (as FastAPI reads it) are read as JSON."""
+    with running(make_app(setup, minilm)) as url:
+        for path, body in BODIES.items():
+            for kind in ("text/plain", "application/x-www-form-urlencoded",
+                         "multipart/form-data; boundary=x"):
+                r = httpx.post(url + path, content=body, headers={"content-type": kind})
+                assert r.status_code == 415, (path, kind, r.status_code, r.text[:200])
+                err = r.json()["error"]
+                assert err["code"] == "unsupported_media_type", err
+                assert "application/json" in err["message"] and kind in err["message"]
+        for kind in ("application/json; charset=utf-8", "application/vnd.api+json", None):
+            headers = {"content-type": kind} if kind else {}
+            for path, body in BODIES.items():
+                r = httpx.post(url + path, content=body, headers=headers)
+                assert r.status_code == 200, (path, kind, r.text[:200])

@@ -430,5 +430,7 @@ def test_method_auto_does_not_choose_on_one_querys_zero_width_interval():
 
     one = {"gain": 0.2879, "ci_low": 0.2879, "ci_high": 0.2879, "p": 1.0, "queries": 1.0}
     assert best_method({"rocchio": one}, "raw") == "raw"
-    two = {**one, "queries": 2.0}
-    assert best_method({"rocchio": two}, "raw") == "rocchio"
+    two = {**one, "queries": 2.0}  # issue 59: 2 queries are too few to choose as well
+    assert best_method({"rocchio": two}, "raw") == "raw"
+    six = {**one, "queries": 6.0}
+    assert best_method({"rocchio": six}, "raw") == "rocchio"

@@ -326,3 +326,24 @@ def test_postgres_without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(MissingDependency, match=r"tttembed\[loop\]"):
         PostgresStore("postgresql://bob@127.0.0.1:1/db")
+
+
+def test_a_reservation_left_open_by_a_kill_is_recovered(store: Store) -> None:
+    """issue 59 (both stores): what a kill left reserved is closed at the next start:
+    never sent -> given back, stored or in the ledger -> spent, sent and lost -> kept as
+    paid (not charged again when re-asked)."""
+    from tttembed.loop.store import Reward
+
+    pairs = [("t", "q", f"d{i}") for i in range(4)]
+    assert store.reserve("judge", 4, 100, partial=False, pairs=pairs) == 4
+    store.mark_sent(pairs[:3])  # d0-d2 sent; d3 never
+    store.add_rewards([Reward("t", "q", "d0", 1.0, 1.0, "judge", paid=1)])  # answered
+    got = store.recover(lambda t: t[2] == "d1")  # d1's answer is in the ledger
+    assert got == {"given_back": 1, "spent": 2, "lost": 1}
+    assert sum(store.spent().values()) == 3
+    assert store.prepaid(pairs) == {("t", "q", "d2")}
+    store.mark_sent([("t", "q", "d2")])  # asked again: still paid, not re-charged
+    assert store.prepaid(pairs) == {("t", "q", "d2")}
+    store.settle([("t", "q", "d2")])
+    assert store.prepaid(pairs) == set() and store.recover(lambda t: False) == {
+        "given_back": 0, "spent": 0, "lost": 0}

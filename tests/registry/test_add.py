@@ -97,3 +97,48 @@ def _refused(registry: str, tmp_path, state: AdaptState, field: str) -> None:
     assert open_registry(registry).versions() == []
     with pytest.raises(StateMismatch):
         open_registry(registry).add(path)
+
+
+def test_a_state_of_another_corpus_gets_a_hint_that_works(tmp_path):
+    """issue 59: the refusal said `--allow-foreign-state`, which `states add` has not."""
+    from tttembed.index.store import load_index, write_index
+    from tttembed.registry.base import index_record
+
+    vectors = np.eye(4, dtype=np.float32)
+    write_index(tmp_path / "idx", ["a", "b", "c", "d"], vectors, embedder_identity="st:test",
+                embedder_spec="st:test", corpus_fingerprint="fp-docs")
+    registry = str(tmp_path / "reg")
+    open_registry(registry, create=True, index=index_record(load_index(tmp_path / "idx")))
+    path = save_state(tmp_path / "vectors.npz", _state(fingerprint="fp-other"))
+    got = _add(registry, path)
+    assert got.exit_code == 1
+    line = " ".join(got.output.split())
+    assert "--allow-foreign-state" not in line, line
+    assert "learn it on the registry's index" in line and "another corpus" in line, line
+
+
+def test_the_same_state_twice_is_recognised(folder, tmp_path):
+    _added_twice(folder, tmp_path)
+
+
+def test_db_recognises_the_same_state_twice(database, tmp_path):
+    _added_twice(database, tmp_path)
+
+
+def _added_twice(registry: str, tmp_path) -> None:
+    """issue 59: PostgreSQL said "added ... as v1" twice, the folder made v2 silently."""
+    path = save_state(tmp_path / "vectors.npz", _state())
+    assert _add(registry, path).exit_code == 0
+    again = _add(registry, path)
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.output.split())
+    assert f"{path} is already v1 (the same state" in said and "nothing added" in said, said
+    copy = save_state(tmp_path / "copy" / "vectors.npz", _state())  # another path, same state
+    assert "is already v1" in " ".join(_add(registry, copy).output.split())
+    assert [v.name for v in open_registry(registry).versions()] == ["v1"]
+    other = save_state(tmp_path / "other" / "vectors.npz",
+                       AdaptState("task", ("docs",), np.ones((1, 4), np.float32),
+                                  np.full(1, 0.5), np.ones(1, np.int64), identity="st:test",
+                                  dim=4, corpus_fingerprint="fp-docs", scorer="qrels:labels",
+                                  budget=40))
+    assert "as v2" in _add(registry, other).output

@@ -369,3 +369,24 @@ def test_the_mixed_state_serves_the_query_alpha_its_evidence_chose(tmp_path, mon
         assert len(mixed.keys) == len(set(table.texts))
         np.testing.assert_allclose(mixed.alpha, want)
 
+
+
+def test_two_queries_are_too_few_to_choose_and_it_is_said(tmp_path):
+    """issue 59: on 2 queries auto chose a part with a 95% interval above 0 (a percentile
+    bootstrap of two values is [min, max]; the sign-flip p was 0.50): below
+    MIN_CHOICE_QUERIES raw is kept and a note says why."""
+    index, emb, docs, queries, qrels = _task(tmp_path, "helpful")
+    two = dict(list(queries.items())[:2])
+    auto = _learn(index, emb, docs, two, {q: qrels[q] for q in two}, budget=20,
+                  method="auto", validate_budget=20)
+    sel = auto.selection
+    assert sel["choice"]["t"] == "raw", sel["evidence"]["t"]
+    assert any("2 held-out queries, fewer than the 6 a choice needs" in n
+               for n in sel["notes"]), sel["notes"]
+    from tttembed.adapt.crossval import MIN_CHOICE_QUERIES, AlphaGain, CrossValidation
+
+    sure = (AlphaGain("0", 0.0, 0.0, 0.0), AlphaGain("rule", 0.5, 0.4, 0.6))
+    few = CrossValidation("task", 5, "ndcg@10", MIN_CHOICE_QUERIES - 1, 1, 0.3, sure)
+    assert few.auto() == "0"
+    assert CrossValidation("task", 5, "ndcg@10", MIN_CHOICE_QUERIES, 1, 0.3, sure).auto() \
+        == "rule"

@@ -54,6 +54,19 @@ ALPHA_GRID: tuple[str, ...] = ("0", "0.1", "0.2", "0.3", "0.5", "0.7", "rule")
 FOLDS = 5
 CV_METRICS: tuple[str, ...] = ("ndcg", "pairwise")
 N_BOOT = 2000
+#: Held-out queries a choice needs at least (an alpha, a method): the percentile bootstrap
+#: of fewer is no 95% interval (two queries that both gain give [min, max], above 0
+#: however little they say), and the paired sign-flip test of n queries cannot reach
+#: p < 0.05 below 6 (its smallest two-sided p is 2 / 2^n = 0.0625 at n = 5). Below it raw
+#: is kept, and the evidence says why (:func:`too_few_note`).
+MIN_CHOICE_QUERIES = 6
+
+
+def too_few_note(queries: int, what: str = "raw kept") -> str:
+    """Why a choice was not made on ``queries`` held-out queries."""
+    return (f"{queries} held-out quer{'y' if queries == 1 else 'ies'}, fewer than the "
+            f"{MIN_CHOICE_QUERIES} a choice needs (no 95% interval from so few: a paired "
+            f"test of {queries} cannot reach p < 0.05): {what}")
 
 __all__ = ["ALPHA_GRID", "FOLDS", "CV_METRICS", "AlphaGain", "CrossValidation",
            "alpha_label", "alpha_values", "cross_validate", "cv_deltas", "parse_alpha", "task_bootstrap"]
@@ -119,7 +132,10 @@ class CrossValidation:
 
     def auto(self) -> str:
         """The alpha with the largest mean gain among those whose CI lies above 0 (the
-        smaller alpha on a tie); ``"0"`` when no alpha shows a gain."""
+        smaller alpha on a tie); ``"0"`` when no alpha shows a gain, or the evidence holds
+        fewer than :data:`MIN_CHOICE_QUERIES` queries."""
+        if self.queries < MIN_CHOICE_QUERIES:
+            return "0"
         shown = [(g.gain, -i, g.alpha) for i, g in enumerate(self.gains)
                  if g.alpha != "0" and g.ci_low > 0.0]
         return max(shown)[2] if shown else "0"

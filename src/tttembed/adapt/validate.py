@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tttembed.adapt.crossval import AlphaGain, task_bootstrap
+from tttembed.adapt.crossval import MIN_CHOICE_QUERIES, AlphaGain, task_bootstrap
 
 __all__ = ["alpha_gains", "best_method", "judged_dcg", "judged_deltas", "sign_flip_p",
            "task_folds", "task_gains"]
@@ -113,8 +113,8 @@ def task_gains(deltas: Mapping[str, np.ndarray], tasks: Sequence[str], *, n_boot
 
 def best_method(gains: Mapping[str, Mapping[str, float]], default: str) -> str:
     """The method with the largest mean gain among those whose interval lies above 0
-    over at least 2 queries (one query has no interval), the first listed on a tie;
-    else ``default``."""
+    over at least :data:`~tttembed.adapt.crossval.MIN_CHOICE_QUERIES` queries (fewer
+    give no 95% interval), the first listed on a tie; else ``default``."""
     shown = [(g["gain"], -i, m) for i, (m, g) in enumerate(gains.items())
-             if g["ci_low"] > 0 and g.get("queries", 2) >= 2]
+             if g["ci_low"] > 0 and g.get("queries", MIN_CHOICE_QUERIES) >= MIN_CHOICE_QUERIES]
     return max(shown)[2] if shown else default

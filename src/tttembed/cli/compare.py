@@ -130,12 +130,13 @@ def compare_command(
         from tttembed.metrics.ranking import drop_identical
 
         loaded = [drop_identical(r) for r in loaded]
+    warned = warn_runs(judgments, runs, loaded, qrels)
     if len(runs) > 2:
         many = compare_many(judgments, runs, loaded, names, n_resamples, correction)
         if as_json:
             emit_json({"runs": [str(r) for r in runs], "qrels": str(qrels),
                        "ignore_identical_ids": identical, "correction": correction,
-                       "comparisons": many})
+                       "comparisons": many, "warnings": warned})
             return
         print_many(many, runs, correction)
         console.print(f"ignore_identical_ids: {'on' if identical else 'off'} ({why})",
@@ -147,7 +148,7 @@ def compare_command(
     if as_json:
         emit_json({"run_a": str(run_a), "run_b": str(run_b), "qrels": str(qrels),
                    "ignore_identical_ids": identical, "correction": correction,
-                   "metrics": rows})
+                   "metrics": rows, "warnings": warned})
         return
     print_paired(rows, ("A", "B"), f"A = {run_a}, B = {run_b}")
     console.print(f"ignore_identical_ids: {'on' if identical else 'off'} ({why})", style="dim")
@@ -166,7 +167,8 @@ def compare_many(qrels: Qrels, paths: Sequence[Path], runs: Sequence[Run],
         for j in range(i + 1, len(runs)):
             rows = paired_rows(qrels, runs[i], runs[j], metrics, n_resamples,
                                (f"A ({paths[i]})", f"B ({paths[j]})"))
-            out.append({"run_a": str(paths[i]), "run_b": str(paths[j]), "metrics": rows})
+            out.append({"run_a": str(paths[i]), "run_b": str(paths[j]), "position_a": i + 1,
+                        "position_b": j + 1, "metrics": rows})
     for m in range(len(metrics)):
         adjusted = adjust_p([c["metrics"][m]["p_value"] for c in out], correction)
         for c, p in zip(out, adjusted):
@@ -181,7 +183,6 @@ def print_many(comparisons: Sequence[Mapping[str, Any]], paths: Sequence[Path],
                correction: str) -> None:
     """One table of every pair: metric | A | B | mean A | mean B | B - A | 95% CI | p |
     p corrected | queries; the runs named R1, R2, ... below it."""
-    label = {str(p): f"R{i + 1}" for i, p in enumerate(paths)}
     name = CORRECTION_NAMES[correction]
     table = Table(title="every pair of runs: " + ", ".join(
         f"R{i + 1} = {p}" for i, p in enumerate(paths)))
@@ -190,7 +191,7 @@ def print_many(comparisons: Sequence[Mapping[str, Any]], paths: Sequence[Path],
         table.add_column(col, justify="left" if col in ("metric", "A", "B") else "right")
     for c in comparisons:
         for r in c["metrics"]:
-            table.add_row(r["metric"], label[c["run_a"]], label[c["run_b"]], f"{r['a']:.4f}",
+            table.add_row(r["metric"], f"R{c['position_a']}", f"R{c['position_b']}", f"{r['a']:.4f}",
                           f"{r['b']:.4f}", f"{r['delta']:+.4f}",
                           f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", _p(r["p_value"]),
                           _p(r["p_adjusted"]), str(r["n"]))
@@ -204,6 +205,42 @@ def print_many(comparisons: Sequence[Mapping[str, Any]], paths: Sequence[Path],
                   "means over the judged queries both runs answer, 95% CI: paired "
                   "bootstrap, p: two-sided paired randomization test, "
                   f"p ({name}): {how}", style="dim")
+
+
+def repeated_runs(paths: Sequence[Path]) -> list[list[int]]:
+    """The positions (1-based) of each file given more than once, as groups."""
+    seen: dict[Path, list[int]] = {}
+    for i, p in enumerate(paths):
+        seen.setdefault(Path(p).resolve(), []).append(i + 1)
+    return [group for group in seen.values() if len(group) > 1]
+
+
+def unjudged_runs(qrels: Qrels, runs: Sequence[Run]) -> list[int]:
+    """The positions (1-based) of the runs none of whose documents is in the judgments
+    (a run of another corpus with the same query ids): every score of theirs is 0."""
+    judged = {d for docs in qrels.values() for d in docs}
+    return [i + 1 for i, run in enumerate(runs)
+            if any(run.values()) and not any(d in judged for docs in run.values() for d in docs)]
+
+
+def warn_runs(qrels: Qrels, paths: Sequence[Path], runs: Sequence[Run], where: Path
+              ) -> list[str]:
+    """Say (on stderr; returned for --json) a file given twice and a run none of whose
+    documents is judged. Runs are named as the table names them: A and B, or R1, R2, ..."""
+    label = (lambda i: "AB"[i - 1]) if len(paths) == 2 else (lambda i: f"R{i}")
+    out = []
+    for group in repeated_runs(paths):
+        named = " and ".join(label(i) for i in group)
+        out.append(f"{named} are the same file ({paths[group[0] - 1]}): they compare equal "
+                   "by construction; give each run once")
+    for i in unjudged_runs(qrels, runs):
+        n = len({d for docs in runs[i - 1].values() for d in docs})
+        out.append(f"{label(i)} ({paths[i - 1]}): none of its {n} documents is in the "
+                   f"judgments {where}, so every score of it is 0 (a run of another "
+                   "corpus?); compare runs of the corpus the judgments were made on")
+    for line in out:
+        typer.echo(f"warning: {line}", err=True)
+    return out
 
 
 def qrels_identical_rule(qrels: Path, given: Optional[bool]) -> tuple[bool, str]:

@@ -303,6 +303,7 @@ def _crossval_title(rec: Any) -> str:
 def _crossval(state: Any) -> None:
     """The reward cross-validation: gain of each alpha over raw on held-out rewarded
     candidates; a warning when the alpha used is estimated to lose."""
+    from tttembed.adapt.crossval import MIN_CHOICE_QUERIES, too_few_note
     from tttembed.ttt.guard import CrossvalRecord
 
     if state.crossval is None:
@@ -327,6 +328,8 @@ def _crossval(state: Any) -> None:
                       f"pools them): {state.alpha_chosen} (0: raw for that task)")
     if rec.note:
         console.print(f"note: {rec.note}")
+    if state.alpha_asked == "auto" and cv.queries < MIN_CHOICE_QUERIES:
+        console.print(f"note: {too_few_note(cv.queries, 'alpha auto keeps 0, the raw vectors')}")
     if rec.fallback:
         console.print(f"note: the guard did not run ({rec.fallback}): alpha auto was "
                       "chosen by the judged-candidates estimate above, which cannot see "

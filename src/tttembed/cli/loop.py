@@ -88,6 +88,9 @@ def loop(
     check_specs(config)
     warn_unaudited(config)
     from tttembed.core.pg import mask_url
+    from tttembed.serve.run import die_with_server
+
+    die_with_server()  # started by serve --learn: ends with its server
 
     typer.echo(f"learning into {mask_url(registry)} (Ctrl-C stops after the step in flight)",
                err=True)
@@ -95,15 +98,21 @@ def loop(
 
 
 def warn_unaudited(config: Any) -> None:
-    """The start-up warning of a loop whose judge nobody audits."""
+    """The start-up warnings of a loop (once: not again in the learner ``serve --learn``
+    starts): a judge nobody audits, a --min-queries no promotion can reach."""
     import os
 
+    from tttembed.loop.config import never_promotes
     from tttembed.serve.run import SERVED_LEARNER_ENV
 
-    if not config.audit and config.has_judge and not os.environ.get(SERVED_LEARNER_ENV):
+    if os.environ.get(SERVED_LEARNER_ENV):
+        return
+    if not config.audit and config.has_judge:
         from tttembed.loop.failures import UNAUDITED
 
         typer.echo(f"warning: {UNAUDITED}", err=True)
+    if never := never_promotes(config):
+        typer.echo(f"warning: {never}", err=True)
 
 
 states_app = typer.Typer(help="The versions of a state registry.", no_args_is_help=True,
@@ -250,13 +259,27 @@ def states_promote(folder: DirArg, version: VersionArg) -> None:
 def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FILE", help="A state learned offline: the vectors.npz `tttembed learn -o` wrote (its .json manifest beside it); or a chain encoder checkpoint folder (`tttembed chain train`), added to a chain registry (made for its index when REGISTRY holds none yet).", show_default=False)]) -> None:
     """Register a state learned offline, or a chain encoder, as a new version (checked
     against the registry's embedder, corpus and base model like every version; not
-    promoted: `states promote` serves it)."""
+    promoted: `states promote` serves it). The same state added again is said, with the
+    version that holds it, and not added twice."""
     from tttembed.registry.open import open_for
 
     reg = open_for(folder, file)
+    same = reg.added_as(file)
+    if same is not None:
+        typer.echo(f"{reg.location}: {file} is already {same.name} (the same state, "
+                   f"{_added_how(same)}): nothing added (serve it with "
+                   f"`tttembed states promote {reg.location} {same.name}`)")
+        return
     v = reg.add(file, by="user")
     typer.echo(f"{reg.location}: added {file} as {v.name}, not promoted (serve it with "
                f"`tttembed states promote {reg.location} {v.name}`)")
+
+
+def _added_how(v: Any) -> str:
+    """How a version came in: ``added from PATH`` or ``registered by the learner``."""
+    source = v.manifest.get("added_from")
+    return f"added from {source}" if source else "registered by the learner"
+
 
 
 @states_app.command("rollback")

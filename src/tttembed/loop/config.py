@@ -134,6 +134,18 @@ class LoopConfig:
         return out
 
 
+def never_promotes(config: LoopConfig) -> str:
+    """Why no promotion can ever happen with ``config`` ("" when one can): a promotion
+    test needs ``min_queries`` judged queries, and the judge budget pays at most one
+    query per pair."""
+    if config.has_judge and config.min_queries > config.judge_budget:
+        return (f"--min-queries {config.min_queries}: a promotion needs that many judged "
+                f"queries, and --judge-budget {config.judge_budget} pairs judges at most "
+                f"{config.judge_budget} queries, so no promotion can happen whatever "
+                "the traffic; lower --min-queries (default 20) or raise --judge-budget")
+    return ""
+
+
 def check_specs(config: LoopConfig) -> None:
     """Every spec of ``config`` checked before anything starts or is paid (no model is
     loaded): the judge's scheme (one that reads judgments by query id cannot score

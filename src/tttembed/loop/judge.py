@@ -121,10 +121,12 @@ class BackgroundJudge:
     def _source(source: str) -> str:
         return source if source in ("judge", "validation") else "judge"
 
-    def _reserve(self, source: str, n: int, query: str) -> None:
+    def _reserve(self, source: str, pairs: Sequence[Triple], query: str) -> None:
+        n = len(pairs)
         if self.budget is None or n <= 0:
             return
-        if self.store.reserve(self._source(source), n, self.budget, partial=False) < n:
+        if self.store.reserve(self._source(source), n, self.budget, partial=False,
+                              pairs=pairs) < n:
             raise BudgetSpent(f"the judge budget ({self.budget} pairs) cannot pay {n} more "
                               f"pair(s) (for {query[:60]!r}, ...); raise --judge-budget to "
                               "judge more")
@@ -151,35 +153,63 @@ class BackgroundJudge:
         for (task, query), docs in by_query.items():
             items = doc_items(docs, self.corpus)
             plan.append((task, query, docs, items, self._new_to_ledger(query, items)))
-        if plan:
-            self._reserve(source, sum(sum(new) for *_, new in plan), plan[0][1])
+        fresh = [(t, q, d) for t, q, docs, _, new in plan for d, n in zip(docs, new) if n]
+        prepaid = self.store.prepaid(fresh) if self.budget is not None else set()
+        if plan:  # a pair a kill lost the answer of was paid: not charged again
+            self._reserve(source, [t for t in fresh if t not in prepaid], plan[0][1])
         out: dict[Triple, float] = {}
         paid = 0
         for at, (task, query, docs, items, new) in enumerate(plan):
+            mine = [(task, query, d) for d, n in zip(docs, new) if n]
+            self._mark(mine)
             try:
                 rewards = np.asarray(self.scorer.score(Item("", query), items),
                                      dtype=np.float64)
             except Exception:
-                self._release(source, plan[at:])
+                self._release(source, plan[at:], prepaid)
                 raise
             now = time.time()
             self.store.add_rewards([Reward(task, query, d, float(r), now, source,
                                            paid=n, trusted=trusted)
                                     for d, r, n in zip(docs, rewards, new)])
+            self._settle(mine)
             paid += sum(new)
             out.update({(task, query, d): float(r) for d, r in zip(docs, rewards)})
         return out, paid
 
+    def _mark(self, pairs: Sequence[Triple]) -> None:
+        if self.budget is not None:
+            self.store.mark_sent(pairs)
+
+    def _settle(self, pairs: Sequence[Triple]) -> None:
+        if self.budget is not None:
+            self.store.settle(pairs)
+
+    def recover(self) -> dict[str, int]:
+        """At start: close the reservations a kill left open (pairs never sent given
+        back, answered ones spent, lost ones kept as paid: :meth:`SpendSQL.recover`)."""
+        def held(t: Triple) -> bool:
+            return not self._new_to_ledger(t[1], doc_items([t[2]], self.corpus))[0]
+
+        return self.store.recover(held)
+
     def _release(self, source: str, unpaid: Sequence[tuple[str, str, list[str], Sequence[Item],
-                                                              list[bool]]]) -> None:
+                                                              list[bool]]],
+                 prepaid: set[Triple]) -> None:
         """Give back the reservation of the queries not answered (the failed call and
-        those after it), but for pairs the ledger committed before the failure."""
+        those after it), but for pairs the ledger committed before the failure and those
+        paid before (``prepaid``: not charged by this reservation)."""
         if self.budget is None:
             return
-        reserved = sum(sum(new) for *_, new in unpaid)
-        still = sum(sum(n and s for n, s in zip(new, self._new_to_ledger(query, items)))
-                    for _, query, _, items, new in unpaid)
-        self.store.release(self._source(source), min(still, reserved))
+        back, done = 0, []
+        for task, query, docs, items, new in unpaid:
+            for d, n, s in zip(docs, new, self._new_to_ledger(query, items)):
+                t = (task, query, d)
+                if n and t not in prepaid:
+                    back += int(s)
+                    done.append(t)
+        self.store.release(self._source(source), back)
+        self.store.settle(done)
 
 
 __all__ = ["BackgroundJudge", "Bucket", "BudgetSpent", "Triple", "pending_pairs"]

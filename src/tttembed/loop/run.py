@@ -103,6 +103,7 @@ class Loop:
         # a store from before the spend account: what it paid (and the re-scores the old
         # status counted) opens the account, once
         self.store.open_account(self.state.drift_pairs)
+        _recover(self.judge)
         self.bucket = Bucket(config.judge_rpm)
         self.stop = threading.Event()
         #: set when another learner took the learner lock (this one then stops)
@@ -358,6 +359,15 @@ def _quiet_close(loop: Loop) -> None:
         loop.close()
     except Exception:  # noqa: BLE001  (exiting anyway)
         pass
+
+
+def _recover(judge: BackgroundJudge) -> None:
+    """Close what a kill left reserved (given back, or kept as paid) and say it."""
+    recovered = judge.recover()
+    if any(recovered.values()):
+        log.info("reservations a kill left open: %(given_back)d pair(s) never sent given "
+                 "back to the budget, %(spent)d answered, %(lost)d sent with the answer "
+                 "lost (kept as paid: not charged again)", recovered)
 
 
 def run_loop(config: LoopConfig) -> None:

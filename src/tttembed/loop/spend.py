@@ -5,16 +5,26 @@ re-scores), written *before* the judge is asked, in one transaction with the che
 against the budget, so no number of learners, restarts or kills can pay more than it.
 Pairs whose judge call failed are given back (:meth:`SpendSQL.release`, a row of
 ``-pairs``): a failed call is not spent budget.
+
+A kill (SIGKILL, power loss) between the reservation and the stored answers leaves pairs
+reserved that were never sent, and pairs sent whose answer was lost. So each reservation
+names its pairs (table ``reserved``), marked sent just before the judge is asked and
+settled when their rewards are stored; at the next start :meth:`SpendSQL.recover` gives
+back the pairs never sent, counts spent the pairs whose answer the store or the ledger
+holds, and keeps the lost ones as paid (``sent = 2``): asked again, they are not charged
+again (:meth:`SpendSQL.prepaid`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from tttembed.loop.rows import SPEND_SOURCES, Share
+from tttembed.types import Triple
 
 
 class SpendSQL:
@@ -27,12 +37,13 @@ class SpendSQL:
         def _serialize(self, cur: Any, what: str = ...) -> None: ...
 
     def reserve(self, source: str, want: int, budget: int, *, partial: bool = True,
-                share: Share | None = None) -> int:
+                share: Share | None = None, pairs: Sequence[Triple] = ()) -> int:
         """Reserve up to ``want`` judge pairs of ``budget`` for ``source`` before paying
         them: the pairs granted (0 when the budget is spent; with ``partial=False`` all
         of ``want`` or nothing), recorded in the same transaction that checked what is
         left; ``share`` ``(cap, sources)``: also within ``cap`` pairs for those sources
-        together (the audits' share of the budget)."""
+        together (the audits' share of the budget); ``pairs``: the pairs of a whole
+        reservation (``partial=False``), recorded with it for :meth:`recover`."""
         if source not in SPEND_SOURCES:
             raise ValueError(f"unknown spend source {source!r}")
         if want <= 0:
@@ -51,10 +62,69 @@ class SpendSQL:
             if not partial and granted < want:
                 granted = 0
             if granted:
+                sid = uuid.uuid4().hex
                 cur.execute(self._sql(
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
-                    (uuid.uuid4().hex, source, granted, time.time()))
+                    (sid, source, granted, time.time()))
+                if pairs and granted == len(pairs):
+                    cur.executemany(self._sql(
+                        "INSERT INTO reserved (spend_id, source, task, query, doc_id, sent) "
+                        "VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT DO NOTHING"),
+                        [(sid, source, *t) for t in pairs])
         return granted
+
+    def mark_sent(self, pairs: Sequence[Triple]) -> None:
+        """The judge is about to be asked ``pairs`` (their answer may be lost now)."""
+        self._each("UPDATE reserved SET sent = 1 WHERE task = ? AND query = ? AND "
+                   "doc_id = ? AND sent = 0", pairs)  # a lost answer's pair stays paid
+
+    def settle(self, pairs: Sequence[Triple]) -> None:
+        """``pairs`` are stored (or given back): their reservation is closed."""
+        self._each("DELETE FROM reserved WHERE task = ? AND query = ? AND doc_id = ?", pairs)
+
+    def _each(self, sql: str, pairs: Sequence[Triple]) -> None:
+        if pairs:
+            with self._tx() as cur:
+                cur.executemany(self._sql(sql), [tuple(t) for t in pairs])
+
+    def prepaid(self, pairs: Sequence[Triple]) -> set[Triple]:
+        """Those of ``pairs`` paid before a kill lost their answer: not charged again."""
+        if not pairs:
+            return set()
+        with self._tx() as cur:
+            cur.execute("SELECT task, query, doc_id FROM reserved WHERE sent = 2")
+            lost = {(str(a), str(b), str(c)) for a, b, c in cur.fetchall()}
+        return {(t[0], t[1], t[2]) for t in pairs if (t[0], t[1], t[2]) in lost}
+
+    def recover(self, held: Callable[[Triple], bool]) -> dict[str, int]:
+        """At a learner's start: close what a kill left open (module docstring). ``held``:
+        whether the ledger holds a pair's answer. Returns the pairs ``given_back`` (never
+        sent), ``spent`` (answered) and ``lost`` (sent, answer lost: kept as paid)."""
+        out = {"given_back": 0, "spent": 0, "lost": 0}
+        with self._tx() as cur:
+            self._serialize(cur)
+            cur.execute("SELECT r.source, r.task, r.query, r.doc_id, r.sent, "
+                        "w.doc_id IS NOT NULL FROM reserved r LEFT JOIN rewards w ON "
+                        "w.task = r.task AND w.query = r.query AND w.doc_id = r.doc_id "
+                        "WHERE r.sent < 2")
+            rows = cur.fetchall()
+            back: dict[str, int] = {}
+            for source, task, query, doc, sent, stored in rows:
+                t = (str(task), str(query), str(doc))
+                if stored or held(t):
+                    kind, sql = "spent", "DELETE FROM reserved"
+                elif int(sent) == 0:
+                    kind, sql = "given_back", "DELETE FROM reserved"
+                    back[str(source)] = back.get(str(source), 0) + 1
+                else:
+                    kind, sql = "lost", "UPDATE reserved SET sent = 2"
+                out[kind] += 1
+                cur.execute(self._sql(f"{sql} WHERE task = ? AND query = ? AND doc_id = ?"), t)
+            for source, n in back.items():
+                cur.execute(self._sql(
+                    "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
+                    (uuid.uuid4().hex, source, -n, time.time()))
+        return out
 
     def release(self, source: str, pairs: int) -> None:
         """Give back ``pairs`` reserved for ``source`` whose judge call failed (a failed

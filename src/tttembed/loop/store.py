@@ -89,6 +89,12 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS spend (
         id TEXT PRIMARY KEY, source TEXT NOT NULL, pairs INTEGER NOT NULL,
         created DOUBLE PRECISION NOT NULL)""",
+    # the pairs of each open reservation (spend.py): sent 0 before the judge is asked,
+    # 1 once it is, 2 when a kill lost its answer (paid: not charged again)
+    """CREATE TABLE IF NOT EXISTS reserved (
+        spend_id TEXT NOT NULL, source TEXT NOT NULL, task TEXT NOT NULL,
+        query TEXT NOT NULL, doc_id TEXT NOT NULL, sent INTEGER NOT NULL,
+        PRIMARY KEY (task, query, doc_id))""",
     """CREATE TABLE IF NOT EXISTS click_rewards (
         task TEXT NOT NULL, query TEXT NOT NULL, doc_id TEXT NOT NULL,
         reward DOUBLE PRECISION NOT NULL, clicks INTEGER NOT NULL,

@@ -13,6 +13,8 @@ status page reads, and the logic above the storage (promote, rollback, validate,
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -120,6 +122,7 @@ class StateRegistry(Protocol):
     def validate(self, name: str) -> None: ...
     def add(self, path: str | Path, *, by: str = "user") -> Version: ...
     def add_chain(self, path: str | Path, *, by: str = "user") -> Version: ...
+    def added_as(self, path: str | Path) -> Version | None: ...
     def diff(self, a: str, b: str) -> dict[str, Any]: ...
     def check_index(self, index: Mapping[str, Any]) -> None: ...
     # following the served pointer
@@ -221,7 +224,7 @@ class RegistryBase:
             from tttembed.ttt.search import check_states
 
             try:
-                check_states([st], load_index(str(index_path)))
+                check_states([st], load_index(str(index_path)), fix=fix)
             except StateMismatch as exc:
                 raise StateMismatch(f"{what}: {exc}") from None
             return
@@ -251,9 +254,31 @@ class RegistryBase:
         if not st.keys:
             raise DataError("the state holds no learned key (a dry run's plan?)", path=path,
                             fix="learn it without --dry-run")
+        digest = state_digest(st)
+        same = self.holding(digest)
+        if same is not None:
+            return same
         return self.register(st, parent=None, reason=f"added by {by} from {path}",
                              added_from=str(path), added_by=by, scope=st.scope,
-                             pairs=dict(st.pairs))
+                             pairs=dict(st.pairs), state_digest=digest)
+
+    def added_as(self, path: str | Path) -> Version | None:
+        """The version that already holds the state of file ``path`` (added before, from
+        this path or another), or None: what ``add`` of the same state again returns
+        instead of a new version, in a folder and a database registry alike."""
+        if is_checkpoint(path):  # a chain encoder: its versions are its own
+            return None
+        return self.holding(state_digest(load_state(path)))
+
+    def holding(self, digest: str) -> Version | None:
+        """The first version whose state has the content digest ``digest``."""
+        for v in self.versions():
+            if not v.broken and v.manifest.get("state_digest") == digest:
+                return v
+        return None
+
+    def versions(self) -> list[Version]:
+        raise NotImplementedError
 
     def add_chain(self, path: str | Path, *, by: str = "user") -> Version:
         """Register the chain encoder checkpoint at ``path`` (its manifest and adapter) as
@@ -292,6 +317,20 @@ class RegistryBase:
 
     def close(self) -> None:
         """Release what the registry holds open (nothing, for a folder)."""
+
+
+def state_digest(state: AdaptState) -> str:
+    """The content address of a state (its manifest, keys and arrays; not the file's
+    bytes, which hold the zip's times): the same state added twice is known again."""
+    h = hashlib.sha256(b"tttembed-state\0")
+    h.update(json.dumps(state.manifest(), sort_keys=True, default=str).encode())
+    arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
+              "keys": np.array(state.keys, dtype=str), **state.parts.arrays()}
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return "sha256:" + h.hexdigest()
 
 
 #: Differences below this (in norm, or in alpha) are float noise, not a change.

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from tttembed.core.errors import TTTEmbedError
+from tttembed.core.errors import ConfigError, TTTEmbedError
 from tttembed.index.base import Index
 from tttembed.serve.wire import ApiError
 
@@ -22,20 +22,38 @@ class Documents:
         self._docs: dict[str, dict[str, str]] | None = None
         self._lock = threading.Lock()
 
-    def _load(self) -> dict[str, dict[str, str]]:
+    def _read(self) -> dict[str, dict[str, str]]:
+        """The documents, read once (TTTEmbedError/OSError when they cannot be)."""
         from tttembed.ttt.rewards import corpus_for_index
 
         with self._lock:
             if self._docs is None:
-                try:
-                    self._docs = corpus_for_index(self.index, self.corpus)
-                except (TTTEmbedError, OSError) as exc:
-                    raise ApiError(400, "'include' needs the document texts and this server "
-                                   f"cannot read them ({' '.join(str(exc).split())}): start "
-                                   "it with --corpus FOLDER (the BEIR folder or corpus.jsonl "
-                                   "the index was built from)", param="include",
-                                   code="no_corpus") from None
+                self._docs = corpus_for_index(self.index, self.corpus)
             return self._docs
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        try:
+            return self._read()
+        except (TTTEmbedError, OSError) as exc:
+            raise ApiError(400, "'include' needs the document texts and this server "
+                           f"cannot read them ({' '.join(str(exc).split())}): start "
+                           "it with --corpus FOLDER (the BEIR folder or corpus.jsonl "
+                           "the index was built from)", param="include",
+                           code="no_corpus") from None
+
+    def check(self) -> None:
+        """At start, with ``--corpus``: read it now and refuse (a one-line ConfigError) a
+        corpus that is not the index's (another fingerprint) or cannot be read, instead
+        of failing at the first search that asks for ``include``."""
+        if self.corpus is None:
+            return
+        try:
+            self._read()
+        except (TTTEmbedError, OSError) as exc:
+            raise ConfigError(f"--corpus {self.corpus}: {' '.join(str(exc).split())}; "
+                              "`include` needs the documents the index was built from: "
+                              "give its BEIR folder or corpus.jsonl, or leave --corpus out "
+                              "(the index's recorded source is read)") from None
 
     def attach(self, data: list[dict[str, Any]], include: Sequence[str]) -> None:
         """Give each result of ``data`` its ``documents``: ``{"id", FIELD...}`` per hit."""

@@ -30,8 +30,25 @@ if TYPE_CHECKING:
     from tttembed.serve.service import Service
 
 
+def is_json_type(content_type: str | None) -> bool:
+    """Whether a Content-Type announces JSON (``application/json``, ``application/*+json``,
+    any parameters); a missing one counts as JSON, as FastAPI reads it."""
+    if not content_type:
+        return True
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/")
+                                          and kind.endswith("+json"))
+
+
 async def read_body(request: Request, limit: int) -> Any:
-    """The JSON body, refused (413) past ``limit`` bytes whatever the headers say."""
+    """The JSON body, refused (413) past ``limit`` bytes whatever the headers say, and
+    (415) when its Content-Type is not JSON (none at all is read as JSON, as FastAPI
+    does): every route that takes a body reads it here."""
+    kind = request.headers.get("content-type")
+    if not is_json_type(kind):
+        raise ApiError(415, f"Content-Type {kind!r} is not JSON: send the body as JSON with "
+                       "the header Content-Type: application/json",
+                       code="unsupported_media_type")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise ApiError(413, f"request body over {limit} bytes", code="request_too_large")

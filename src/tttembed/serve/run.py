@@ -14,6 +14,7 @@ process, so a fresh worker starts again at 1).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from typing import Any
@@ -51,49 +52,110 @@ def check_serve_states(config: ServeConfig) -> None:
     """Load every state file and check it against the index (no model)."""
     from tttembed.adapt.state import load_state
     from tttembed.index.store import load_index
+    from tttembed.serve.documents import Documents
     from tttembed.ttt.search import check_states as check
 
     index = load_index(config.index)
     check([load_state(p) for p in config.states], index,
           allow_foreign=config.allow_foreign_state)
+    Documents(index, config.corpus).check()
     config.api_key()
 
 
-def _die_with_parent() -> None:
-    """In the learner child (Linux): SIGKILL when the server process ends, however it
-    ends (uvicorn re-raises SIGTERM after its shutdown, so no ``finally`` of the server
-    would run; a SIGKILL of the server runs nothing). SIGKILL, not SIGTERM: a niced
-    learner on busy cores may not reach its Python handler for long, and every reward it
-    was answered is committed already (what the kill -9 fault test checks)."""
-    import ctypes
-    import ctypes.util
+def die_with_server() -> None:
+    """In the learner ``serve --learn`` started (its environment names the server's pid):
+    end when the server process ends, however it ends, and never write after it. On
+    Linux the kernel sends SIGKILL at the server's death (PR_SET_PDEATHSIG, set here in
+    the child rather than in a ``preexec_fn``, which is unsafe beside threads); a server
+    already gone by then (it died while this process started) ends it at once; elsewhere,
+    or where prctl fails, a watcher thread polls the parent pid. SIGKILL, not SIGTERM: a
+    niced learner on busy cores may not reach its Python handler for long, and every
+    reward it was answered is committed already (what the kill -9 fault test checks)."""
+    import sys
+    import threading
+    import time
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    server = os.environ.get(SERVED_LEARNER_ENV, "")
+    if not server.isdigit():
+        return
+    parent = int(server)
+    if sys.platform == "linux":
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            armed = libc.prctl(1, signal.SIGKILL) == 0  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+        if os.getppid() != parent:  # the server died before the signal was armed
+            _orphaned(parent)
+        if armed:
+            return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        _orphaned(parent)
+
+    threading.Thread(target=watch, name="server-watch", daemon=True).start()
+
+
+def _orphaned(parent: int) -> None:
+    """The server is gone: say so and end now (no cleanup that could write)."""
+    import sys
+
+    sys.stderr.write(f"tttembed loop: its server (pid {parent}) is gone; the learner "
+                     "stops with it\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
+class _Terminated(Exception):
+    """SIGTERM reached ``serve --learn`` (after uvicorn's graceful shutdown)."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(signum)
 
 
 def with_learner(config: ServeConfig, learner: Any, *, announce: str = "") -> None:
     """``serve --learn``: the learner (``python -m tttembed loop ...``, niced, one torch
-    thread) runs as a child process beside the server and stops with it."""
+    thread) runs as a child process beside the server and stops with it: on SIGTERM or
+    Ctrl-C the server finishes its requests, then stops the learner (SIGTERM, SIGKILL past
+    30 s) and says so; killed, its learner is killed by the kernel
+    (:func:`die_with_server`)."""
     import subprocess
     import sys
 
     check_serve_states(config)
     # the server already warned about an unaudited judge: its learner child says it once
-    env = {**os.environ, SERVED_LEARNER_ENV: "1"}
-    child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()], env=env,
-                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    env = {**os.environ, SERVED_LEARNER_ENV: str(os.getpid())}
+    child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()], env=env)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # uvicorn re-raises it at exit
+    forced = 0
     try:
         run(config, announce=announce)
+    except _Terminated as exc:
+        forced = int(exc.args[0])
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        signal.signal(signal.SIGTERM, previous)
+        _stop_learner(child)
+    if forced:
+        raise SystemExit(128 + forced)
+
+
+def _stop_learner(child: Any) -> None:
+    """SIGTERM the learner, SIGKILL it past 30 s, and say how it ended."""
+    import subprocess
+
+    child.terminate()
+    try:
+        code = child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        code = child.wait()
+    logging.getLogger("tttembed.serve").info(
+        "learner (pid %d) stopped with its server (exit code %s)", child.pid, code)
 
 
 def _say(announce: str) -> None:

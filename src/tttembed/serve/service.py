@@ -46,6 +46,7 @@ class Service:
         self.engine.encoder.batcher.encode(["warm-up"], "query")
         self.states = ServedStates(config, self.index)
         self.documents = Documents(self.index, config.corpus)
+        self.documents.check()  # a --corpus of another fingerprint: refused at start
         self.metrics = Metrics()
         self.metrics.generation = self.states.current.generation
         self._key = config.api_key()

@@ -53,7 +53,7 @@ from tttembed.ttt.rewards import reward_table
 #: Default cap on validation pairs, as a share of the learning budget's pairs.
 VALIDATE_SHARE = 0.1
 #: Bump when the guard's choices change for the same inputs (eval cells are keyed by it).
-GUARD_VERSION = 6
+GUARD_VERSION = 7
 
 
 @dataclass(frozen=True)

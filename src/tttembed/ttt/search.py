@@ -48,8 +48,10 @@ def adapt_queries(x: np.ndarray, queries: QuerySet, states: Sequence[AdaptState]
 
 
 def check_states(states: Sequence[AdaptState], index: Index, *,
-                 allow_foreign: bool = False) -> None:
-    """Refuse states made for another embedder, dimension or corpus than ``index``."""
+                 allow_foreign: bool = False, fix: str = "") -> None:
+    """Refuse states made for another embedder, dimension or corpus than ``index``;
+    ``fix``: the way out the message ends with, where the caller has no
+    ``--allow-foreign-state`` (``tttembed states add``/``promote``)."""
     for st in states:
         where = st.label
         if st.identity != index.identity or st.dim != index.dim:
@@ -57,16 +59,16 @@ def check_states(states: Sequence[AdaptState], index: Index, *,
                                 f"the index {index.path} uses {index.identity!r} (dim "
                                 f"{index.dim}); learn a state on this index")
         if not allow_foreign:
-            check_same_corpus(where, st.corpus_fingerprint, index)
+            check_same_corpus(where, st.corpus_fingerprint, index, fix=fix)
 
 
-def check_same_corpus(where: str, fingerprint: str, index: Index) -> None:
+def check_same_corpus(where: str, fingerprint: str, index: Index, *, fix: str = "") -> None:
     """Refuse a state whose corpus fingerprint differs from the index's, and one that
     cannot prove a match: a manifest (the state's or the index's) without its fingerprint
     is refused, naming the missing field, never trusted."""
     fp = str(index.manifest.get("corpus_fingerprint") or "")
-    override = ("learn it on this index, or pass --allow-foreign-state "
-                "(allow_foreign_state=True) to apply it anyway")
+    override = fix or ("learn it on this index, or pass --allow-foreign-state "
+                       "(allow_foreign_state=True) to apply it anyway")
     if not fingerprint or not fp:
         missing = f"{where}'s manifest" if not fingerprint else f"index {index.path}'s manifest"
         raise StateMismatch(f"{where}: cannot prove it was learned on the corpus of index "

@@ -38,7 +38,14 @@ import numpy as np
 
 from tttembed.adapt import AdaptState
 from tttembed.adapt.adapter import map_deltas
-from tttembed.adapt.crossval import ALPHA_GRID, FOLDS, N_BOOT, cv_deltas
+from tttembed.adapt.crossval import (
+    ALPHA_GRID,
+    FOLDS,
+    MIN_CHOICE_QUERIES,
+    N_BOOT,
+    cv_deltas,
+    too_few_note,
+)
 from tttembed.adapt.feedback import Coef, feedback_vector, reward_rocchio, unit_rows
 from tttembed.adapt.qdrant_fit import INIT, fit_on_rewards
 from tttembed.adapt.scopes import LEARN_SCOPES, query_key
@@ -63,7 +70,9 @@ METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 10
+SELECT_VERSION = 11
+#: The query alphas' random stream (fixed: a version bump does not move the draws).
+_QUERY_ALPHA_STREAM = 10
 #: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
 CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
@@ -221,18 +230,32 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         for t, got in nb.evidence.items():
             evidence.setdefault(t, {}).update(got)
         estimators.update(nb.estimators)
+    notes = sh.notes + qp.notes + nb.notes + too_few(evidence)
     return Selection(
         shared=shared,
         query={t: best_method({m: e[m] for m in QUERY_LEVEL if m in e}, "none")
                for t, e in evidence.items()},
         evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed + nb.needed,
-        paid=sh.spent + qp.paid + nb.spent, cap=cap, notes=tuple(sh.notes + qp.notes + nb.notes),
+        paid=sh.spent + qp.paid + nb.spent, cap=cap, notes=tuple(notes),
         neighbour={t: best_method({m: e[m] for m in (NEIGHBOUR,) if m in e}, "none")
                    for t, e in evidence.items()} if near else {},
         shared_alpha=alphas, query_alpha=qalpha)
 
 
 Evidence = dict[str, dict[str, dict[str, float]]]
+
+
+def too_few(evidence: Evidence) -> list[str]:
+    """A note per task whose evidence holds fewer queries than a choice needs
+    (:data:`~tttembed.adapt.crossval.MIN_CHOICE_QUERIES`: raw kept there, whatever its
+    intervals say)."""
+    out = []
+    for t, per in evidence.items():
+        n = max((int(e.get("queries", MIN_CHOICE_QUERIES)) for e in per.values()),
+                default=MIN_CHOICE_QUERIES)
+        if n < MIN_CHOICE_QUERIES:
+            out.append(f"{t}: {too_few_note(n, 'raw kept, no part chosen')}")
+    return out
 
 
 #: The alphas a shared part may be shrunk to (the guard's grid without 0): its vector
@@ -272,7 +295,7 @@ def query_alphas(table: Table, *, objective: str, folds: int, seed: int) -> dict
     if not len(d):
         return {}
     col = {a: d[:, ALPHA_GRID.index(a)] for a in SHRINK}
-    rng = np.random.default_rng([seed, SELECT_VERSION])
+    rng = np.random.default_rng([seed, _QUERY_ALPHA_STREAM])
     per = task_gains({a: col[a] - col["rule"] for a in SHRINK if a != "rule"},
                      tasks.tolist(), n_boot=N_BOOT, rng=rng)
     up = [a for a in SHRINK if a != "rule" and float(a) > _QUERY_RULE]
