@@ -200,7 +200,7 @@ def _errors(searches: list[Row], sock: dict[str, int], kill: tuple[float, float]
             ) -> dict[str, int]:
     a_fail = sum(r.status != 200 for r in searches if r.replica == "a")
     b_fail = [r for r in searches if r.replica == "b" and r.status != 200]
-    in_kill = sum(kill is not None and kill[0] <= r.sent < kill[1] for r in b_fail)
+    in_kill = sum(kill is not None and kill[0] <= r.done < kill[1] for r in b_fail)
     return {"errors_other_replica": a_fail + sock["a"],
             "errors_killed_window": in_kill,
             "errors_killed_replica_outside_window": len(b_fail) - in_kill}
@@ -282,6 +282,9 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         "versions_served_end": end_v, "versions_served_raw_replay": raw_v,
         "loop_end": {k: loop.get(k) for k in ("version", "frozen", "reason", "pairs_judged",
                                               "judge_budget", "promotion_waiting")},
+        "versions": [{k: v.get(k) for k in ("version", "promoted", "served", "reason",
+                                            "evidence", "choice", "queries", "promoted_by")}
+                     for v in loop.get("versions") or []],
         "socket_errors": sock, "test_questions": len(got["task"].test),
     }
     out["timeline"] = {"t0": t0, "windows": windows(rows, t0, t1),

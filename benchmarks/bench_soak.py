@@ -203,8 +203,8 @@ def wrk_phase(stack: Stack, work: Path, tag: str, seconds: float, rate: float, t
 
 def capacity(stack: Stack, work: Path, seconds: float, threads: int, data: Path
              ) -> tuple[float, list[rep.Row], dict[str, int]]:
-    t0 = time.time()
-    procs = wrk_phase(stack, work, "cap", seconds, 0.0, threads, data)
+    t0 = time.time()  # no new search after `seconds`: those in flight are answered
+    procs = wrk_phase(stack, work, "cap", seconds + 5, 0.0, threads, data, stop_at=t0 + seconds)
     for proc in procs.values():
         proc.wait()
     rows, errors = [], {}
@@ -213,7 +213,7 @@ def capacity(stack: Stack, work: Path, seconds: float, threads: int, data: Path
         rows += r
         errors[name] = rep.socket_errors(e)
     ok = [r for r in rows if r.kind == "search" and r.status == 200 and r.sent >= t0 + 2]
-    span = max(r.done for r in ok) - (t0 + 2) if ok else math.nan
+    span = max(r.done for r in ok) - (t0 + 2) if ok else math.nan  # the first 2 s: warm-up
     return len(ok) / span, rows, errors
 
 
