@@ -165,9 +165,10 @@ def windows(rows: list[Row], t0: float, t1: float) -> dict[str, list[dict[str, A
 
 
 def version_number(v: str | None) -> float:
-    if v is None:
-        return math.nan
-    return 0.0 if v == "raw" else float(v[1:]) if v[1:].isdigit() else math.nan
+    """vN -> N; raw (or None: a replica serving no version) -> 0."""
+    if v is None or v == "raw":
+        return 0.0
+    return float(v[1:]) if v[1:].isdigit() else math.nan
 
 
 def _event_time(events: list[dict[str, Any]], name: str) -> float | None:
@@ -281,7 +282,8 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         "promotions": reach, "faults": run["events"], "manual_version": run["manual"],
         "versions_served_end": end_v, "versions_served_raw_replay": raw_v,
         "loop_end": {k: loop.get(k) for k in ("version", "frozen", "reason", "pairs_judged",
-                                              "judge_budget", "promotion_waiting")},
+                                              "judge_budget", "promotion_waiting", "caches",
+                                              "learner_clicks")},
         "versions": [{k: v.get(k) for k in ("version", "promoted", "served", "reason",
                                             "evidence", "choice", "queries", "promoted_by")}
                      for v in loop.get("versions") or []],
@@ -412,6 +414,8 @@ def plot(png: Path, f: dict[str, Any]) -> None:
     for e in f["detail"]["faults"]:
         for a in ax:
             a.axvline(e["time"] - t0, color="grey", lw=0.6, alpha=0.6)
+        ax[0].annotate(e["event"], (e["time"] - t0, 1.0), xycoords=("data", "axes fraction"),
+                       rotation=90, fontsize=6, va="top", ha="right", color="grey")
     ax[0].set_yscale("log")
     titles = ("search latency per 10 s window (ms)", "searches answered / s",
               "served version (0 = raw)", "RSS (MB)")

@@ -99,15 +99,20 @@ def postmaster_pid(stack: Stack) -> int | None:
 
 
 def tree_rss(pid: int) -> float:
-    """RSS (KiB) of ``pid`` and its children (PostgreSQL's backends)."""
-    total = proc_status("VmRSS", pid)
+    """Memory (KiB) of ``pid`` and its children (PostgreSQL's backends): their private
+    memory (``RssAnon``) summed, and the shared memory they map (``RssShmem``: the
+    shared buffers) once, as the largest any of them maps; a sum of RSS would count the
+    shared buffers once per backend, and grow as each backend touches more of them."""
+    pids = [pid]
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                total += proc_status("VmRSS", stat.parent.name)
+                pids.append(int(stat.parent.name))
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    anon = [proc_status("RssAnon", p) for p in pids]
+    shmem = [proc_status("RssShmem", p) for p in pids]
+    return sum(a for a in anon if a == a) + max((m for m in shmem if m == m), default=0.0)
 
 
 # -- the faults ---------------------------------------------------------------------------------
