@@ -329,7 +329,7 @@ def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, 
                 "<=", 3.0, "p99 during promotion / quiet"),
         "rss": (max(growth) if growth else None, "<=", 0.10,
                 "largest RSS growth after the first minutes"),
-        "ndcg": (f["served_ndcg10_end"] - f["served_ndcg10_raw"], ">", 0.0,
+        "ndcg": (f["served_ndcg10_end"] - f["served_ndcg10_raw"], ">=", 0.0001,
                  "served nDCG@10 end - raw, test questions"),
     }
 
@@ -338,7 +338,7 @@ def is_met(value: float | None, op: str, target: float) -> bool:
     if value is None:
         return False
     return value == target if op == "==" else value <= target if op == "<=" else \
-        value > target
+        value >= target
 
 
 def goals(f: dict[str, Any]) -> bool:
@@ -353,7 +353,7 @@ def goals(f: dict[str, Any]) -> bool:
         ok &= met
         print(f"goal {key}: {what} = {value if value is None else round(value, 4)} "
               f"(goal {op} {target:g}) {'met' if met else 'MISSED'}", flush=True)
-        claims[key] = Goal(f"soak: {what}", ">=" if op == ">" else op, target)
+        claims[key] = Goal(f"soak: {what}", op, target)
         measured[key] = value
     emit(claims, measured, f"{f['minutes']:g} min")
     return ok
