@@ -33,13 +33,16 @@ import random
 import re
 import signal
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 
-def read_folder(folder: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
-    """(document text -> id, question text -> id, qrels) of a BEIR folder."""
+def read_folder(folder: Path, splits: tuple[str, ...] = ("test",)
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """(document text -> id, question text -> id, qrels of ``splits``) of a BEIR folder."""
     docs, questions = {}, {}
     for line in (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -51,10 +54,11 @@ def read_folder(folder: Path) -> tuple[dict[str, str], dict[str, str], dict[str,
             row = json.loads(line)
             questions[_norm(row["text"])] = row["_id"]
     qrels: dict[str, dict[str, int]] = {}
-    rows = (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()
-    for line in rows[1:]:
-        qid, did, grade = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(grade)
+    for split in splits:
+        rows = (folder / "qrels" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+        for line in rows[1:]:
+            qid, did, grade = line.split("\t")
+            qrels.setdefault(qid, {})[did] = int(grade)
     return docs, questions, qrels
 
 
@@ -69,8 +73,9 @@ def _words(text: str) -> set[str]:
 class Judge:
     """Scores (question, document) pairs from the labels, with seeded per-pair noise."""
 
-    def __init__(self, folder: Path, noise: float, seed: int) -> None:
-        self.docs, self.questions, self.qrels = read_folder(folder)
+    def __init__(self, folder: Path, noise: float, seed: int,
+                 splits: tuple[str, ...] = ("test",)) -> None:
+        self.docs, self.questions, self.qrels = read_folder(folder, splits)
         self.top = max((g for q in self.qrels.values() for g in q.values()), default=1) or 1
         self.noise, self.seed = noise, seed
 
@@ -100,7 +105,29 @@ class Judge:
                      "meta": {"billed_units": {"search_units": 1}}}
 
 
-def handler(judge: Judge) -> type[BaseHTTPRequestHandler]:
+class Drill:
+    """Fault drills and accounting for load tests: answer HTTP 500 to every rerank request
+    until ``fail_until`` (monotonic seconds), and append the number of pairs of each
+    answered (200) request to ``count_file``, one line per request, after the answer is
+    sent (a process killed mid-way loses no line of an answer it sent)."""
+
+    def __init__(self, fail_for: float = 0.0, count_file: Path | None = None) -> None:
+        self.fail_until = time.monotonic() + fail_for
+        self.count_file = count_file
+        self._lock = threading.Lock()
+
+    def failing(self) -> bool:
+        return time.monotonic() < self.fail_until
+
+    def answered(self, pairs: int) -> None:
+        if self.count_file is not None:
+            with self._lock, open(self.count_file, "a", encoding="utf-8") as fh:
+                fh.write(f"{pairs}\n")
+
+
+def handler(judge: Judge, drill: Drill | None = None) -> type[BaseHTTPRequestHandler]:
+    drill = drill or Drill()
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
@@ -112,7 +139,12 @@ def handler(judge: Judge) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
             except ValueError:
                 return self._send(400, {"message": "the body is not JSON"})
-            self._send(*judge.answer(body))
+            if drill.failing():
+                return self._send(500, {"message": "fault drill: failing on purpose"})
+            status, answer = judge.answer(body)
+            self._send(status, answer)
+            if status == 200:
+                drill.answered(len(body.get("documents", body.get("texts")) or []))
 
         def _send(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
@@ -132,10 +164,19 @@ def check_args(args: argparse.Namespace) -> str:
     if not math.isfinite(args.noise) or args.noise < 0:
         return (f"--noise {args.noise} is not a standard deviation; give a number >= 0 "
                 "(0: the labels exactly)")
-    if not (args.folder / "qrels" / "test.tsv").is_file():
-        return (f"{args.folder}/qrels/test.tsv not found; export the demo first "
-                "(tttembed demo --export data/stdlib-docs)")
+    if not math.isfinite(args.fail_for) or args.fail_for < 0:
+        return f"--fail-for {args.fail_for} is not a number of seconds; give a number >= 0"
+    splits = _splits(args)
+    missing = [s for s in splits if not (args.folder / "qrels" / f"{s}.tsv").is_file()]
+    if missing or not splits:
+        return (f"{args.folder}/qrels/{(missing or ['test'])[0]}.tsv not found; export the "
+                "demo first (tttembed demo --export data/stdlib-docs)")
     return ""
+
+
+def _splits(args: argparse.Namespace) -> tuple[str, ...]:
+    """The qrels splits the labels come from (``--splits``)."""
+    return tuple(s for s in args.splits.split(",") if s)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -150,20 +191,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.15,
                         help="standard deviation of the seeded per-pair noise (default 0.15)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise (default 0)")
+    parser.add_argument("--splits", default="test", help="qrels files the labels come "
+                        "from, comma-separated (default test; e.g. train,test)")
+    parser.add_argument("--fail-for", type=float, default=0.0, help="fault drill: answer "
+                        "HTTP 500 to every rerank request for the first SECONDS after start")
+    parser.add_argument("--count-file", type=Path, help="append the number of pairs of "
+                        "each answered request to this file (one line per request)")
     args = parser.parse_args(argv)
     problem = check_args(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        judge = Judge(args.folder, args.noise, args.seed)
+        judge = Judge(args.folder, args.noise, args.seed, _splits(args))
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {args.folder} is not a readable BEIR folder ({type(exc).__name__}: "
               f"{exc}); export the demo again (tttembed demo --export data/stdlib-docs)",
               file=sys.stderr)
         return 2
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(judge))
+        server = ThreadingHTTPServer(("127.0.0.1", args.port),
+                                     handler(judge, Drill(args.fail_for, args.count_file)))
     except OSError as exc:
         print(f"error: cannot listen on 127.0.0.1:{args.port} ({exc.strerror or exc}); "
               "stop what uses it or give another --port (0: any free port)", file=sys.stderr)

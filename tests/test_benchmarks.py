@@ -24,7 +24,8 @@ BENCH = ROOT / "benchmarks"
 TOOLS = ROOT / "tools"
 DATA = ROOT.parent / "shared" / "data"
 #: benchmarks/ modules that are not scripts of their own (run_all.py has its own test)
-HELPERS = {"_support.py", "_loop_support.py", "_search_load.py", "claims.py", "run_all.py"}
+HELPERS = {"_support.py", "_loop_support.py", "_search_load.py", "_soak_setup.py",
+           "_soak_report.py", "claims.py", "run_all.py"}
 MODULES = ("json", "csv", "re", "pathlib", "shutil", "functools")  # 141 docs, 14 queries
 SLOW_S = 240  # most seconds one script may take here before the test fails
 
@@ -218,6 +219,37 @@ def test_the_serve_benchmark(tmp_path, env):
     assert any(row["claim"].startswith("serve search --registry") for row in rows), rows
     assert rows[-1]["claim"].startswith("serve: failed or mixed") and \
         rows[-1]["measured"] == 0, rows
+
+
+@pytest.mark.postgres
+def test_the_soak_benchmark_accounts_for_every_search_click_and_pair(tmp_path, env, tiny,
+                                                                     tiny_index):
+    """The soak run's CI variant (a one-minute soak on the tiny demo, every fault of the
+    schedule): the accounting equalities hold; its times are not asserted."""
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install -y wrk)")
+    from tests.pg import postgres_bindir
+
+    if postgres_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install -y postgresql)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed: pip install '.[loop]'")
+    claims, out = tmp_path / "claims.jsonl", tmp_path / "soak.json"
+    r = run(BENCH / "bench_soak.py",
+            ["--data", str(tiny), "--index", str(tiny_index), "--work-dir", str(tmp_path),
+             "--minutes", "1", "--capacity-s", "8", "--threads", "2", "--settle-s", "5",
+             "--learn-every", "20", "--json", str(out)], env, claims, timeout=420)
+    reported(r, claims, least=8, miss_exits_1=True)
+    f = json.loads(out.read_text())
+    searches = f["detail"]["searches"]
+    assert f["searches_answered"] > 0 and f["errors_other_replica"] == 0, f
+    assert searches["answered_not_logged"] == f["searches_dropped_said"], searches
+    assert searches["logged_not_answered"] == searches["logged_not_answered_at_kill"], searches
+    assert f["clicks_sent"] == f["clicks_stored"] > 0, f
+    assert f["detail"]["feedback"]["sent"] == f["detail"]["feedback"]["stored"], f
+    assert f["ledger_paid"] == f["loop_paid"] > 0, f
+    assert 0 <= f["judge_answered"] - f["ledger_paid"] <= f["detail"]["judge"]["batch"], f
+    assert f["promotions"] >= 2 and f["refused_versions_served"] == 0, f
+    assert out.with_suffix(".md").exists() and out.with_suffix(".png").exists()
 
 
 def test_the_thread_benchmark(tmp_path, env):

@@ -13,6 +13,12 @@ class ConfigError(TTTEmbedError):
     """Bad option, spec string or configuration file."""
 
 
+class StoreUnavailable(ConfigError):
+    """The feedback store cannot be reached now (its database restarting or down): a retry
+    may succeed. A ConfigError, so whatever handles those handles it; a server answers it
+    with a 503 and ``Retry-After`` instead of a 500."""
+
+
 class DataError(TTTEmbedError):
     """Bad input data. Carries the file and line (1-based) where it was found."""
 

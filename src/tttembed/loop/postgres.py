@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from tttembed.core.errors import ConfigError
+from tttembed.core.errors import ConfigError, StoreUnavailable
 from tttembed.core.pg import Words, connect, dead, import_psycopg, mask_url, scrub
 from tttembed.loop.store import SCHEMA, SQLStore
 
@@ -63,7 +63,8 @@ class PostgresStore(SQLStore):
             # creates the schema first) until it answers
 
     def _connect(self) -> Any:
-        return connect(self._dsn, WORDS, timeout=self.connect_timeout)
+        return connect(self._dsn, WORDS, timeout=self.connect_timeout,
+                       unavailable=StoreUnavailable)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -81,7 +82,7 @@ class PostgresStore(SQLStore):
             if not dead(conn):
                 raise  # a live connection's error (a serialization failure): as it is
             self._drop(conn)
-            raise ConfigError(WORDS.lost.format(url=self.url,
+            raise StoreUnavailable(WORDS.lost.format(url=self.url,
                                                 error=scrub(exc, self._dsn))) from None
 
     def _drop(self, conn: Any) -> None:

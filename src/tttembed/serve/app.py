@@ -3,7 +3,8 @@
 
 Every route handler runs inside :func:`_endpoint`, which checks the bearer key (all routes
 but ``/healthz``), turns :class:`~tttembed.serve.wire.ApiError` into OpenAI-shaped 4xx
-bodies (anything unexpected into a 500 without a traceback), counts the request and writes
+bodies (a feedback store that cannot be reached into a 503 with ``Retry-After``, anything
+unexpected into a 500, both without a traceback), counts the request and writes
 one JSON access-log line (never a header, so never the key). The model runs on its own
 thread (:class:`~tttembed.serve.engine.Batcher`): an embeddings request of a few texts
 awaits its rows on the event loop and is adapted and rendered there (tens of
@@ -29,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tttembed.core.errors import StoreUnavailable
 from tttembed.embed.base import Embedder
 from tttembed.serve import chain_routes, events, loop_routes, routes
 from tttembed.serve.config import ServeConfig
@@ -50,6 +52,26 @@ def _log_access(request: Request, route: str, status: int, seconds: float,
                                    ensure_ascii=False))
 
 
+#: Seconds between two log lines of a feedback store that cannot be reached.
+STORE_WARN_S = 10.0
+_store_warned = [0.0]
+
+
+def _store_unavailable(svc: Service, route: str, exc: StoreUnavailable) -> Response:
+    """A 503 with ``Retry-After`` for a request that needed the feedback store while it
+    cannot be reached (nothing of the request was kept), logged in one line at most
+    every :data:`STORE_WARN_S` seconds, without a traceback."""
+    svc.metrics.error(route, "store_unavailable")
+    reason = " ".join(str(exc).split())
+    if time.monotonic() - _store_warned[0] >= STORE_WARN_S:
+        _store_warned[0] = time.monotonic()
+        log.warning("%s: 503, %s", route, reason)
+    response = json_response(error_body(f"{reason}; retry shortly", "service_unavailable",
+                                        code="store_unavailable"), 503)
+    response.headers["Retry-After"] = "1"
+    return response
+
+
 def _endpoint(svc: Service, route: str, handler: Handler, auth: bool = True
               ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
@@ -63,6 +85,8 @@ def _endpoint(svc: Service, route: str, handler: Handler, auth: bool = True
         except ApiError as exc:
             svc.metrics.error(route, exc.code or exc.type)
             response = json_response(exc.body(), exc.status)
+        except StoreUnavailable as exc:  # the database restarting: a retry will do
+            response = _store_unavailable(svc, route, exc)
         except Exception as exc:  # never a traceback on the wire
             log.exception("%s failed", route)
             svc.metrics.error(route, "server_error")

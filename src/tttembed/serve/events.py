@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -246,15 +247,17 @@ def parse_body(body: Any, max_inputs: int) -> tuple[list[RawEvent], dict[str, li
 class _Checker:
     """Checks a body's events against the traffic log, reading each search once."""
 
-    def __init__(self, store: Store, doc_ids: frozenset[str], shown: dict[str, list[str]]):
+    def __init__(self, store: Store, doc_ids: frozenset[str], shown: dict[str, list[str]],
+                 find: Callable[[str], SearchLog | None] | None = None):
         self.store, self.doc_ids = store, doc_ids
+        self.find = find or store.get_search
         self.searches: dict[str, SearchLog] = {}
         self.lists: dict[str, tuple[str, ...]] = {}
         self.impressions = [self._impression(sid, ids) for sid, ids in shown.items()]
 
     def search(self, sid: str, where: str) -> SearchLog:
         if sid not in self.searches:
-            logged = self.store.get_search(sid)
+            logged = self.find(sid)
             if logged is None:
                 raise ApiError(404, f"{where} {sid!r} is not a search this loop logged (send "
                                "the search_id a /v1/search result carries)",
@@ -308,7 +311,7 @@ async def events_route(svc: Service, request: Request, info: dict[str, Any]) -> 
     raw, shown = parse_body(body, svc.config.limits.max_inputs)
 
     def work() -> dict[str, Any]:
-        check = _Checker(svc.store, svc.doc_ids, shown)
+        check = _Checker(svc.store, svc.doc_ids, shown, svc.find_search)
         rows = [check.event(r, i) for i, r in enumerate(raw)]
         kept = svc.store.add_events(rows, check.impressions, caps_of(svc))
         return {"object": "events", "received": len(rows), "stored": kept.stored,

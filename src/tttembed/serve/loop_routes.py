@@ -54,7 +54,7 @@ def _one(svc: Service, item: Any, i: int) -> Feedback:
                        param="doc_id", code="unknown_doc_id")
     sid, task, query = item.get("search_id"), item.get("task"), item.get("query")
     if sid is not None:
-        logged = svc.store.get_search(str(sid))
+        logged = svc.find_search(str(sid))
         if logged is None:
             raise ApiError(404, f"feedback[{i}].search_id {sid!r} is not a search this "
                            "loop logged", param="search_id", code="unknown_search_id")

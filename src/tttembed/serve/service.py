@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from tttembed.core.errors import StateMismatch
+from tttembed.core.errors import StateMismatch, StoreUnavailable
 from tttembed.embed.base import Embedder
 from tttembed.serve.config import ServeConfig
 from tttembed.serve.documents import Documents
@@ -91,6 +91,23 @@ class Service:
         """The traffic log's ``log_error``, ``unlogged`` and ``unlogged_dropped``."""
         return self.traffic.status() if self.traffic is not None else {
             "log_error": None, "unlogged": 0, "unlogged_dropped": 0}
+
+    def find_search(self, search_id: str) -> Any:
+        """The logged search ``search_id`` (a SearchLog), None when unknown. One this
+        replica answered and still holds (the store could not be written) is written
+        first; while it cannot be, StoreUnavailable says so (a 503: retry), never "not
+        a search this loop logged"."""
+        assert self.store is not None
+        logged = self.store.get_search(search_id)
+        if logged is None and self.traffic is not None and self.traffic.holds(search_id):
+            self.traffic.flush()
+            logged = self.store.get_search(search_id)
+            if logged is None:
+                raise StoreUnavailable(
+                    f"search {search_id!r} was answered by this replica and is not written "
+                    f"to the feedback store yet ({self.traffic.error or 'being written'}); "
+                    "it is kept and written when the store answers")
+        return logged
 
     def close_traffic(self) -> None:
         """On shutdown: what the traffic log holds is written once more."""

@@ -79,6 +79,11 @@ class TrafficLog:
                 self.error = None
                 return not self.pending
 
+    def holds(self, search_id: str) -> bool:
+        """Whether the search ``search_id`` waits here, answered and not written yet."""
+        with self._lock:
+            return any(getattr(row, "search_id", None) == search_id for row in self.pending)
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             return {"log_error": self.error, "unlogged": len(self.pending),

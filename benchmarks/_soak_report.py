@@ -1,0 +1,428 @@
+"""What ``bench_soak.py`` measures and writes: wrk's per-request logs (:func:`read_logs`),
+the counts of the store, the ledger and the judge (:func:`counts`), the figures of the
+issue's report (:func:`figures`), the goals (:func:`goals`), and the markdown and PNG
+beside the JSON (:func:`write_report`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: A promotion must be served by both replicas within the registry poll (1 s) + 2 s.
+REACH_S = 3.0
+WINDOW_S = 10.0
+
+
+@dataclass
+class Row:
+    replica: str
+    kind: str
+    sent: float
+    done: float
+    status: int
+    sid: str
+    version: str
+    extra: int
+
+
+def read_logs(prefix: Path, replica: str) -> tuple[list[Row], dict[str, int]]:
+    """Every line wrk's threads logged for ``prefix`` (SOAK_LOG), and its error counts."""
+    rows: list[Row] = []
+    for path in sorted(prefix.parent.glob(prefix.name + ".*")):
+        if not path.suffix[1:].isdigit():
+            continue
+        for line in path.read_text().splitlines():
+            f = line.split("\t")
+            if len(f) < 7:
+                continue  # a line cut by a kill
+            rows.append(Row(replica, f[0], float(f[1]), float(f[2]), int(f[3]), f[4], f[5],
+                            int(f[6] or 0)))
+    err_file = prefix.parent / (prefix.name + ".errors")
+    errors = json.loads(err_file.read_text()) if err_file.exists() else {}
+    return rows, errors
+
+
+def socket_errors(errors: dict[str, int]) -> int:
+    return sum(int(errors.get(k, 0)) for k in ("connect", "read", "write", "timeout"))
+
+
+def p(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) * 1000 if xs else math.nan
+
+
+def inside(t: float, windows: list[tuple[float, float]]) -> bool:
+    return any(a <= t < b for a, b in windows)
+
+
+# -- counts from the store, the ledger, the judge ---------------------------------------------
+def counts(db_url: str, ledger: Path, judge_file: Path) -> dict[str, Any]:
+    import psycopg
+
+    out: dict[str, Any] = {}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for key, sql in (
+                ("searches", "SELECT count(*) FROM searches WHERE kind = 'search'"),
+                ("clicks", "SELECT count(*) FROM events WHERE action = 'click'"),
+                ("feedback", "SELECT count(*) FROM feedback"),
+                ("drift", "SELECT COALESCE(SUM(pairs), 0) FROM spend WHERE source = 'drift'"),
+                ("spend", "SELECT COALESCE(SUM(pairs), 0) FROM spend")):
+            try:
+                out[key] = int(conn.execute(sql).fetchone()[0])
+            except psycopg.Error:
+                out[key] = 0
+    out["ledger_rows"] = 0
+    if ledger.exists():
+        with sqlite3.connect(ledger) as db:
+            out["ledger_rows"] = int(db.execute("SELECT count(*) FROM rewards").fetchone()[0])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT search_id, replica, created FROM searches "
+                            "WHERE kind = 'search'").fetchall()
+    out["logged_ids"] = {str(sid): (str(r), float(t)) for sid, r, t in rows}
+    out["judge_answered"] = sum(int(x) for x in judge_file.read_text().split()) \
+        if judge_file.exists() else 0
+    return out
+
+
+def said_dropped(logs: list[Path], final_loops: list[dict[str, Any]]) -> int:
+    """Searches the replicas said they could not log: their log lines, and what
+    ``/v1/loop`` of the running ones counts (``serving.unlogged_dropped``)."""
+    n = sum(int(m) for log in logs if log.exists()
+            for m in re.findall(r"(\d+) searches were not logged", log.read_text()))
+    return n + sum(int((s.get("serving") or {}).get("unlogged_dropped") or 0)
+                   for s in final_loops)
+
+
+# -- the figures ----------------------------------------------------------------------------------
+def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float
+                    ) -> list[dict[str, Any]]:
+    """Each promotion or rollback after ``since``: when each replica first answered with
+    the version it named."""
+    searches = sorted((r for r in rows if r.kind == "search" and r.status == 200),
+                      key=lambda r: r.done)
+    out = []
+    for h in history:
+        t = float(h.get("time") or 0)
+        if t < since or h.get("action") not in ("promote", "rollback"):
+            continue
+        target = h.get("version") or "raw"
+        seen = {}
+        for rep in ("a", "b"):
+            first = next((r.done for r in searches if r.replica == rep and r.done >= t
+                          and r.version == target), math.nan)
+            seen[rep] = first - t
+        out.append({"action": h["action"], "version": target, "by": h.get("by"), "time": t,
+                    "seen_after_s": seen,
+                    "reached_both": all(v <= REACH_S for v in seen.values())})
+    return out
+
+
+def rss_growth(rss: dict[str, list[tuple[float, float]]], t0: float, after: float
+               ) -> dict[str, float | None]:
+    """Per process (instance): its last RSS over its RSS ``after`` s into the soak (or
+    into its own life, for one started during the soak), minus 1; None for one that did
+    not live long enough after that."""
+    out: dict[str, float | None] = {}
+    for name, samples in rss.items():
+        xs = [(t, v) for t, v in samples if v == v]
+        if not xs:
+            continue
+        start = max(xs[0][0], t0) + after
+        base = next((v for t, v in xs if t >= start), None)
+        out[name] = None if base is None or xs[-1][0] < start + after / 2 else \
+            round(xs[-1][1] / base - 1, 4)
+    return out
+
+
+def windows(rows: list[Row], t0: float, t1: float) -> dict[str, list[dict[str, Any]]]:
+    """Per replica, per 10 s window of sent time: answered, p50, p99, the version most
+    answered."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rep in ("a", "b"):
+        by: dict[int, list[Row]] = defaultdict(list)
+        for r in rows:
+            if r.replica == rep and r.kind == "search" and t0 <= r.sent < t1:
+                by[int((r.sent - t0) // WINDOW_S)].append(r)
+        out[rep] = []
+        for w in range(int(math.ceil((t1 - t0) / WINDOW_S))):
+            ok = [r for r in by.get(w, []) if r.status == 200]
+            lat = [r.done - r.sent for r in ok]
+            versions = [r.version for r in ok]
+            out[rep].append({"t": w * WINDOW_S, "answered": len(ok),
+                             "failed": len(by.get(w, [])) - len(ok), "p50_ms": p(lat, 50),
+                             "p99_ms": p(lat, 99),
+                             "version": max(set(versions), key=versions.count)
+                             if versions else None})
+    return out
+
+
+def version_number(v: str | None) -> float:
+    """vN -> N; raw (or None: a replica serving no version) -> 0."""
+    if v is None or v == "raw":
+        return 0.0
+    return float(v[1:]) if v[1:].isdigit() else math.nan
+
+
+def _event_time(events: list[dict[str, Any]], name: str) -> float | None:
+    return next((e["time"] for e in events if e["event"] == name), None)
+
+
+def fault_windows(events: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """The serving faults: b down (kill to healthy), PostgreSQL down (stop to start), each
+    with 10 s after it."""
+    out = {}
+    for name, a, b in (("kill", "kill_b", "b_healthy"), ("pg", "pg_stop", "pg_started")):
+        ta, tb = _event_time(events, a), _event_time(events, b)
+        if ta is not None and tb is not None:
+            out[name] = (ta, tb + 10.0)
+    return out
+
+
+def _followups(rows: list[Row], kind: str) -> dict[str, Any]:
+    sent = sum(int(r.sid or 0) for r in rows if r.kind == f"{kind}_sent")
+    acked = sum(int(r.sid or 0) for r in rows if r.kind == kind and r.status == 202)
+    refused: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.kind == kind and r.status != 202:
+            refused[str(r.status)] += 1
+    lost = sum(int(r.sid or 0) for r in rows if r.kind == f"{kind}_lost")
+    return {"sent": sent, "acked": acked, "refused_then_retried": dict(refused), "lost": lost}
+
+
+def _errors(searches: list[Row], sock: dict[str, int], kill: tuple[float, float] | None
+            ) -> dict[str, int]:
+    a_fail = sum(r.status != 200 for r in searches if r.replica == "a")
+    b_fail = [r for r in searches if r.replica == "b" and r.status != 200]
+    in_kill = sum(kill is not None and kill[0] <= r.done < kill[1] for r in b_fail)
+    return {"errors_other_replica": a_fail + sock["a"],
+            "errors_killed_window": in_kill,
+            "errors_killed_replica_outside_window": len(b_fail) - in_kill}
+
+
+def reconcile(searches: list[Row], logged: dict[str, tuple[str, float]],
+              kill: tuple[float, float] | None) -> dict[str, int]:
+    """Search ids answered (200) against those in the store: answered and not logged
+    (must be said dropped), logged and not answered (a search in flight on replica b
+    when it was killed: logged, its answer never sent)."""
+    answered = {r.sid for r in searches if r.status == 200 and r.sid}
+    not_answered = [t for sid, (_, t) in logged.items() if sid not in answered]
+    at_kill = sum(kill is not None and kill[0] - 5 <= t <= kill[0] + 2 for t in not_answered)
+    return {"answered_not_logged": len(answered - set(logged)),
+            "logged_not_answered": len(not_answered),
+            "logged_not_answered_at_kill": at_kill}
+
+
+def _latency(searches: list[Row], reach: list[dict[str, Any]],
+             faults: dict[str, tuple[float, float]], t0: float, t1: float
+             ) -> dict[str, float]:
+    promo = [(x["time"], x["time"] + REACH_S) for x in reach]
+    ok = [r for r in searches if r.status == 200 and t0 <= r.sent < t1]
+    quiet = [r.done - r.sent for r in ok if r.sent >= t0 + 10 and not inside(r.sent, promo)
+             and not inside(r.sent, list(faults.values()))]
+    during = [r.done - r.sent for r in ok if inside(r.sent, promo)]
+    return {"p50_quiet_ms": round(p(quiet, 50), 2), "p99_quiet_ms": round(p(quiet, 99), 2),
+            "p99_during_promotion_ms": round(p(during, 99), 2),
+            "searches_during_promotion": len(during), "searches_quiet": len(quiet)}
+
+
+def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
+    """The report's keys (the issue's names first), from the run's logs and counts."""
+    run, stack, c = got["run"], got["stack"], got["counts"]
+    t0, t1 = run["t0"], run["t1"]
+    rows, sock = list(got["cap_rows"]), dict(got["cap_errors"])
+    for name in ("a", "b"):
+        r, e = read_logs(stack.work / f"wrk-soak-{name}", name)
+        rows += r
+        sock[name] = sock.get(name, 0) + socket_errors(e)
+    searches = [r for r in rows if r.kind == "search"]
+    faults = fault_windows(run["events"])
+    reach = promotion_reach(got["history"], rows, t0)
+    served = {"raw"} | {str(h.get("version")) for h in got["history"] if h.get("version")}
+    clicks, feedback = _followups(rows, "click"), _followups(rows, "feedback")
+    logs = [stack.work / f"replica-{n}.log" for n in "ab"]
+    raw, raw_v, end, end_v = got["ndcg"]
+    loop = got["final"][0]
+    soak_ok = [r for r in searches if r.status == 200 and t0 <= r.sent < t1]
+    out: dict[str, Any] = {
+        "minutes": args.minutes, "capacity_qps": round(got["cap"], 2),
+        "offered_qps": round(got["offered"], 2),
+        "achieved_qps": round(len(soak_ok) / (t1 - t0), 2),
+        "searches_answered": sum(r.status == 200 for r in searches),
+        **_errors(searches, sock, faults.get("kill")),
+        "searches_logged": c["searches"],
+        "searches_dropped_said": said_dropped(logs, got["final"]),
+        "clicks_sent": clicks["sent"], "clicks_stored": c["clicks"],
+        "judge_answered": c["judge_answered"],
+        "ledger_paid": c["ledger_rows"] + c["drift"],
+        "loop_paid": int(loop.get("pairs_judged") or 0),
+        "promotions": len(reach), "promotions_reached_both": sum(x["reached_both"] for x in reach),
+        "refused_versions_served": sum(r.status == 200 and r.version not in served
+                                       for r in searches),
+        **_latency(searches, reach, faults, t0, t1),
+        "rss_growth": rss_growth(got["sampler"].rss, t0, min(120.0, 0.2 * (t1 - t0))),
+        "served_ndcg10_raw": round(raw["test"], 4), "served_ndcg10_end": round(end["test"], 4),
+        "served_ndcg10_raw_stream": round(raw["stream"], 4),
+        "served_ndcg10_end_stream": round(end["stream"], 4),
+    }
+    out["detail"] = {
+        "searches": reconcile(searches, c["logged_ids"], faults.get("kill")),
+        "clicks": clicks, "feedback": {**feedback, "stored": c["feedback"]},
+        "judge": {"ledger_rows": c["ledger_rows"], "drift_rescores": c["drift"],
+                  "spend_account": c["spend"], "budget": stack.budget,
+                  "batch": JUDGE_BATCH},
+        "replicas_refused": sum(bool(x.get("refused")) for x in loop.get("replicas") or []),
+        "promotions": reach, "faults": run["events"], "manual_version": run["manual"],
+        "versions_served_end": end_v, "versions_served_raw_replay": raw_v,
+        "loop_end": {k: loop.get(k) for k in ("version", "frozen", "reason", "pairs_judged",
+                                              "judge_budget", "promotion_waiting", "caches",
+                                              "learner_clicks")},
+        "versions": [{k: v.get(k) for k in ("version", "promoted", "served", "reason",
+                                            "evidence", "choice", "queries", "promoted_by")}
+                     for v in loop.get("versions") or []],
+        "socket_errors": sock, "test_questions": len(got["task"].test),
+    }
+    out["timeline"] = {"t0": t0, "windows": windows(rows, t0, t1),
+                       "loops": got["sampler"].loops, "rss": got["sampler"].rss}
+    return out
+
+
+JUDGE_BATCH = 10  # pairs of one judge request: the learner's --judge-depth (default 10)
+
+
+# -- goals ---------------------------------------------------------------------------------------
+def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, str]]:
+    """Per goal: (measured, op, target, what the ratio is)."""
+    growth = [v for k, v in f["rss_growth"].items() if v is not None
+              and not k.startswith("wrk")]  # the system's processes, not the load's
+    judge_gap = f["judge_answered"] - f["ledger_paid"]
+    rec = f["detail"]["searches"]
+    return {
+        "lost": (float(rec["answered_not_logged"] - f["searches_dropped_said"]), "==", 0.0,
+                 "answered searches not in the store - dropped said"),
+        "unanswered": (float(rec["logged_not_answered"] - rec["logged_not_answered_at_kill"]),
+                       "==", 0.0, "logged searches never answered, but for those in flight "
+                       "at the kill"),
+        "errors": (float(f["errors_other_replica"]), "==", 0.0, "errors on replica a"),
+        "searches": (float(f["searches_answered"] - f["searches_logged"]
+                           - f["searches_dropped_said"]), "==", 0.0,
+                     "answered - (logged + dropped said)"),
+        "clicks": (float(f["clicks_sent"] - f["clicks_stored"]), "==", 0.0,
+                   "clicks sent - stored"),
+        "paid": (float(f["loop_paid"] - f["ledger_paid"]), "==", 0.0,
+                 "/v1/loop paid - ledger paid"),
+        "judge_gap": (float(judge_gap) if judge_gap >= 0 else float("inf"), "<=",
+                      float(JUDGE_BATCH), "judge answered - ledger paid (one batch)"),
+        "reach": (float(f["promotions"] - f["promotions_reached_both"]), "==", 0.0,
+                  "promotions not on both replicas within 3 s"),
+        "refused": (float(f["refused_versions_served"]), "==", 0.0,
+                    "answers by a never-promoted version"),
+        "p99": (f["p99_during_promotion_ms"] / f["p99_quiet_ms"]
+                if f["p99_quiet_ms"] == f["p99_quiet_ms"] and f["p99_quiet_ms"] > 0 else None,
+                "<=", 3.0, "p99 during promotion / quiet"),
+        "rss": (max(growth) if growth else None, "<=", 0.10,
+                "largest RSS growth after the first minutes"),
+        "ndcg": (f["served_ndcg10_end"] - f["served_ndcg10_raw"], ">=", 0.0001,
+                 "served nDCG@10 end - raw, test questions"),
+    }
+
+
+def is_met(value: float | None, op: str, target: float) -> bool:
+    if value is None:
+        return False
+    return value == target if op == "==" else value <= target if op == "<=" else \
+        value >= target
+
+
+def goals(f: dict[str, Any]) -> bool:
+    """Print each goal as met or missed, with its measured ratio; all met?"""
+    from claims import Goal, emit
+
+    ok = True
+    claims: dict[str, Goal] = {}
+    measured: dict[str, float | None] = {}
+    for key, (value, op, target, what) in goal_values(f).items():
+        met = is_met(value, op, target)
+        ok &= met
+        print(f"goal {key}: {what} = {value if value is None else round(value, 4)} "
+              f"(goal {op} {target:g}) {'met' if met else 'MISSED'}", flush=True)
+        claims[key] = Goal(f"soak: {what}", op, target)
+        measured[key] = value
+    emit(claims, measured, f"{f['minutes']:g} min")
+    return ok
+
+
+# -- the markdown and the PNG ------------------------------------------------------------------------
+KEYS = ("minutes", "capacity_qps", "offered_qps", "achieved_qps", "searches_answered",
+        "errors_other_replica", "errors_killed_window", "searches_logged",
+        "searches_dropped_said", "clicks_sent", "clicks_stored", "judge_answered",
+        "ledger_paid", "loop_paid", "promotions", "promotions_reached_both",
+        "refused_versions_served", "p99_quiet_ms", "p99_during_promotion_ms",
+        "served_ndcg10_raw", "served_ndcg10_end", "served_ndcg10_raw_stream",
+        "served_ndcg10_end_stream")
+
+
+def write_report(json_path: Path, f: dict[str, Any], load: str) -> None:
+    """``OUT.md`` (the keys, the goals, the faults) and ``OUT.png`` beside ``OUT``."""
+    md, png = json_path.with_suffix(".md"), json_path.with_suffix(".png")
+    lines = [f"# Soak run: {f['minutes']:g} minutes", "", f"Machine load: {load}", "",
+             "| key | value |", "|---|---|"]
+    lines += [f"| `{k}` | {f[k]} |" for k in KEYS]
+    lines += [f"| `rss_growth` | {json.dumps(f['rss_growth'])} |", "", "## Goals", ""]
+    for value, op, target, what in goal_values(f).values():
+        met = is_met(value, op, target)
+        lines.append(f"- {what}: {value if value is None else round(value, 4)} "
+                     f"(goal {op} {target:g}): {'met' if met else 'missed'}")
+    lines += ["", "## Faults and promotions", ""]
+    t0 = f["timeline"]["t0"]
+    lines += [f"- {e['time'] - t0:7.1f} s {e['event']}" for e in f["detail"]["faults"]]
+    lines += [f"- {x['time'] - t0:7.1f} s {x['action']} {x['version']} by {x['by']}: seen "
+              f"after {json.dumps({k: round(v, 2) for k, v in x['seen_after_s'].items()})} s"
+              for x in f["detail"]["promotions"]]
+    lines += ["", f"![timeline]({png.name})", ""]
+    md.write_text("\n".join(lines) + "\n")
+    plot(png, f)
+
+
+def plot(png: Path, f: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tl = f["timeline"]
+    t0 = tl["t0"]
+    fig, ax = plt.subplots(4, 1, figsize=(11, 13), sharex=True)
+    for rep_name, ws in tl["windows"].items():
+        t = [w["t"] for w in ws]
+        ax[0].plot(t, [w["p50_ms"] for w in ws], label=f"{rep_name} p50")
+        ax[0].plot(t, [w["p99_ms"] for w in ws], "--", label=f"{rep_name} p99")
+        ax[1].plot(t, [w["answered"] / WINDOW_S for w in ws], label=f"replica {rep_name}")
+    for rep_name in ("a", "b"):
+        pts = [(t - t0, version_number(v)) for t, r, v, _ in tl["loops"] if r == rep_name]
+        ax[2].step([x for x, _ in pts], [y for _, y in pts], where="post",
+                   label=f"replica {rep_name}")
+    for name, samples in tl["rss"].items():
+        ax[3].plot([t - t0 for t, _ in samples], [v for _, v in samples], label=name)
+    for e in f["detail"]["faults"]:
+        for a in ax:
+            a.axvline(e["time"] - t0, color="grey", lw=0.6, alpha=0.6)
+        ax[0].annotate(e["event"], (e["time"] - t0, 1.0), xycoords=("data", "axes fraction"),
+                       rotation=90, fontsize=6, va="top", ha="right", color="grey")
+    ax[0].set_yscale("log")
+    titles = ("search latency per 10 s window (ms)", "searches answered / s",
+              "served version (0 = raw)", "RSS (MB)")
+    for a, title in zip(ax, titles):
+        a.set_title(title, fontsize=10)
+        a.legend(fontsize=7, ncol=4)
+    ax[3].set_xlabel("seconds into the soak (grey: faults)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    plt.close(fig)

@@ -1,0 +1,400 @@
+"""The whole closed loop under sustained traffic, with faults: one soak run.
+
+    python benchmarks/bench_soak.py [--data ../shared/data/scifact] [--minutes 20]
+        [--json soak.json] [--docs N] [--work-dir ~/.cache/tttembed-bench]
+
+Everything runs on 127.0.0.1 and is stopped at the end: PostgreSQL (tests/pg.py: the
+registry and the feedback store in one database), two ``tttembed serve --registry URL``
+replicas of the same index (a and b), the learner (``tttembed loop``, judge, audit on
+the folder's labels) and the judge, ``examples/rerank_server.py`` answering from the
+folder's labels (train and test) and counting the pairs it answered in a file.
+
+Load: wrk with ``benchmarks/soak.lua``, one wrk per replica, one connection per thread:
+searches drawn Zipf(1) over the folder's train questions (the test questions are kept
+for the replay), clicks posted to ``/v1/events`` after 30% of searches from a
+position-based model, explicit labels on ``/v1/feedback`` after 2%. First the capacity:
+wrk unpaced for ``--capacity-s`` (both replicas at once, searches answered per second);
+then the soak at ``--load`` (0.5) of it for ``--minutes``, paced by the script's
+``delay()`` (each thread takes the next free slot of its share of the rate: Debian's wrk
+has no fixed-rate mode, wrk2's ``-R``).
+
+Faults on a schedule printed at the start (fractions of the soak): a promotion by CLI
+(a registered, never-learned version), ``kill -9`` of replica b (restarted 10 s later),
+a PostgreSQL restart, the judge down 60 s then answering 500 for 30 s, a rollback by CLI.
+The JSON keys are the issue's (see :mod:`_soak_report`); a markdown and a PNG are written
+beside it (latency p50/p99 and throughput per 10 s window per replica, the version each
+serves, the memory of every process: RSS; PostgreSQL's as its backends' private memory
+plus its shared buffers once). The goals are printed as met or missed, each with its
+measured value, and the exit status is 1 when one is missed. ``--docs N`` soaks a subset
+(the judged documents first), ``--index`` reuses a built index (the CI variant in
+``tests/test_benchmarks.py`` runs one minute on the tiny demo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _soak_report as rep  # noqa: E402
+from _loop_support import CHILDREN  # noqa: E402
+from _soak_setup import Stack, Task, prepare_task, start_wrk, write_lua_data  # noqa: E402
+from _support import DATA, ROOT, cli, proc_status, write_json  # noqa: E402
+
+FAULTS = (  # (fraction of the soak, what)
+    (0.12, "promote"), (0.24, "kill_b"), (0.40, "pg_restart"), (0.55, "judge_down"),
+    (0.80, "rollback"))
+
+
+class Sampler(threading.Thread):
+    """Every second: each replica's ``/v1/loop`` (what it serves); every 5 s the RSS of
+    every process."""
+
+    def __init__(self, stack: Stack, extra: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.extra = stack, extra
+        self.loops: list[tuple[float, str, str | None, int]] = []
+        self.rss: dict[str, list[tuple[float, float]]] = {}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        import httpx
+
+        n = 0
+        with httpx.Client(timeout=5) as http:
+            while not self.halt.wait(1.0):
+                for name in ("a", "b"):
+                    try:
+                        s = http.get(self.stack.procs[name].url + "/v1/loop").json()
+                        serving = s.get("serving") or {}
+                        self.loops.append((time.time(), name, serving.get("version"),
+                                           int(serving.get("unlogged") or 0)))
+                    except Exception:  # noqa: BLE001  (a replica down: a gap)
+                        pass
+                n += 1
+                if n % 5 == 0:
+                    self.sample_rss()
+
+    def sample_rss(self) -> None:
+        now = time.time()
+        procs = {f"{p.name}#{len(p.pids)}": p.pid for p in self.stack.procs.values()}
+        procs.update({k: (v.pid if v.poll() is None else None) for k, v in self.extra.items()})
+        procs["postgres"] = postmaster_pid(self.stack)
+        for name, pid in procs.items():
+            if pid is None:
+                continue
+            kib = tree_rss(pid) if name == "postgres" else proc_status("VmRSS", pid)
+            self.rss.setdefault(name, []).append((now, kib / 1024))
+
+
+def postmaster_pid(stack: Stack) -> int | None:
+    try:
+        return int((Path(stack.db.root) / "data" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tree_rss(pid: int) -> float:
+    """Memory (KiB) of ``pid`` and its children (PostgreSQL's backends): their private
+    memory (``RssAnon``) summed, and the shared memory they map (``RssShmem``: the
+    shared buffers) once, as the largest any of them maps; a sum of RSS would count the
+    shared buffers once per backend, and grow as each backend touches more of them."""
+    pids = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    anon = [proc_status("RssAnon", p) for p in pids]
+    shmem = [proc_status("RssShmem", p) for p in pids]
+    return sum(a for a in anon if a == a) + max((m for m in shmem if m == m), default=0.0)
+
+
+# -- the faults ---------------------------------------------------------------------------------
+def run_cli(stack: Stack, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(cli(*args), capture_output=True, text=True, env=stack.env(),
+                          timeout=300)
+    if done.returncode != 0:
+        return f"FAILED ({done.returncode}): {done.stderr.strip()[-300:]}"
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "ok"
+
+
+def manual_version(stack: Stack) -> str:
+    """A version registered by hand (a tiny task-wise vector: serving it changes almost
+    nothing), for the CLI promotion."""
+    import numpy as np
+
+    from tttembed.adapt.state import AdaptState
+    from tttembed.index.store import load_index
+
+    index = load_index(stack.task.index)
+    v = np.random.default_rng(5).normal(size=(1, index.dim)).astype(np.float32)
+    v *= 0.01 / float(np.linalg.norm(v))
+    st = AdaptState("task", (stack.task.name,), v, np.array([0.5]), np.array([10]),
+                    identity=index.identity, dim=index.dim,
+                    corpus_fingerprint=str(index.manifest.get("corpus_fingerprint", "")),
+                    scorer="soak")
+    path = st.save(stack.work / "manual.npz")
+    said = run_cli(stack, "states", "add", stack.url, str(path))
+    import re
+
+    m = re.search(r"\bv\d+\b", said)
+    if m is None:
+        raise SystemExit(f"states add: {said}")
+    return m.group(0)
+
+
+def do_fault(what: str, stack: Stack, scale: float, events: list[dict[str, Any]],
+             manual: str) -> None:
+    def mark(name: str, **kw: Any) -> None:
+        events.append({"event": name, "time": time.time(), **kw})
+        print(f"  {time.strftime('%H:%M:%S')} {name} {kw if kw else ''}", flush=True)
+
+    if what == "promote":
+        mark("promote_cli", version=manual, said=run_cli(stack, "states", "promote",
+                                                        stack.url, manual))
+    elif what == "rollback":
+        mark("rollback_cli", said=run_cli(stack, "states", "rollback", stack.url))
+    elif what == "kill_b":
+        b = stack.procs["b"]
+        mark("kill_b", pid=b.pid)
+        b.kill(signal.SIGKILL)
+        time.sleep(10)
+        mark("restart_b")
+        b.start()
+        mark("b_healthy", pid=b.pid)
+    elif what == "pg_restart":
+        mark("pg_stop")
+        stack.db.stop("fast")
+        time.sleep(5)
+        stack.db.start()
+        mark("pg_started")
+    elif what == "judge_down":
+        mark("judge_down")
+        stack.procs["judge"].stop()
+        time.sleep(60 * scale)
+        stack.restart_judge(fail_for=30 * scale)
+        mark("judge_up_failing", seconds=round(30 * scale, 1))
+        time.sleep(30 * scale)
+        mark("judge_answering")
+
+
+def schedule(seconds: float, scale: float) -> list[tuple[float, str]]:
+    out = [(f * seconds, w) for f, w in FAULTS]
+    print("fault schedule (seconds into the soak): " + ", ".join(
+        f"{t:.0f} s {w}" for t, w in out) + f"; judge down {60 * scale:.0f} s then 500 for "
+        f"{30 * scale:.0f} s; b restarted 10 s after its kill; PostgreSQL down 5 s",
+        flush=True)
+    return out
+
+
+# -- phases ------------------------------------------------------------------------------------
+def wrk_phase(stack: Stack, work: Path, tag: str, seconds: float, rate: float, threads: int,
+              data: Path, stop_at: float = 0.0) -> dict[str, Any]:
+    procs = {}
+    for i, name in enumerate(("a", "b")):
+        procs[name] = start_wrk(stack.procs[name].url, threads, seconds, work / f"wrk-{tag}-{name}",
+                                data, rate / 2, seed=i + (7 if tag == "soak" else 0),
+                                replica=f"{tag}{name}", stop_at=stop_at)
+    return procs
+
+
+def capacity(stack: Stack, work: Path, seconds: float, threads: int, data: Path
+             ) -> tuple[float, list[rep.Row], dict[str, int]]:
+    t0 = time.time()  # no new search after `seconds`: those in flight are answered
+    procs = wrk_phase(stack, work, "cap", seconds + 5, 0.0, threads, data, stop_at=t0 + seconds)
+    for proc in procs.values():
+        proc.wait()
+    rows, errors = [], {}
+    for name in ("a", "b"):
+        r, e = rep.read_logs(work / f"wrk-cap-{name}", name)
+        rows += r
+        errors[name] = rep.socket_errors(e)
+    ok = [r for r in rows if r.kind == "search" and r.status == 200 and r.sent >= t0 + 2]
+    span = max(r.done for r in ok) - (t0 + 2) if ok else math.nan  # the first 2 s: warm-up
+    return len(ok) / span, rows, errors
+
+
+def replay(url: str, task: Task, qids: list[str], name: str
+           ) -> tuple[float, dict[str, int]]:
+    """nDCG@10 of ``qids`` searched once each on ``url`` as task ``name`` (``_``: raw),
+    and the versions that served."""
+    import httpx
+
+    from tttembed.metrics.ranking import run_metrics
+
+    run: dict[str, dict[str, float]] = {}
+    versions: dict[str, int] = {}
+    with httpx.Client(timeout=60) as http:
+        for qid in qids:
+            body = http.post(url + "/v1/search", json={"query": task.questions[qid],
+                                                       "task": name, "k": 10}).json()
+            hit = body["data"][0]
+            run[qid] = {d: float(s) for d, s in zip(hit["ids"], hit["scores"])}
+            v = str(body.get("version") or "raw")
+            versions[v] = versions.get(v, 0) + 1
+    qrels = {q: task.qrels[q] for q in qids}
+    return float(run_metrics(qrels, run, ("ndcg@10",))["ndcg@10"]), versions
+
+
+def wait_following(stack: Stack, timeout: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = [httpx.get(stack.procs[n].url + "/v1/loop", timeout=30).json() for n in "ab"]
+        if all(g.get("version") == (g.get("serving") or {}).get("version") for g in got):
+            return
+        time.sleep(0.5)
+
+
+def soak(stack: Stack, args: argparse.Namespace, work: Path, data: Path, offered: float,
+         sampler: Sampler) -> dict[str, Any]:
+    seconds = args.minutes * 60
+    scale = min(1.0, seconds / 1200)
+    plan = schedule(seconds, scale)
+    manual = manual_version(stack)
+    events: list[dict[str, Any]] = []
+    t0 = time.time()
+    procs = wrk_phase(stack, work, "soak", seconds + args.drain_s, offered, args.threads, data,
+                      stop_at=t0 + seconds)
+    sampler.extra.update({f"wrk-{k}": v for k, v in procs.items()})
+    for at, what in plan:
+        time.sleep(max(0.0, t0 + at - time.time()))
+        do_fault(what, stack, scale, events, manual)
+        for line in stack.check_alive():
+            print(f"  ! {line}", flush=True)
+    for proc in procs.values():
+        proc.wait()
+    return {"t0": t0, "t1": t0 + seconds, "events": events, "manual": manual}
+
+
+def measure(args: argparse.Namespace, work: Path, db: Any) -> dict[str, Any]:
+    import httpx
+
+    task = prepare_task(Path(args.data), args.docs, Path(args.work_dir).expanduser(),
+                        args.index)
+    data = work / "soak-data.lua"
+    write_lua_data(task, data, args.seed)
+    budget = args.budget or int(args.rpm * args.minutes)
+    stack = Stack(task, work, db, budget, args.learn_every, args.rpm, args.settle_s)
+    print(f"task {task.name}: {len(task.stream)} stream questions (Zipf), {len(task.test)} "
+          f"test questions replayed; index {task.index}; judge budget {budget} pairs at "
+          f"{args.rpm:g}/min", flush=True)
+    stack.start()
+    sampler = Sampler(stack, {})
+    try:
+        sampler.start()
+        cap, cap_rows, cap_err = capacity(stack, work, args.capacity_s, args.threads, data)
+        offered = args.load * cap
+        print(f"capacity {cap:.1f} searches/s (both replicas, {args.threads} connections "
+              f"each, unpaced); soak at {offered:.1f}/s for {args.minutes:g} min", flush=True)
+        run = soak(stack, args, work, data, offered, sampler)
+        time.sleep(2)
+        final = [httpx.get(stack.procs[n].url + "/v1/loop", timeout=30).json() for n in "ab"]
+        got = rep.counts(stack.url, work / "learner-cache" / "ledger.sqlite",
+                         work / "judge-pairs.txt")
+        sampler.halt.set()
+        wait_following(stack)
+        end, end_versions = rep_ndcg(stack, task, task.name)
+        raw, raw_versions = rep_ndcg(stack, task, "_")
+        from tttembed.registry.open import open_registry
+
+        reg = open_registry(stack.url, cache=work / "bench-registry-cache")
+        history = reg.survey().history
+        reg.close()
+        return {"task": task, "stack": stack, "cap": cap, "offered": offered, "run": run,
+                "final": final, "counts": got, "history": history,
+                "ndcg": (raw, raw_versions, end, end_versions), "cap_rows": cap_rows,
+                "cap_errors": cap_err, "sampler": sampler}
+    finally:
+        sampler.halt.set()
+        stack.stop_all()
+
+
+def rep_ndcg(stack: Stack, task: Task, name: str) -> tuple[dict[str, float], dict[str, Any]]:
+    """nDCG@10 on the test questions (new to the traffic) and on the stream's 100 most
+    asked (in-sample), as replica a serves them now to task ``name`` (``_``: raw)."""
+    url = stack.procs["a"].url
+    test, tv = replay(url, task, task.test, name)
+    stream, sv = replay(url, task, task.head, name)
+    return {"test": test, "stream": stream}, {"test": tv, "stream": sv}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DATA / "scifact"), help="a BEIR folder")
+    ap.add_argument("--minutes", type=float, default=20.0, help="the soak's length")
+    ap.add_argument("--json", type=Path, help="the report (a .md and a .png beside it)")
+    ap.add_argument("--docs", type=int, default=0, help="a subset of the corpus: its judged "
+                    "documents first (0: all)")
+    ap.add_argument("--work-dir", default="~/.cache/tttembed-bench",
+                    help="where the index is built once and reused")
+    ap.add_argument("--index", type=Path, help="the folder's index (default: built once "
+                    "into --work-dir)")
+    ap.add_argument("--capacity-s", type=float, default=60.0)
+    ap.add_argument("--load", type=float, default=0.5, help="the soak's rate, of capacity")
+    ap.add_argument("--threads", type=int, default=4, help="wrk connections per replica")
+    ap.add_argument("--rpm", type=float, default=240.0, help="the learner's judge pairs/min")
+    ap.add_argument("--budget", type=int, default=0, help="judge pairs (0: rpm x minutes)")
+    ap.add_argument("--learn-every", type=int, default=200)
+    ap.add_argument("--settle-s", type=float, default=60.0, help="--click-settle-s")
+    ap.add_argument("--drain-s", type=float, default=15.0, help="after the soak: follow-ups "
+                    "still queued are posted")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", type=Path, help="keep the run's folder (logs) here")
+    args = ap.parse_args(argv)
+    import shutil
+    import tempfile
+
+    if not (Path(args.data) / "queries.jsonl").exists():
+        print(f"skipped: no BEIR folder at {args.data}")
+        return 0
+    if shutil.which("wrk") is None:
+        print("skipped: wrk is not installed (apt-get install -y wrk)")
+        return 0
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(143)))
+    work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    sys.path.insert(0, str(ROOT))
+    from tests.pg import postgres_instance
+
+    try:
+        with postgres_instance(work) as db:
+            got = measure(args, work, db)
+            figures = rep.figures(got, args)
+    except BaseException as exc:  # noqa: BLE001  (pytest.skip: no PostgreSQL here)
+        if type(exc).__name__ == "Skipped":
+            print(f"skipped: {exc}")
+            return 0
+        raise
+    finally:
+        CHILDREN.stop_all()
+        if args.keep is not None:
+            shutil.copytree(work, args.keep, dirs_exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    load = "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    figures["load"] = load
+    print(f"machine {load} (1, 5, 15 min)")
+    ok = rep.goals(figures)
+    if args.json is not None:
+        write_json(args.json, figures)
+        rep.write_report(args.json, figures, load)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
