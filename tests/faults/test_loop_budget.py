@@ -101,6 +101,13 @@ def test_pairs_judged_after_a_sigkill_of_the_learner_is_the_stores_count(world, 
     assert status["judge_budget_left"] == 1000 - status["pairs_judged"]
 
 
+def _mid_batch(server, store) -> bool:
+    """A kill now lands mid-batch: a few requests made, one being answered (the judge
+    answers after 0.3 s), and a reservation open in the store (spend above paid)."""
+    return (server.count() >= 3 and server.in_flight > 0
+            and sum(store.spent().values()) > store.counts()["paid"])
+
+
 def test_a_kill_mid_batch_gives_back_what_was_never_sent_and_pays_no_pair_twice(
         world, tmp_path):  # noqa: F811
     """issue 59: after a kill -9 the spend ran ahead of the store by the whole batch
@@ -119,9 +126,9 @@ def test_a_kill_mid_batch_gives_back_what_was_never_sent_and_pays_no_pair_twice(
         proc = _learner(world, reg, server.url, cache)
         store = open_store(None, reg)
         deadline = time.monotonic() + 120
-        while server.count() < 3 and time.monotonic() < deadline:
+        while not _mid_batch(server, store) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.05)
+            time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
         time.sleep(1.0)  # a request in flight at the kill reaches the server, unanswered

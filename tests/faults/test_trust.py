@@ -215,7 +215,9 @@ def test_metrics_on_queries_whose_judgments_made_the_state_are_flagged(folder, t
     r = CliRunner().invoke(app, ["search", str(data), "--index", str(idx),
                                  "--state", str(state_file)])
     assert r.exit_code == 0, r.output
-    assert "LABEL LEAK" in r.output and "2 of these judged queries rewarded" in r.output
+    assert "LABEL LEAK on 2 of 2 judged queries" in r.output
+    assert "2 of these judged queries have the text of a query whose judgments rewarded" \
+        in r.output
     assert tt.load_state(state_file).rewarded  # recorded in the state file
     other = tmp_path / "other"  # the same ids, other questions: no leak
     _write_beir(other, CORPUS, {"q1": "what makes lava rise", "q2": "plants in the sun"},
