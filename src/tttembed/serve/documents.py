@@ -57,10 +57,13 @@ class Documents:
 
     def attach(self, data: list[dict[str, Any]], include: Sequence[str]) -> None:
         """Give each result of ``data`` its ``documents``: ``{"id", FIELD...}`` per hit."""
-        docs = self._load()
         for item in data:
-            item["documents"] = [{"id": d, **{f: docs.get(d, {}).get(f, "") for f in include}}
-                                 for d in item["ids"]]
+            item["documents"] = self.fields(item["ids"], include)
+
+    def fields(self, ids: Sequence[str], include: Sequence[str]) -> list[dict[str, str]]:
+        """``{"id", FIELD...}`` for each of ``ids`` (``/v1/chain/search``'s ``include``)."""
+        docs = self._load()
+        return [{"id": d, **{f: docs.get(d, {}).get(f, "") for f in include}} for d in ids]
 
 
 __all__ = ["Documents"]
