@@ -234,3 +234,22 @@ def test_the_old_factories_work_and_warn_once(chain_server, chain_setup):
     assert "langchain.TTTEmbedChainRetriever(url=..., k=...)" in said[0]
     assert "llamaindex_chain_retriever is deprecated" in said[1]
     assert len(first.invoke(QUESTION)) == 3
+
+
+def test_the_key_is_sent_from_the_variable_api_key_env_names(setup, minilm, monkeypatch):
+    from tests.serve.conftest import make_app, running
+
+    monkeypatch.setenv("TTT_FRAMEWORK_KEY", "s3cret-key")
+    with running(make_app(setup, minilm, api_key_env="TTT_FRAMEWORK_KEY")) as url:
+        keyed = lc.TTTEmbedEmbeddings(url=url, task=TASK, api_key_env="TTT_FRAMEWORK_KEY")
+        assert len(keyed.embed_query(QUERIES["q1"])) == 384
+        assert len(li.TTTEmbedEmbedding(url=url, api_key_env="TTT_FRAMEWORK_KEY")
+                   .get_text_embedding("a dog")) == 384
+        with pytest.raises(BackendError, match=r"HTTP 401.*set TTTEmbedEmbeddings\("
+                                               r"api_key_env=...\)") as err:
+            lc.TTTEmbedEmbeddings(url=url).embed_query("a dog")
+        assert "s3cret-key" not in str(err.value)
+    monkeypatch.delenv("TTT_FRAMEWORK_KEY")
+    with pytest.raises(ConfigError, match=r"api_key_env='TTT_FRAMEWORK_KEY'\): "
+                                          r"\$TTT_FRAMEWORK_KEY is not set"):
+        lc.TTTEmbedRetriever(url="http://127.0.0.1:1", api_key_env="TTT_FRAMEWORK_KEY")
