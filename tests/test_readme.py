@@ -288,18 +288,20 @@ def test_the_first_index_command_says_how_fast_it_indexes():
 
 def test_the_fast_tier_count_is_the_collected_one():
     """The README's fast-tier count is what `pytest --collect-only -q` selects (within
-    5%: other changes add tests), with the measured times beside it."""
+    5%: other changes add tests, as the README says), and it promises no time for the run:
+    no test could hold one (it was 160 s one week, 805 s on a loaded machine the next)."""
     import subprocess
     import sys
 
     said = next(p for p in _prose(README) if "--collect-only -q" in p)
-    got = re.search(r"([\d,]+) of ([\d,]+) \(`pytest --collect-only -q`\), (\d+) s on a "
-                    r"quiet 2-core machine, (\d+) s beside other jobs", said)
+    got = re.search(r"([\d,]+) of ([\d,]+) \(`pytest --collect-only -q`; a test holds both "
+                    r"within 5%", said)
     assert got, said
+    assert not re.search(r"\d+ s\b|\d+ minutes", said), said
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
                         "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     counted = re.search(r"(\d+)/(\d+) tests collected", r.stdout)
     assert counted, r.stdout[-2000:]
-    for readme, real in zip(got.groups()[:2], counted.groups()):
+    for readme, real in zip(got.groups(), counted.groups()):
         assert abs(int(readme.replace(",", "")) - int(real)) <= 0.05 * int(real), (got, counted)

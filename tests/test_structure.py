@@ -232,6 +232,8 @@ def test_vocabulary_defined_once():
 
 #: The only public names several modules may define, each a convention with one meaning
 #: (name -> the reason). Nothing else is exempt: a new entry needs as good a reason.
+#: The framework classes of tttembed.integrations.langchain and .llamaindex.
+FRAMEWORK_CLASSES = ("TTTEmbedRetriever", "TTTEmbedChainRetriever", "TTTEmbedEmbeddings")
 SHARED_NAMES = {
     # core/backends.py maps a spec scheme to "<backend module>:from_spec": every backend
     # module (embedder, scorer, index engine, loop store) builds itself from its spec there.
@@ -240,12 +242,18 @@ SHARED_NAMES = {
     # handed to index/collection.engine_errors on that module's store class: one role (the
     # ``Explain`` callable), one per engine; allowed only where it is used that way.
     "explain": "an index engine's error explainer, passed to engine_errors(explain)",
+    # a framework's classes keep one name per role in each framework's module (as the
+    # issue names them: `from tttembed.integrations.langchain import TTTEmbedRetriever`,
+    # the same from `.llamaindex`); allowed only in a module that imports that framework.
+    **{name: "a framework class, one per framework module" for name in FRAMEWORK_CLASSES},
 }
 
 
 def _shared(name: str, source: str) -> bool:
     """Whether ``name``, defined in a module with this source, is one of SHARED_NAMES."""
-    return name == "from_spec" or (name == "explain" and "engine_errors(explain)" in source)
+    return name == "from_spec" or (name == "explain" and "engine_errors(explain)" in source) \
+        or (name in FRAMEWORK_CLASSES and ("from langchain_core." in source
+                                           or "from llama_index.core" in source))
 
 
 def _cli_commands(sources: dict[str, ast.Module]) -> set[tuple[str, str]]:

@@ -11,6 +11,8 @@ from tests.chain.conftest import CHAINS, DOCS
 from tests.serve.test_chain_routes import chain_server, chain_setup  # noqa: F401
 
 CORPUS = {d: {"title": t, "text": x} for d, (t, x) in DOCS.items()}
+# the factories are deprecated (test_framework_classes checks they warn once)
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 
 def served(url: str, question: str, **body) -> dict:

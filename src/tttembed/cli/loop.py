@@ -136,7 +136,9 @@ def _line(v: Any, served: str | None) -> str:
     elif not ev:
         gain = "-"
     elif lo is None or hi is None:
-        gain = f"{ev.get('gain', 0):+.4f} (no interval with fewer than 2 queries)"
+        from tttembed.serve.cells import interval_note
+
+        gain = f"{ev.get('gain', 0):+.4f} {interval_note(ev)}"
     else:
         gain = f"{ev.get('gain', 0):+.4f} [{lo:+.4f}, {hi:+.4f}] p {ev.get('p', 1.0):.3f}"
     mark = "*" if v.name == served else " "
@@ -158,8 +160,9 @@ def _budget_line(reg: Any, spec: str) -> str:
 
     st = read_status(open_coordination(reg))
     paid = f"{st.pairs_judged} of {st.judge_budget}" if st else "none"
-    ledger = "?"
     root = getattr(reg, "root", None)
+    ledger = (f"none (no loop has stored any in {root}: a loop started with --store keeps "
+              "its rewards in that store)")
     if root is None or (Path(root) / "loop.sqlite").is_file():
         store = open_store(None, spec)
         try:

@@ -1,6 +1,10 @@
-"""Framework retrievers for chain mode: a LangChain ``BaseRetriever`` and a LlamaIndex
-``BaseRetriever`` that ask a ``tttembed serve --chain`` server's ``POST /v1/chain/search``
-for each query and return the final ranking as the framework's documents (nodes).
+"""Deprecated factories of framework retrievers for chain mode (they keep working for one
+release, warning once): use the classes ``TTTEmbedChainRetriever`` of
+:mod:`tttembed.integrations.langchain` and :mod:`tttembed.integrations.llamaindex`
+(``k`` / ``similarity_top_k``, async, ``timeout``, ``max_retries``, texts from the
+server, ``record_click``). The factories ask a ``tttembed serve --chain`` server's
+``POST /v1/chain/search`` for each query and return the final ranking as the framework's
+documents (nodes).
 
     >>> from tttembed.integrations.chain import langchain_chain_retriever
     >>> docs = {d["_id"]: d for d in corpus_rows}          # id -> {"title", "text"} or text
@@ -17,13 +21,27 @@ server's reason.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tttembed.core.errors import ConfigError, MissingDependency
-from tttembed.core.http import JSONClient, RetryPolicy
 from tttembed.data.beir import doc_text
+from tttembed.integrations.client import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, ServerClient
+
+#: The factories that warned already (each warns once per process).
+_WARNED: set[str] = set()
+
+
+def _deprecated(name: str, framework: str) -> None:
+    if name in _WARNED:
+        return
+    _WARNED.add(name)
+    warnings.warn(f"tttembed.integrations.chain.{name} is deprecated and goes in the next "
+                  f"release: use tttembed.integrations.{framework}.TTTEmbedChainRetriever("
+                  "url=..., k=...), which reads the texts from the server", FutureWarning,
+                  stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -38,13 +56,15 @@ class ChainHit:
 class ChainClient:
     """``POST /v1/chain/search`` for one base URL: ``hits(question)`` -> the final ranking
     as :class:`ChainHit` s. ``max_hops`` None: the encoder's T. ``api_key_env``: the name
-    of the variable holding the server's bearer key (None: no key)."""
+    of the variable holding the server's bearer key (None: no key); ``timeout`` seconds
+    per attempt, ``max_retries`` retries of a timeout, 429 or 5xx."""
 
     def __init__(self, base_url: str, documents: Mapping[str, Any], *,
                  max_hops: int | None = None, beam: int = 1, top_k: int = 10,
-                 api_key_env: str | None = None, timeout: float = 120.0) -> None:
-        self.http = JSONClient(base_url, api_key_env=api_key_env,
-                               policy=RetryPolicy(timeout=timeout, max_retries=2))
+                 api_key_env: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 max_retries: int = DEFAULT_MAX_RETRIES, owner: str = "ChainClient") -> None:
+        self.http = ServerClient(base_url, owner=owner, api_key_env=api_key_env,
+                                 timeout=timeout, max_retries=max_retries)
         self.documents = documents
         self.body: dict[str, Any] = {"beam": int(beam), "top_k": int(top_k)}
         if max_hops is not None:
@@ -73,16 +93,21 @@ class ChainClient:
 
 def langchain_chain_retriever(base_url: str, documents: Mapping[str, Any], *,
                               max_hops: int | None = None, beam: int = 1, top_k: int = 10,
-                              api_key_env: str | None = None) -> Any:
-    """A LangChain ``BaseRetriever`` over a chain server (``invoke(question)`` -> the final
+                              api_key_env: str | None = None,
+                              timeout: float = DEFAULT_TIMEOUT,
+                              max_retries: int = DEFAULT_MAX_RETRIES) -> Any:
+    """Deprecated: :class:`tttembed.integrations.langchain.TTTEmbedChainRetriever`. A
+    LangChain ``BaseRetriever`` over a chain server (``invoke(question)`` -> the final
     ranking as ``Document`` s, best first)."""
+    _deprecated("langchain_chain_retriever", "langchain")
     try:
         from langchain_core.documents import Document
         from langchain_core.retrievers import BaseRetriever
     except ImportError:
         raise MissingDependency("langchain-core", "langchain") from None
     client = ChainClient(base_url, documents, max_hops=max_hops, beam=beam, top_k=top_k,
-                         api_key_env=api_key_env)
+                         api_key_env=api_key_env, timeout=timeout, max_retries=max_retries,
+                         owner="langchain_chain_retriever")
 
     class TTTEmbedChainRetriever(BaseRetriever):
         """Multi-hop chain retrieval by a tttembed server."""
@@ -99,16 +124,21 @@ def langchain_chain_retriever(base_url: str, documents: Mapping[str, Any], *,
 
 def llamaindex_chain_retriever(base_url: str, documents: Mapping[str, Any], *,
                                max_hops: int | None = None, beam: int = 1, top_k: int = 10,
-                               api_key_env: str | None = None) -> Any:
-    """A LlamaIndex ``BaseRetriever`` over a chain server (``retrieve(question)`` -> the
-    final ranking as ``NodeWithScore`` s, best first)."""
+                               api_key_env: str | None = None,
+                               timeout: float = DEFAULT_TIMEOUT,
+                               max_retries: int = DEFAULT_MAX_RETRIES) -> Any:
+    """Deprecated: :class:`tttembed.integrations.llamaindex.TTTEmbedChainRetriever`. A
+    LlamaIndex ``BaseRetriever`` over a chain server (``retrieve(question)`` -> the final
+    ranking as ``NodeWithScore`` s, best first)."""
+    _deprecated("llamaindex_chain_retriever", "llamaindex")
     try:
         from llama_index.core.retrievers import BaseRetriever
         from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
     except ImportError:
         raise MissingDependency("llama-index-core", "llamaindex") from None
     client = ChainClient(base_url, documents, max_hops=max_hops, beam=beam, top_k=top_k,
-                         api_key_env=api_key_env)
+                         api_key_env=api_key_env, timeout=timeout, max_retries=max_retries,
+                         owner="llamaindex_chain_retriever")
 
     class TTTEmbedChainRetriever(BaseRetriever):
         """Multi-hop chain retrieval by a tttembed server."""

@@ -70,3 +70,16 @@ def as_map(value: Any) -> Mapping[str, Any]:
 
 
 __all__ = ["as_map", "data_field", "esc", "exact", "plain", "pvalue", "real", "signed"]
+
+
+def interval_note(evidence: Mapping[str, Any]) -> str:
+    """Why a version's evidence has no interval, in words that agree with its counts: no
+    changed query judged (however many unchanged ones there are), or fewer than 2."""
+    changed, left_out = evidence.get("changed"), evidence.get("left_out") or 0
+    if changed == 0 and left_out:
+        return (f"(no interval: none of the {plain(left_out)} queries whose top-10 changes "
+                "was judged)")
+    if changed == 0:
+        return "(no interval: no query's top-10 changes)"
+    return "(no interval with fewer than 2 queries)"
+

@@ -235,13 +235,13 @@ class ChainService:
                  max_batch: int, max_wait_ms: float, registry_cache: str | None = None,
                  max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH) -> None:
         from tttembed.data.beir import doc_text
-        from tttembed.ttt.rewards import corpus_for_index
+        from tttembed.serve.documents import read_documents
 
         model = getattr(engine.embedder, "model", None)
         if model is None or not hasattr(model, "tokenizer"):
             raise ConfigError("--chain needs an index built with a sentence-transformers "
                               f"model (st:), this one's is {index.identity!r}")
-        docs = corpus_for_index(index, corpus)
+        docs = read_documents(index, corpus)  # the read include shares
         passages = [doc_text(docs[d]) for d in index.doc_ids]
         if max_seq_length < 8:
             raise ConfigError("--chain-max-seq-length must be at least 8")

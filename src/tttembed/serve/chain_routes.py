@@ -1,8 +1,10 @@
 """``POST /v1/chain/search`` (``tttembed serve --chain ENCODER``): chain retrieval for one
 question, the ranking ``tttembed chain search`` gives it.
 
-Body ``{"question": str, "max_hops": int, "beam": int, "top_k": int}`` (defaults: the
-encoder's T, 1, 10). Answer ``{"data": [{"id", "score"}...], "hops": [{"id", "score"}...],
+Body ``{"question": str, "max_hops": int, "beam": int, "top_k": int, "include": [str]}``
+(defaults: the encoder's T, 1, 10, none; ``include`` as ``/v1/search``'s: ``"text"``,
+``"title"`` added to each of ``data``'s passages, read from ``--corpus`` or the index's
+recorded source). Answer ``{"data": [{"id", "score"}...], "hops": [{"id", "score"}...],
 "encoder", "version", "search_id"}``: ``data`` the final ranking (the chain's passages in
 hop order, then every other passage by the best similarity it got at any step), scored as
 ``tttembed chain search --out`` scores its run (``1 / (1 + rank)``, rank from 0); ``hops``
@@ -29,7 +31,7 @@ from starlette.responses import Response
 
 from tttembed.serve.chain_engine import Ask, ChainEncoder, Found
 from tttembed.serve.routes import json_response, read_body
-from tttembed.serve.wire import ApiError
+from tttembed.serve.wire import ApiError, parse_include
 
 if TYPE_CHECKING:
     from tttembed.serve.service import Service
@@ -46,6 +48,7 @@ class ChainRequest:
     max_hops: int
     beam: int
     top_k: int
+    include: tuple[str, ...] = ()
 
 
 def _int(body: Mapping[str, Any], name: str, default: int, low: int, high: int,
@@ -81,10 +84,11 @@ def parse_chain(body: Any, *, steps: int, documents: int, max_k: int) -> ChainRe
     if not isinstance(body, Mapping):
         raise ApiError(400, "the request body must be a JSON object: {\"question\": ...}",
                        code="invalid_body")
-    unknown = sorted(set(body) - {"question", "max_hops", "beam", "top_k"})
+    unknown = sorted(set(body) - {"question", "max_hops", "beam", "top_k", "include"})
     if unknown:
         raise ApiError(400, f"unknown field {unknown[0]!r}: a chain search takes question, "
-                       "max_hops, beam and top_k", param=unknown[0], code="unknown_field")
+                       "max_hops, beam, top_k and include", param=unknown[0],
+                       code="unknown_field")
     question = _question(body)
     hops = _int(body, "max_hops", steps, 1, MAX_HOPS, "the chain's steps; default the "
                 "encoder's")
@@ -92,7 +96,7 @@ def parse_chain(body: Any, *, steps: int, documents: int, max_k: int) -> ChainRe
     k_max = min(documents, max_k)
     top_k = _int(body, "top_k", min(10, k_max), 1, k_max,
                  f"the index holds {documents} passages")
-    return ChainRequest(question, hops, beam, top_k)
+    return ChainRequest(question, hops, beam, top_k, parse_include(body.get("include", [])))
 
 
 def _body(svc: Service, found: Found, encoder: ChainEncoder, sid: str) -> dict[str, Any]:
@@ -124,6 +128,11 @@ async def chain_search_route(svc: Service, request: Request, info: dict[str, Any
     found = (await chain.worker.submit_async([Ask(req.question, req.top_k)],
                                              (encoder, req.max_hops, req.beam)))[0]
     out = _body(svc, found, encoder, uuid.uuid4().hex)
+    if req.include:
+        texts = await run_in_threadpool(svc.documents.fields, [d["id"] for d in out["data"]],
+                                        req.include)
+        for item, doc in zip(out["data"], texts):
+            item.update({f: doc[f] for f in req.include})
     if svc.store is not None:
         await run_in_threadpool(_log, svc, req, out)
     info.update(max_hops=req.max_hops, beam=req.beam, top_k=req.top_k,

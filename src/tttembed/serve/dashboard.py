@@ -19,7 +19,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tttembed.serve.cells import as_map, data_field, esc, exact, plain, pvalue, real, signed
+from tttembed.serve.cells import (
+    as_map,
+    data_field,
+    esc,
+    exact,
+    interval_note,
+    plain,
+    pvalue,
+    real,
+    signed,
+)
 from tttembed.serve.timeline import is_served, marker_kind, timeline, version_rows
 
 #: Seconds between reloads of the page.
@@ -93,15 +103,30 @@ def _judge_badge(status: Mapping[str, Any]) -> str:
                       "badge live" if audited is True else "badge frozen")
 
 
+def _activity(status: Mapping[str, Any]) -> str:
+    """The learner's activity in one phrase (``learning`` and ``idle`` together): a
+    cycle running, nothing to do, judging what is pending, or not running at all."""
+    learner = as_map(status.get("learner"))
+    if status.get("learning") is True:
+        return "learning a new version"
+    if status.get("idle") is True:
+        return "idle"
+    if learner.get("running") is False:
+        return "learner not running"
+    if status.get("idle") is None:
+        return "—"
+    pending = real(status.get("pending"))
+    return f"judging: {pending:.0f} pairs pending" if pending else "working"
+
+
 def _header(status: Mapping[str, Any]) -> str:
     served = status.get("version")
     learning, idle, frozen = status.get("learning"), status.get("idle"), status.get("frozen")
     version = data_field("version", served, esc(served) if served else "raw", "badge served")
     badges = [
-        data_field("learning", learning, "learning" if learning is True else "not learning",
-               "badge on" if learning is True else "badge"),
-        data_field("idle", idle, "idle" if idle is True else ("busy" if idle is False else "—"),
-               "badge"),
+        data_field("learning", learning, _activity(status), "badge on" if learning is True
+                   else "badge"),
+        f'<span data-field="idle" data-value="{esc(exact(idle))}" hidden></span>',  # said above
         data_field("frozen", frozen, "FROZEN" if frozen is True else "live",
                "badge frozen" if frozen is True else "badge live"),
         _judge_badge(status),
@@ -195,7 +220,7 @@ def _evidence(row: Mapping[str, Any]) -> str:
     ci = (f'[{data_field("ci_low", ev.get("ci_low"), signed(ev.get("ci_low")))}, '
           f'{data_field("ci_high", ev.get("ci_high"), signed(ev.get("ci_high")))}]'
           if lo is not None and hi is not None else
-          '<span class="muted">(no interval with fewer than 2 queries)</span>')
+          f'<span class="muted">{esc(interval_note(ev))}</span>')
     p = data_field("p", ev.get("p"), pvalue(ev.get("p")))
     return (f'<span class="muted nw">Δ nDCG@10 vs {base}</span> <span class="nw">{gain} {ci},'
             f'</span> <span class="nw">p {p},</span> <span class="nw">'

@@ -7,11 +7,43 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tttembed.core.errors import ConfigError, TTTEmbedError
 from tttembed.index.base import Index
 from tttembed.serve.wire import ApiError
+
+#: The last corpus read in this process: ``(key, documents)`` (one entry, under a lock).
+_LAST: list[tuple[tuple[Any, ...], dict[str, dict[str, str]]]] = []
+_LAST_LOCK = threading.Lock()
+
+
+def _key(index: Index, corpus: str | None) -> tuple[Any, ...]:
+    source = corpus or index.manifest.get("corpus_source") or ""
+    path = Path(source)
+    try:
+        stat = path.stat()
+        seen: tuple[Any, ...] = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        seen = ()
+    return (str(path.resolve()) if source else "", seen,
+            index.manifest.get("corpus_fingerprint", ""))
+
+
+def read_documents(index: Index, corpus: str | None) -> dict[str, dict[str, str]]:
+    """The index's documents from ``corpus`` (or the index's recorded source), checked
+    against its fingerprint; read once per process for the same file (the start-up check,
+    ``include`` and ``--chain``'s passages share it)."""
+    from tttembed.ttt.rewards import corpus_for_index
+
+    key = _key(index, corpus)
+    with _LAST_LOCK:
+        if _LAST and _LAST[0][0] == key:
+            return _LAST[0][1]
+        docs = corpus_for_index(index, corpus)
+        _LAST[:] = [(key, docs)]
+        return docs
 
 
 class Documents:
@@ -24,11 +56,9 @@ class Documents:
 
     def _read(self) -> dict[str, dict[str, str]]:
         """The documents, read once (TTTEmbedError/OSError when they cannot be)."""
-        from tttembed.ttt.rewards import corpus_for_index
-
         with self._lock:
             if self._docs is None:
-                self._docs = corpus_for_index(self.index, self.corpus)
+                self._docs = read_documents(self.index, self.corpus)
             return self._docs
 
     def _load(self) -> dict[str, dict[str, str]]:
@@ -57,10 +87,13 @@ class Documents:
 
     def attach(self, data: list[dict[str, Any]], include: Sequence[str]) -> None:
         """Give each result of ``data`` its ``documents``: ``{"id", FIELD...}`` per hit."""
-        docs = self._load()
         for item in data:
-            item["documents"] = [{"id": d, **{f: docs.get(d, {}).get(f, "") for f in include}}
-                                 for d in item["ids"]]
+            item["documents"] = self.fields(item["ids"], include)
+
+    def fields(self, ids: Sequence[str], include: Sequence[str]) -> list[dict[str, str]]:
+        """``{"id", FIELD...}`` for each of ``ids`` (``/v1/chain/search``'s ``include``)."""
+        docs = self._load()
+        return [{"id": d, **{f: docs.get(d, {}).get(f, "") for f in include}} for d in ids]
 
 
-__all__ = ["Documents"]
+__all__ = ["Documents", "read_documents"]

@@ -176,14 +176,14 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
         raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",
                        code="invalid_k")
-    return SearchRequest(texts, task, k, single, _include(body.get("include", [])))
+    return SearchRequest(texts, task, k, single, parse_include(body.get("include", [])))
 
 
 #: The document fields ``/v1/search`` may include in its hits.
 SEARCH_INCLUDE = ("text", "title")
 
 
-def _include(value: Any) -> tuple[str, ...]:
+def parse_include(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ApiError(400, "'include' must be a list of document fields (any of "
                        f"{', '.join(SEARCH_INCLUDE)})", param="include", code="invalid_include")

@@ -220,22 +220,63 @@ OWN_DOCUMENT_FEW = 3
 
 
 def own_documents(queries: QuerySet, index: Index, rows: np.ndarray) -> dict[str, int]:
-    """Per task whose identical-ids rule is off (not by ``--keep-identical-ids``): how many of its queries find in their
-    list ``rows`` the document whose id is the query id (tasks with none left out)."""
+    """Per task whose identical-ids rule is off (not by ``--keep-identical-ids``): how many
+    of its queries find in their list ``rows`` their own document: the one whose id is the
+    query id *and* whose text is the query's (ids alone collide by coincidence, as CISI's
+    "1", "2", ... do; tasks with none left out). With no corpus to read the texts from,
+    none is counted."""
     asked = {t for t, why in queries.identical_why.items() if "--keep-identical-ids" in why}
     skip = queries.drop_identical | asked
     ids = index.doc_ids  # a look-up per retrieved row: no id -> row map of the whole index
+    hits = [i for i, (task, qid, row) in enumerate(zip(queries.tasks, queries.qids,
+                                                       np.asarray(rows).tolist()))
+            if task not in skip and any(r >= 0 and ids[r] == qid for r in row)]
+    if len(hits) <= OWN_DOCUMENT_FEW:  # too few to say, whatever their texts
+        return {}
+    docs = _corpus_texts(queries, index)
     out: dict[str, int] = {}
-    for task, qid, row in zip(queries.tasks, queries.qids, np.asarray(rows).tolist()):
-        if task not in skip and any(r >= 0 and ids[r] == qid for r in row):
-            out[task] = out.get(task, 0) + 1
+    for i in hits:
+        doc = docs.get(queries.qids[i])
+        if doc is not None and _same_text(queries.texts[i], doc):
+            out[queries.tasks[i]] = out.get(queries.tasks[i], 0) + 1
     return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _same_text(query: str, doc: Mapping[str, str]) -> bool:
+    """Whether the query is the document's text (ArguAna: the text without its title) or
+    its title and text."""
+    q = _norm(query)
+    return bool(q) and q in (_norm(doc.get("text", "")),
+                             _norm(f"{doc.get('title', '')} {doc.get('text', '')}"))
+
+
+def _corpus_texts(queries: QuerySet, index: Index) -> Mapping[str, Mapping[str, str]]:
+    """The documents of the queries' BEIR folder or of the index's recorded source; empty
+    when neither can be read (nothing is then said)."""
+    from tttembed.core.errors import TTTEmbedError
+    from tttembed.data.beir import load_corpus
+
+    source = index.manifest.get("corpus_source")
+    for path in (queries.folder, Path(source) if source and source != "<dict>" else None):
+        if path is None:
+            continue
+        path = path / "corpus.jsonl" if path.is_dir() else path
+        if path.is_file():
+            try:
+                return load_corpus(path)
+            except (TTTEmbedError, OSError):
+                continue
+    return {}
 
 
 def note_own_documents(queries: QuerySet, index: Index, rows: np.ndarray) -> None:
     """With the rule off, more than :data:`OWN_DOCUMENT_FEW` queries that find their own
-    document (a query that is also a document of the corpus, as in ArguAna) are said in
-    one note (:func:`tttembed.core.notes.note`): the count and the flag."""
+    document (a query that is also a document of the corpus, as in ArguAna: same id, same
+    text) are said in one note (:func:`tttembed.core.notes.note`): the count and the flag."""
     found = own_documents(queries, index, rows)
     if sum(found.values()) <= OWN_DOCUMENT_FEW:
         return
