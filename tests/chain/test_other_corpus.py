@@ -1,0 +1,76 @@
+"""A chain encoder trained on another corpus with the same embedder is refused at load,
+everywhere, with the reason (its corpus fingerprint): `chain search --encoder`, `serve
+--chain CKPT`, and `chain train --states-from`."""
+
+# ruff: noqa: F811  (the fixtures imported from the chain and serve tests)
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.chain.conftest import (  # noqa: F401  (fixtures)
+    _one_torch_thread,
+    gold_checkpoint,
+    tiny_config,
+    tiny_data,
+    tiny_loaded,
+)
+from tests.serve.test_chain_routes import chain_app, chain_setup  # noqa: F401
+from tttembed.core.errors import StateMismatch
+
+runner = CliRunner()
+
+
+def other_corpus(src: Path, dest: Path) -> Path:
+    """A copy of checkpoint ``src`` that says it was trained against another corpus."""
+    shutil.copytree(src, dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    manifest["corpus_fingerprint"] = "f" * 64
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def test_chain_search_refuses_an_encoder_of_another_corpus(gold_checkpoint, chain_setup,
+                                                           tmp_path):
+    from tttembed.cli.chain import app
+
+    ckpt = other_corpus(gold_checkpoint[0], tmp_path / "other")
+    res = runner.invoke(app, ["search", str(chain_setup["data"]), "--index",
+                              str(chain_setup["index"]), "--encoder", str(ckpt), "--quiet"])
+    message = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "another corpus" in message and "ffffffffffff" in message
+    assert "chain train" in message
+
+
+def test_the_same_corpus_still_loads(gold_checkpoint, chain_setup):
+    from tttembed.cli.chain import app
+
+    res = runner.invoke(app, ["search", str(chain_setup["data"]), "--index",
+                              str(chain_setup["index"]), "--encoder",
+                              str(gold_checkpoint[0]), "--quiet"])
+    assert res.exit_code == 0, res.output
+
+
+def test_serve_refuses_an_encoder_of_another_corpus(gold_checkpoint, chain_setup, minilm,
+                                                    tmp_path):
+    ckpt = other_corpus(gold_checkpoint[0], tmp_path / "other")
+    with pytest.raises(StateMismatch, match="another corpus"):
+        chain_app(chain_setup, minilm, chain=str(ckpt))
+
+
+def test_states_from_an_encoder_of_another_corpus_is_said(gold_checkpoint, tiny_loaded,
+                                                          tmp_path):
+    from tttembed.chain.setup import frozen_encode
+    from tttembed.chain.train import train_chain
+
+    task, index, emb = tiny_loaded
+    ckpt = other_corpus(gold_checkpoint[0], tmp_path / "other")
+    with pytest.raises(StateMismatch, match="--states-from .*another corpus"):
+        train_chain(task, index, frozen_encode(emb), tiny_config(regime="on-policy"),
+                    tmp_path / "op", states_from=ckpt)
+    assert not (tmp_path / "op" / "manifest.json").exists()
