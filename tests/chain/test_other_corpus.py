@@ -74,3 +74,16 @@ def test_states_from_an_encoder_of_another_corpus_is_said(gold_checkpoint, tiny_
         train_chain(task, index, frozen_encode(emb), tiny_config(regime="on-policy"),
                     tmp_path / "op", states_from=ckpt)
     assert not (tmp_path / "op" / "manifest.json").exists()
+
+
+def test_chain_eval_measures_transfer_and_records_it(gold_checkpoint, chain_setup, tmp_path):
+    """An evaluation may measure transfer (the write-up's HotpotQA columns): the encoder
+    of another corpus is evaluated, and the report's config names it."""
+    from tttembed.chain.api import chain_eval
+
+    ckpt = other_corpus(gold_checkpoint[0], tmp_path / "other")
+    res = chain_eval(chain_setup["data"], tmp_path / "report", index=chain_setup["index"],
+                     encoders={"gold": gold_checkpoint[0], "elsewhere": ckpt}, beam=1)
+    assert "chain (elsewhere)" in res["systems"]
+    config = json.loads((tmp_path / "report" / "results.json").read_text())["config"]
+    assert config["transfer"] == ["elsewhere"]
