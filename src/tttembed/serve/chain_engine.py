@@ -189,11 +189,11 @@ class ChainSource:
         self._watching.clear()
 
     def status(self) -> dict[str, Any]:
-        """What ``/healthz`` says of the chain encoder: its name, version, T, and the
-        error that keeps a followed registry's version from being served (None: none)."""
+        """What ``/healthz`` says of the chain encoder: its name, version, T, the state
+        token limit in use (``max_seq_length``), and the error that keeps a followed registry's version from being served (None: none)."""
         now = self.current
         return {"encoder": now.name, "version": now.version, "steps": now.steps,
-                "error": self.error}
+                "max_seq_length": self.max_seq_length, "error": self.error}
 
 
 class ChainWorker(MergingWorker[list[Ask], ChainKey, list[Found]]):
