@@ -87,3 +87,25 @@ def test_chain_eval_measures_transfer_and_records_it(gold_checkpoint, chain_setu
     assert "chain (elsewhere)" in res["systems"]
     config = json.loads((tmp_path / "report" / "results.json").read_text())["config"]
     assert config["transfer"] == ["elsewhere"]
+
+
+def test_offline_and_served_chain_search_run_one_default_number_of_hops(
+        gold_checkpoint, chain_setup, minilm):
+    """`chain search` with no --steps runs the encoder's T, the hops a served chain
+    search runs with no max_hops: 2 for the untrained encoder, the checkpoint's T."""
+    from tttembed.chain.api import chain_search
+    from tttembed.chain.online import DEFAULT_STEPS
+
+    base = chain_search(chain_setup["data"], index=chain_setup["index"], max_seq_length=48)
+    assert base.steps == DEFAULT_STEPS == 2
+    app = chain_app(chain_setup, minilm)
+    assert app.state.service.chain.source.current.steps == base.steps
+    ckpt = gold_checkpoint[0]
+    trained = chain_search(chain_setup["data"], index=chain_setup["index"], encoder=ckpt,
+                           max_seq_length=48)
+    assert trained.steps == json.loads((ckpt / "manifest.json").read_text())["steps"] == 3
+    served = chain_app(chain_setup, minilm, chain=str(ckpt))
+    assert served.state.service.chain.source.current.steps == trained.steps
+    every = chain_search(chain_setup["data"], index=chain_setup["index"], steps=0,
+                         max_seq_length=48)
+    assert every.steps == 3   # --steps 0: the data's max hops

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
-from tttembed.chain.checkpoint import read_checkpoint_manifest
+from tttembed.chain.checkpoint import default_steps, read_checkpoint_manifest
 from tttembed.chain.online import chain_run
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
 from tttembed.chain.report import write_chain_report
@@ -136,15 +136,17 @@ def _check_common(steps: int, max_questions: int | None, max_seq_length: int) ->
 
 def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None = None,
                  embedder: str = DEFAULT_EMBEDDER, encoder: PathLike | None = None,
-                 steps: int = 0, beam: int = 1, max_questions: int | None = None,
+                 steps: int | None = None, beam: int = 1,
+                 max_questions: int | None = None,
                  max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
                  progress: Progress | None = None) -> ChainSearchResult:
     """Chain retrieval for every question of a split of a multi-hop folder.
 
     ``data`` holds corpus.jsonl and chains_<split>.jsonl; ``index`` is the frozen passage
     index folder (built there when absent; default: in the cache); ``encoder`` a trained
-    checkpoint folder (None: the untrained model); ``steps`` the chain steps T (0: the
-    data's max hops); ``beam`` the beam width (1: greedy). Metrics are percentages.
+    checkpoint folder (None: the untrained model); ``steps`` the chain steps T (None:
+    the encoder's T, as ``serve --chain`` answers: the checkpoint's, 2 for the untrained
+    model; 0: the data's max hops); ``beam`` the beam width (1: greedy). Metrics are percentages.
 
         >>> from tttembed import api
         >>> res = api.chain_search("data/2wiki", encoder="ckpt/gold", beam=4)
@@ -152,6 +154,8 @@ def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None 
     """
     if beam < 1:
         raise ConfigError("beam must be at least 1")
+    if steps is None:
+        steps = default_steps(encoder)
     _check_common(steps, max_questions, max_seq_length)
     loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
                   progress=progress)

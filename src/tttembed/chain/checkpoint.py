@@ -27,6 +27,17 @@ def read_checkpoint_manifest(path: PathLike) -> dict[str, Any]:
     return _read_manifest(path, fmt=FORMAT, what="chain encoder checkpoint", fix=TRAIN_FIX)
 
 
+def default_steps(path: PathLike | None) -> int:
+    """The chain steps T an encoder runs when none are asked for, offline (``tttembed
+    chain search``) and served (``serve --chain``) alike: the T a checkpoint was trained
+    with, else (the untrained encoder, or a checkpoint that records none) ``DEFAULT_STEPS``."""
+    from tttembed.chain.online import DEFAULT_STEPS
+
+    if path is None:
+        return DEFAULT_STEPS
+    return int(read_checkpoint_manifest(path).get("steps") or DEFAULT_STEPS)
+
+
 def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
                  max_seq_length: int = 256, trainable: bool = False,
                  index: Index | None = None, transfer: bool = False) -> LoraQueryEncoder:

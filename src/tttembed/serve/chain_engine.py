@@ -145,16 +145,14 @@ class ChainSource:
         return self._checkpoint(v.path / FOLDER, self.registry.location, name)
 
     def _checkpoint(self, path: Path, name: str, version: str | None) -> ChainEncoder:
-        from tttembed.chain.checkpoint import load_encoder, read_checkpoint_manifest
+        from tttembed.chain.checkpoint import default_steps, load_encoder
 
         if not path.is_dir():
             raise ConfigError(f"--chain {self.spec}: not base, a checkpoint folder or a "
                               "registry (no such folder); give --chain base, a folder "
                               "`tttembed chain train` wrote, or a chain registry")
-        manifest = read_checkpoint_manifest(path)
         encoder = load_encoder(path, max_seq_length=self.max_seq_length, index=self.index)
-        return ChainEncoder(name, version, int(manifest.get("steps") or DEFAULT_STEPS),
-                            encoder.encode)
+        return ChainEncoder(name, version, default_steps(path), encoder.encode)
 
     # -- following a registry ---------------------------------------------------------
     def watch(self, poll_s: float) -> None:
