@@ -101,3 +101,15 @@ def test_the_safetensors_check_reads_a_good_file_as_good(gold_checkpoint):
     assert safetensors_problem(blob) is None
     assert "file at" in safetensors_problem(blob + b"\0")
     assert "no header" in safetensors_problem(blob[:4])
+
+
+def test_a_corrupt_chain_registry_json_names_the_chain_commands(gold_checkpoint, tmp_path):
+    ckpt, _ = gold_checkpoint
+    reg = tmp_path / "reg"
+    assert states("add", reg, ckpt).exit_code == 0
+    text = (reg / "registry.json").read_text()
+    (reg / "registry.json").write_text(text[:len(text) // 2])
+    res = states("list", reg)
+    message = " ".join(res.output.split())
+    assert res.exit_code == 1 and "corrupt registry manifest" in message
+    assert "tttembed states add" in message and "serve --chain" in message
