@@ -20,6 +20,7 @@ from tests.chain.conftest import (  # noqa: F401  (fixtures)
     tiny_data,
     tiny_loaded,
 )
+from tests.serve.test_chain_routes import chain_setup  # noqa: F401,E402
 from tttembed.cli import app as cli
 
 runner = CliRunner()
@@ -113,3 +114,26 @@ def test_a_corrupt_chain_registry_json_names_the_chain_commands(gold_checkpoint,
     message = " ".join(res.output.split())
     assert res.exit_code == 1 and "corrupt registry manifest" in message
     assert "tttembed states add" in message and "serve --chain" in message
+
+
+def test_states_list_shows_chain_replicas_as_state_replicas(gold_checkpoint, minilm,
+                                                            chain_setup, tmp_path):
+    import time
+
+    from tests.serve.conftest import running
+    from tests.serve.test_chain_routes import chain_app
+
+    ckpt, _ = gold_checkpoint
+    reg = tmp_path / "reg"
+    assert states("add", reg, ckpt).exit_code == 0
+    assert states("promote", reg, "v1").exit_code == 0
+    with running(chain_app(chain_setup, minilm, chain=str(reg), registry_poll_s=0.1)):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            replicas = json.loads(states("list", reg, "--json").stdout)["replicas"]
+            if replicas:
+                break
+            time.sleep(0.2)
+        out = states("list", reg).output
+    assert [r["version"] for r in replicas] == ["v1"] and replicas[0]["kind"] == "chain"
+    assert "replica " in out and ": serves v1" in out and "none reported" not in out

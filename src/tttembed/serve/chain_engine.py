@@ -29,7 +29,7 @@ from tttembed.chain.online import DEFAULT_STEPS, QuestionTexts, chain_run
 from tttembed.chain.search import Encode
 from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH
 from tttembed.chain.states import TokenBudget
-from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.core.errors import ConfigError, StateMismatch, TTTEmbedError
 from tttembed.index.base import Index
 from tttembed.serve.engine import Engine
 from tttembed.serve.worker import MergingWorker, Slot
@@ -97,6 +97,8 @@ class ChainSource:
         self.error: str | None = None
         self._base: ChainEncoder | None = None
         self._watching = threading.Event()
+        self.replica: str | None = None
+        self._coordination: Any = None
         found = _registry_spec(spec)
         if found is not None:
             self._open(found, registry_cache)
@@ -155,10 +157,13 @@ class ChainSource:
         return ChainEncoder(name, version, default_steps(path), encoder.encode)
 
     # -- following a registry ---------------------------------------------------------
-    def watch(self, poll_s: float) -> None:
-        """Follow the registry's served version (a daemon thread), as the states do."""
+    def watch(self, poll_s: float, replica: str | None = None) -> None:
+        """Follow the registry's served version (a daemon thread), as the states do; with
+        ``replica`` each poll reports what this replica serves (``states list`` shows
+        it, as a state registry's replicas)."""
         if self.registry is None or self.pinned is not None or self._watching.is_set():
             return
+        self.replica = replica
         self._watching.set()
         threading.Thread(target=self._watch, args=(poll_s,), name="tttembed-chain-registry",
                          daemon=True).start()
@@ -181,7 +186,24 @@ class ChainSource:
                     log.error("chain encoder: cannot follow the registry (still serving "
                               "%s): %s", self.current.version or BASE, message)
                 self.error = message
+            self._report()
             self.registry.wait_change(poll_s)
+
+    def _report(self) -> None:
+        """Tell the registry what this replica serves; a registry that cannot be written
+        is skipped quietly (the watcher says why it cannot follow)."""
+        if self.replica is None:
+            return
+        try:
+            if self._coordination is None:
+                from tttembed.loop.coordination.open import open_coordination
+
+                self._coordination = open_coordination(self.registry)
+            self._coordination.report_replica(self.replica, {
+                "version": self.current.version, "following": self.error is None,
+                "error": self.error, "refused": None, "kind": "chain"})
+        except (OSError, TTTEmbedError):
+            pass
 
     def stop(self) -> None:
         self._watching.clear()
