@@ -1,5 +1,5 @@
 """Cheaper chain states for ``bench_chain.py --json``: where a greedy chain's tokens go,
-and the options tried against the 128-token state (issue 63 item 3).
+and the options tried against the 128-token state.
 
 Each option's rule is fixed here, before any run; the one free constant (``ALPHAS``) is
 chosen on the training split, never on the test split.

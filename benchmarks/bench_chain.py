@@ -25,7 +25,7 @@
         [--max-seq-length 128] [--repeats 3] [--clients 32] [--duration 15]
         [--skip-train] [--skip-serve] [--json OUT [--encoder CKPT]]
 
-5. ``--json OUT`` (issue 63 item 3; then only this part runs): the greedy chain at the
+5. ``--json OUT`` (then only this part runs): the greedy chain at the
    default settings (state token limit ``DEFAULT_MAX_SEQ_LENGTH``) and every cheaper
    state option of ``_chain_options`` against T single searches, each with its C@5, on
    the test split, with the untrained encoder or ``--encoder CKPT``; where the tokens of

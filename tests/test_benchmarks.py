@@ -208,7 +208,7 @@ def test_the_chain_benchmark_searches_and_trains(tmp_path, env, chain_tiny):
 
 def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     """``bench_chain.py --json OUT``: the default's ratio and C@5 against the 128-token
-    state, and every state option, measured in one run (issue 63 item 3)."""
+    state, and every state option, measured in one run."""
     out = tmp_path / "cost.json"
     r = run(BENCH / "bench_chain.py", ["--data", str(chain_tiny), "--questions", "3",
                                        "--rule-questions", "1", "--repeats", "1",
