@@ -23,7 +23,16 @@
     python benchmarks/bench_chain.py [--data ../shared/data/2wikimultihopqa]
         [--questions 100] [--train-questions 60] [--rule-questions 100]
         [--max-seq-length 128] [--repeats 3] [--clients 32] [--duration 15]
-        [--skip-train] [--skip-serve]
+        [--skip-train] [--skip-serve] [--json OUT [--encoder CKPT]]
+
+5. ``--json OUT`` (then only this part runs): the greedy chain at the
+   default settings (state token limit ``DEFAULT_MAX_SEQ_LENGTH``) and every cheaper
+   state option of ``_chain_options`` against T single searches, each with its C@5, on
+   the test split, with the untrained encoder or ``--encoder CKPT``; where the tokens of
+   each step's states go; written to OUT with the keys ``ratio_default``, ``c5_default``,
+   ``c5_reference_128``, ``T``, ``questions``, ``options`` (per option: ``ratio``,
+   ``c5``, ``tokens``) and ``token_split``. Goal: the default <= 1.5x T single with C@5
+   within 1.0 point of the 128-token state.
 
 The device follows tttembed.core.devices.pick_device (TTTEMBED_DEVICE, else cuda when
 present).
@@ -64,10 +73,11 @@ class Timed:
     """An encoder, state texts and a search, each timed (``phase``), the encode calls
     one by one (``calls``: step 1 is the first of a greedy run)."""
 
-    def __init__(self, loaded: Any) -> None:
+    def __init__(self, loaded: Any, encode: Any = None) -> None:
         from tttembed.chain.setup import frozen_encode
 
-        self.loaded, self.frozen = loaded, frozen_encode(loaded.embedder)
+        self.loaded = loaded
+        self.frozen = encode or frozen_encode(loaded.embedder)
         self.phase = {"encode": 0.0, "texts": 0.0, "search": 0.0}
         self.calls: list[float] = []
         self.seen: list[str] | None = None
@@ -303,6 +313,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--duration", type=int, default=15)
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--skip-serve", action="store_true")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="measure the default and the cheaper state options, write OUT")
+    ap.add_argument("--encoder", type=Path, default=None,
+                    help="a trained chain checkpoint (default: the untrained encoder)")
+    ap.add_argument("--alpha", type=float, default=0.25,
+                    help="the composed state's weight where the data has no training split")
     return ap.parse_args()
 
 
@@ -312,6 +328,11 @@ def main() -> int:
 
     loaded = api.load(args.data, "test", args.index, max_questions=args.questions)
     index = args.index or _index_of(loaded)
+    if args.json is not None:
+        from _chain_cost import cost_report
+
+        cost_report(args, loaded, index)
+        return 0
     budget, ratios = choose_budget(args.data, index, args.rule_questions)
     print("rule (training split, tokens of the greedy chain / T single): " + ", ".join(
         f"limit {b}: {r:.2f}" for b, r in ratios.items()) + f" -> chosen limit {budget}")

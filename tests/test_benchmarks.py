@@ -206,6 +206,31 @@ def test_the_chain_benchmark_searches_and_trains(tmp_path, env, chain_tiny):
     assert "closing note: greedy chain / T single" in r.stdout, r.stdout
 
 
+def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
+    """``bench_chain.py --json OUT``: the default's ratio and C@5 against the 128-token
+    state, and every state option, measured in one run."""
+    out = tmp_path / "cost.json"
+    r = run(BENCH / "bench_chain.py", ["--data", str(chain_tiny), "--questions", "3",
+                                       "--rule-questions", "1", "--repeats", "1",
+                                       "--json", str(out)], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert {"ratio_default", "c5_default", "c5_reference_128", "T", "questions"} <= set(got)
+    assert got["questions"] == 3 and got["T"] >= 2
+    options = got["options"]
+    assert set(options) >= {"text-256", "text-128", "text-40", "title-sentence", "composed",
+                            "single"}
+    assert got["ratio_default"] == options["text-256"]["ratio"] > 0
+    assert got["c5_reference_128"] == options["text-128"]["c5"]
+    # the shorter the states, the fewer tokens encoded; one composed encode per question
+    assert options["text-40"]["tokens"] <= options["text-128"]["tokens"] <= \
+        options["text-256"]["tokens"]
+    assert options["composed"]["tokens"] == pytest.approx(1 / got["T"])
+    assert [s["question"] for s in got["token_split"]["text-128"]] == \
+        [got["token_split"]["text-128"][0]["state"]] * got["T"]
+    assert "closing note: default ratio" in r.stdout
+
+
 def test_the_serve_benchmark(tmp_path, env):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_serve.py", ["--modules", "json,csv", "--requests", "24",

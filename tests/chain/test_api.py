@@ -32,7 +32,7 @@ def test_public_names_and_defaults_match_the_cli():
                                 "ChainSearchResult"}
     search = inspect.signature(api.chain_search).parameters
     assert search["split"].default == "test" and search["beam"].default == 1
-    assert search["steps"].default == 0 and search["max_seq_length"].default == 256
+    assert search["steps"].default is None and search["max_seq_length"].default == 256
     train = inspect.signature(api.chain_train).parameters
     assert (train["regime"].default, train["split"].default, train["epochs"].default,
             train["batch_size"].default, train["lr"].default, train["n_neg"].default) == \
@@ -48,7 +48,7 @@ def test_public_names_and_defaults_match_the_cli():
 
 def test_chain_search_returns_metrics_a_run_and_progress_totals(tiny_data, tmp_path):
     stages = Stages()
-    res = api.chain_search(tiny_data, index=tmp_path / "idx", progress=stages, **TINY)
+    res = api.chain_search(tiny_data, index=tmp_path / "idx", progress=stages, steps=0, **TINY)
     assert res.steps == 3 and res.beam == 1 and res.qids == tuple(q for q, _, _ in CHAINS)
     assert res.metrics["all"]["n"] == len(CHAINS) and set(res.metrics["by_hops"]) == {2, 3}
     assert 0 <= res.metrics["all"]["C@5"] <= 100
@@ -70,9 +70,9 @@ def test_chain_search_returns_metrics_a_run_and_progress_totals(tiny_data, tmp_p
 
 
 def test_chain_search_with_a_trained_encoder(tiny_data, gold_checkpoint, tmp_path):
-    untrained = api.chain_search(tiny_data, index=tmp_path / "idx", **TINY)
+    untrained = api.chain_search(tiny_data, index=tmp_path / "idx", steps=0, **TINY)
     trained = api.chain_search(tiny_data, index=tmp_path / "idx",
-                               encoder=gold_checkpoint[0], **TINY)
+                               encoder=gold_checkpoint[0], **TINY)   # its T: 3
     assert trained.run.picked.shape == untrained.run.picked.shape
     with pytest.raises(DataError, match="chain encoder checkpoint"):
         api.chain_search(tiny_data, index=tmp_path / "idx", encoder=tmp_path, **TINY)

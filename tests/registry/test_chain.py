@@ -124,7 +124,7 @@ def test_a_server_serves_and_follows_the_promoted_chain_version(
             assert [(d["id"], d["score"]) for d in got["data"]] == want[qid]
         health = httpx.get(f"{url}/healthz").json()
         assert health["chain"] == {"encoder": str(reg), "version": "v1", "steps": 3,
-                                   "error": None}
+                                   "max_seq_length": 256, "error": None}
         assert states("promote", reg, "v2").exit_code == 0
         deadline = time.monotonic() + 20
         while ask(CHAINS[0][1])["version"] != "v2":

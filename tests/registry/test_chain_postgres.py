@@ -61,3 +61,14 @@ def test_replicas_pick_up_a_promoted_chain_version(url, gold_checkpoint, chain_s
                 assert time.monotonic() < deadline, f"{name} did not reach both replicas"
                 time.sleep(0.1)
     assert (tmp_path / "cache0" / "versions").is_dir()
+
+
+def test_the_same_checkpoint_added_twice_is_said_not_added_again(url, gold_checkpoint):
+    import json
+
+    ckpt, _ = gold_checkpoint
+    assert "as v1" in states("add", url, ckpt).output
+    res = states("add", url, ckpt)
+    assert res.exit_code == 0 and "is already v1" in res.output, res.output
+    assert [v["version"] for v in json.loads(states("list", url, "--json").stdout)
+            ["versions"]] == ["v1"]

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
-from tttembed.chain.checkpoint import read_checkpoint_manifest
+from tttembed.chain.checkpoint import default_steps, read_checkpoint_manifest
 from tttembed.chain.online import chain_run
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
 from tttembed.chain.report import write_chain_report
@@ -75,13 +75,16 @@ class ChainSearchResult:
 
 # --- lower-level helpers (also used by benchmarks/bench_chain.py) ---------------------------
 
-def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int) -> Encode:
-    """The frozen model's query side (``encoder`` None) or a trained checkpoint's encoder."""
+def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int,
+                  transfer: bool = False) -> Encode:
+    """The frozen model's query side (``encoder`` None) or a trained checkpoint's encoder
+    (trained against this index; ``transfer``: against any corpus of the same embedder)."""
     if encoder is None:
         return frozen_encode(loaded.embedder)
     from tttembed.chain.checkpoint import load_encoder
 
-    return load_encoder(encoder, max_seq_length=max_seq_length, index=loaded.index).encode
+    return load_encoder(encoder, max_seq_length=max_seq_length, index=loaded.index,
+                        transfer=transfer).encode
 
 
 def run_search(loaded: Loaded, encode: Encode, *, steps: int | None = None, beam: int = 1,
@@ -110,7 +113,10 @@ def run_chain_eval(loaded: Loaded, encoders: Sequence[tuple[str, PathLike | None
     """Evaluate named encoders ((name, checkpoint folder or None for the untrained model))."""
     names = [n for n, _ in encoders]
     _check_names(names, [*beam_encoders, *([reference] if reference else [])])
-    fns = {name: query_encoder(loaded, path, max_seq_length) for name, path in encoders}
+    # an evaluation may measure transfer: an encoder trained on another corpus (same
+    # embedder) is evaluated here, and chain_eval records which were
+    fns = {name: query_encoder(loaded, path, max_seq_length, transfer=True)
+           for name, path in encoders}
     texts = state_texts(loaded.task, loaded.embedder.model, max_seq_length)
     return evaluate_chain(loaded.task.golds, texts, loaded.index.search, fns,
                           steps=steps or loaded.task.max_hops, reference=reference,
@@ -130,15 +136,17 @@ def _check_common(steps: int, max_questions: int | None, max_seq_length: int) ->
 
 def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None = None,
                  embedder: str = DEFAULT_EMBEDDER, encoder: PathLike | None = None,
-                 steps: int = 0, beam: int = 1, max_questions: int | None = None,
+                 steps: int | None = None, beam: int = 1,
+                 max_questions: int | None = None,
                  max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
                  progress: Progress | None = None) -> ChainSearchResult:
     """Chain retrieval for every question of a split of a multi-hop folder.
 
     ``data`` holds corpus.jsonl and chains_<split>.jsonl; ``index`` is the frozen passage
     index folder (built there when absent; default: in the cache); ``encoder`` a trained
-    checkpoint folder (None: the untrained model); ``steps`` the chain steps T (0: the
-    data's max hops); ``beam`` the beam width (1: greedy). Metrics are percentages.
+    checkpoint folder (None: the untrained model); ``steps`` the chain steps T (None:
+    the encoder's T, as ``serve --chain`` answers: the checkpoint's, 2 for the untrained
+    model; 0: the data's max hops); ``beam`` the beam width (1: greedy). Metrics are percentages.
 
         >>> from tttembed import api
         >>> res = api.chain_search("data/2wiki", encoder="ckpt/gold", beam=4)
@@ -146,6 +154,8 @@ def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None 
     """
     if beam < 1:
         raise ConfigError("beam must be at least 1")
+    if steps is None:
+        steps = default_steps(encoder)
     _check_common(steps, max_questions, max_seq_length)
     loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
                   progress=progress)
@@ -195,6 +205,13 @@ def chain_train(data: PathLike, out: PathLike, *, regime: str = "gold",
                   progress=progress)
     return train_chain(loaded.task, loaded.index, frozen_encode(loaded.embedder), cfg, out,
                        states_from=states_from, overwrite=overwrite, progress=progress)
+
+
+def _transfer(named: Sequence[tuple[str, PathLike | None]], loaded: Loaded) -> list[str]:
+    """The encoders trained against another corpus than the index's (a transfer)."""
+    mine = loaded.index.manifest.get("corpus_fingerprint")
+    return [name for name, path in named if path is not None and mine and
+            read_checkpoint_manifest(path).get("corpus_fingerprint") not in (None, mine)]
 
 
 def _named_encoders(encoders: Mapping[str, PathLike]) -> list[tuple[str, PathLike | None]]:
@@ -248,6 +265,7 @@ def chain_eval(data: PathLike, out: PathLike, *,
               "beam": beam, "encoders": {n: None if p is None else str(p) for n, p in named},
               "reference": ref, "n_questions": len(loaded.task.golds),
               "max_seq_length": max_seq_length,
+              "transfer": _transfer(named, loaded),   # trained against another corpus
               "device": str(loaded.embedder.model.device)}   # the latencies depend on it
     write_chain_report(out, config, results)
     return results

@@ -27,21 +27,50 @@ def read_checkpoint_manifest(path: PathLike) -> dict[str, Any]:
     return _read_manifest(path, fmt=FORMAT, what="chain encoder checkpoint", fix=TRAIN_FIX)
 
 
+def default_steps(path: PathLike | None) -> int:
+    """The chain steps T an encoder runs when none are asked for, offline (``tttembed
+    chain search``) and served (``serve --chain``) alike: the T a checkpoint was trained
+    with, else (the untrained encoder, or a checkpoint that records none) ``DEFAULT_STEPS``."""
+    from tttembed.chain.online import DEFAULT_STEPS
+
+    if path is None:
+        return DEFAULT_STEPS
+    return int(read_checkpoint_manifest(path).get("steps") or DEFAULT_STEPS)
+
+
 def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
                  max_seq_length: int = 256, trainable: bool = False,
-                 index: Index | None = None) -> LoraQueryEncoder:
+                 index: Index | None = None, transfer: bool = False) -> LoraQueryEncoder:
     """A query encoder: the checkpoint's adapter on a fresh base model, or (path None) a
     fresh adapter, which encodes exactly like the frozen model. With ``index`` the
-    checkpoint must have been trained against the same passage index."""
+    checkpoint must have been trained against the same passage index (embedder and
+    corpus; ``transfer``: the same embedder, any corpus, as a transfer evaluation asks)."""
     if path is None:
         return LoraQueryEncoder(load_base_model(base, max_seq_length=max_seq_length))
     manifest = read_checkpoint_manifest(path)
-    if index is not None and manifest["index_embedder"] != index.identity:
-        raise StateMismatch(f"checkpoint {path} was trained for passages of "
-                            f"{manifest['index_embedder']!r}, the index holds "
-                            f"{index.identity!r}")
+    if index is not None:
+        check_index(manifest, path, index, corpus=not transfer)
     model = load_base_model(manifest["config"]["base"], max_seq_length=max_seq_length)
     return LoraQueryEncoder(model, adapter=Path(path) / "adapter", trainable=trainable)
+
+
+def check_index(manifest: dict[str, Any], path: PathLike, index: Index,
+                fix: str = "give the index it was trained on (--index), or train one on "
+                           "this index's corpus: 'tttembed chain train DATA --index INDEX'",
+                corpus: bool = True) -> None:
+    """Refuse (StateMismatch, the reason and ``fix``) a checkpoint trained against another
+    passage index than ``index``: another embedder, or (``corpus``) another corpus (its
+    fingerprint; a checkpoint that records none is compared on the embedder alone)."""
+    if manifest.get("index_embedder") != index.identity:
+        raise StateMismatch(f"checkpoint {path} was trained for passages of "
+                            f"{manifest.get('index_embedder')!r}, the index {index.path} "
+                            f"holds {index.identity!r}; {fix}")
+    mine = index.manifest.get("corpus_fingerprint")
+    theirs = manifest.get("corpus_fingerprint")
+    if corpus and mine and theirs and mine != theirs:
+        raise StateMismatch(f"checkpoint {path} was trained against another corpus "
+                            f"(fingerprint {str(theirs)[:12]}...) than the index {index.path} "
+                            f"holds ({str(mine)[:12]}...); {fix}")
 
 
 def save_optimizer(opt: Any, params: list[Any], path: Path) -> None:

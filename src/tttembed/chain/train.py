@@ -35,6 +35,7 @@ import numpy as np
 
 from tttembed.chain.checkpoint import (
     FORMAT,
+    check_index,
     checkpoint_identity,
     load_encoder,
     load_optimizer,
@@ -292,6 +293,11 @@ def train_chain(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
     if cfg.regime in NEEDS_RUN and states_from is None:
         raise ConfigError(f"regime {cfg.regime!r} needs --states-from: a gold-trained "
                           "checkpoint (train one with --regime gold first)")
+    if states_from is not None:
+        check_index(read_checkpoint_manifest(states_from), f"--states-from {states_from}",
+                    index, fix="give --states-from a checkpoint trained on this data's "
+                               "index (train one: 'tttembed chain train DATA --regime gold "
+                               "--out FOLDER' with the same --index)")
     out = Path(out)
     config = _config_dict(replace(cfg, epochs=0))
     with writer_lock(out):

@@ -114,7 +114,10 @@ def search(data: DataArg, split: ChainSplitOpt = "test", index: ChainIndexOpt = 
                help="Trained encoder: CHECKPOINT folder or NAME=CHECKPOINT, as in chain "
                     "eval (default: the untrained model).")]
            = None,
-           steps: StepsOpt = 0,
+           steps: Annotated[Optional[int], typer.Option(
+               help="Chain steps T (default: the encoder's T, as `serve --chain` answers: "
+                    "the checkpoint's, 2 for the untrained model; 0 = the data's max "
+                    "hops).", min=0)] = None,
            beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).", min=1)] = 1,
            max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
            out: Annotated[Optional[Path], typer.Option(

@@ -175,8 +175,9 @@ def _budget_line(reg: Any, spec: str) -> str:
 def _replica_line(r: dict[str, Any], served: str | None) -> str:
     """What one replica serves, and the version it refused (never shown as served)."""
     lag = "" if r.get("version") == served else "  (not the registry's version)"
-    line = (f"replica {r.get('replica')}: serves {r.get('version') or 'raw'} "
-            f"(generation {r.get('generation')}){lag}")
+    none = "base (untrained)" if r.get("kind") == "chain" else "raw"
+    generation = "" if r.get("generation") is None else f" (generation {r.get('generation')})"
+    line = f"replica {r.get('replica')}: serves {r.get('version') or none}{generation}{lag}"
     refused = r.get("refused")
     if isinstance(refused, dict) and refused.get("version"):
         line += f"; REFUSED {refused['version']}: {refused.get('error')}"

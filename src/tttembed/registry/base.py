@@ -25,6 +25,7 @@ import numpy as np
 
 from tttembed.adapt.state import AdaptState, load_state
 from tttembed.core.errors import ConfigError, DataError, StateMismatch
+from tttembed.registry import chain
 from tttembed.registry.chain import (
     FOLDER,
     check_fits,
@@ -266,8 +267,8 @@ class RegistryBase:
         """The version that already holds the state of file ``path`` (added before, from
         this path or another), or None: what ``add`` of the same state again returns
         instead of a new version, in a folder and a database registry alike."""
-        if is_checkpoint(path):  # a chain encoder: its versions are its own
-            return None
+        if is_checkpoint(path):  # a chain encoder: the version holding the same files
+            return chain.holding(self.versions(), chain.files_digest(checkpoint_files(path)))
         return self.holding(state_digest(load_state(path)))
 
     def holding(self, digest: str) -> Version | None:
@@ -287,9 +288,15 @@ class RegistryBase:
         record = checkpoint_record(path)
         check_fits(self.manifest, record,
                    f"{path} cannot be added to registry {self.location}")
-        return self.register_files(checkpoint_files(path), parent=None,
+        files = checkpoint_files(path)
+        digest = chain.files_digest(files)
+        same = chain.holding(self.versions(), digest)
+        if same is not None:
+            return same
+        return self.register_files(files, parent=None,
                                    reason=f"chain encoder added by {by} from {path}",
-                                   added_from=str(path), added_by=by, **record)
+                                   added_from=str(path), added_by=by, chain_digest=digest,
+                                   **record)
 
     def diff(self, a: str, b: str) -> dict[str, Any]:
         """What changes from version ``a`` to ``b``: keys added, removed, changed (per

@@ -12,6 +12,9 @@ no pickle), covered by the version's content address.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,15 +78,129 @@ def check_fits(registry: Mapping[str, Any], record: Mapping[str, Any], what: str
 
 
 def checkpoint_files(path: str | Path) -> dict[str, bytes]:
-    """The serving files of the checkpoint at ``path``, by relative name."""
+    """The serving files of the checkpoint at ``path``, by relative name, each checked
+    (:func:`check_files`): a link inside the checkpoint (whose target may lie outside it)
+    is refused, never followed."""
     root = Path(path)
     out: dict[str, bytes] = {}
     for name in KEPT:
         item = root / name
-        items = sorted(p for p in item.rglob("*") if p.is_file()) if item.is_dir() else [item]
-        for p in items:
-            out[p.relative_to(root).as_posix()] = p.read_bytes()
+        _no_link(item, root)
+        if not item.is_dir():
+            if item.is_file():
+                out[name] = item.read_bytes()
+            continue
+        for folder, dirs, names in os.walk(item, followlinks=False):
+            for entry in sorted([*dirs, *names]):
+                _no_link(Path(folder) / entry, root)
+            for entry in sorted(names):
+                p = Path(folder) / entry
+                out[p.relative_to(root).as_posix()] = p.read_bytes()
+    check_files(out, root)
     return out
+
+
+def _no_link(p: Path, root: Path) -> None:
+    if p.is_symlink():
+        raise DataError(f"{p.relative_to(root).as_posix()} is a symbolic link: a registry "
+                        "copies a checkpoint's own files only", path=root,
+                        fix="replace the link with the file itself, or train the "
+                            "checkpoint again")
+
+
+#: Weights in a pickle format (loading them runs code): never added.
+PICKLE = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+ADAPTER = "adapter/adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter/adapter_config.json"
+
+
+def check_files(files: Mapping[str, bytes], root: str | Path) -> None:
+    """Refuse (DataError, one line) checkpoint files a server could not load: pickle
+    weights, a missing or torn ``adapter_model.safetensors`` (its header and the tensor
+    bytes it announces), an ``adapter_config.json`` that is no adapter configuration."""
+    fix = "train the checkpoint again ('tttembed chain train DATA --out FOLDER')"
+    pickled = sorted(n for n in files if n.lower().endswith(PICKLE))
+    if pickled:
+        raise DataError(f"{pickled[0]} holds pickle weights (loading them runs code); "
+                        "only safetensors weights are added", path=root, fix=fix)
+    for name in (ADAPTER, ADAPTER_CONFIG):
+        if name not in files:
+            raise DataError(f"the checkpoint has no {name}", path=root, fix=fix)
+    problem = safetensors_problem(files[ADAPTER])
+    if problem:
+        raise DataError(f"{ADAPTER} is damaged ({problem})", path=root, fix=fix)
+    try:
+        config = json.loads(files[ADAPTER_CONFIG])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{ADAPTER_CONFIG} is not JSON ({exc})", path=root, fix=fix) from None
+    if not isinstance(config, dict) or "peft_type" not in config or "r" not in config:
+        raise DataError(f"{ADAPTER_CONFIG} is no adapter configuration (no peft_type or r)",
+                        path=root, fix=fix)
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
+                "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def safetensors_problem(blob: bytes) -> str | None:
+    """What is wrong with a safetensors file's bytes (None: its header parses, every
+    tensor's bytes lie inside the file, and the file ends where its last tensor does)."""
+    if len(blob) < 8:
+        return f"{len(blob)} bytes, no header"
+    size = int.from_bytes(blob[:8], "little")
+    if size <= 0 or 8 + size > len(blob):
+        return f"the header announces {size} bytes, the file holds {len(blob) - 8}"
+    try:
+        header = json.loads(blob[8:8 + size])
+    except (ValueError, UnicodeDecodeError):
+        return "the header is not JSON"
+    if not isinstance(header, dict):
+        return "the header is not a table of tensors"
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, stop = (int(x) for x in info["data_offsets"])
+            count = 1
+            for dim in info["shape"]:
+                count *= int(dim)
+            width = _DTYPE_BYTES.get(str(info["dtype"]))
+        except (KeyError, TypeError, ValueError):
+            return f"tensor {name!r} has no valid offsets, shape or dtype"
+        if width is not None and stop - start != count * width:
+            return f"tensor {name!r} announces {stop - start} bytes for {count} values"
+        end = max(end, stop)
+    if 8 + size + end != len(blob):
+        return f"the tensors end at byte {8 + size + end}, the file at {len(blob)}"
+    return None
+
+
+def files_digest(files: Mapping[str, bytes]) -> str:
+    """The content digest of a checkpoint's serving files (what a duplicate shares)."""
+    return hashlib.sha256(pack(files)).hexdigest()
+
+
+def holding(versions: Any, digest: str) -> Any:
+    """The first unbroken chain version whose files have the content ``digest`` (an
+    older version that records none: its stored files' digest), or None."""
+    for v in versions:
+        if getattr(v, "broken", False) or not is_chain(v.manifest):
+            continue
+        mine = v.manifest.get("chain_digest")
+        if mine is None:
+            try:
+                mine = files_digest(_stored(Path(v.path) / FOLDER))
+            except OSError:
+                continue
+        if mine == digest:
+            return v
+    return None
+
+
+def _stored(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
@@ -132,5 +249,6 @@ def _safe(name: str) -> str:
     return name
 
 
-__all__ = ["FOLDER", "KIND", "PACKED", "check_fits", "checkpoint_files", "checkpoint_record",
+__all__ = ["FOLDER", "KIND", "PACKED", "check_files", "check_fits", "checkpoint_files",
+           "checkpoint_record", "files_digest", "holding", "safetensors_problem",
            "is_chain", "is_checkpoint", "pack", "registry_record", "unpack", "write_files"]

@@ -54,7 +54,10 @@ from tttembed.registry.base import (
 from tttembed.registry.chain import FOLDER, write_files
 
 _NAME = re.compile(r"v(\d+)")
-_FIX = "give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made"
+_FIX = ("give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made; "
+        "for chain encoders, the folder `tttembed states add DIR CHECKPOINT` made (what "
+        "`tttembed serve --chain DIR` serves): re-create a damaged one with `tttembed "
+        "states add NEW_DIR CHECKPOINT`")
 
 
 class Registry(RegistryBase):

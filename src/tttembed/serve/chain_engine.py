@@ -29,7 +29,7 @@ from tttembed.chain.online import DEFAULT_STEPS, QuestionTexts, chain_run
 from tttembed.chain.search import Encode
 from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH
 from tttembed.chain.states import TokenBudget
-from tttembed.core.errors import ConfigError, StateMismatch
+from tttembed.core.errors import ConfigError, StateMismatch, TTTEmbedError
 from tttembed.index.base import Index
 from tttembed.serve.engine import Engine
 from tttembed.serve.worker import MergingWorker, Slot
@@ -97,6 +97,8 @@ class ChainSource:
         self.error: str | None = None
         self._base: ChainEncoder | None = None
         self._watching = threading.Event()
+        self.replica: str | None = None
+        self._coordination: Any = None
         found = _registry_spec(spec)
         if found is not None:
             self._open(found, registry_cache)
@@ -145,22 +147,23 @@ class ChainSource:
         return self._checkpoint(v.path / FOLDER, self.registry.location, name)
 
     def _checkpoint(self, path: Path, name: str, version: str | None) -> ChainEncoder:
-        from tttembed.chain.checkpoint import load_encoder, read_checkpoint_manifest
+        from tttembed.chain.checkpoint import default_steps, load_encoder
 
         if not path.is_dir():
             raise ConfigError(f"--chain {self.spec}: not base, a checkpoint folder or a "
                               "registry (no such folder); give --chain base, a folder "
                               "`tttembed chain train` wrote, or a chain registry")
-        manifest = read_checkpoint_manifest(path)
         encoder = load_encoder(path, max_seq_length=self.max_seq_length, index=self.index)
-        return ChainEncoder(name, version, int(manifest.get("steps") or DEFAULT_STEPS),
-                            encoder.encode)
+        return ChainEncoder(name, version, default_steps(path), encoder.encode)
 
     # -- following a registry ---------------------------------------------------------
-    def watch(self, poll_s: float) -> None:
-        """Follow the registry's served version (a daemon thread), as the states do."""
+    def watch(self, poll_s: float, replica: str | None = None) -> None:
+        """Follow the registry's served version (a daemon thread), as the states do; with
+        ``replica`` each poll reports what this replica serves (``states list`` shows
+        it, as a state registry's replicas)."""
         if self.registry is None or self.pinned is not None or self._watching.is_set():
             return
+        self.replica = replica
         self._watching.set()
         threading.Thread(target=self._watch, args=(poll_s,), name="tttembed-chain-registry",
                          daemon=True).start()
@@ -183,17 +186,34 @@ class ChainSource:
                     log.error("chain encoder: cannot follow the registry (still serving "
                               "%s): %s", self.current.version or BASE, message)
                 self.error = message
+            self._report()
             self.registry.wait_change(poll_s)
+
+    def _report(self) -> None:
+        """Tell the registry what this replica serves; a registry that cannot be written
+        is skipped quietly (the watcher says why it cannot follow)."""
+        if self.replica is None:
+            return
+        try:
+            if self._coordination is None:
+                from tttembed.loop.coordination.open import open_coordination
+
+                self._coordination = open_coordination(self.registry)
+            self._coordination.report_replica(self.replica, {
+                "version": self.current.version, "following": self.error is None,
+                "error": self.error, "refused": None, "kind": "chain"})
+        except (OSError, TTTEmbedError):
+            pass
 
     def stop(self) -> None:
         self._watching.clear()
 
     def status(self) -> dict[str, Any]:
-        """What ``/healthz`` says of the chain encoder: its name, version, T, and the
-        error that keeps a followed registry's version from being served (None: none)."""
+        """What ``/healthz`` says of the chain encoder: its name, version, T, the state
+        token limit in use (``max_seq_length``), and the error that keeps a followed registry's version from being served (None: none)."""
         now = self.current
         return {"encoder": now.name, "version": now.version, "steps": now.steps,
-                "error": self.error}
+                "max_seq_length": self.max_seq_length, "error": self.error}
 
 
 class ChainWorker(MergingWorker[list[Ask], ChainKey, list[Found]]):

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 MAX_HOPS = 10
 MAX_BEAM = 16
 MAX_QUESTION_CHARS = 4000
+#: The most states one request may have encoded (1 + beam x (max_hops - 1)): the work a
+#: chain search costs grows with it, and one client must not hold a server cheaply
+#: (greedy at 10 hops: 10; beam 4 at 4 hops: 13; beam 4 at 10 hops: 37).
+MAX_STATES = 40
 
 
 @dataclass(frozen=True)
@@ -54,10 +58,22 @@ class ChainRequest:
 def _int(body: Mapping[str, Any], name: str, default: int, low: int, high: int,
          why: str) -> int:
     value = body.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+    if not isinstance(value, int) or isinstance(value, bool):
+        kind = {str: "a string", bool: "a boolean", float: "a number with a fraction",
+                type(None): "null"}.get(type(value), f"a JSON {type(value).__name__}")
+        raise ApiError(400, f"'{name}' must be an integer from {low} to {high} ({why}), "
+                       f"not {kind}: got {_shown(value)}; send it without quotes, e.g. "
+                       f"\"{name}\": {default}", param=name, code=f"invalid_{name}")
+    if not low <= value <= high:
         raise ApiError(400, f"'{name}' must be an integer from {low} to {high} ({why}), got "
                        f"{str(value)[:40]}", param=name, code=f"invalid_{name}")
     return value
+
+
+def _shown(value: Any) -> str:
+    import json
+
+    return json.dumps(value)[:40]
 
 
 def _question(body: Mapping[str, Any]) -> str:
@@ -93,6 +109,12 @@ def parse_chain(body: Any, *, steps: int, documents: int, max_k: int) -> ChainRe
     hops = _int(body, "max_hops", steps, 1, MAX_HOPS, "the chain's steps; default the "
                 "encoder's")
     beam = _int(body, "beam", 1, 1, MAX_BEAM, "1 is greedy")
+    states = 1 + beam * (hops - 1)
+    if states > MAX_STATES:
+        raise ApiError(400, f"'max_hops' {hops} with 'beam' {beam} asks for {states} state "
+                       f"encodings (1 + beam x (max_hops - 1)); one request may ask for at "
+                       f"most {MAX_STATES}: lower max_hops or beam", param="beam",
+                       code="chain_too_costly")
     k_max = min(documents, max_k)
     top_k = _int(body, "top_k", min(10, k_max), 1, k_max,
                  f"the index holds {documents} passages")

@@ -128,7 +128,7 @@ class Service:
         with the error (logged once per kind) and the watcher tries again each poll. A
         chain registry (``--chain``) has a watcher of its own."""
         if self.chain is not None:
-            self.chain.source.watch(self.config.loop.registry_poll_s)
+            self.chain.source.watch(self.config.loop.registry_poll_s, self.replica)
         if self.states.versions is None or self._watching.is_set():
             return
         self._watching.set()

@@ -1,0 +1,181 @@
+"""``bench_chain.py --json OUT``: the greedy chain's cost at the default settings and at
+the cheaper state options of ``_chain_options``, against T single searches, each with its
+C@5, all timed in one run (medians of ``--repeats``, the options interleaved)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from _chain_options import (
+    ALPHAS,
+    TitleSentence,
+    choose_alpha,
+    time_composed,
+    titles_and_texts,
+    token_split,
+)
+
+#: The limits of today's state text measured (the default, the reference, the old rule's).
+REFERENCE = 128
+RULE = 40
+#: The goals of the cost-without-quality-loss claim.
+RATIO_GOAL, C5_GAP = 1.5, 1.0
+
+
+def _text_option(timed: Any, limit: int) -> Any:
+    from bench_chain import _Texts
+
+    def make() -> Any:
+        timed.reset(limit)
+        return _Texts(timed)
+    return make
+
+
+def _title_option(timed: Any, docs: Any) -> Any:
+    def make() -> Any:
+        task = timed.loaded.task
+        return TitleSentence(task.questions, docs, timed.loaded.embedder.model, REFERENCE)
+    return make
+
+
+def _steps_split(timed: Any, texts: Any, steps: int, limit: int) -> list[dict[str, float]]:
+    """Where the tokens of each step's states go (greedy chain, this state option)."""
+    from tttembed.chain.search import greedy_chain
+
+    batches: list[list[str]] = []
+
+    def encode(batch: list[str]) -> Any:
+        batches.append(list(batch))
+        return timed.frozen(batch)
+
+    greedy_chain(len(timed.loaded.task.golds), texts, encode, timed.loaded.index.search,
+                 steps)
+    tok = timed.loaded.embedder.model.tokenizer
+    return [token_split(tok, b, timed.loaded.task.questions, limit + 2) for b in batches]
+
+
+def _tokens(timed: Any, texts: list[str]) -> int:
+    tok = timed.loaded.embedder.model.tokenizer
+    return sum(len(i) for i in tok(texts, truncation=True, max_length=512)["input_ids"])
+
+
+def measure(timed: Any, options: dict[str, Any], composed: float, repeats: int
+            ) -> dict[str, dict[str, float]]:
+    """Per option: median chain seconds / (T x median single seconds), C@5, tokens
+    encoded / tokens of T single searches."""
+    from bench_chain import _Texts
+
+    from tttembed.chain.search import chain_metrics, greedy_chain, single_shot
+
+    task = timed.loaded.task
+    n, steps = len(task.golds), task.max_hops
+    timed.reset(REFERENCE)
+    single_shot(n, _Texts(timed), timed.encode, timed.search)   # warm-up
+    singles: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in [*options, "composed"]}
+    c5: dict[str, float] = {}
+    tokens: dict[str, float] = {}
+    for _ in range(repeats):
+        timed.reset(REFERENCE)
+        timed.seen = []
+        t0 = time.perf_counter()
+        single_shot(n, _Texts(timed), timed.encode, timed.search)
+        singles.append(time.perf_counter() - t0)
+        single_tokens = _tokens(timed, timed.seen)
+        for name, make in options.items():
+            texts = make()
+            timed.seen = []
+            t0 = time.perf_counter()
+            run = greedy_chain(n, texts, timed.encode, timed.search, steps)
+            times[name].append(time.perf_counter() - t0)
+            c5[name] = chain_metrics(run.ranking, task.golds)["all"]["C@5"]
+            tokens[name] = _tokens(timed, timed.seen) / (steps * single_tokens)
+        timed.seen = []
+        seconds, ranking = time_composed(timed.loaded, timed.encode, steps, composed, 1)
+        times["composed"].append(seconds)
+        c5["composed"] = chain_metrics(ranking, task.golds)["all"]["C@5"]
+        tokens["composed"] = _tokens(timed, timed.seen) / (steps * single_tokens)
+    timed.seen = None
+    single = statistics.median(singles)
+    return {name: {"ratio": round(statistics.median(t) / (steps * single), 3),
+                   "c5": c5[name], "tokens": round(tokens[name], 3),
+                   "ms_per_question": round(statistics.median(t) / n * 1000, 2)}
+            for name, t in times.items()} | {
+        "single": {"ratio": round(1 / steps, 3), "c5": float("nan"), "tokens": 1 / steps,
+                   "ms_per_question": round(single / n * 1000, 2)}}
+
+
+def cost_report(args: Any, loaded: Any, index: Path) -> dict[str, Any]:
+    from bench_chain import Timed
+
+    from tttembed.chain import api
+    from tttembed.chain.search import chain_metrics, single_shot
+    from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH
+
+    encode = api.query_encoder(loaded, args.encoder, DEFAULT_MAX_SEQ_LENGTH, transfer=True)
+    timed = Timed(loaded, encode)
+    task = loaded.task
+    n, steps = len(task.golds), task.max_hops
+    if (args.data / "chains_train.jsonl").is_file():
+        train = api.load(args.data, "train", index, max_questions=args.rule_questions)
+        alpha, by_alpha = choose_alpha(train, encode)
+        where = "the training split"
+    else:
+        alpha, by_alpha, where = args.alpha, {}, "--alpha (no training split here)"
+    print(f"composed state: alpha {alpha} from {where} (C@5 by alpha: {by_alpha})")
+    docs = titles_and_texts(args.data, loaded.index.doc_ids)
+    default = f"text-{DEFAULT_MAX_SEQ_LENGTH}"
+    options = {default: _text_option(timed, DEFAULT_MAX_SEQ_LENGTH),
+               f"text-{REFERENCE}": _text_option(timed, REFERENCE),
+               f"text-{RULE}": _text_option(timed, RULE),
+               "title-sentence": _title_option(timed, docs)}
+    t0 = time.perf_counter()
+    found = measure(timed, options, alpha, args.repeats)
+    timed.reset(REFERENCE)
+    from bench_chain import _Texts
+
+    found["single"]["c5"] = chain_metrics(single_shot(n, _Texts(timed), encode,
+                                                      loaded.index.search).ranking,
+                                          task.golds)["all"]["C@5"]
+    split = {name: _steps_split(timed, options[name](), steps, limit)
+             for name, limit in ((default, DEFAULT_MAX_SEQ_LENGTH),
+                                 (f"text-{REFERENCE}", REFERENCE),
+                                 ("title-sentence", REFERENCE))}
+    out = {"data": str(args.data), "encoder": str(args.encoder or "untrained"),
+           "T": steps, "questions": n, "repeats": args.repeats,
+           "ratio_default": found[default]["ratio"], "c5_default": found[default]["c5"],
+           "c5_reference_128": found[f"text-{REFERENCE}"]["c5"],
+           "default": default, "alpha": alpha, "alphas_train_c5": by_alpha,
+           "options": found, "token_split": split,
+           "seconds": round(time.perf_counter() - t0, 1)}
+    _print(out)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def _print(out: dict[str, Any]) -> None:
+    print(f"data {out['data']}, encoder {out['encoder']}: {out['questions']} test questions, "
+          f"T = {out['T']}, medians of {out['repeats']} ({out['seconds']} s)")
+    ref = out["c5_reference_128"]
+    for name, r in out["options"].items():
+        ok = name != "single" and r["ratio"] <= RATIO_GOAL and r["c5"] >= ref - C5_GAP
+        print(f"  {name:15s} ratio {r['ratio']:.2f}x T single, C@5 {r['c5']:.2f} "
+              f"({r['c5'] - ref:+.2f} vs 128), tokens {r['tokens']:.2f}, "
+              f"{r['ms_per_question']:.1f} ms/question{'  both goals met' if ok else ''}")
+    for name, steps in out["token_split"].items():
+        print(f"  tokens per state, {name}: " + "; ".join(
+            f"step {t + 1}: {s['state']:.0f} (question {s['question']:.0f}, separators "
+            f"{s['separators']:.1f}, passages {s['passages']:.0f})"
+            for t, s in enumerate(steps)))
+    met = out["ratio_default"] <= RATIO_GOAL and out["c5_default"] >= ref - C5_GAP
+    print(f"closing note: default ratio {out['ratio_default']:.2f} (goal <= {RATIO_GOAL}), "
+          f"C@5 {out['c5_default']:.2f} vs 128-token {ref:.2f} (goal within {C5_GAP}): "
+          f"{'met' if met else 'missed'}")
+
+
+__all__ = ["ALPHAS", "cost_report"]

@@ -1,0 +1,164 @@
+"""Cheaper chain states for ``bench_chain.py --json``: where a greedy chain's tokens go,
+and the options tried against the 128-token state.
+
+Each option's rule is fixed here, before any run; the one free constant (``ALPHAS``) is
+chosen on the training split, never on the test split.
+
+* ``text-N``: today's state text (``tttembed.chain.states``) cut to N tokens.
+* ``title-sentence``: each picked passage reduced to its title and the one sentence that
+  shares the most words with the question (ties: the earlier sentence), then today's
+  state text at the 128-token limit. Fewer tokens re-read per hop.
+* ``composed``: no text re-read after the first step: the state vector is the question's
+  vector plus ``alpha`` times the last picked passage's index vector, renormalised;
+  ``alpha`` of ``ALPHAS`` with the best C@5 on the training split's questions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: The composed state's weights tried on the training split.
+ALPHAS = (0.1, 0.25, 0.5)
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("a an and are as at be by did does for from had has have he her his in "
+                  "is it its of on or she that the their this to was were what when where "
+                  "which who whom whose why with".split())
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def titles_and_texts(data: Path, doc_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(title, text) of every index row, read from the folder's corpus.jsonl."""
+    want = set(doc_ids)
+    found: dict[str, tuple[str, str]] = {}
+    with open(data / "corpus.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            doc = json.loads(line)
+            if doc["_id"] in want:
+                found[doc["_id"]] = (doc.get("title", ""), doc["text"])
+    return [found[d] for d in doc_ids]
+
+
+class TitleSentence:
+    """State texts whose passages are each reduced to title + the sentence sharing most
+    words with the question (the StateTexts protocol: call and ``texts``)."""
+
+    def __init__(self, questions: Sequence[str], docs: Sequence[tuple[str, str]],
+                 model: Any, max_seq_length: int = 128) -> None:
+        from tttembed.chain.states import StateTexts, TokenBudget
+
+        self.questions, self.docs = list(questions), docs
+        self.words = [_words(q) for q in self.questions]
+        self.inner = StateTexts(self.questions, _Short(self), budget=TokenBudget.for_model(
+            model, max_seq_length))
+        self.current = 0
+
+    def short(self, row: int) -> str:
+        title, text = self.docs[row]
+        sentences = [s for s in _SENTENCE.split(text) if s.strip()] or [text]
+        q = self.words[self.current]
+        best = max(range(len(sentences)), key=lambda i: (len(_words(sentences[i]) & q), -i))
+        return f"{title} {sentences[best]}".strip()
+
+    def __call__(self, qi: int, hist: Sequence[int]) -> str:
+        return self.texts([(qi, hist)])[0]
+
+    def texts(self, states: Sequence[tuple[int, Sequence[int]]]) -> list[str]:
+        out = []
+        for qi, hist in states:
+            self.current = int(qi)   # the passage's sentence depends on the question
+            self.inner.forget_states()
+            out.append(self.inner.text(qi, hist))
+        return out
+
+
+class _Short:
+    """Passage texts as TitleSentence reduces them (for the question it is at)."""
+
+    def __init__(self, owner: TitleSentence) -> None:
+        self.owner = owner
+
+    def __getitem__(self, row: int) -> str:
+        return self.owner.short(int(row))
+
+    def __len__(self) -> int:
+        return len(self.owner.docs)
+
+
+def composed_chain(questions_vectors: np.ndarray, passages: Any, search: Any, steps: int,
+                   alpha: float, depth: int = 100, keep: int = 100) -> Any:
+    """Greedy chain whose later states are composed from index vectors (no encoding):
+    s_t = normalise(q + alpha * p_last). Returns ranking (n, L)."""
+    from tttembed.chain.search import _flat, first_free, rankings
+
+    n = len(questions_vectors)
+    picked = np.full((n, steps), -1, np.int64)
+    S = np.asarray(questions_vectors, np.float32)
+    seen_ids, seen_sims = [], []
+    for t in range(steps):
+        sims, ids = search(np.ascontiguousarray(S, np.float32), depth + t)
+        ids = np.asarray(ids, np.int64)
+        has, first = first_free(ids, picked[:, :t])
+        picks = np.where(has, ids[np.arange(n), first], -1)
+        picked[:, t] = picks
+        seen_ids.append(ids)
+        seen_sims.append(np.asarray(sims, np.float32))
+        S = questions_vectors + alpha * passages(np.maximum(picks, 0))
+        S /= np.linalg.norm(S, axis=1, keepdims=True)
+    owner, rows, sims = _flat([np.repeat(np.arange(n), i.shape[1]) for i in seen_ids],
+                              [i.ravel() for i in seen_ids], [s.ravel() for s in seen_sims])
+    return rankings(picked, owner, rows, sims, keep)[0]
+
+
+def time_composed(loaded: Any, encode: Any, steps: int, alpha: float, repeats: int
+                  ) -> tuple[float, Any]:
+    """(median seconds, ranking) of the composed chain, the question encoded once."""
+    vectors = loaded.index.get_vectors
+    times, ranking = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        Q = encode(loaded.task.questions)
+        ranking = composed_chain(Q, vectors, loaded.index.search, steps, alpha)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), ranking
+
+
+def choose_alpha(train: Any, encode: Any) -> tuple[float, dict[float, float]]:
+    """The composed state's alpha with the best C@5 on the training split (ties: the
+    smaller)."""
+    from tttembed.chain.search import chain_metrics
+
+    Q = encode(train.task.questions)
+    c5 = {a: chain_metrics(composed_chain(Q, train.index.get_vectors, train.index.search,
+                                          train.task.max_hops, a),
+                           train.task.golds)["all"]["C@5"] for a in ALPHAS}
+    return max(ALPHAS, key=lambda a: (c5[a], -a)), c5
+
+
+def token_split(tokenizer: Any, texts: Sequence[str], questions: Sequence[str],
+                limit: int) -> dict[str, float]:
+    """Mean tokens per state text (with the two special tokens): the question's, the
+    separators', and the passages' (the rest)."""
+    def count(batch: Sequence[str]) -> list[int]:
+        return [len(i) for i in tokenizer(list(batch), truncation=True,
+                                          max_length=limit)["input_ids"]]
+
+    total, q = count(texts), count(questions)
+    seps = [t.count(" [SEP] ") for t in texts]
+    n = max(len(texts), 1)
+    return {"state": sum(total) / n, "question": sum(q) / n, "separators": sum(seps) / n,
+            "passages": (sum(total) - sum(q) - sum(seps)) / n}
+
+
+__all__ = ["ALPHAS", "TitleSentence", "choose_alpha", "composed_chain", "time_composed",
+           "titles_and_texts", "token_split"]

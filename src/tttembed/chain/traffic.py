@@ -1,0 +1,41 @@
+"""Chain searches read back as training states: the states a served greedy chain search
+encoded, rebuilt from what a search returns (its question and its chain's passages in hop
+order), text for text as the server built them.
+
+A served greedy chain search of T hops encodes T states: step t's is the question plus the
+passages of hops 1..t, in hop order, cut to the server's state token limit
+(:class:`~tttembed.chain.states.StateTexts`, the same class the server's
+:class:`~tttembed.chain.online.QuestionTexts` hands out). These are the states the served
+encoder reached, the on-policy training states of a later learning from traffic; this
+module only rebuilds them (no learning here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tttembed.chain.states import StateTexts, TokenBudget
+from tttembed.core.errors import DataError
+
+
+def served_states(question: str, hops: Sequence[int], passages: Sequence[str],
+                  budget: TokenBudget | None) -> list[str]:
+    """The state texts a served greedy chain search encoded for ``question`` whose chain
+    is ``hops`` (index rows, hop order), with the server's token ``budget``."""
+    texts = StateTexts([question], passages, budget=budget)
+    rows = [int(r) for r in hops]
+    return [texts.text(0, rows[:t]) for t in range(len(rows))]
+
+
+def hop_rows(hop_ids: Sequence[str], row_of: Mapping[str, int], search_id: str) -> list[int]:
+    """The index rows of a chain's passages (by document id); a passage that left the
+    index since the search is a DataError naming the search, the document and the fix."""
+    missing = [d for d in hop_ids if d not in row_of]
+    if missing:
+        raise DataError(f"chain search {search_id}: passage {missing[0]!r} is no longer in "
+                        "the index, so its states cannot be rebuilt", fix="skip this search "
+                        "(its clicks and labels stay stored), or serve the index it ran on")
+    return [int(row_of[d]) for d in hop_ids]
+
+
+__all__ = ["hop_rows", "served_states"]
