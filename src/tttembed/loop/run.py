@@ -181,6 +181,7 @@ class Loop:
         s = self.state
         s.learning = True
         self.save()
+        started = time.monotonic()
         try:
             if s.frozen and thawed_by_user(s, self.registry):
                 s.frozen, s.reason = False, ""
@@ -196,13 +197,15 @@ class Loop:
             s.cycles += 1
             s.last_cycle = {"version": cycle.version.name if cycle.version else None,
                             "promoted": cycle.promoted, "reason": cycle.reason,
-                            "at": now_utc(), "validation_pairs": cycle.validation_pairs}
+                            "at": now_utc(), "validation_pairs": cycle.validation_pairs,
+                            "seconds": round(time.monotonic() - started, 2)}
             said = bool(s.promotion_waiting)
             s.promotion_waiting = cycle.waiting
             if cycle.waiting and not said:
                 log.info("promotions wait: %s (%s)", cycle.waiting["message"], cycle.reason)
             log.log(logging.DEBUG if cycle.waiting and said else logging.INFO,
-                    "cycle %d: %s", s.cycles, cycle.reason)
+                    "cycle %d (%.1f s): %s", s.cycles, time.monotonic() - started,
+                    cycle.reason)
             return cycle
         finally:
             s.rewards_at_cycle = self._rewarded()
