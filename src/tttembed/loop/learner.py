@@ -34,7 +34,8 @@ from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, Triple
 from tttembed.loop.nojudge import UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
-from tttembed.loop.promote import PromotionCheck, check_promotion, verdict, waiting
+from tttembed.loop.populations import check_two, decide, oof_shared, worse
+from tttembed.loop.promote import PromotionCheck, waiting
 from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
@@ -179,36 +180,36 @@ class Learner:
         cap = max(round(self.config.validate_share * fresh), 0)
         if self.config.has_judge:
             cap = max(min(budget_left, cap), 0)
-        pay: JudgePay | UnseenAtFloor = JudgePay(self.judge, qs) if self.config.has_judge \
-            else UnseenAtFloor(key_floors(qs.keys, qs.tasks,
-                                          view.floors if view is not None else {}))
+        pay = self._pay(qs, view)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
                            provenance=Provenance(scorer=self.judge.scorer.spec, budget=n_pairs,
                                                  reward_mapping=getattr(self.judge.scorer,
                                                                         "mapping", "")))
         parent, served = self.served_states()
-        candidate = [state] if state is not None and len(state.keys) else []
         judged_now = {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
-        check_cap = max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \
-            else UNLIMITED
-        check = check_promotion(self.index, qs, base.x, judged_now, served, candidate, pay,
-                                cap=check_cap, seed=self.config.seed, min_queries=self.config
-                                .min_queries, reach=self._reach(budget_left - pay.spent,
-                                                                check_cap))
-        ok, reason = verdict(check, frozen=frozen, candidate=candidate)
+        check_cap = self._check_cap(budget_left, pay, cap)
+        new_x = oof_shared(self.index, qs, base, rewards, state, seed=self.config.seed)
+        state, two = check_two(
+            self.index, qs, base.x, judged_now, served, state, new_x, pay,
+            cap=lambda: self._check_cap(budget_left, pay, cap), seed=self.config.seed,
+            min_queries=self.config.min_queries,
+            reach=self._reach(budget_left - pay.spent, check_cap), parent=parent)
+        candidate, check = ([state] if state is not None and len(state.keys) else []), two.asked
+        ok, reason = decide(two, frozen=frozen, candidate=candidate)
         test = self.online is not None and bool(candidate) and not frozen and \
-            (ok or not self.config.has_judge or _not_worse(check))
+            (ok or not self.config.has_judge or (_not_worse(check) and not worse(two.new)))
         if test:
             ok, reason = False, (f"candidate: interleaved on {self.config.interleave:g} of "
                                  f"searches until the clicks decide (offline: {reason})")
-        record = {"parent": parent, "evidence": check.as_dict(), "reason": reason,
-                  "trigger": trigger, "queries": len(qs),
-                  "pairs": {"judged": n_judge, "feedback": n_feedback,
-                            "validation": pay.spent,
+        record = {"parent": parent, "evidence": {**check.as_dict(),
+                                                 "populations": two.as_dict()},
+                  "reason": reason, "trigger": trigger, "queries": len(qs),
+                  "pairs": {"judged": n_judge, "feedback": n_feedback, "validation": pay.spent,
                             "clicks": view.pairs if view is not None else 0},
                   "choice": dict((state.selection or {}).get("choice", {})) if state else {},
-                  "scopes": list(self.config.scopes)}
+                  "scopes": list(self.config.scopes),
+                  **({"kept_shared": two.kept_shared} if two.kept_shared else {})}
         version = self.registry.register(state, **record)
         if ok:
             self.registry.promote(version.name, by="learner", reason=reason)
@@ -216,6 +217,17 @@ class Learner:
             self.online.propose(version.name)
         return Cycle(version, ok, pay.spent, reason, waiting(check, rewarded=len(qs), candidate=(
             candidate), pairs_left=max(budget_left - pay.spent, 0) * self.config.has_judge))
+
+    def _pay(self, qs: QuerySet, view: ClickView | None) -> JudgePay | UnseenAtFloor:
+        """What pays validation pairs: the judge, or without one the click floors."""
+        if self.config.has_judge:
+            return JudgePay(self.judge, qs)
+        return UnseenAtFloor(key_floors(qs.keys, qs.tasks,
+                                        view.floors if view is not None else {}))
+
+    def _check_cap(self, budget_left: int, pay: JudgePay | UnseenAtFloor, cap: int) -> int:
+        return max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \
+            else UNLIMITED
 
     def _reach(self, left: int, check_cap: int) -> int:
         """Pairs the promotion check may pay beyond its cap to reach ``--min-queries``:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -131,10 +131,10 @@ def test_wrk_is_a_child_every_exit_path_stops(tmp_path):
     benchmark: the end, an error, Ctrl-C, SIGTERM) stops it: a real wrk on a dead port."""
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install -y wrk)")
-    from _loop_support import CHILDREN
-
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from _loop_support import CHILDREN
 
     class Ok(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
