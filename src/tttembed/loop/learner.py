@@ -20,6 +20,7 @@ instead of being promoted.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +41,13 @@ from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
-from tttembed.ttt.queries import QuerySet, base_retrieval
+from tttembed.ttt.queries import BaseRetrieval, QuerySet, base_retrieval
 from tttembed.types import Rewards
 
 #: The promotion check's cap without a judge (nothing is paid: every unseen pair is 0).
 UNLIMITED = 10**9
+#: Base retrievals a learner keeps between cycles (texts; about 2 KB each at dim 384).
+BASE_CACHE = 20_000
 #: (task, text) -> {doc id: reward}
 TextRewards = dict[tuple[str, str], dict[str, float]]
 
@@ -127,6 +130,9 @@ class Learner:
         self.last_clicks: ClickView | None = None
         #: the store's click rewards after the last :meth:`record_clicks`
         self.click_rows: dict[str, int] = {}
+        #: (task, text) -> its base vector, candidate rows and scores (:meth:`_base`)
+        self._bases: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] \
+            = OrderedDict()
 
     def click_view(self) -> ClickView | None:
         """The click view of this cycle over the trusted judge rewards (None without
@@ -150,6 +156,27 @@ class Learner:
         return QuerySet(tuple(t for t, _ in keys), tuple(query_digest(q) for _, q in keys),
                         tuple(q for _, q in keys))
 
+    def _base(self, qs: QuerySet) -> BaseRetrieval:
+        """The base retrieval of ``qs``: only the texts not seen by an earlier cycle are
+        encoded and searched (the index never changes under a learner); at most
+        :data:`BASE_CACHE` texts are kept, the least recently used dropped first."""
+        cache = self._bases
+        todo = [i for i, key in enumerate(zip(qs.tasks, qs.texts)) if key not in cache]
+        if todo:
+            got = base_retrieval(self.index, self.embedder, qs.subset(todo),
+                                 min(self.config.depth, len(self.index)))
+            for j, i in enumerate(todo):
+                cache[(qs.tasks[i], qs.texts[i])] = (got.x[j], got.rows[j], got.scores[j])
+        rows = []
+        for key in zip(qs.tasks, qs.texts):
+            cache.move_to_end(key)
+            rows.append(cache[key])
+        while len(cache) > BASE_CACHE:
+            cache.popitem(last=False)
+        return BaseRetrieval(x=np.stack([r[0] for r in rows]),
+                             rows=np.stack([r[1] for r in rows]),
+                             scores=np.stack([r[2] for r in rows]))
+
     def served_states(self) -> tuple[str | None, list[AdaptState]]:
         name = self.registry.served()
         if name is None:
@@ -172,8 +199,7 @@ class Learner:
         if not judged:
             return Cycle(None, False, 0, "no reward yet")
         qs = self._queries(judged)
-        base = base_retrieval(self.index, self.embedder, qs, min(self.config.depth,
-                                                                   len(self.index)))
+        base = self._base(qs)
         rewards = {k: judged[(t, q)] for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
         n_pairs = sum(len(r) for r in rewards.values())
         fresh = n_pairs if new_pairs is None else min(max(new_pairs, 0), n_pairs)
