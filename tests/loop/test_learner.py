@@ -124,3 +124,24 @@ def test_a_cycle_encodes_and_searches_only_the_texts_no_earlier_cycle_saw(tmp_pa
         assert len(learner._bases) == 5
     finally:
         learner_mod.BASE_CACHE = old
+
+
+def test_a_recurring_failure_is_logged_once_per_kind_until_it_works(caplog):
+    """The learner's heartbeat during a database restart: one warning per kind of
+    failure, not one a second, and one line when it works again."""
+    import logging
+
+    from tttembed.loop.failures import OncePerKind
+
+    said = OncePerKind("heartbeat not written")
+    with caplog.at_level(logging.INFO, logger="tttembed.loop"):
+        for _ in range(5):
+            said.failed(OSError("connection refused"))
+        said.failed(OSError("timeout"))
+        said.ok()
+        said.ok()
+        said.failed(OSError("connection refused"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split(":")[0] for line in lines] == ["heartbeat not written"] * 4
+    assert sum("connection refused" in line for line in lines) == 2
+    assert sum(line.endswith("the failure has stopped") for line in lines) == 1

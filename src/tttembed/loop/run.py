@@ -31,7 +31,7 @@ from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.coordination import LockLost, open_coordination
 from tttembed.loop.drift import audit_source
-from tttembed.loop.failures import Failures, configure_log
+from tttembed.loop.failures import Failures, OncePerKind, configure_log
 from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent, Triple
 from tttembed.loop.learner import Cycle, Learner
@@ -179,9 +179,8 @@ class Loop:
     # -- cycles -------------------------------------------------------------------
     def run_cycle(self, trigger: str) -> Cycle | None:
         s = self.state
-        s.learning = True
+        s.learning, started = True, time.monotonic()
         self.save()
-        started = time.monotonic()
         try:
             if s.frozen and thawed_by_user(s, self.registry):
                 s.frozen, s.reason = False, ""
@@ -291,16 +290,19 @@ class Loop:
             self.stop.wait(wait)
 
     def _heartbeat(self) -> None:
-        """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`)."""
+        """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`); a
+        failing beat logged once per kind until one is written again."""
+        said = OncePerKind("heartbeat not written")
         while not self.stop.is_set():
             try:
                 beat(self.coordination)
+                said.ok()
             except LockLost as exc:
                 self.lost = exc
                 self.stop.set()
                 return
             except (OSError, TTTEmbedError) as exc:
-                log.warning("heartbeat not written: %s", exc)
+                said.failed(exc)
             self.stop.wait(HEARTBEAT_S)
 
     def close(self) -> None:
