@@ -306,6 +306,8 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
           f"test questions replayed; index {task.index}; judge budget {budget} pairs at "
           f"{args.rpm:g}/min", flush=True)
     stack.start()
+    if args.profile is not None:
+        profile(stack, args.profile, args.capacity_s + args.minutes * 60 + 30)
     sampler = Sampler(stack, {})
     try:
         sampler.start()
@@ -334,6 +336,23 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
     finally:
         sampler.halt.set()
         stack.stop_all()
+
+
+def profile(stack: Stack, out: Path, seconds: float) -> None:
+    """py-spy (a sampling profiler: pip install py-spy) on the learner and both replicas
+    for ``seconds``, non-blocking, 20 samples/s, collapsed stacks (one line per stack
+    with its count) into ``out``/NAME.txt; a replica restarted by the faults is not
+    followed."""
+    import shutil
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("learner", "a", "b"):
+        pid = stack.procs[name].pid
+        if pid is not None:
+            CHILDREN.start([spy, "record", "-p", str(pid), "-r", "20", "--nonblocking",
+                            "-d", str(int(seconds)), "-f", "raw", "-o", str(out / f"{name}.txt")],
+                           out / f"{name}.log", dict(os.environ))
 
 
 def rep_ndcg(stack: Stack, task: Task, name: str
@@ -405,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
                     "still queued are posted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, help="keep the run's folder (logs) here")
+    ap.add_argument("--profile", type=Path, help="py-spy the learner and the replicas into "
+                    "this folder (collapsed stacks; needs pip install py-spy)")
     ap.add_argument("--ports", default="", help="LO-HI: the TCP ports PostgreSQL, the "
                     "judge and the replicas listen on (default: any free ones)")
     args = ap.parse_args(argv)

@@ -250,6 +250,12 @@ def test_the_soak_benchmark_accounts_for_every_search_click_and_pair(tmp_path, e
     assert 0 <= f["judge_answered"] - f["ledger_paid"] <= f["detail"]["judge"]["batch"], f
     assert f["promotions"] >= 2 and f["refused_versions_served"] == 0, f
     assert out.with_suffix(".md").exists() and out.with_suffix(".png").exists()
+    # issue 62's keys exist (their values are timed or learned: not asserted); strict JSON
+    assert set(f["served_ndcg10_new"]) == {"raw", "end", "p"}, f["served_ndcg10_new"]
+    assert set(f["served_ndcg10_asked"]) == {"raw", "end"}, f["served_ndcg10_asked"]
+    assert set(f["learner_cycle_s"]) == {"first", "median_first_5min", "last"}, f
+    assert {"learner_rss_growth_after_budget", "p99_first_ms", "p99_last_ms"} <= set(f)
+    json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
 
 
 def test_the_thread_benchmark(tmp_path, env):

@@ -200,7 +200,11 @@ def worse(c: PromotionCheck) -> bool:
 
 
 def _shown(two: TwoChecks) -> str:
-    return f"asked {two.asked.shown()}; new {two.new.shown()}"
+    def one(c: PromotionCheck) -> str:
+        return c.shown() if c.changed or c.left_out else \
+            f"no top-10 changes on {c.queries} queries"
+
+    return f"asked {one(two.asked)}; new questions {one(two.new)}"
 
 
 def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
