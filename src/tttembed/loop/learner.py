@@ -48,6 +48,9 @@ from tttembed.types import Rewards
 UNLIMITED = 10**9
 #: Base retrievals a learner keeps between cycles (texts; about 2 KB each at dim 384).
 BASE_CACHE = 20_000
+#: Without a judge, one click session in this many is held out of learning (by a hash of
+#: the session id) and is what the promotion check judges the candidate on.
+HOLD_OUT = 5
 #: (task, text) -> {doc id: reward}
 TextRewards = dict[tuple[str, str], dict[str, float]]
 
@@ -58,8 +61,8 @@ def judge_rewards(store: Store) -> dict[tuple[str, str, str], float]:
             if np.isfinite(r.reward)}
 
 
-def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | None = None
-            ) -> tuple[TextRewards, int, int, ClickView | None]:
+def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | None = None,
+            hold_out: int = 0) -> tuple[TextRewards, int, int, ClickView | None]:
     """Trusted finite judge rewards, overlaid with click rewards (``view``, else
     ``clicks``' window now) but those the store distrusts, overlaid with people's labels;
     the counts of judge rewards and labels, and the click view."""
@@ -68,7 +71,7 @@ def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | Non
     for (task, query, doc), reward in judge.items():
         out.setdefault((task, query), {})[doc] = reward
     if view is None and clicks is not None:
-        view = clicks.view(judge)
+        view = clicks.view(judge, hold_out=hold_out)
     if view is not None and view.rewards:
         distrusted = {(r.task, r.query, r.doc_id) for r in store.click_rewards(trusted=False)}
         for (task, query), docs in view.rewards.items():
@@ -139,8 +142,15 @@ class Learner:
         clicks)."""
         if self.clicks is None:
             return None
-        self.last_clicks = self.clicks.view(judge_rewards(self.store))
+        self.last_clicks = self.clicks.view(judge_rewards(self.store),
+                                            hold_out=self.hold_out)
         return self.last_clicks
+
+    @property
+    def hold_out(self) -> int:
+        """Without a judge, the click sessions of one fold in :data:`HOLD_OUT` are held
+        out of learning: the promotion check's evidence (with a judge: none held)."""
+        return 0 if self.config.has_judge else HOLD_OUT
 
     def record_clicks(self, view: ClickView | None, *, trusted: bool) -> int:
         """Upsert ``view``'s click rewards into the store (``trusted``: promotions are not
@@ -192,9 +202,9 @@ class Learner:
         promotion check: what earlier cycles paid stays judged. ``view``: this cycle's
         click view when already read (:meth:`click_view`)."""
         from tttembed.ttt.distil import learn_auto
-        from tttembed.ttt.options import Provenance
 
-        judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view)
+        judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view,
+                                                    self.hold_out)
         self.last_clicks = view
         if not judged:
             return Cycle(None, False, 0, "no reward yet")
@@ -209,18 +219,18 @@ class Learner:
         pay = self._pay(qs, view)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
-                           provenance=Provenance(scorer=self.judge.scorer.spec, budget=n_pairs,
-                                                 reward_mapping=getattr(self.judge.scorer,
-                                                                        "mapping", "")))
+                           provenance=self._provenance(n_pairs))
         parent, served = self.served_states()
-        judged_now = {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
+        judged_now = self._marks(qs, rewards, pay, view)
         check_cap = self._check_cap(budget_left, pay, cap)
         new_x = oof_shared(self.index, qs, base, rewards, state, seed=self.config.seed)
         state, two = check_two(
             self.index, qs, base.x, judged_now, served, state, new_x, pay,
             cap=lambda: self._check_cap(budget_left, pay, cap), seed=self.config.seed,
             min_queries=self.config.min_queries,
-            reach=self._reach(budget_left - pay.spent, check_cap), parent=parent)
+            reach=self._reach(budget_left - pay.spent, check_cap), parent=parent,
+            split=f"clicks of 1 session in {HOLD_OUT} held out of learning (by session id)"
+            if self.hold_out else "")
         candidate, check = ([state] if state is not None and len(state.keys) else []), two.asked
         ok, reason = decide(two, frozen=frozen, candidate=candidate)
         test = self.online is not None and bool(candidate) and not frozen and \
@@ -250,6 +260,21 @@ class Learner:
             return JudgePay(self.judge, qs)
         return UnseenAtFloor(key_floors(qs.keys, qs.tasks,
                                         view.floors if view is not None else {}))
+
+    def _provenance(self, n_pairs: int) -> Any:
+        from tttembed.ttt.options import Provenance
+
+        return Provenance(scorer=self.judge.scorer.spec, budget=n_pairs,
+                          reward_mapping=getattr(self.judge.scorer, "mapping", ""))
+
+    def _marks(self, qs: QuerySet, rewards: Rewards, pay: JudgePay | UnseenAtFloor,
+               view: ClickView | None) -> Rewards:
+        """What the promotion check judges on: the rewards learned from and the pairs paid
+        (a judge), or the held-out sessions' click rewards (no judge, :attr:`hold_out`)."""
+        if not self.hold_out or view is None:
+            return {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
+        return {k: dict(view.held.get((t, q), {}))
+                for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
 
     def _check_cap(self, budget_left: int, pay: JudgePay | UnseenAtFloor, cap: int) -> int:
         return max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \

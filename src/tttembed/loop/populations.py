@@ -135,6 +135,8 @@ class TwoChecks:
     asked: PromotionCheck
     new: PromotionCheck
     kept_shared: str = ""
+    #: what the asked check judges on when not the rewards learned from ('' they are)
+    split: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         def one(c: PromotionCheck, what: str) -> dict[str, Any]:
@@ -145,7 +147,7 @@ class TwoChecks:
         return {"alpha_each": ALPHA_EACH, "tests": 2,
                 "multiplicity": "two pre-declared paired tests (asked, new), each at 0.025: "
                                 "Bonferroni, family-wise 0.05",
-                "asked": one(self.asked, "the rewarded texts, in-sample"),
+                "asked": one(self.asked, self.split or "the rewarded texts, in-sample"),
                 "new": one(self.new, f"the rewarded questions held out by text from the "
                                      f"shared part's learning ({FOLDS} folds)"),
                 "kept_shared": self.kept_shared}
@@ -156,7 +158,7 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
           served: Sequence[AdaptState], state: AdaptState | None, new_x: np.ndarray,
           pay: Pay, *, cap: Callable[[], int], seed: int = 0,
           min_queries: int = MIN_QUERIES,
-          reach: int = 0, parent: str | None = None
+          reach: int = 0, parent: str | None = None, split: str = ""
           ) -> tuple[AdaptState | None, TwoChecks]:
     """Both populations' checks of ``state`` (``new_x``: its shared part's view of each
     rewarded question held out by text, :func:`oof_shared`) against ``served``; when
@@ -178,7 +180,7 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     view = shared_view(x, qs.tasks, served)
     new = check_lists(index, qs, view, new_x, seen, paying, cap=cap(), seed=seed + 1,
                       min_queries=min_queries)
-    two = TwoChecks(asked, new)
+    two = TwoChecks(asked, new, split=split)
     dropped = has_shared(served) and not has_shared(candidate)
     if state is None or not (worse(new) or dropped):
         return state, two
@@ -188,7 +190,7 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     asked = check_promotion(index, qs, x, seen, served, [composite], paying, cap=cap(),
                             seed=seed, min_queries=min_queries)
     new = check_lists(index, qs, view, view, seen, paying, cap=0, min_queries=min_queries)
-    return composite, TwoChecks(asked, new, kept_shared=parent or "raw")
+    return composite, TwoChecks(asked, new, kept_shared=parent or "raw", split=split)
 
 
 def better(c: PromotionCheck) -> bool:
