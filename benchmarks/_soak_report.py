@@ -102,10 +102,12 @@ def said_dropped(logs: list[Path], final_loops: list[dict[str, Any]]) -> int:
 
 
 # -- the figures ----------------------------------------------------------------------------------
-def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float
+def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float,
+                    down: dict[str, tuple[float, float]] | None = None
                     ) -> list[dict[str, Any]]:
     """Each promotion or rollback after ``since``: when each replica first answered with
-    the version it named."""
+    the version it named, counted from the promotion, or for one made while that replica
+    was down (``down``: replica -> (killed, healthy again)) from its return."""
     searches = sorted((r for r in rows if r.kind == "search" and r.status == 200),
                       key=lambda r: r.done)
     out = []
@@ -116,9 +118,11 @@ def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float
         target = h.get("version") or "raw"
         seen: dict[str, float | None] = {}
         for rep in ("a", "b"):
-            first = next((r.done for r in searches if r.replica == rep and r.done >= t
+            lo, hi = (down or {}).get(rep, (math.inf, math.inf))
+            start = hi if lo <= t < hi else t  # down at the promotion: from its return
+            first = next((r.done for r in searches if r.replica == rep and r.done >= start
                           and r.version == target), None)
-            seen[rep] = None if first is None else first - t
+            seen[rep] = None if first is None else first - start
         # measurable: each replica answered a search sent after the reach time
         measured = all(any(r.replica == rep and r.sent >= t + REACH_S for r in searches)
                        for rep in ("a", "b"))
@@ -322,7 +326,9 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         sock[name] = sock.get(name, 0) + socket_errors(e)
     searches = [r for r in rows if r.kind == "search"]
     faults = fault_windows(run["events"])
-    reach = promotion_reach(got["history"], rows, t0)
+    kill = [_event_time(run["events"], e) for e in ("kill_b", "b_healthy")]
+    reach = promotion_reach(got["history"], rows, t0, {"b": (kill[0], kill[1])}
+                            if kill[0] is not None and kill[1] is not None else {})
     served = {"raw"} | {str(h.get("version")) for h in got["history"] if h.get("version")}
     clicks, feedback = _followups(rows, "click"), _followups(rows, "feedback")
     logs = [stack.work / f"replica-{n}.log" for n in "ab"]

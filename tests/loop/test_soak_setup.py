@@ -87,6 +87,18 @@ def test_a_promotion_no_search_followed_is_not_a_missed_reach():
     assert reach[1]["seen_after_s"] == {"a": None, "b": None}
 
 
+def test_a_promotion_while_a_replica_is_down_is_timed_from_its_return():
+    """Replica b killed at 5 s and healthy at 30 s; a promotion at 8 s reaches b when b
+    answers with it after its return (0.5 s later), not 22.5 s late."""
+    rows = [rep.Row("a", "search", t, t + 0.01, 200, "s", "v2", 0) for t in (8.1, 9.0, 40.0)]
+    rows += [rep.Row("b", "search", t, t + 0.01, 200, "s", "v2", 0) for t in (30.49, 40.0)]
+    history = [{"action": "promote", "version": "v2", "time": 8.0}]
+    x = rep.promotion_reach(history, rows, 0.0, {"b": (5.0, 30.0)})[0]
+    assert x["reached_both"] and x["seen_after_s"]["b"] == pytest.approx(0.5)
+    late = rep.promotion_reach(history, rows, 0.0)[0]
+    assert not late["reached_both"] and late["seen_after_s"]["b"] == pytest.approx(22.5)
+
+
 def test_the_p99_thirds_and_the_paired_new_questions():
     rows = [rep.Row("a", "search", t, t + (0.01 if t < 200 else 0.05), 200, "s", "raw", 0)
             for t in range(0, 300)]
