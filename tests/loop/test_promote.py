@@ -152,3 +152,33 @@ def test_a_candidate_worse_on_new_questions_is_refused_when_nothing_can_be_kept(
     ok, reason = decide(TwoChecks(asked, new), frozen=False, candidate=[served])
     assert asked.better and new.gain < 0 and not ok
     assert reason.startswith("refused: worse on the new questions"), reason
+
+
+def test_the_shared_part_is_relearned_without_each_held_out_text(world):
+    """oof_shared: each rewarded question gets the task part learned on the other fold's
+    texts only (its own rewards left out), which still helps it here: the task world's
+    gain is shared by every question."""
+    import numpy as np
+
+    from tests.ttt.test_guard import _task
+    from tttembed.loop.populations import oof_shared
+    from tttembed.loop.promote import check_lists
+    from tttembed.ttt.judged import text_folds
+    from tttembed.ttt.queries import base_retrieval
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    _, emb, *_ = _task(world["tmp"], "helpful")
+    base = base_retrieval(index, emb, qs, 10)
+    rewards = {k: {d: float(d in world["qrels"][k.split("/", 1)[1]]) for d in lst}
+               for k, lst in zip(qs.keys, top_lists(index, x, 10))}
+    from dataclasses import replace
+
+    state = replace(world["state"], selection={"shared": {"t": "task"}})
+    got = oof_shared(index, qs, base, rewards, state)
+    in_sample = adapted(x, ["\0"] * len(x), qs.tasks, [state])
+    assert not np.allclose(got, in_sample)  # re-learned, not the state's own vector
+    folds = text_folds(qs.texts, 2)
+    assert 0 < folds.sum() < len(folds)  # both folds hold questions
+    assert got.shape == x.shape and np.isfinite(got).all() and not np.allclose(got, x)
+    gain = check_lists(index, qs, x, got, {}, _labels_pay(world), cap=10**6)
+    assert gain.better, gain.shown()
