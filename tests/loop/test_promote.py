@@ -24,7 +24,7 @@ def world(tmp_path_factory) -> dict[str, Any]:
     judged = {k: {d: float(d in qrels[q]) for d in lst[:3]}
               for k, q, lst in zip(qs.keys, qs.qids, old)}
     return {"index": index, "qs": qs, "x": x, "state": state, "qrels": qrels, "old": old,
-            "new": new, "judged": judged, "tmp": tmp_path_factory.mktemp("promote-two")}
+            "new": new, "judged": judged}
 
 
 def _check(world: dict[str, Any], candidate: list, cap: int) -> tuple[PromotionCheck, list]:
@@ -94,7 +94,7 @@ def _labels_pay(world: dict[str, Any]):
 
 
 def test_a_query_part_better_in_sample_never_drops_a_shared_part_that_helps_new_questions(
-        world):
+        world, tmp_path):
     """Served: a task-wise state (alpha 0.2) that helps every question. Candidate: a
     query-wise state learned on the asked texts, better than it in-sample (+0.4) but with
     no shared part, so a question nobody asked would get raw. The in-sample check alone
@@ -113,7 +113,7 @@ def test_a_query_part_better_in_sample_never_drops_a_shared_part_that_helps_new_
 
     index, qs, x = world["index"], world["qs"], world["x"]
     served = replace(world["state"], alpha=np.array([0.2]))
-    _, emb, docs, queries, qrels = _task(world["tmp"], "helpful")
+    _, emb, docs, queries, qrels = _task(tmp_path, "helpful")
     query_part = tt.learn(index, queries, scorer=QrelsScorer("labels", qrels=qrels),
                           scope="query", task="t", embedder=emb, corpus=docs, budget=10)
     pay = _labels_pay(world)
@@ -154,7 +154,7 @@ def test_a_candidate_worse_on_new_questions_is_refused_when_nothing_can_be_kept(
     assert reason.startswith("refused: worse on the new questions"), reason
 
 
-def test_the_shared_part_is_relearned_without_each_held_out_text(world):
+def test_the_shared_part_is_relearned_without_each_held_out_text(world, tmp_path):
     """oof_shared: each rewarded question gets the task part learned on the other fold's
     texts only (its own rewards left out), which still helps it here: the task world's
     gain is shared by every question."""
@@ -167,7 +167,7 @@ def test_the_shared_part_is_relearned_without_each_held_out_text(world):
     from tttembed.ttt.queries import base_retrieval
 
     index, qs, x = world["index"], world["qs"], world["x"]
-    _, emb, *_ = _task(world["tmp"], "helpful")
+    _, emb, *_ = _task(tmp_path, "helpful")
     base = base_retrieval(index, emb, qs, 10)
     rewards = {k: {d: float(d in world["qrels"][k.split("/", 1)[1]]) for d in lst}
                for k, lst in zip(qs.keys, top_lists(index, x, 10))}
