@@ -102,10 +102,12 @@ def said_dropped(logs: list[Path], final_loops: list[dict[str, Any]]) -> int:
 
 
 # -- the figures ----------------------------------------------------------------------------------
-def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float
+def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float,
+                    down: dict[str, tuple[float, float]] | None = None
                     ) -> list[dict[str, Any]]:
     """Each promotion or rollback after ``since``: when each replica first answered with
-    the version it named."""
+    the version it named, counted from the promotion, or for one made while that replica
+    was down (``down``: replica -> (killed, healthy again)) from its return."""
     searches = sorted((r for r in rows if r.kind == "search" and r.status == 200),
                       key=lambda r: r.done)
     out = []
@@ -114,15 +116,95 @@ def promotion_reach(history: list[dict[str, Any]], rows: list[Row], since: float
         if t < since or h.get("action") not in ("promote", "rollback"):
             continue
         target = h.get("version") or "raw"
-        seen = {}
+        seen: dict[str, float | None] = {}
         for rep in ("a", "b"):
-            first = next((r.done for r in searches if r.replica == rep and r.done >= t
-                          and r.version == target), math.nan)
-            seen[rep] = first - t
-        out.append({"action": h["action"], "version": target, "by": h.get("by"), "time": t,
-                    "seen_after_s": seen,
-                    "reached_both": all(v <= REACH_S for v in seen.values())})
+            lo, hi = (down or {}).get(rep, (math.inf, math.inf))
+            start = hi if lo <= t < hi else t  # down at the promotion: from its return
+            first = next((r.done for r in searches if r.replica == rep and r.done >= start
+                          and r.version == target), None)
+            seen[rep] = None if first is None else first - start
+        # measurable: each replica answered a search sent after the reach time
+        measured = all(any(r.replica == rep and r.sent >= t + REACH_S for r in searches)
+                       for rep in ("a", "b"))
+        row = {"action": h["action"], "version": target, "by": h.get("by"), "time": t,
+               "seen_after_s": seen, "measured": measured,
+               "reached_both": all(v is not None and v <= REACH_S for v in seen.values())}
+        if not measured:
+            row["reason"] = ("no search was sent to both replicas after it (the traffic had "
+                             "stopped): its reach is not measured")
+        out.append(row)
     return out
+
+
+def strict(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float as None (null): JSON any parser reads."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
+
+
+def paired(raw: dict[str, float], end: dict[str, float], seed: int = 0
+           ) -> dict[str, Any]:
+    """Mean nDCG@10 of the same questions on raw and at the end, and the two-sided
+    paired sign-flip p of the mean difference (10,000 flips, seeded)."""
+    from tttembed.adapt.validate import sign_flip_p
+
+    qs = [q for q in raw if q in end]
+    d = np.array([end[q] - raw[q] for q in qs])
+    p_value = sign_flip_p(d, np.zeros(len(d)), 10_000, np.random.default_rng(seed)) \
+        if len(d) > 1 and np.any(d != 0) else 1.0
+    return {"raw": round(float(np.mean([raw[q] for q in qs])), 4) if qs else None,
+            "end": round(float(np.mean([end[q] for q in qs])), 4) if qs else None,
+            "p": round(p_value, 4), "n": len(qs)}
+
+
+def learner_cycles(log: Path, t0: float) -> dict[str, Any]:
+    """The learner's cycle times from its log (``cycle N (S s): ...``): the first, the
+    median of those that ended in the soak's first 5 minutes (capacity phase included),
+    the last."""
+    import time as _time
+
+    got: list[tuple[float, float]] = []
+    for line in (log.read_text(errors="replace").splitlines() if log.exists() else []):
+        m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \S+ \w+ cycle \d+ "
+                     r"\(([\d.]+) s\)", line)
+        if m:
+            at = _time.mktime(_time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+            got.append((at, float(m.group(2))))
+    early = [sec for at, sec in got if at <= t0 + 300]
+    return {"first": got[0][1] if got else None,
+            "median_first_5min": float(np.median(early)) if early else None,
+            "last": got[-1][1] if got else None, "cycles": len(got)}
+
+
+def budget_spent_at(pairs: list[tuple[float, int, int]]) -> float | None:
+    """When ``/v1/loop``'s ``pairs_judged`` first reached its ``judge_budget``."""
+    return next((t for t, paid, budget in pairs if budget and paid >= budget), None)
+
+
+def growth_since(samples: list[tuple[float, float]], since: float | None) -> float | None:
+    """Last RSS over the RSS at ``since``, minus 1 (None: no sample after ``since``)."""
+    if since is None:
+        return None
+    xs = [(t, v) for t, v in samples if v == v and t >= since]
+    return round(xs[-1][1] / xs[0][1] - 1, 4) if len(xs) > 1 else None
+
+
+def p99_first_last(searches: list[Row], t0: float, t1: float,
+                   faults: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    """p99 (ms) of the searches sent in the first third of the soak after its first
+    minute (at most 10 minutes) and in its last third (at most its last 10 minutes);
+    the fault windows (b down, PostgreSQL down, each + 10 s) left out of both."""
+    third = min((t1 - t0) / 3, 600.0)
+    lat = [(r.sent, r.done - r.sent) for r in searches if r.status == 200
+           and not inside(r.sent, list(faults.values()))]
+    first = [x for t, x in lat if t0 + 60 <= t < t0 + 60 + third]
+    last = [x for t, x in lat if t1 - third <= t < t1]
+    return round(p(first, 99), 2), round(p(last, 99), 2)
 
 
 def rss_growth(rss: dict[str, list[tuple[float, float]]], t0: float, after: float
@@ -244,13 +326,19 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         sock[name] = sock.get(name, 0) + socket_errors(e)
     searches = [r for r in rows if r.kind == "search"]
     faults = fault_windows(run["events"])
-    reach = promotion_reach(got["history"], rows, t0)
+    kill = [_event_time(run["events"], e) for e in ("kill_b", "b_healthy")]
+    reach = promotion_reach(got["history"], rows, t0, {"b": (kill[0], kill[1])}
+                            if kill[0] is not None and kill[1] is not None else {})
     served = {"raw"} | {str(h.get("version")) for h in got["history"] if h.get("version")}
     clicks, feedback = _followups(rows, "click"), _followups(rows, "feedback")
     logs = [stack.work / f"replica-{n}.log" for n in "ab"]
     raw, raw_v, end, end_v = got["ndcg"]
     loop = got["final"][0]
     soak_ok = [r for r in searches if r.status == 200 and t0 <= r.sent < t1]
+    new, asked = paired(raw["test"], end["test"]), paired(raw["stream"], end["stream"])
+    cycles = learner_cycles(stack.work / "learner.log", t0)
+    spent = budget_spent_at(got["sampler"].pairs)
+    p99_first, p99_last = p99_first_last(searches, t0, t1, faults)
     out: dict[str, Any] = {
         "minutes": args.minutes, "capacity_qps": round(got["cap"], 2),
         "offered_qps": round(got["offered"], 2),
@@ -264,13 +352,20 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         "ledger_paid": c["ledger_rows"] + c["drift"],
         "loop_paid": int(loop.get("pairs_judged") or 0),
         "promotions": len(reach), "promotions_reached_both": sum(x["reached_both"] for x in reach),
+        "promotions_unmeasured": sum(not x["measured"] for x in reach),
         "refused_versions_served": sum(r.status == 200 and r.version not in served
                                        for r in searches),
         **_latency(searches, reach, faults, t0, t1),
         "rss_growth": rss_growth(got["sampler"].rss, t0, min(120.0, 0.2 * (t1 - t0))),
-        "served_ndcg10_raw": round(raw["test"], 4), "served_ndcg10_end": round(end["test"], 4),
-        "served_ndcg10_raw_stream": round(raw["stream"], 4),
-        "served_ndcg10_end_stream": round(end["stream"], 4),
+        "served_ndcg10_raw": new["raw"], "served_ndcg10_end": new["end"],
+        "served_ndcg10_raw_stream": asked["raw"], "served_ndcg10_end_stream": asked["end"],
+        "served_ndcg10_new": {k: new[k] for k in ("raw", "end", "p")},
+        "served_ndcg10_asked": {k: asked[k] for k in ("raw", "end")},
+        "learner_cycle_s": {k: cycles[k] for k in ("first", "median_first_5min", "last")},
+        "learner_rss_growth_after_budget": growth_since(
+            next((v for k, v in got["sampler"].rss.items() if k.startswith("learner")), []),
+            spent),
+        "p99_first_ms": p99_first, "p99_last_ms": p99_last,
     }
     out["detail"] = {
         "searches": reconcile(searches, c["logged_ids"], faults.get("kill")),
@@ -288,6 +383,12 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
                                             "evidence", "choice", "queries", "promoted_by")}
                      for v in loop.get("versions") or []],
         "socket_errors": sock, "test_questions": len(got["task"].test),
+        "served_ndcg10_new": new, "served_ndcg10_asked": asked,
+        "learner_cycles": cycles, "budget_spent_at_s": None if spent is None else
+        round(spent - t0, 1),
+        "judge_splits": list(got["task"].splits), "audit": got["task"].audit,
+        "nulls": "null: not measured (a window with no answer, a promotion no search "
+                 "followed, a cycle time or RSS with no sample)",
     }
     out["timeline"] = {"t0": t0, "windows": windows(rows, t0, t1),
                        "loops": got["sampler"].loops, "rss": got["sampler"].rss}
@@ -320,8 +421,9 @@ def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, 
                  "/v1/loop paid - ledger paid"),
         "judge_gap": (float(judge_gap) if judge_gap >= 0 else float("inf"), "<=",
                       float(JUDGE_BATCH), "judge answered - ledger paid (one batch)"),
-        "reach": (float(f["promotions"] - f["promotions_reached_both"]), "==", 0.0,
-                  "promotions not on both replicas within 3 s"),
+        "reach": (float(f["promotions"] - f["promotions_unmeasured"]
+                        - f["promotions_reached_both"]), "==", 0.0,
+                  "promotions not on both replicas within 3 s (of those searches followed)"),
         "refused": (float(f["refused_versions_served"]), "==", 0.0,
                     "answers by a never-promoted version"),
         "p99": (f["p99_during_promotion_ms"] / f["p99_quiet_ms"]
@@ -329,9 +431,33 @@ def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, 
                 "<=", 3.0, "p99 during promotion / quiet"),
         "rss": (max(growth) if growth else None, "<=", 0.10,
                 "largest RSS growth after the first minutes"),
-        "ndcg": (f["served_ndcg10_end"] - f["served_ndcg10_raw"], ">=", 0.0001,
-                 "served nDCG@10 end - raw, test questions"),
+        "ndcg_new": (_diff(f["served_ndcg10_new"]), ">=", NEW_GAIN,
+                     "served nDCG@10 end - raw, held-back questions"),
+        "ndcg_new_p": (f["served_ndcg10_new"].get("p"), "<=", 0.0499,
+                       "paired p of that gain (two-sided sign flip; goal < 0.05)"),
+        "ndcg_asked": (_diff(f["served_ndcg10_asked"]), ">=", 0.0,
+                       "served nDCG@10 end - raw, the 100 most asked questions"),
+        "cycles": (_ratio(f["learner_cycle_s"]["last"],
+                          f["learner_cycle_s"]["median_first_5min"]), "<=", 2.0,
+                   "learner cycle: last / median of the first 5 minutes"),
+        "learner_rss": (f["learner_rss_growth_after_budget"], "<=", 0.10,
+                        "learner RSS growth from the budget spent to the end"),
+        "p99_tail": (_ratio(f["p99_last_ms"], f["p99_first_ms"]), "<=", 1.5,
+                     "p99 last third / first third (after minute 1, faults left out)"),
     }
+
+
+#: The held-back questions' goal: end >= raw + 0.010 with paired p < 0.05 (issue 62).
+NEW_GAIN = 0.010
+
+
+def _diff(x: dict[str, Any]) -> float | None:
+    return None if x.get("raw") is None or x.get("end") is None else x["end"] - x["raw"]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    ok = a is not None and b is not None and a == a and b == b and b > 0
+    return a / b if ok else None  # type: ignore[operator]
 
 
 def is_met(value: float | None, op: str, target: float) -> bool:
@@ -364,9 +490,11 @@ KEYS = ("minutes", "capacity_qps", "offered_qps", "achieved_qps", "searches_answ
         "errors_other_replica", "errors_killed_window", "searches_logged",
         "searches_dropped_said", "clicks_sent", "clicks_stored", "judge_answered",
         "ledger_paid", "loop_paid", "promotions", "promotions_reached_both",
-        "refused_versions_served", "p99_quiet_ms", "p99_during_promotion_ms",
-        "served_ndcg10_raw", "served_ndcg10_end", "served_ndcg10_raw_stream",
-        "served_ndcg10_end_stream")
+        "promotions_unmeasured", "refused_versions_served", "p99_quiet_ms",
+        "p99_during_promotion_ms", "p99_first_ms", "p99_last_ms", "served_ndcg10_raw",
+        "served_ndcg10_end", "served_ndcg10_raw_stream", "served_ndcg10_end_stream",
+        "served_ndcg10_new", "served_ndcg10_asked", "learner_cycle_s",
+        "learner_rss_growth_after_budget")
 
 
 def write_report(json_path: Path, f: dict[str, Any], load: str) -> None:
@@ -382,10 +510,14 @@ def write_report(json_path: Path, f: dict[str, Any], load: str) -> None:
                      f"(goal {op} {target:g}): {'met' if met else 'missed'}")
     lines += ["", "## Faults and promotions", ""]
     t0 = f["timeline"]["t0"]
-    lines += [f"- {e['time'] - t0:7.1f} s {e['event']}" for e in f["detail"]["faults"]]
-    lines += [f"- {x['time'] - t0:7.1f} s {x['action']} {x['version']} by {x['by']}: seen "
-              f"after {json.dumps({k: round(v, 2) for k, v in x['seen_after_s'].items()})} s"
-              for x in f["detail"]["promotions"]]
+    lines += [f"- {e['time'] - t0:7.1f} s {e['event']}" + (
+        f" (planned at {e['planned_s']:.0f} s; the fault before it took longer)"
+        if e.get("planned_s") is not None and e["time"] - t0 > e["planned_s"] + 2 else "")
+        for e in f["detail"]["faults"]]
+    lines += [f"- {x['time'] - t0:7.1f} s {x['action']} {x['version']} by {x['by']}: " + (
+              "seen after " + json.dumps({k: None if v is None else round(v, 2)
+                                          for k, v in x['seen_after_s'].items()}) + " s"
+              if x["measured"] else x["reason"]) for x in f["detail"]["promotions"]]
     lines += ["", f"![timeline]({png.name})", ""]
     md.write_text("\n".join(lines) + "\n")
     plot(png, f)
@@ -411,11 +543,13 @@ def plot(png: Path, f: dict[str, Any]) -> None:
                    label=f"replica {rep_name}")
     for name, samples in tl["rss"].items():
         ax[3].plot([t - t0 for t, _ in samples], [v for _, v in samples], label=name)
-    for e in f["detail"]["faults"]:
+    for i, e in enumerate(f["detail"]["faults"]):
         for a in ax:
             a.axvline(e["time"] - t0, color="grey", lw=0.6, alpha=0.6)
-        ax[0].annotate(e["event"], (e["time"] - t0, 1.0), xycoords=("data", "axes fraction"),
-                       rotation=90, fontsize=6, va="top", ha="right", color="grey")
+        # staggered heights: labels of faults seconds apart do not print over each other
+        ax[0].annotate(e["event"], (e["time"] - t0, 1.0 - 0.22 * (i % 4)),
+                       xycoords=("data", "axes fraction"), rotation=90, fontsize=6,
+                       va="top", ha="right", color="grey")
     ax[0].set_yscale("log")
     titles = ("search latency per 10 s window (ms)", "searches answered / s",
               "served version (0 = raw)", "RSS (MB)")

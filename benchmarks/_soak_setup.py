@@ -36,7 +36,15 @@ class Task:
     stream: list[str]                # qids of the traffic's questions (train, else test)
     test: list[str]                  # qids of the judged test questions (the replay)
     head: list[str] = field(default_factory=list)  # the stream's 100 most asked
-    splits: tuple[str, ...] = ("test",)
+    splits: tuple[str, ...] = ("test",)  # the qrels files the judge answers from
+    stream_split: str = "test"       # the split the traffic is drawn from (train, else test)
+
+    @property
+    def audit(self) -> str:
+        """The learner's ``--audit``: the labels of the questions the traffic asks, the
+        population the judge is paid for (an audit of the test questions alone would pass
+        a judge that guesses on the train questions the traffic asks)."""
+        return f"qrels:{self.folder / 'qrels' / (self.stream_split + '.tsv')}"
 
 
 def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -92,10 +100,12 @@ def prepare_task(data: Path, docs: int, work_dir: Path, index: Path | None = Non
             qrels.setdefault(qid, {}).update(gs)
     test = sorted(q for q, gs in qrels_by.get("test", {}).items()
                   if q in questions and any(g > 0 for g in gs.values()))
-    stream = sorted(q for q, gs in qrels_by.get("train", qrels_by.get("test", {})).items()
+    stream_split = "train" if "train" in qrels_by else "test"
+    stream = sorted(q for q, gs in qrels_by.get(stream_split, {}).items()
                     if q in questions and any(g > 0 for g in gs.values()))
-    return Task(folder, data.name, index, {q: questions[q] for q in qrels if q in questions},
-                qrels, stream, test, splits)
+    return Task(folder=folder, name=data.name, index=index,
+                questions={q: questions[q] for q in qrels if q in questions}, qrels=qrels,
+                stream=stream, test=test, splits=splits, stream_split=stream_split)
 
 
 def _index(folder: Path, index: Path, work_dir: Path) -> Path:
@@ -173,6 +183,44 @@ class Proc:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
 
+class Ports:
+    """The TCP ports the soak's servers listen on: any free one, or (``--ports LO-HI``)
+    the next free one of that range; a range with none free is a one-line error."""
+
+    def __init__(self, spec: str = "") -> None:
+        self.range: range | None = None
+        if spec:
+            lo, _, hi = spec.partition("-")
+            try:
+                self.range = range(int(lo), int(hi or lo) + 1)
+            except ValueError:
+                self.range = None
+            if self.range is None or not self.range or self.range.start < 1 \
+                    or self.range.stop > 65536:
+                raise SystemExit(f"error: --ports {spec}: give a range LO-HI of TCP ports "
+                                 "(1-65535), e.g. --ports 20000-20100")
+        self.used: set[int] = set()
+
+    def take(self) -> int:
+        if self.range is None:
+            return free_port()
+        import socket
+
+        for port in self.range:
+            if port in self.used:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            self.used.add(port)
+            return port
+        raise SystemExit(f"error: --ports {self.range.start}-{self.range.stop - 1}: no free "
+                         "port left in the range (the soak needs 4: PostgreSQL, the judge, "
+                         "two replicas); give a wider range")
+
+
 def judge_proc(task: Task, work: Path, env: dict[str, str], port: int,
                fail_for: float = 0.0) -> Proc:
     cmd = [sys.executable, str(JUDGE), str(task.folder), "--port", str(port), "--splits",
@@ -208,6 +256,7 @@ class Stack:
     settle_s: float
     judge_port: int = 0
     procs: dict[str, Proc] = field(default_factory=dict)
+    ports: Ports = field(default_factory=Ports)
 
     @property
     def url(self) -> str:
@@ -218,7 +267,7 @@ class Stack:
                        TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
 
     def replica(self, name: str) -> Proc:
-        port = free_port()
+        port = self.ports.take()
         cmd = cli("serve", "--index", str(self.task.index), "--registry", self.url,
                   "--registry-cache", str(self.work / f"cache-{name}"), "--port", str(port),
                   "--log-level", "warning")
@@ -228,7 +277,7 @@ class Stack:
     def learner(self) -> Proc:
         cmd = cli("loop", "--registry", self.url, "--index", str(self.task.index),
                   "--judge", f"rerank:soak-labels@http://127.0.0.1:{self.judge_port}/v1",
-                  "--corpus", str(self.task.folder), "--audit", f"qrels:{self.task.folder}",
+                  "--corpus", str(self.task.folder), "--audit", self.task.audit,
                   "--judge-budget", str(self.budget), "--judge-rpm", f"{self.rpm:g}",
                   "--learn-every", str(self.learn_every), "--click-settle-s",
                   f"{self.settle_s:g}")
@@ -236,7 +285,7 @@ class Stack:
         return Proc("learner", cmd, self.work / "learner.log", env)
 
     def start(self) -> None:
-        self.judge_port = free_port()
+        self.judge_port = self.ports.take()
         self.procs["judge"] = judge_proc(self.task, self.work, self.env(), self.judge_port)
         self.procs["judge"].start()
         wait_port(self.judge_port)
@@ -275,7 +324,5 @@ def start_wrk(url: str, threads: int, seconds: float, log: Path, data: Path, rat
            "SOAK_STOP_AT": str(stop_at) if stop_at else ""}
     cmd = ["wrk", "-t", str(threads), "-c", str(threads), "-d", f"{int(seconds)}s",
            "--timeout", "60s", "-s", str(LUA), url]
-    fh = open(log.with_suffix(".out"), "wb")
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    fh.close()
-    return proc
+    # in CHILDREN (its own process group): every exit path of the benchmark stops it
+    return CHILDREN.start(cmd, log.with_suffix(".out"), env)

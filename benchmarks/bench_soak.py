@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE))
 
 import _soak_report as rep  # noqa: E402
 from _loop_support import CHILDREN  # noqa: E402
-from _soak_setup import Stack, Task, prepare_task, start_wrk, write_lua_data  # noqa: E402
+from _soak_setup import Ports, Stack, Task, prepare_task, start_wrk, write_lua_data  # noqa: E402
 from _support import DATA, ROOT, cli, proc_status, write_json  # noqa: E402
 
 FAULTS = (  # (fraction of the soak, what)
@@ -64,6 +64,7 @@ class Sampler(threading.Thread):
         self.stack, self.extra = stack, extra
         self.loops: list[tuple[float, str, str | None, int]] = []
         self.rss: dict[str, list[tuple[float, float]]] = {}
+        self.pairs: list[tuple[float, int, int]] = []  # /v1/loop: (time, paid, budget)
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -78,6 +79,8 @@ class Sampler(threading.Thread):
                         serving = s.get("serving") or {}
                         self.loops.append((time.time(), name, serving.get("version"),
                                            int(serving.get("unlogged") or 0)))
+                        self.pairs.append((time.time(), int(s.get("pairs_judged") or 0),
+                                           int(s.get("judge_budget") or 0)))
                     except Exception:  # noqa: BLE001  (a replica down: a gap)
                         pass
                 n += 1
@@ -157,9 +160,12 @@ def manual_version(stack: Stack) -> str:
 
 
 def do_fault(what: str, stack: Stack, scale: float, events: list[dict[str, Any]],
-             manual: str) -> None:
-    def mark(name: str, **kw: Any) -> None:
-        events.append({"event": name, "time": time.time(), **kw})
+             manual: str, planned: float | None = None) -> None:
+    first = len(events)
+
+    def mark(name: str, **kw: Any) -> None:  # the fault's first event carries its plan
+        events.append({"event": name, "time": time.time(),
+                       "planned_s": planned if len(events) == first else None, **kw})
         print(f"  {time.strftime('%H:%M:%S')} {name} {kw if kw else ''}", flush=True)
 
     if what == "promote":
@@ -228,12 +234,12 @@ def capacity(stack: Stack, work: Path, seconds: float, threads: int, data: Path
 
 
 def replay(url: str, task: Task, qids: list[str], name: str
-           ) -> tuple[float, dict[str, int]]:
-    """nDCG@10 of ``qids`` searched once each on ``url`` as task ``name`` (``_``: raw),
-    and the versions that served."""
+           ) -> tuple[dict[str, float], dict[str, int]]:
+    """nDCG@10 per question of ``qids`` searched once each on ``url`` as task ``name``
+    (``_``: raw), and the versions that served."""
     import httpx
 
-    from tttembed.metrics.ranking import run_metrics
+    from tttembed.metrics.ranking import per_query_metric
 
     run: dict[str, dict[str, float]] = {}
     versions: dict[str, int] = {}
@@ -246,7 +252,8 @@ def replay(url: str, task: Task, qids: list[str], name: str
             v = str(body.get("version") or "raw")
             versions[v] = versions.get(v, 0) + 1
     qrels = {q: task.qrels[q] for q in qids}
-    return float(run_metrics(qrels, run, ("ndcg@10",))["ndcg@10"]), versions
+    per = per_query_metric(qrels, run, "ndcg@10")
+    return {q: float(per.get(q, 0.0)) for q in qids}, versions
 
 
 def wait_following(stack: Stack, timeout: float = 30.0) -> None:
@@ -272,8 +279,12 @@ def soak(stack: Stack, args: argparse.Namespace, work: Path, data: Path, offered
                       stop_at=t0 + seconds)
     sampler.extra.update({f"wrk-{k}": v for k, v in procs.items()})
     for at, what in plan:
-        time.sleep(max(0.0, t0 + at - time.time()))
-        do_fault(what, stack, scale, events, manual)
+        late = time.time() - (t0 + at)
+        time.sleep(max(0.0, -late))
+        if late > 2:  # the fault before took longer than the gap the schedule left
+            print(f"  {what} {late:.0f} s after its planned {at:.0f} s (the fault before it "
+                  "took longer)", flush=True)
+        do_fault(what, stack, scale, events, manual, planned=round(at, 1))
         for line in stack.check_alive():
             print(f"  ! {line}", flush=True)
     for proc in procs.values():
@@ -281,7 +292,7 @@ def soak(stack: Stack, args: argparse.Namespace, work: Path, data: Path, offered
     return {"t0": t0, "t1": t0 + seconds, "events": events, "manual": manual}
 
 
-def measure(args: argparse.Namespace, work: Path, db: Any) -> dict[str, Any]:
+def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict[str, Any]:
     import httpx
 
     task = prepare_task(Path(args.data), args.docs, Path(args.work_dir).expanduser(),
@@ -289,11 +300,14 @@ def measure(args: argparse.Namespace, work: Path, db: Any) -> dict[str, Any]:
     data = work / "soak-data.lua"
     write_lua_data(task, data, args.seed)
     budget = args.budget or int(args.rpm * args.minutes)
-    stack = Stack(task, work, db, budget, args.learn_every, args.rpm, args.settle_s)
+    stack = Stack(task, work, db, budget, args.learn_every, args.rpm, args.settle_s,
+                  ports=ports)
     print(f"task {task.name}: {len(task.stream)} stream questions (Zipf), {len(task.test)} "
           f"test questions replayed; index {task.index}; judge budget {budget} pairs at "
           f"{args.rpm:g}/min", flush=True)
     stack.start()
+    if args.profile is not None:
+        profile(stack, args.profile, args.capacity_s + args.minutes * 60 + 30)
     sampler = Sampler(stack, {})
     try:
         sampler.start()
@@ -324,13 +338,67 @@ def measure(args: argparse.Namespace, work: Path, db: Any) -> dict[str, Any]:
         stack.stop_all()
 
 
-def rep_ndcg(stack: Stack, task: Task, name: str) -> tuple[dict[str, float], dict[str, Any]]:
-    """nDCG@10 on the test questions (new to the traffic) and on the stream's 100 most
-    asked (in-sample), as replica a serves them now to task ``name`` (``_``: raw)."""
+def profile(stack: Stack, out: Path, seconds: float) -> None:
+    """py-spy (a sampling profiler: pip install py-spy) on the learner and both replicas
+    for ``seconds``, non-blocking, 20 samples/s, collapsed stacks (one line per stack
+    with its count) into ``out``/NAME.txt; a replica restarted by the faults is not
+    followed."""
+    import shutil
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("learner", "a", "b"):
+        pid = stack.procs[name].pid
+        if pid is not None:
+            CHILDREN.start([spy, "record", "-p", str(pid), "-r", "20", "--nonblocking",
+                            "-d", str(int(seconds)), "-f", "raw", "-o", str(out / f"{name}.txt")],
+                           out / f"{name}.log", dict(os.environ))
+
+
+def rep_ndcg(stack: Stack, task: Task, name: str
+             ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """nDCG@10 per question on the test questions (new to the traffic) and on the stream's
+    100 most asked (in-sample), as replica a serves them now to task ``name`` (``_``:
+    raw)."""
     url = stack.procs["a"].url
     test, tv = replay(url, task, task.test, name)
     stream, sv = replay(url, task, task.head, name)
     return {"test": test, "stream": stream}, {"test": tv, "stream": sv}
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: the run stops, and every child with it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def check_args(args: argparse.Namespace) -> str:
+    """What is wrong with the command line, as one line with the fix ('' when nothing)."""
+    import shutil
+
+    data = Path(args.data)
+    for name, value, low in (("--minutes", args.minutes, 0.0), ("--load", args.load, 0.0),
+                             ("--capacity-s", args.capacity_s, 0.0)):
+        if not value > low or not math.isfinite(value):
+            return f"{name} {value:g}: give a number above {low:g}"
+    if args.load > 1.0:
+        return f"--load {args.load:g}: give a share of the capacity in (0, 1]"
+    if args.threads < 1:
+        return f"--threads {args.threads}: give 1 or more connections per replica"
+    if not (data / "queries.jsonl").is_file() or not (data / "corpus.jsonl").is_file():
+        return (f"--data {data}: not a BEIR folder (no queries.jsonl and corpus.jsonl); give "
+                "one, e.g. --data ../shared/data/scifact (BEIR's scifact.zip unpacked)")
+    if not any((data / "qrels" / f"{s}.tsv").is_file() for s in ("train", "test")):
+        return f"--data {data}: no qrels/train.tsv or qrels/test.tsv; the judge needs labels"
+    if shutil.which("wrk") is None:
+        return "wrk is not installed: apt-get install -y wrk"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,42 +424,56 @@ def main(argv: list[str] | None = None) -> int:
                     "still queued are posted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, help="keep the run's folder (logs) here")
+    ap.add_argument("--profile", type=Path, help="py-spy the learner and the replicas into "
+                    "this folder (collapsed stacks; needs pip install py-spy)")
+    ap.add_argument("--ports", default="", help="LO-HI: the TCP ports PostgreSQL, the "
+                    "judge and the replicas listen on (default: any free ones)")
     args = ap.parse_args(argv)
     import shutil
     import tempfile
 
-    if not (Path(args.data) / "queries.jsonl").exists():
-        print(f"skipped: no BEIR folder at {args.data}")
-        return 0
-    if shutil.which("wrk") is None:
-        print("skipped: wrk is not installed (apt-get install -y wrk)")
-        return 0
+    bad = check_args(args)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    ports = Ports(args.ports)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(143)))
+    signal.signal(signal.SIGTERM, _stop_on_signal)
+    signal.signal(signal.SIGINT, _stop_on_signal)
     work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     sys.path.insert(0, str(ROOT))
-    from tests.pg import postgres_instance
+    import tests.pg as pg
 
+    if args.ports:
+        pg.free_port = ports.take  # PostgreSQL's port from the range too
     try:
-        with postgres_instance(work) as db:
-            got = measure(args, work, db)
+        with pg.postgres_instance(work) as db:
+            got = measure(args, work, db, ports)
             figures = rep.figures(got, args)
+    except Interrupted as exc:
+        print(f"error: stopped by {exc} before the end; every process it started is "
+              "stopped, no report written", file=sys.stderr)
+        return 128 + exc.signum
     except BaseException as exc:  # noqa: BLE001  (pytest.skip: no PostgreSQL here)
         if type(exc).__name__ == "Skipped":
-            print(f"skipped: {exc}")
-            return 0
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         raise
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C: the stop goes on
+            signal.signal(sig, signal.SIG_IGN)
         CHILDREN.stop_all()
         if args.keep is not None:
             shutil.copytree(work, args.keep, dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     load = "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
     figures["load"] = load
     print(f"machine {load} (1, 5, 15 min)")
     ok = rep.goals(figures)
     if args.json is not None:
-        write_json(args.json, figures)
+        write_json(args.json, rep.strict(figures))
         rep.write_report(args.json, figures, load)
     return 0 if ok else 1
 

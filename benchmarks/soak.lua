@@ -12,7 +12,8 @@
 -- than 202, or a connection closed before its answer) is posted again 1 s later, up to
 -- 120 times (a retried click is stored once: the store keys it). A search whose
 -- connection closed before its answer is logged with status 0 (once for a run of
--- reconnect tries).
+-- reconnect tries). While the connection keeps closing, the thread waits before each
+-- reconnect try: 50 ms, doubling to 1 s, until an answer comes.
 --
 -- Pacing: SOAK_RATE searches a second for this wrk process (0: as fast as the
 -- connections go), spread over its threads; delay() gives each search the next free
@@ -31,6 +32,7 @@ local ffi = require("ffi")
 ffi.cdef [[
   typedef struct { long tv_sec; long tv_usec; } soak_timeval;
   int gettimeofday(soak_timeval *tv, void *tz);
+  int poll(void *fds, unsigned long nfds, int timeout);
 ]]
 local tv = ffi.new("soak_timeval")
 local function now()
@@ -56,6 +58,7 @@ local interval = 0
 local serial = 0
 local calls = 0
 local failing = false  -- the last search's connection failed, no answer since
+local backoff = 0      -- ms this thread waits before its next reconnect try (0: none)
 local json_headers = {["Content-Type"] = "application/json"}
 
 function init(args)
@@ -130,6 +133,13 @@ function request()
   elseif inflight ~= nil and inflight.kind ~= "idle" then
     retry(inflight)  -- its connection closed before an answer came
   end
+  if inflight ~= nil then
+    -- the connection closed before an answer: wrk reconnects at once and asks again, a
+    -- tight loop while the replica is down; wait first, 50 ms doubling to 1 s (this
+    -- thread's one connection is down anyway), so the measurement is not the generator's
+    backoff = math.min(backoff > 0 and backoff * 2 or 50, 1000)
+    ffi.C.poll(nil, 0, backoff)
+  end
   local i = ready_item()
   if i ~= nil then
     inflight = table.remove(queue, i)
@@ -191,6 +201,7 @@ function response(status, headers, body)
   local item = inflight
   inflight = nil
   failing = false
+  backoff = 0
   if item == nil then return end
   local t = now()
   if item.kind == "idle" then return end

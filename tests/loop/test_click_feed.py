@@ -93,3 +93,48 @@ def test_unsettled_searches_wait(tmp_path: Path) -> None:
     assert not feed.window  # their clicks may still come
     assert feed.view().pairs == 0
     store.close()
+
+
+def test_held_out_sessions_are_not_learned_from(tmp_path: Path) -> None:
+    """Without a judge (issue 62) one session in k is held out: its click rewards are the
+    promotion check's (``held``), and the rewards learned from come from the other
+    sessions only (a query text's rewards change when its held-out clicks are removed)."""
+    from tttembed.ttt.judged import text_folds
+
+    tiny = Tiny(queries=40)
+    store = open_store(str(tmp_path / "loop.sqlite"))
+    shown = _traffic(tiny, 3000, 1)
+    _log(store, shown, 1000.0)
+    feed = ClickFeed(store, settle_s=0.0)
+    feed.refresh()
+    whole, split = feed.view(), feed.view(hold_out=5)
+    assert not whole.held and split.held
+    fold = text_folds([s.session or s.search_id for s in feed.window], 5)
+    held_keys = {(s.task, s.query) for s, f in zip(feed.window, fold) if not f and s.clicked}
+    assert set(split.held) <= {(s.task, s.query) for s, f in zip(feed.window, fold) if not f}
+    assert held_keys and set(split.held) & held_keys
+    learned = {(s.task, s.query, s.doc_id) for s, f in zip(feed.window, fold) if f}
+    assert all((t, q, d) in learned for (t, q), docs in split.rewards.items() for d in docs)
+    assert split.rewards != whole.rewards
+
+
+def test_the_propensities_read_only_the_newest_records(tmp_path: Path, monkeypatch) -> None:
+    """Bounded cycles (issue 62): the propensity estimate, half a soak cycle's time, reads
+    at most ``max_estimate`` shown records, the newest."""
+    import tttembed.loop.clicks.feed as feed_mod
+
+    tiny = Tiny(queries=40)
+    store = open_store(str(tmp_path / "loop.sqlite"))
+    _log(store, _traffic(tiny, 3000, 2), 1000.0)
+    feed = ClickFeed(store, settle_s=0.0, max_estimate=500)
+    feed.refresh()
+    seen: list[int] = []
+    real = feed_mod.estimate
+
+    def counting(shown, *a, **kw):
+        seen.append(len(shown))
+        return real(shown, *a, **kw)
+
+    monkeypatch.setattr(feed_mod, "estimate", counting)
+    feed.view()
+    assert seen == [500] and len(feed.window) > 500

@@ -94,3 +94,54 @@ def test_with_several_tasks_the_loops_default_scopes_leave_global_out(tmp_path):
     state, sel = _cycle(learner)
     assert all("global" not in e for e in sel["evidence"].values())
     assert "*" not in state.keys and set(sel["shared"].values()) <= {"raw", "task"}
+
+
+def test_a_cycle_encodes_and_searches_only_the_texts_no_earlier_cycle_saw(tmp_path):
+    """Bounded cycles (issue 62): the base retrieval of a rewarded text is computed once
+    and kept (at most BASE_CACHE texts), so a second cycle over the same rewards encodes
+    nothing; past the cap the least recently used text is dropped."""
+    import tttembed.loop.learner as learner_mod
+
+    learner = _learner(tmp_path, "helpful", ["t"], 3)
+    calls: list[int] = []
+    encode = learner.embedder.encode
+
+    def counting(texts, kind="query"):
+        calls.append(len(texts))
+        return encode(texts, kind)
+
+    learner.embedder.encode = counting  # type: ignore[method-assign]
+    learner.cycle(10_000, frozen=False)
+    first = sum(calls)
+    assert first > 0 and len(learner._bases) == first
+    calls.clear()
+    learner.cycle(10_000, frozen=False)
+    assert sum(calls) == 0, calls
+    old = learner_mod.BASE_CACHE
+    try:
+        learner_mod.BASE_CACHE = 5
+        learner.cycle(10_000, frozen=False)
+        assert len(learner._bases) == 5
+    finally:
+        learner_mod.BASE_CACHE = old
+
+
+def test_a_recurring_failure_is_logged_once_per_kind_until_it_works(caplog):
+    """The learner's heartbeat during a database restart: one warning per kind of
+    failure, not one a second, and one line when it works again."""
+    import logging
+
+    from tttembed.loop.failures import OncePerKind
+
+    said = OncePerKind("heartbeat not written")
+    with caplog.at_level(logging.INFO, logger="tttembed.loop"):
+        for _ in range(5):
+            said.failed(OSError("connection refused"))
+        said.failed(OSError("timeout"))
+        said.ok()
+        said.ok()
+        said.failed(OSError("connection refused"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split(":")[0] for line in lines] == ["heartbeat not written"] * 4
+    assert sum("connection refused" in line for line in lines) == 2
+    assert sum(line.endswith("the failure has stopped") for line in lines) == 1

@@ -80,3 +80,105 @@ def test_a_candidate_that_changes_nothing_pays_nothing_and_is_not_better(world):
     check, calls = _check(world, [], cap=10_000)
     assert not calls and check.changed == 0 and check.validation_pairs == 0
     assert not check.better and (check.gain, check.p) == (0.0, 1.0)
+
+
+# -- two populations (asked, new) --------------------------------------------------------------
+def _labels_pay(world: dict[str, Any]):
+    def pay(pairs):
+        out: dict[str, dict[str, float]] = {}
+        for key, d in pairs:
+            out.setdefault(key, {})[d] = float(d in world["qrels"][key.split("/", 1)[1]])
+        return out
+
+    return pay
+
+
+def test_a_query_part_better_in_sample_never_drops_a_shared_part_that_helps_new_questions(
+        world, tmp_path):
+    """Served: a task-wise state (alpha 0.2) that helps every question. Candidate: a
+    query-wise state learned on the asked texts, better than it in-sample (+0.4) but with
+    no shared part, so a question nobody asked would get raw. The in-sample check alone
+    promotes it (the old rule, which dropped the task part); judged apart, the new
+    questions say worse, and the shared part is kept under the query part: the composite
+    is promoted, with both kinds of key."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    import tttembed.api as tt
+    from tests.ttt.test_guard import _task
+    from tttembed.loop.populations import check_two, decide, oof_shared, shared_view
+    from tttembed.score.qrels import QrelsScorer
+    from tttembed.ttt.queries import BaseRetrieval
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    served = replace(world["state"], alpha=np.array([0.2]))
+    _, emb, docs, queries, qrels = _task(tmp_path, "helpful")
+    query_part = tt.learn(index, queries, scorer=QrelsScorer("labels", qrels=qrels),
+                          scope="query", task="t", embedder=emb, corpus=docs, budget=10)
+    pay = _labels_pay(world)
+    alone = check_promotion(index, qs, x, {}, [served], [query_part], pay, cap=10**6)
+    assert alone.better and alone.gain > 0.2  # in-sample: the query part looks better
+    base = BaseRetrieval(x=x, rows=np.zeros((len(x), 1), np.int64),
+                         scores=np.zeros((len(x), 1), np.float32))
+    new_x = oof_shared(index, qs, base, {}, query_part)  # no shared part: raw
+    assert np.allclose(new_x, shared_view(x, qs.tasks, []))
+    state, two = check_two(index, qs, x, {}, [served], query_part, new_x, pay,
+                           cap=lambda: 10**6, parent="v1")
+    assert two.kept_shared == "v1" and state is not None and state is not query_part
+    assert "t" in state.keys and set(query_part.keys) <= set(state.keys)
+    assert two.asked.better and two.new.changed == 0  # new questions: served part kept
+    ok, reason = decide(two, frozen=False, candidate=[state])
+    assert ok and "the shared part of v1 kept" in reason, reason
+    assert "new questions no top-10 changes" in reason, reason
+    assert two.as_dict()["tests"] == 2 and two.as_dict()["alpha_each"] == 0.025
+
+
+def test_a_candidate_worse_on_new_questions_is_refused_when_nothing_can_be_kept(world):
+    """The same query part against a served state that cannot be composed (a global
+    scope): worse on the new questions at 0.025, refused though better in-sample."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from tttembed.loop.populations import TwoChecks, decide, shared_view
+    from tttembed.loop.promote import check_lists
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    served = replace(world["state"], alpha=np.array([0.2]))
+    pay = _labels_pay(world)
+    new = check_lists(index, qs, shared_view(x, qs.tasks, [served]), x, {}, pay, cap=10**6)
+    asked = check_promotion(index, qs, x, {}, [], [served], pay, cap=10**6)
+    ok, reason = decide(TwoChecks(asked, new), frozen=False, candidate=[served])
+    assert asked.better and new.gain < 0 and not ok
+    assert reason.startswith("refused: worse on the new questions"), reason
+
+
+def test_the_shared_part_is_relearned_without_each_held_out_text(world, tmp_path):
+    """oof_shared: each rewarded question gets the task part learned on the other fold's
+    texts only (its own rewards left out), which still helps it here: the task world's
+    gain is shared by every question."""
+    import numpy as np
+
+    from tests.ttt.test_guard import _task
+    from tttembed.loop.populations import oof_shared
+    from tttembed.loop.promote import check_lists
+    from tttembed.ttt.judged import text_folds
+    from tttembed.ttt.queries import base_retrieval
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    _, emb, *_ = _task(tmp_path, "helpful")
+    base = base_retrieval(index, emb, qs, 10)
+    rewards = {k: {d: float(d in world["qrels"][k.split("/", 1)[1]]) for d in lst}
+               for k, lst in zip(qs.keys, top_lists(index, x, 10))}
+    from dataclasses import replace
+
+    state = replace(world["state"], selection={"shared": {"t": "task"}})
+    got = oof_shared(index, qs, base, rewards, state)
+    in_sample = adapted(x, ["\0"] * len(x), qs.tasks, [state])
+    assert not np.allclose(got, in_sample)  # re-learned, not the state's own vector
+    folds = text_folds(qs.texts, 2)
+    assert 0 < folds.sum() < len(folds)  # both folds hold questions
+    assert got.shape == x.shape and np.isfinite(got).all() and not np.allclose(got, x)
+    gain = check_lists(index, qs, x, got, {}, _labels_pay(world), cap=10**6)
+    assert gain.better, gain.shown()

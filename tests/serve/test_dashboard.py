@@ -297,3 +297,18 @@ def test_replicas_show_what_each_serves_and_what_it_refused():
     assert ">v3<" in a and "refused" not in a and 'class="warn"' not in a
     assert ">v2<" in b and 'class="warn"' in b and "refused v3: another &lt;corpus&gt;" in b
     assert "Replicas (reported" not in render_dashboard(STATUS)  # none reported: no table
+
+
+def test_a_version_shows_both_populations_gains():
+    """The two-population check (issue 62): the asked questions' line, then the new
+    questions' gain with its interval."""
+    from tttembed.serve.dashboard import _evidence
+
+    ev = {"gain": 0.1, "ci_low": 0.05, "ci_high": 0.15, "p": 0.001, "queries": 40,
+          "validation_pairs": 12,
+          "populations": {"new": {"gain": 0.02, "ci_low": 0.004, "ci_high": 0.036,
+                                  "p": 0.012}}}
+    html = _evidence({"evidence": ev, "parent": "v1"})
+    assert "new questions (held out by text)" in html and "+0.020 [+0.004, +0.036]" in html, html
+    assert "p 0.012" in html, html
+    assert "new questions" not in _evidence({"evidence": {"gain": 0.1}})

@@ -383,6 +383,8 @@ def test_two_queries_are_too_few_to_choose_and_it_is_said(tmp_path):
     assert sel["choice"]["t"] == "raw", sel["evidence"]["t"]
     assert any("2 held-out queries, fewer than the 6 a choice needs" in n
                for n in sel["notes"]), sel["notes"]
+    assert any("counts held-out queries, not rewarded ones: a task needs about 12" in n
+               for n in sel["notes"]), sel["notes"]
     from tttembed.adapt.crossval import MIN_CHOICE_QUERIES, AlphaGain, CrossValidation
 
     sure = (AlphaGain("0", 0.0, 0.0, 0.0), AlphaGain("rule", 0.5, 0.4, 0.6))

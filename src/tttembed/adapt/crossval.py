@@ -66,7 +66,9 @@ def too_few_note(queries: int, what: str = "raw kept") -> str:
     """Why a choice was not made on ``queries`` held-out queries."""
     return (f"{queries} held-out quer{'y' if queries == 1 else 'ies'}, fewer than the "
             f"{MIN_CHOICE_QUERIES} a choice needs (no 95% interval from so few: a paired "
-            f"test of {queries} cannot reach p < 0.05): {what}")
+            f"test of {queries} cannot reach p < 0.05; the rule counts held-out queries, "
+            f"not rewarded ones: a task needs about {2 * MIN_CHOICE_QUERIES} rewarded "
+            f"queries): {what}")
 
 __all__ = ["ALPHA_GRID", "FOLDS", "CV_METRICS", "AlphaGain", "CrossValidation",
            "alpha_label", "alpha_values", "cross_validate", "cv_deltas", "parse_alpha", "task_bootstrap"]

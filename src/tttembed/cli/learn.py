@@ -265,8 +265,11 @@ def print_selection(state: Any) -> None:
                   "--state measures on labels or on other queries, which may differ")
     for task in sel.shared:
         choice = sel.choice(task)
-        console.print(f"task {task}: {choice}" + ("" if choice != "raw" else
-                      " (no method's gain is shown above 0: the state keeps raw vectors)"))
+        above = [m for m, e in sel.gains(task).items() if e.ci_low > 0]  # too few queries
+        console.print(f"task {task}: {choice}" + ("" if choice != "raw" else (
+            f" (raw kept: {', '.join(above)} shows an interval above 0 on fewer held-out "
+            "queries than a choice needs; see the note)" if above else
+            " (no method's gain is shown above 0: the state keeps raw vectors)")))
     for note in sel.notes:
         console.print(f"note: {note}")
     if not state.audit:

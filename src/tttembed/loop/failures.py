@@ -47,6 +47,26 @@ class Failures:
         return wait
 
 
+class OncePerKind:
+    """A recurring failure (``what``: its log line's start) logged once per kind
+    (exception type and message) until :meth:`ok` says it stopped: a database restart
+    is a few lines, not one a second."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.said = what, set[str]()
+
+    def failed(self, exc: BaseException) -> None:
+        kind = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        if kind not in self.said:
+            self.said.add(kind)
+            log.warning("%s: %s (said once until it works again)", self.what, exc)
+
+    def ok(self) -> None:
+        if self.said:
+            log.info("%s: the failure has stopped", self.what)
+            self.said.clear()
+
+
 def configure_log() -> None:
     """The learner's log: one line each, with the time, on stderr."""
     logger = logging.getLogger("tttembed.loop")
@@ -58,4 +78,4 @@ def configure_log() -> None:
         logger.propagate = False
 
 
-__all__ = ["MAX_BACKOFF_S", "UNAUDITED", "Failures", "configure_log"]
+__all__ = ["MAX_BACKOFF_S", "UNAUDITED", "Failures", "OncePerKind", "configure_log"]

@@ -20,6 +20,7 @@ instead of being promoted.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,16 +35,22 @@ from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, Triple
 from tttembed.loop.nojudge import UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
-from tttembed.loop.promote import PromotionCheck, check_promotion, verdict, waiting
+from tttembed.loop.populations import check_two, decide, oof_shared, worse
+from tttembed.loop.promote import PromotionCheck, waiting
 from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.store import Store
 from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
-from tttembed.ttt.queries import QuerySet, base_retrieval
+from tttembed.ttt.queries import BaseRetrieval, QuerySet, base_retrieval
 from tttembed.types import Rewards
 
 #: The promotion check's cap without a judge (nothing is paid: every unseen pair is 0).
 UNLIMITED = 10**9
+#: Base retrievals a learner keeps between cycles (texts; about 2 KB each at dim 384).
+BASE_CACHE = 20_000
+#: Without a judge, one click session in this many is held out of learning (by a hash of
+#: the session id) and is what the promotion check judges the candidate on.
+HOLD_OUT = 5
 #: (task, text) -> {doc id: reward}
 TextRewards = dict[tuple[str, str], dict[str, float]]
 
@@ -54,8 +61,8 @@ def judge_rewards(store: Store) -> dict[tuple[str, str, str], float]:
             if np.isfinite(r.reward)}
 
 
-def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | None = None
-            ) -> tuple[TextRewards, int, int, ClickView | None]:
+def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | None = None,
+            hold_out: int = 0) -> tuple[TextRewards, int, int, ClickView | None]:
     """Trusted finite judge rewards, overlaid with click rewards (``view``, else
     ``clicks``' window now) but those the store distrusts, overlaid with people's labels;
     the counts of judge rewards and labels, and the click view."""
@@ -64,7 +71,7 @@ def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | Non
     for (task, query, doc), reward in judge.items():
         out.setdefault((task, query), {})[doc] = reward
     if view is None and clicks is not None:
-        view = clicks.view(judge)
+        view = clicks.view(judge, hold_out=hold_out)
     if view is not None and view.rewards:
         distrusted = {(r.task, r.query, r.doc_id) for r in store.click_rewards(trusted=False)}
         for (task, query), docs in view.rewards.items():
@@ -126,14 +133,24 @@ class Learner:
         self.last_clicks: ClickView | None = None
         #: the store's click rewards after the last :meth:`record_clicks`
         self.click_rows: dict[str, int] = {}
+        #: (task, text) -> its base vector, candidate rows and scores (:meth:`_base`)
+        self._bases: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] \
+            = OrderedDict()
 
     def click_view(self) -> ClickView | None:
         """The click view of this cycle over the trusted judge rewards (None without
         clicks)."""
         if self.clicks is None:
             return None
-        self.last_clicks = self.clicks.view(judge_rewards(self.store))
+        self.last_clicks = self.clicks.view(judge_rewards(self.store),
+                                            hold_out=self.hold_out)
         return self.last_clicks
+
+    @property
+    def hold_out(self) -> int:
+        """Without a judge, the click sessions of one fold in :data:`HOLD_OUT` are held
+        out of learning: the promotion check's evidence (with a judge: none held)."""
+        return 0 if self.config.has_judge else HOLD_OUT
 
     def record_clicks(self, view: ClickView | None, *, trusted: bool) -> int:
         """Upsert ``view``'s click rewards into the store (``trusted``: promotions are not
@@ -148,6 +165,27 @@ class Learner:
         keys = sorted(judged)
         return QuerySet(tuple(t for t, _ in keys), tuple(query_digest(q) for _, q in keys),
                         tuple(q for _, q in keys))
+
+    def _base(self, qs: QuerySet) -> BaseRetrieval:
+        """The base retrieval of ``qs``: only the texts not seen by an earlier cycle are
+        encoded and searched (the index never changes under a learner); at most
+        :data:`BASE_CACHE` texts are kept, the least recently used dropped first."""
+        cache = self._bases
+        todo = [i for i, key in enumerate(zip(qs.tasks, qs.texts)) if key not in cache]
+        if todo:
+            got = base_retrieval(self.index, self.embedder, qs.subset(todo),
+                                 min(self.config.depth, len(self.index)))
+            for j, i in enumerate(todo):
+                cache[(qs.tasks[i], qs.texts[i])] = (got.x[j], got.rows[j], got.scores[j])
+        rows = []
+        for key in zip(qs.tasks, qs.texts):
+            cache.move_to_end(key)
+            rows.append(cache[key])
+        while len(cache) > BASE_CACHE:
+            cache.popitem(last=False)
+        return BaseRetrieval(x=np.stack([r[0] for r in rows]),
+                             rows=np.stack([r[1] for r in rows]),
+                             scores=np.stack([r[2] for r in rows]))
 
     def served_states(self) -> tuple[str | None, list[AdaptState]]:
         name = self.registry.served()
@@ -164,51 +202,50 @@ class Learner:
         promotion check: what earlier cycles paid stays judged. ``view``: this cycle's
         click view when already read (:meth:`click_view`)."""
         from tttembed.ttt.distil import learn_auto
-        from tttembed.ttt.options import Provenance
 
-        judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view)
+        judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view,
+                                                    self.hold_out)
         self.last_clicks = view
         if not judged:
             return Cycle(None, False, 0, "no reward yet")
         qs = self._queries(judged)
-        base = base_retrieval(self.index, self.embedder, qs, min(self.config.depth,
-                                                                   len(self.index)))
+        base = self._base(qs)
         rewards = {k: judged[(t, q)] for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
         n_pairs = sum(len(r) for r in rewards.values())
         fresh = n_pairs if new_pairs is None else min(max(new_pairs, 0), n_pairs)
         cap = max(round(self.config.validate_share * fresh), 0)
         if self.config.has_judge:
             cap = max(min(budget_left, cap), 0)
-        pay: JudgePay | UnseenAtFloor = JudgePay(self.judge, qs) if self.config.has_judge \
-            else UnseenAtFloor(key_floors(qs.keys, qs.tasks,
-                                          view.floors if view is not None else {}))
+        pay = self._pay(qs, view)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
-                           provenance=Provenance(scorer=self.judge.scorer.spec, budget=n_pairs,
-                                                 reward_mapping=getattr(self.judge.scorer,
-                                                                        "mapping", "")))
+                           provenance=self._provenance(n_pairs))
         parent, served = self.served_states()
-        candidate = [state] if state is not None and len(state.keys) else []
-        judged_now = {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
-        check_cap = max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \
-            else UNLIMITED
-        check = check_promotion(self.index, qs, base.x, judged_now, served, candidate, pay,
-                                cap=check_cap, seed=self.config.seed, min_queries=self.config
-                                .min_queries, reach=self._reach(budget_left - pay.spent,
-                                                                check_cap))
-        ok, reason = verdict(check, frozen=frozen, candidate=candidate)
+        judged_now = self._marks(qs, rewards, pay, view)
+        check_cap = self._check_cap(budget_left, pay, cap)
+        new_x = oof_shared(self.index, qs, base, rewards, state, seed=self.config.seed)
+        state, two = check_two(
+            self.index, qs, base.x, judged_now, served, state, new_x, pay,
+            cap=lambda: self._check_cap(budget_left, pay, cap), seed=self.config.seed,
+            min_queries=self.config.min_queries,
+            reach=self._reach(budget_left - pay.spent, check_cap), parent=parent,
+            split=f"clicks of 1 session in {HOLD_OUT} held out of learning (by session id)"
+            if self.hold_out else "")
+        candidate, check = ([state] if state is not None and len(state.keys) else []), two.asked
+        ok, reason = decide(two, frozen=frozen, candidate=candidate)
         test = self.online is not None and bool(candidate) and not frozen and \
-            (ok or not self.config.has_judge or _not_worse(check))
+            (ok or not self.config.has_judge or (_not_worse(check) and not worse(two.new)))
         if test:
             ok, reason = False, (f"candidate: interleaved on {self.config.interleave:g} of "
                                  f"searches until the clicks decide (offline: {reason})")
-        record = {"parent": parent, "evidence": check.as_dict(), "reason": reason,
-                  "trigger": trigger, "queries": len(qs),
-                  "pairs": {"judged": n_judge, "feedback": n_feedback,
-                            "validation": pay.spent,
+        record = {"parent": parent, "evidence": {**check.as_dict(),
+                                                 "populations": two.as_dict()},
+                  "reason": reason, "trigger": trigger, "queries": len(qs),
+                  "pairs": {"judged": n_judge, "feedback": n_feedback, "validation": pay.spent,
                             "clicks": view.pairs if view is not None else 0},
                   "choice": dict((state.selection or {}).get("choice", {})) if state else {},
-                  "scopes": list(self.config.scopes)}
+                  "scopes": list(self.config.scopes),
+                  **({"kept_shared": two.kept_shared} if two.kept_shared else {})}
         version = self.registry.register(state, **record)
         if ok:
             self.registry.promote(version.name, by="learner", reason=reason)
@@ -216,6 +253,32 @@ class Learner:
             self.online.propose(version.name)
         return Cycle(version, ok, pay.spent, reason, waiting(check, rewarded=len(qs), candidate=(
             candidate), pairs_left=max(budget_left - pay.spent, 0) * self.config.has_judge))
+
+    def _pay(self, qs: QuerySet, view: ClickView | None) -> JudgePay | UnseenAtFloor:
+        """What pays validation pairs: the judge, or without one the click floors."""
+        if self.config.has_judge:
+            return JudgePay(self.judge, qs)
+        return UnseenAtFloor(key_floors(qs.keys, qs.tasks,
+                                        view.floors if view is not None else {}))
+
+    def _provenance(self, n_pairs: int) -> Any:
+        from tttembed.ttt.options import Provenance
+
+        return Provenance(scorer=self.judge.scorer.spec, budget=n_pairs,
+                          reward_mapping=getattr(self.judge.scorer, "mapping", ""))
+
+    def _marks(self, qs: QuerySet, rewards: Rewards, pay: JudgePay | UnseenAtFloor,
+               view: ClickView | None) -> Rewards:
+        """What the promotion check judges on: the rewards learned from and the pairs paid
+        (a judge), or the held-out sessions' click rewards (no judge, :attr:`hold_out`)."""
+        if not self.hold_out or view is None:
+            return {k: {**rewards.get(k, {}), **pay.bought.get(k, {})} for k in qs.keys}
+        return {k: dict(view.held.get((t, q), {}))
+                for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
+
+    def _check_cap(self, budget_left: int, pay: JudgePay | UnseenAtFloor, cap: int) -> int:
+        return max(min(cap, budget_left - pay.spent), 0) if self.config.has_judge \
+            else UNLIMITED
 
     def _reach(self, left: int, check_cap: int) -> int:
         """Pairs the promotion check may pay beyond its cap to reach ``--min-queries``:

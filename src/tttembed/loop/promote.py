@@ -164,9 +164,19 @@ def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judg
     ``judged[key]`` the rewards a query already has, ``pay`` pays ``(query key, doc)``;
     ``reach``: pairs it may pay beyond ``cap``, only to bring the test up to
     ``min_queries`` queries (:func:`reach_min_queries`)."""
-    keys, texts, tasks = queries.keys, queries.texts, queries.tasks
-    old = top_lists(index, adapted(x, texts, tasks, served))
-    new = top_lists(index, adapted(x, texts, tasks, candidate))
+    texts, tasks = queries.texts, queries.tasks
+    return check_lists(index, queries, adapted(x, texts, tasks, served),
+                       adapted(x, texts, tasks, candidate), judged, pay, cap=cap, seed=seed,
+                       min_queries=min_queries, reach=reach)
+
+
+def check_lists(index: Index, queries: QuerySet, old_x: np.ndarray, new_x: np.ndarray,
+                judged: Judged, pay: Pay, *, cap: int, seed: int = 0,
+                min_queries: int = MIN_QUERIES, reach: int = 0) -> PromotionCheck:
+    """:func:`check_promotion` on given query vectors: the served ones ``old_x`` against
+    the candidate's ``new_x``, one row per query of ``queries``."""
+    keys, tasks = queries.keys, queries.tasks
+    old, new = top_lists(index, old_x), top_lists(index, new_x)
     rng = np.random.default_rng(seed)
     changed = [q for q in range(len(keys)) if old[q] != new[q]]
     need = never_judged([keys[q] for q in changed],
@@ -190,5 +200,5 @@ def check_promotion(index: Index, queries: QuerySet, x: np.ndarray, judged: Judg
                           left_out, min_queries)
 
 
-__all__ = ["MIN_QUERIES", "PromotionCheck", "adapted", "check_promotion",
+__all__ = ["MIN_QUERIES", "PromotionCheck", "adapted", "check_lists", "check_promotion",
            "reach_min_queries", "top_lists", "verdict", "waiting"]

@@ -31,7 +31,7 @@ from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.coordination import LockLost, open_coordination
 from tttembed.loop.drift import audit_source
-from tttembed.loop.failures import Failures, configure_log
+from tttembed.loop.failures import Failures, OncePerKind, configure_log
 from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent, Triple
 from tttembed.loop.learner import Cycle, Learner
@@ -179,7 +179,7 @@ class Loop:
     # -- cycles -------------------------------------------------------------------
     def run_cycle(self, trigger: str) -> Cycle | None:
         s = self.state
-        s.learning = True
+        s.learning, started = True, time.monotonic()
         self.save()
         try:
             if s.frozen and thawed_by_user(s, self.registry):
@@ -196,13 +196,15 @@ class Loop:
             s.cycles += 1
             s.last_cycle = {"version": cycle.version.name if cycle.version else None,
                             "promoted": cycle.promoted, "reason": cycle.reason,
-                            "at": now_utc(), "validation_pairs": cycle.validation_pairs}
+                            "at": now_utc(), "validation_pairs": cycle.validation_pairs,
+                            "seconds": round(time.monotonic() - started, 2)}
             said = bool(s.promotion_waiting)
             s.promotion_waiting = cycle.waiting
             if cycle.waiting and not said:
                 log.info("promotions wait: %s (%s)", cycle.waiting["message"], cycle.reason)
             log.log(logging.DEBUG if cycle.waiting and said else logging.INFO,
-                    "cycle %d: %s", s.cycles, cycle.reason)
+                    "cycle %d (%.1f s): %s", s.cycles, time.monotonic() - started,
+                    cycle.reason)
             return cycle
         finally:
             s.rewards_at_cycle = self._rewarded()
@@ -288,16 +290,19 @@ class Loop:
             self.stop.wait(wait)
 
     def _heartbeat(self) -> None:
-        """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`)."""
+        """Touch the heartbeat file every HEARTBEAT_S s (liveness, :mod:`.status`); a
+        failing beat logged once per kind until one is written again."""
+        said = OncePerKind("heartbeat not written")
         while not self.stop.is_set():
             try:
                 beat(self.coordination)
+                said.ok()
             except LockLost as exc:
                 self.lost = exc
                 self.stop.set()
                 return
             except (OSError, TTTEmbedError) as exc:
-                log.warning("heartbeat not written: %s", exc)
+                said.failed(exc)
             self.stop.wait(HEARTBEAT_S)
 
     def close(self) -> None:

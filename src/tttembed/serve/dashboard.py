@@ -226,7 +226,20 @@ def _evidence(row: Mapping[str, Any]) -> str:
             f'</span> <span class="nw">p {p},</span> <span class="nw">'
             f'{data_field("queries", ev.get("queries"))} queries,</span> <span class="nw">'
             f'{data_field("validation_pairs", ev.get("validation_pairs"))} validation pairs'
-            f'{_paid(row)}</span>')
+            f'{_paid(row)}</span>{_new_questions(ev)}')
+
+
+def _new_questions(ev: Mapping[str, Any]) -> str:
+    """`` new questions Δ +0.020 [+0.005, +0.035], p 0.010``: the held-out population of
+    the two-population check (issue 62), when the version has it; the line above is the
+    asked questions'."""
+    new = as_map(as_map(ev.get("populations")).get("new"))
+    if not new:
+        return ""
+    lo, hi = real(new.get("ci_low")), real(new.get("ci_high"))
+    ci = f" [{signed(lo)}, {signed(hi)}]" if lo is not None and hi is not None else ""
+    return (f'<br><span class="muted nw">new questions (held out by text) Δ</span> '
+            f'<span class="nw">{signed(new.get("gain"))}{ci}, p {pvalue(new.get("p"))}</span>')
 
 
 def _paid(row: Mapping[str, Any]) -> str:

@@ -327,6 +327,15 @@ def exact_deltas(base: Sequence[Sequence[str]], other: Sequence[Sequence[str]],
                     dtype=np.float64)
 
 
+def text_folds(texts: Sequence[str], folds: int) -> np.ndarray:
+    """Each text's fold (0 .. folds - 1) by a hash of the text: the same text always in
+    the same fold, so a fold's questions are held out by text."""
+    import hashlib
+
+    return np.array([int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big") % folds
+                     for t in texts], dtype=np.int64)
+
+
 def paired_test(deltas: np.ndarray, tasks: Sequence[str], rng: np.random.Generator, *,
                 n_boot: int = N_BOOT) -> PairedTest:
     """:class:`PairedTest` of ``deltas`` (one per row; tasks weighted equally): interval
@@ -344,4 +353,4 @@ def paired_test(deltas: np.ndarray, tasks: Sequence[str], rng: np.random.Generat
 
 __all__ = ["ALPHA", "K", "JudgedLists", "PairedTest", "exact_deltas", "paired_test", "Judged", "Lists", "Pair", "Pay", "Source", "exact_gain",
            "judge_lists", "never_judged", "pay_into", "sample_by_task", "sample_pairs", "scorer_pay", "source_lists",
-           "task_shares", "top_lists", "whole_queries"]
+           "task_shares", "text_folds", "top_lists", "whole_queries"]

@@ -30,14 +30,13 @@ search, serving, MTEB and the vector databases apply it unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import numpy as np
 
 from tttembed.adapt import AdaptState
-from tttembed.adapt.adapter import map_deltas
 from tttembed.adapt.crossval import (
     ALPHA_GRID,
     FOLDS,
@@ -46,9 +45,8 @@ from tttembed.adapt.crossval import (
     cv_deltas,
     too_few_note,
 )
-from tttembed.adapt.feedback import Coef, feedback_vector, reward_rocchio, unit_rows
 from tttembed.adapt.qdrant_fit import INIT, fit_on_rewards
-from tttembed.adapt.scopes import LEARN_SCOPES, query_key
+from tttembed.adapt.scopes import LEARN_SCOPES
 from tttembed.adapt.validate import best_method, task_gains
 from tttembed.ttt.guard import Guard, Table, judged_diff, reward_rows
 from tttembed.ttt.judged import (
@@ -60,97 +58,30 @@ from tttembed.ttt.judged import (
     sample_by_task,
     source_lists,
 )
+from tttembed.ttt.part_vectors import (
+    CoefFor,
+    method_vectors,
+    query_vector,
+    shared_groups,
+    shared_vectors,
+)
+from tttembed.ttt.selection import (
+    METHODS,
+    NEIGHBOUR,
+    QUERY_LEVEL,
+    SELECT_VERSION,
+    SHARED,
+    MethodGain,
+    Selection,
+)
 
-SHARED = ("global", "task", "adapter")
-QUERY_LEVEL = ("query", "rw-rocchio", "qdrant-rf")
-#: The part for unseen queries near rewarded ones (kept beside the query part).
-NEIGHBOUR = "neighbour"
-#: The deployable states method auto chooses from, per task.
-METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: The parts auto chooses from by default: every scope ``learn`` knows.
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
-#: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 11
 #: The query alphas' random stream (fixed: a version bump does not move the draws).
 _QUERY_ALPHA_STREAM = 10
-#: ``coef_for(task, query key)``: Qdrant's coefficients for that query.
-CoefFor = Callable[[str, str], Coef]
 _RULE = ALPHA_GRID.index("rule")
 #: The rule's n/(n+1) for a query-wise vector (one rewarded query).
 _QUERY_RULE = 0.5
-
-
-class MethodGain(NamedTuple):
-    """One method's evidence in one task: mean Delta against raw, its 95% interval, the
-    sign-flip p-value and the queries scored."""
-
-    gain: float
-    ci_low: float
-    ci_high: float
-    p: float
-    queries: int
-
-    @classmethod
-    def from_dict(cls, e: Mapping[str, float]) -> MethodGain:
-        return cls(float(e["gain"]), float(e["ci_low"]), float(e["ci_high"]),
-                   float(e.get("p", 1.0)), int(e["queries"]))
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Per task the shared and the query part chosen, every method's evidence (mean
-    Delta, interval, p, queries), how each was estimated, and the validation pairs."""
-
-    shared: dict[str, str]
-    query: dict[str, str]
-    evidence: dict[str, dict[str, dict[str, float]]]
-    estimators: dict[str, str]
-    needed: int
-    paid: int
-    cap: int
-    notes: tuple[str, ...] = ()
-    coefficients: dict[str, list[float]] = field(default_factory=dict)
-    neighbour: dict[str, str] = field(default_factory=dict)
-    #: Per task whose shared part is kept: its alpha, a label of the guard's grid
-    #: (``rule`` = n/(n+1), or a shrunk value such as ``0.3``) chosen by the same evidence.
-    shared_alpha: dict[str, str] = field(default_factory=dict)
-    #: Per task: the alpha of its query-wise vectors (a label of the guard's grid), chosen
-    #: out of sample on each rewarded query's held-out judged candidates
-    #: (:func:`query_alphas`); ``rule`` (n/(n+1) = 0.5) where that evidence shows none.
-    query_alpha: dict[str, str] = field(default_factory=dict)
-
-    def choice(self, task: str) -> str:
-        """``task``, ``task+qdrant-rf``, ``adapter+query+neighbour``, ``raw``..."""
-        parts = [self.shared.get(task, "raw"), self.query.get(task, "none"),
-                 self.neighbour.get(task, "none")]
-        return "+".join(p for p in parts if p not in ("raw", "none")) or "raw"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"version": SELECT_VERSION, "methods": list(METHODS),
-                "choice": {t: self.choice(t) for t in self.shared},
-                "shared": dict(self.shared), "query": dict(self.query),
-                "evidence": self.evidence, "estimators": dict(self.estimators),
-                "validation_pairs_needed": self.needed, "validation_pairs_paid": self.paid,
-                "validation_cap": self.cap, "notes": list(self.notes),
-                "qdrant_coefficients": self.coefficients, "neighbour": dict(self.neighbour),
-                "shared_alpha": dict(self.shared_alpha), "query_alpha": dict(self.query_alpha)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Selection:
-        """A state's ``selection`` record, read back."""
-        return cls({str(t): str(m) for t, m in d["shared"].items()},
-                   {str(t): str(m) for t, m in d["query"].items()},
-                   {t: {m: dict(e) for m, e in per.items()} for t, per in d["evidence"].items()},
-                   dict(d.get("estimators", {})), int(d.get("validation_pairs_needed", 0)),
-                   int(d.get("validation_pairs_paid", 0)), int(d.get("validation_cap", 0)),
-                   tuple(d.get("notes", ())), dict(d.get("qdrant_coefficients", {})),
-                   {str(t): str(m) for t, m in d.get("neighbour", {}).items()},
-                   {str(t): str(a) for t, a in d.get("shared_alpha", {}).items()},
-                   {str(t): str(a) for t, a in d.get("query_alpha", {}).items()})
-
-    def gains(self, task: str) -> dict[str, MethodGain]:
-        """Every method's evidence in ``task``."""
-        return {m: MethodGain.from_dict(e) for m, e in self.evidence.get(task, {}).items()}
 
 
 def rewards_coef(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, float]]
@@ -376,8 +307,8 @@ def _query_part(sources: Sequence[Source], table: Table,
     mean reward of the paid ones of their kind, bootstrapped with the rows
     (:mod:`tttembed.ttt.judged`). The query-wise vectors at each task's ``query_alpha``
     (recorded in their evidence as ``alpha``)."""
-    vecs = {"": _shared_vectors(table, shared, alphas, learned)}
-    vecs.update({m: _method_vectors(m, table, learned.get("query"), coef_for, query_alpha)
+    vecs = {"": shared_vectors(table, shared, alphas, learned)}
+    vecs.update({m: method_vectors(m, table, learned.get("query"), coef_for, query_alpha)
                  for m in QUERY_LEVEL})
     lists = source_lists(sources, table.source, vecs, k,  # per row: {"" or method: ids}
                          keys=table.keys)
@@ -398,69 +329,6 @@ def _query_part(sources: Sequence[Source], table: Table,
                          "documents its re-searches bring in were paid (a random sample, "
                          "the cap); the others count the mean reward of the paid ones")
     return out
-
-
-def shared_groups(shared: Mapping[str, str], learned: Mapping[str, AdaptState | None],
-                  alphas: Mapping[str, str] | None = None
-                  ) -> dict[str, tuple[AdaptState, int, float]]:
-    """Per task whose shared choice is not raw: the chosen state, its group row and its
-    alpha (the state's own, the rule's, unless ``alphas`` shrinks it)."""
-    out = {}
-    for task, method in shared.items():
-        st = learned.get(method)
-        g = None if st is None else st.index().get("*" if st.scope == "global" else task)
-        if st is not None and g is not None:
-            label = (alphas or {}).get(task, "rule")
-            out[task] = (st, g, _alpha(label, float(st.alpha[g])))
-    return out
-
-
-def _alpha(label: str, rule: float) -> float:
-    """An alpha label of the guard's grid as a number (``rule``: the state's own n/(n+1))."""
-    return rule if label == "rule" else float(label)
-
-
-def _shared_vectors(table: Table, shared: Mapping[str, str], alphas: Mapping[str, str],
-                    learned: Mapping[str, AdaptState | None]) -> np.ndarray:
-    """Each rewarded row's query vector under its task's shared choice."""
-    out = table.x.astype(np.float32).copy()
-    groups = shared_groups(shared, learned, alphas)
-    for i, task in enumerate(table.tasks):
-        if task in groups:
-            st, g, alpha = groups[task]
-            v = st.vectors[g] + map_deltas(table.x[i:i + 1], st.parts, np.array([g]))[0]
-            out[i] = unit_rows(table.x[i] + alpha * v)
-    return out
-
-
-def _method_vectors(method: str, table: Table, kd: AdaptState | None, coef_for: CoefFor,
-                    query_alpha: Mapping[str, str]) -> np.ndarray:
-    """Each rewarded row's unit query vector under a query-level method (query-wise
-    vectors at their task's ``query_alpha``)."""
-    out = np.zeros_like(table.x, dtype=np.float32)
-    rows = kd.index() if kd is not None else {}
-    for i in range(len(table.keys)):
-        v = query_vector(method, i, query_key(table.tasks[i], table.texts[i]), table, kd,
-                          rows, coef_for, query_alpha.get(table.tasks[i], "rule"))
-        out[i] = table.x[i] if v is None else unit_rows(table.x[i] + v[1] * v[0])
-    return out
-
-
-def query_vector(method: str, q: int, key: str, table: Table, kd: AdaptState | None,
-                  rows: Mapping[str, int], coef_for: CoefFor, alpha: str = "rule"
-                  ) -> tuple[np.ndarray, float, int] | None:
-    """(vector, alpha, n) of one rewarded text under a query-level method (``rows``: the
-    query-wise state ``kd``'s key -> row; ``alpha``: the query-wise vector's, a label of
-    the guard's grid, ``rule`` = the state's n/(n+1))."""
-    x, z, r = table.x[q], table.zs[q], table.rs[q]
-    if method == "query":
-        g = rows.get(key)
-        if g is None or kd is None:
-            return None
-        return kd.vectors[g], _alpha(alpha, float(kd.alpha[g])), int(kd.n_g[g])
-    u = (reward_rocchio(x[None], [z], [r])[0] if method == "rw-rocchio"
-         else unit_rows(feedback_vector(x, z, r, coef_for(table.tasks[q], table.keys[q]))))
-    return np.asarray(u, np.float32) - x, 1.0, 1
 
 
 __all__ = ["AUTO_SCOPES", "METHODS", "NEIGHBOUR", "QUERY_LEVEL", "SELECT_VERSION", "SHARED",

@@ -4,7 +4,9 @@ that window the propensities and the click rewards a cycle learns from.
 
 The window keeps the newest :data:`MAX_SHOWN` shown records (a year of traffic never
 sits in memory; old clicks age out), so a cycle's cost is bounded by the window, not by
-all past traffic. With a judge, a pair that has both a judge reward and clicks takes the
+all past traffic; the propensities are estimated from its newest :data:`MAX_ESTIMATE`
+records. Without a judge one session in k can be held out (``view(hold_out=k)``): its
+click rewards are the promotion check's, not learned from. With a judge, a pair that has both a judge reward and clicks takes the
 doubly robust estimate (the judge as the direct model, clicks correct it); the mean
 judge-click disagreement is reported beside the propensities, and the judge-click gap
 (:func:`tttembed.loop.clicks.rewards.judge_gap`) goes to the drift audit. Each cycle's
@@ -39,9 +41,14 @@ from tttembed.loop.clicks.rewards import (
 )
 from tttembed.loop.pending import Tail
 from tttembed.loop.rows import CLICK_SETTLE_S, ClickReward, Shown, Store
+from tttembed.ttt.judged import text_folds
 
 #: Shown records the window keeps at most (the oldest age out first).
 MAX_SHOWN = 1_000_000
+#: Shown records the propensities are estimated from at most (the newest): the estimate
+#: (EM with its bootstrap) was half a soak cycle's time and grew with the window; ten
+#: rank parameters need far fewer rows, and a bounded input bounds the cycle (issue 62).
+MAX_ESTIMATE = 50_000
 #: The tail of the list whose documents set a task's unseen floor: pairs shown only at the
 #: last ``TAIL_RANKS`` ranks (8-10 of 10). Fixed by the list's shape (the documents a
 #: candidate displaces first), never tuned on evaluation labels.
@@ -73,6 +80,9 @@ class ClickView:
     mode: str = "ips"
     #: per task, what a pair nobody was shown is worth (:func:`unseen_floors`)
     floors: Mapping[str, float] = field(default_factory=dict)
+    #: click rewards of the held-out sessions (``hold_out``), not learned from: the
+    #: no-judge promotion check's evidence (empty when nothing is held out)
+    held: ClickTextRewards = field(default_factory=dict)
 
     @property
     def pairs(self) -> int:
@@ -114,6 +124,7 @@ class ClickFeed:
     mode: str = "ips"
     settle_s: float = CLICK_SETTLE_S
     max_shown: int = MAX_SHOWN
+    max_estimate: int = MAX_ESTIMATE
     seed: int = 0
     window: deque[Shown] = field(init=False)
     _tail: Tail[Shown] = field(init=False)
@@ -147,12 +158,25 @@ class ClickFeed:
         """Clicks read so far (the window may hold fewer)."""
         return self._clicks_seen
 
-    def view(self, judge: Mapping[tuple[str, str, str], float] | None = None) -> ClickView:
-        """Propensities and click rewards of the window (module docstring)."""
+    def view(self, judge: Mapping[tuple[str, str, str], float] | None = None, *,
+             hold_out: int = 0) -> ClickView:
+        """Propensities and click rewards of the window (module docstring); ``hold_out``
+        k > 0: the sessions of one fold in k (by a hash of the session id, else the
+        search id) are held out of the rewards and give ``held`` instead."""
         shown = list(self.window)
         if self.mode == "off" or not any(s.clicked for s in shown):
             return ClickView({}, (), flat(self.k), (), mode=self.mode)
-        prop = estimate(shown, self.k, seed=self.seed)
+        prop = estimate(shown[-self.max_estimate:], self.k, seed=self.seed)
+        held: ClickTextRewards = {}
+        dropped: tuple[str, ...] = ()
+        if hold_out > 0:
+            fold = text_folds([s.session or s.search_id for s in shown], hold_out)
+            kept = [s for s, f in zip(shown, fold) if f]
+            out_of = click_rewards([s for s, f in zip(shown, fold) if not f], prop,
+                                   naive=self.mode == "naive")
+            for st in out_of.stats:
+                held.setdefault((st.task, st.query), {})[st.doc_id] = st.reward
+            shown, dropped = kept, tuple(out_of.dropped_sessions)
         got = click_rewards(shown, prop, naive=self.mode == "naive")
         out: ClickTextRewards = {}
         for s in got.stats:
@@ -164,9 +188,10 @@ class ClickFeed:
                 out.setdefault((d.task, d.query), {})[d.doc_id] = d.reward
             disagreement = float(np.mean([d.disagreement for d in dr])) if dr else None
             gap = judge_gap(got.stats, judge) if prop.method in GAP_BASES else None
-        return ClickView(out, got.stats, prop, got.dropped_sessions, disagreement, len(dr),
+        return ClickView(out, got.stats, prop, (*got.dropped_sessions, *dropped),
+                         disagreement, len(dr),
                          tuple(dr), gap, self.mode,
-                         unseen_floors(got.cleaned, got.stats, self.k))
+                         unseen_floors(got.cleaned, got.stats, self.k), held)
 
 
 def unseen_floors(shown: Sequence[Shown], stats: Sequence[ClickStat], k: int,
@@ -206,5 +231,5 @@ def _shown_key(s: Shown) -> str:
     return f"{s.search_id}\x1f{s.session}\x1f{s.rank:04d}"
 
 
-__all__ = ["CLICK_MODES", "MAX_SHOWN", "TAIL_RANKS", "ClickFeed", "ClickTextRewards", "ClickView",
+__all__ = ["CLICK_MODES", "MAX_ESTIMATE", "MAX_SHOWN", "TAIL_RANKS", "ClickFeed", "ClickTextRewards", "ClickView",
            "unseen_floors"]

@@ -1,0 +1,174 @@
+"""The soak run's setup and report (benchmarks/_soak_setup.py, _soak_report.py,
+bench_soak.py's command line): the stand-in judge answers the questions the traffic asks
+from their labels, the audit covers them, the JSON is strict, bad arguments are one-line
+errors, and every child (wrk included) is stopped."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import _soak_report as rep  # noqa: E402
+import _soak_setup as setup  # noqa: E402
+
+
+def _folder(tmp_path: Path) -> Path:
+    """A BEIR folder whose train and test questions judge different documents."""
+    f = tmp_path / "toy"
+    (f / "qrels").mkdir(parents=True)
+    docs = {"d1": "photosynthesis turns light into sugar in leaves",
+            "d2": "the stock market fell on tuesday after the report",
+            "d3": "volcanoes erupt when magma pressure builds"}
+    (f / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v})
+                                            + "\n" for k, v in docs.items()))
+    qs = {"tr1": "why did shares drop", "te1": "how do plants make food"}
+    (f / "queries.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n"
+                                             for k, v in qs.items()))
+    (f / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\ntr1\td2\t1\n")
+    (f / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nte1\td1\t1\n")
+    return f
+
+
+def test_the_judge_answers_a_train_question_from_its_label(tmp_path):
+    """Task(...) was built positionally, so the splits landed in ``head`` and the judge was
+    started with ``--splits test``: a train question (the traffic) was scored by word
+    overlap. Its gold document must score 1.0, another 0.0."""
+    from rerank_server import Judge
+
+    folder = _folder(tmp_path)
+    task = setup.prepare_task(folder, 0, tmp_path / "work", index=tmp_path / "idx")
+    assert task.splits == ("train", "test") and task.stream == ["tr1"] and task.head == []
+    assert task.test == ["te1"] and task.stream_split == "train"
+    cmd = setup.judge_proc(task, tmp_path, {}, 1).cmd
+    splits = tuple(cmd[cmd.index("--splits") + 1].split(","))
+    assert splits == ("train", "test"), cmd
+    judge = Judge(folder, 0.0, 0, splits)
+    texts = json.loads("[" + ",".join((folder / "corpus.jsonl").read_text().split("\n")[:-1])
+                       + "]")
+    text = {d["_id"]: d["text"] for d in texts}
+    assert judge.score("why did shares drop", text["d2"]) == 1.0
+    assert judge.score("why did shares drop", text["d1"]) == 0.0
+    assert judge.score("how do plants make food", text["d1"]) == 1.0
+
+
+def test_the_audit_covers_the_questions_the_traffic_asks(tmp_path):
+    task = setup.prepare_task(_folder(tmp_path), 0, tmp_path / "work", index=tmp_path / "i")
+    assert task.audit == f"qrels:{task.folder / 'qrels' / 'train.tsv'}"
+    from tttembed.loop.drift import audit_source
+
+    assert audit_source(task.audit)[1] == "train"
+
+
+def test_the_report_is_strict_json():
+    got = rep.strict({"a": math.nan, "b": [1.0, math.inf, {"c": -math.inf}], "d": "x"})
+    assert got == {"a": None, "b": [1.0, None, {"c": None}], "d": "x"}
+    json.dumps(got, allow_nan=False)
+
+
+def test_a_promotion_no_search_followed_is_not_a_missed_reach():
+    rows = [rep.Row(r, "search", t, t + 0.01, 200, "s", "v1", 0)
+            for r in "ab" for t in (10.0, 11.0, 12.0, 14.0)]
+    history = [{"action": "promote", "version": "v1", "time": 9.5},
+               {"action": "promote", "version": "v2", "time": 20.0}]
+    reach = rep.promotion_reach(history, rows, 0.0)
+    assert reach[0]["measured"] and reach[0]["reached_both"]
+    assert not reach[1]["measured"] and "traffic had stopped" in reach[1]["reason"]
+    assert reach[1]["seen_after_s"] == {"a": None, "b": None}
+
+
+def test_a_promotion_while_a_replica_is_down_is_timed_from_its_return():
+    """Replica b killed at 5 s and healthy at 30 s; a promotion at 8 s reaches b when b
+    answers with it after its return (0.5 s later), not 22.5 s late."""
+    rows = [rep.Row("a", "search", t, t + 0.01, 200, "s", "v2", 0) for t in (8.1, 9.0, 40.0)]
+    rows += [rep.Row("b", "search", t, t + 0.01, 200, "s", "v2", 0) for t in (30.49, 40.0)]
+    history = [{"action": "promote", "version": "v2", "time": 8.0}]
+    x = rep.promotion_reach(history, rows, 0.0, {"b": (5.0, 30.0)})[0]
+    assert x["reached_both"] and x["seen_after_s"]["b"] == pytest.approx(0.5)
+    late = rep.promotion_reach(history, rows, 0.0)[0]
+    assert not late["reached_both"] and late["seen_after_s"]["b"] == pytest.approx(22.5)
+
+
+def test_the_p99_thirds_and_the_paired_new_questions():
+    rows = [rep.Row("a", "search", t, t + (0.01 if t < 200 else 0.05), 200, "s", "raw", 0)
+            for t in range(0, 300)]
+    first, last = rep.p99_first_last(rows, 0.0, 300.0, {})
+    assert first == pytest.approx(10.0) and last == pytest.approx(50.0)
+    raw = {f"q{i}": 0.5 for i in range(30)}
+    end = {f"q{i}": 0.6 for i in range(30)}
+    got = rep.paired(raw, end)
+    assert got["raw"] == 0.5 and got["end"] == 0.6 and got["p"] < 0.05
+    assert rep.paired(raw, dict(raw))["p"] == 1.0
+
+
+def test_learner_cycle_times_are_read_from_its_log(tmp_path):
+    log = tmp_path / "learner.log"
+    t0 = time.mktime(time.strptime("2026-12-05 20:00:00", "%Y-%m-%d %H:%M:%S"))
+    log.write_text("2026-12-05 20:00:30,1 tttembed.loop INFO cycle 1 (2.0 s): refused\n"
+                   "2026-12-05 20:01:30,1 tttembed.loop INFO cycle 2 (4.0 s): promoted\n"
+                   "2026-12-05 20:09:30,1 tttembed.loop INFO cycle 3 (9.5 s): refused\n")
+    got = rep.learner_cycles(log, t0)
+    assert got == {"first": 2.0, "median_first_5min": 3.0, "last": 9.5, "cycles": 3}
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--minutes", "0"], "--minutes 0: give a number above 0"),
+    (["--minutes", "-1"], "--minutes -1: give a number above 0"),
+    (["--load", "0"], "--load 0: give a number above 0"),
+    (["--data", "nosuch"], "--data nosuch: not a BEIR folder"),
+    (["--ports", "9-3", "--data", "DATA"], "--ports 9-3: give a range LO-HI"),
+])
+def test_bad_arguments_are_one_line_errors(args, said, tmp_path):
+    if shutil.which("wrk") is None and "--ports" in args:
+        pytest.skip("wrk is not installed: the arguments before it are checked first")
+    args = [str(_folder(tmp_path)) if a == "DATA" else a for a in args]
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_soak.py"), *args],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode != 0 and said in r.stderr, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_wrk_is_a_child_every_exit_path_stops(tmp_path):
+    """wrk runs in CHILDREN (its own process group), so stop_all (every exit path of the
+    benchmark: the end, an error, Ctrl-C, SIGTERM) stops it: a real wrk on a dead port."""
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install -y wrk)")
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from _loop_support import CHILDREN
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    data = tmp_path / "data.lua"
+    data.write_text('return {bodies = {"{}"}, rel = {{}}, cdf = {1.0}}\n')
+    try:
+        proc = setup.start_wrk(f"http://127.0.0.1:{server.server_port}", 1, 300,
+                               tmp_path / "wrk-x", data, 2.0, 0, "x")
+        assert proc in CHILDREN.procs
+        time.sleep(1.5)
+        assert proc.poll() is None, (tmp_path / "wrk-x.out").read_text()
+        CHILDREN.stop_all()
+        assert proc.poll() is not None
+    finally:
+        server.shutdown()
