@@ -22,7 +22,8 @@ from typing import Any
 
 from tttembed.core.errors import ConfigError, StoreUnavailable
 from tttembed.core.pg import Words, connect, dead, import_psycopg, mask_url, scrub
-from tttembed.loop.store import SCHEMA, SQLStore
+from tttembed.loop import schema
+from tttembed.loop.store import SQLStore
 
 #: The key of the advisory lock taken while the schema is created (any constant shared
 #: by every process; "tttembed" in ASCII).
@@ -104,8 +105,7 @@ class PostgresStore(SQLStore):
     def _init_schema(self) -> None:
         with super()._tx() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            for sql in SCHEMA:
-                cur.execute(sql)
+            schema.create(cur, self._sql)
         self._schema_ready = True
 
 
