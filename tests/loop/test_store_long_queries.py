@@ -17,8 +17,15 @@ import pytest
 from tests.loop.v1_schema import OLD_SCHEMA
 from tests.pg import new_database
 from tttembed.loop.open import open_store
-from tttembed.loop.rows import ClickCaps, ClickReward, Event, Feedback, Reward, SearchLog
-from tttembed.loop.rows import query_hash
+from tttembed.loop.rows import (
+    ClickCaps,
+    ClickReward,
+    Event,
+    Feedback,
+    Reward,
+    SearchLog,
+    query_hash,
+)
 from tttembed.loop.store import Store
 
 LENGTHS = (300, 3000, 6000, 20000)

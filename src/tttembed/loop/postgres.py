@@ -105,7 +105,7 @@ class PostgresStore(SQLStore):
     def _init_schema(self) -> None:
         with super()._tx() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            schema.create(cur, self._sql)
+            schema.create_schema(cur, self._sql)
         self._schema_ready = True
 
 

@@ -92,7 +92,7 @@ KEYED = {
 _BY_QUERY = "q\x1f"
 
 
-def create(cur: Any, sql: Callable[[str], str]) -> dict[str, int]:
+def create_schema(cur: Any, sql: Callable[[str], str]) -> dict[str, int]:
     """Create the schema in the transaction of ``cur`` (``sql`` adapts placeholders),
     migrating the tables an earlier release made: the rows migrated, by table."""
     for statement in TABLES:
@@ -132,4 +132,4 @@ def _migrate(cur: Any, sql: Callable[[str], str], table: str,
     return len(rows)
 
 
-__all__ = ["INDEXES", "KEYED", "TABLES", "create"]
+__all__ = ["INDEXES", "KEYED", "TABLES", "create_schema"]

@@ -128,7 +128,7 @@ class SQLStore(ClickSQL, SpendSQL):
     def _init_schema(self) -> None:
         with self._tx() as cur:
             cur.execute("BEGIN IMMEDIATE")  # a migration is one transaction (schema.py)
-            schema.create(cur, self._sql)
+            schema.create_schema(cur, self._sql)
 
     def _serialize(self, cur: Any, what: str = "spend") -> None:
         """Make the transaction of ``cur`` the only writer of ``what`` (the spend account,
