@@ -147,7 +147,8 @@ async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Re
     route_task = request.path_params.get("task")
     body = await read_body(request, svc.config.limits.max_body_bytes)
     req = parse_embeddings(body, task=route_task, max_inputs=svc.config.limits.max_inputs,
-                           dim=svc.index.dim)
+                           dim=svc.index.dim,
+                           max_query_chars=svc.config.limits.max_query_chars)
     snap = svc.states.current  # one snapshot for the whole request
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation)
     task = served_task(svc, snap, req.task)
@@ -176,7 +177,8 @@ def _render(body: Any) -> bytes:
 async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     body = await read_body(request, svc.config.limits.max_body_bytes)
     limits = svc.config.limits
-    req = parse_search(body, max_inputs=limits.max_inputs, max_k=limits.max_k)
+    req = parse_search(body, max_inputs=limits.max_inputs, max_k=limits.max_k,
+                       max_query_chars=limits.max_query_chars)
     snap = svc.states.current
     name = search_task(snap, req.task)
     req = replace(req, task=name)  # the answer's "task": the one used
