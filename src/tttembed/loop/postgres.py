@@ -95,6 +95,14 @@ class PostgresStore(SQLStore):
         with suppress(Exception):
             conn.close()
 
+    def _refusal(self, exc: BaseException) -> bool:
+        """A row over a limit (``ProgramLimitExceeded``), a value or constraint the
+        database refuses, a full disk (``InsufficientResources``)."""
+        psycopg = import_psycopg()
+        errors = psycopg.errors
+        return isinstance(exc, (psycopg.DataError, psycopg.IntegrityError,
+                                errors.ProgramLimitExceeded, errors.InsufficientResources))
+
     #: the text column holding a JSON array, cast for ``json_array_length``
     json_len = "json_array_length(({})::json)"
 

@@ -47,6 +47,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from tttembed.core.errors import StoreRefused
 from tttembed.loop import schema
 from tttembed.loop.clickstore import ClickSQL
 from tttembed.loop.rows import (
@@ -120,10 +121,24 @@ class SQLStore(ClickSQL, SpendSQL):
                 cur = conn.cursor()
                 yield cur
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 with suppress(Exception):  # a lost connection cannot roll back: the
                     conn.rollback()        # server did; the first error is the one to see
+                if self._refusal(exc):
+                    reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+                    raise StoreRefused(f"the feedback store {self.url} refused the write: "
+                                       f"{reason} (nothing of this call was kept)") from exc
                 raise
+
+    def _refusal(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the database refusing what was written (a row over a limit,
+        a constraint, a full disk), not a bug of the caller (SQLite here; PostgreSQL
+        overrides)."""
+        import sqlite3
+
+        return isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError)) or (
+            isinstance(exc, sqlite3.OperationalError) and ("full" in str(exc)
+                                                           or "too big" in str(exc)))
 
     def _init_schema(self) -> None:
         with self._tx() as cur:

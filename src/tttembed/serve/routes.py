@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from tttembed.serve.engine import Result
+from tttembed.serve.traffic import new_search_id
 from tttembed.serve.wire import (
     ApiError,
     SearchRequest,
@@ -196,7 +196,7 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
         if req.include:
             svc.documents.attach(body["data"], req.include)
         if svc.store is not None:
-            sids = [uuid.uuid4().hex for _ in req.texts]
+            sids = [new_search_id() for _ in req.texts]
             marks = interleave_results(svc, snap, task, req, body["data"], sids)
             log_traffic(svc, snap, name, req.texts, [d["ids"] for d in body["data"]],
                         body["data"], sids=sids, marks=marks)
@@ -247,7 +247,7 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
     from tttembed.serve.explore import apply_randpair
 
     now = time.time()
-    sids = list(sids) if sids is not None else [uuid.uuid4().hex for _ in texts]
+    sids = list(sids) if sids is not None else [new_search_id() for _ in texts]
     done = list(marks) if marks is not None else [""] * len(sids)
     marks = [done[i] or apply_randpair(sid, item, svc.config.loop.explore)
              for i, (sid, item) in enumerate(zip(sids, data or ()))]  # as shown, and how
