@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from tttembed.serve.routes import json_response, read_body
-from tttembed.serve.wire import ApiError, check_query_length, task_name
+from tttembed.serve.wire import ApiError, check_query_length, valid_task
 
 if TYPE_CHECKING:
     from tttembed.loop.store import Feedback
@@ -67,7 +67,7 @@ def _one(svc: Service, item: Any, i: int) -> Feedback:
                        code="invalid_feedback")
     check_query_length(query, svc.config.limits.max_query_chars, f"feedback[{i}].query")
     # a task as /v1/search takes it: "/chain" (the chain route's, reserved) is refused
-    return Feedback(task_name(task, f"feedback[{i}].task"), query, doc, label, "",
+    return Feedback(valid_task(task, f"feedback[{i}].task"), query, doc, label, "",
                     time.time())
 
 

@@ -92,7 +92,7 @@ def _queries(texts: list[str], limit: int, param: str, single: bool) -> None:
         check_query_length(t, limit, param if single else f"{param}[{i}]")
 
 
-def task_name(value: Any, param: str) -> str:
+def valid_task(value: Any, param: str) -> str:
     if not isinstance(value, str) or not value or "/" in value:
         raise ApiError(400, f"'{param}' must be a non-empty task name without '/'",
                        param=param, code="invalid_task")
@@ -126,7 +126,7 @@ def parse_embeddings(body: Any, *, task: str | None, max_inputs: int, dim: int,
         raise ApiError(400, "'input_type' must be 'query' or 'document'", param="input_type",
                        code="invalid_input_type")
     if task is None and input_type == "query":
-        task = task_name(body["task"], "task") if body.get("task") is not None else "_"
+        task = valid_task(body["task"], "task") if body.get("task") is not None else "_"
     elif task is None and body.get("task") is not None:
         raise ApiError(400, "'task' needs \"input_type\": \"query\" (documents are never "
                        "adapted)", param="task", code="invalid_task")
@@ -193,7 +193,7 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int,
                        code="invalid_input")
     texts = _texts(value, max_inputs)
     _queries(texts, max_query_chars, "query" if single else "queries", single)
-    task = task_name(body["task"], "task") if body.get("task") is not None else None
+    task = valid_task(body["task"], "task") if body.get("task") is not None else None
     k = body.get("k", 10)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
         raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",
