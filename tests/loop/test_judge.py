@@ -60,3 +60,36 @@ def test_with_rewards_the_active_priority_orders_queries():
     assert pairs.index(("t", "started", "b")) < pairs.index(("t", "new", "b"))
     as_set = pending_pairs(logs, set(judged), lambda s: s.ids, depth=10, now=now)
     assert as_set[0][1] == "new"  # rewards unknown: fewer judged pairs first
+
+
+def test_two_documents_of_one_text_are_paid_once_as_the_ledger_pays_them(tmp_path):
+    """issue 65 item 3: ArguAna holds 109 documents whose text another document has. The
+    ledger keys a pair by the texts' digests and pays such a pair once; the judge
+    charged the budget for both ids, so the loop's spend ran ahead of the ledger (the
+    soak's "/v1/loop paid - ledger paid" = 1-4). Now the spend is what the ledger pays."""
+    import numpy as np
+
+    from tttembed.loop.judge import BackgroundJudge
+    from tttembed.loop.sqlite import SQLiteStore
+    from tttembed.score.ledger import Ledger, LedgerScorer
+
+    class Counting:
+        spec = identity = "counting"
+        mapping = ""
+        asked = 0
+
+        def score(self, query, docs):
+            Counting.asked += len(docs)
+            return np.full(len(docs), 0.5)
+
+    corpus = {"a": {"title": "", "text": "same words"}, "b": {"title": "", "text": "same words"},
+              "c": {"title": "", "text": "other words"}}
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    store = SQLiteStore(tmp_path / "loop.sqlite")
+    judge = BackgroundJudge(LedgerScorer(Counting(), ledger), corpus, store, budget=10)
+    got, paid = judge.pay([("t", "q", "a"), ("t", "q", "b"), ("t", "q", "c"),
+                           ("u", "q", "a")])  # another task, the same texts: paid already
+    assert len(got) == 4 and got[("t", "q", "b")] == 0.5
+    assert Counting.asked == 2 == paid == sum(store.spent().values())
+    assert sum(r.paid for r in store.rewards()) == 2
+    store.close()

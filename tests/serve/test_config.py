@@ -37,7 +37,7 @@ def test_an_unknown_keyword_is_refused():
 
 
 def test_the_groups_are_checked_with_the_messages_of_the_flags():
-    with pytest.raises(ConfigError, match="workers, max_inputs and max_body_bytes must be >= 1"):
+    with pytest.raises(ConfigError, match="workers, max_inputs, max_body_bytes and max_query_chars must be >= 1"):
         ServeConfig.from_options(index="idx", workers=0)
     with pytest.raises(ConfigError, match="--store needs --registry"):
         ServeConfig(index="idx", loop=ServeLoop(store="x.sqlite"))

@@ -32,6 +32,7 @@ from tttembed.cli.loop import (
 )
 
 ChainOpt = Annotated[Optional[str], typer.Option("--chain", help="Serve POST /v1/chain/search (multi-hop chain retrieval) with this encoder: base (the index's model, untrained), a checkpoint folder `tttembed chain train` wrote, or a chain registry (a folder or postgresql:// URL made by `tttembed states add REGISTRY CHECKPOINT`: its promoted version, followed like --registry; REGISTRY@vN pins one).")]
+MaxQueryCharsOpt = Annotated[int, typer.Option("--max-query-chars", min=1, help="Most characters in one query (search, query embeddings, chain search, feedback by query): 413 beyond, naming the limit.")]
 ChainSeqOpt = Annotated[int, typer.Option("--chain-max-seq-length", min=8, help="With --chain: the state token limit of the chain encoder (question plus the passages found; as `tttembed chain search --max-seq-length`).")]
 
 
@@ -49,7 +50,7 @@ def serve(
     allow_foreign_state: Annotated[bool, typer.Option("--allow-foreign-state", help="Apply states learned on another corpus than the index's.")] = False,
     unknown_task: Annotated[Optional[str], typer.Option("--unknown-task", help="A request for a task that no state or query file names: global (global states only) or raw (no state); default: 404 listing the known tasks.")] = None,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted (413 beyond).")] = 2_000_000,
-    max_inputs: Annotated[int, typer.Option(min=1, help="Most texts in one request.")] = 2048,
+    max_inputs: Annotated[int, typer.Option(min=1, help="Most texts in one request.")] = 2048, max_query_chars: MaxQueryCharsOpt = 16_384,
     cache_size: Annotated[int, typer.Option(min=0, help="Vectors kept in the in-memory LRU cache (0: none).")] = 50_000,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most texts in one model call: concurrent requests are merged up to it.")] = 32,
     max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0, max=1000, help="How long a request waits for others to join its model batch (0: never).")] = 2.0,
@@ -91,7 +92,7 @@ def serve(
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), corpus=_str(corpus),
         api_key_env=api_key_env, allow_foreign_state=allow_foreign_state, unknown_task=unknown_task, chain=chain, chain_max_seq_length=chain_max_seq_length,
         listen=Listen(host=host, port=port, workers=workers, log_level=log_level.lower()),
-        limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs),
+        limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs, max_query_chars=max_query_chars),
         batching=Batching(cache_size=cache_size, max_batch=max_batch, max_wait_ms=max_wait_ms),
         loop=ServeLoop(registry=str(registry) if registry else None, store=store,
                        registry_cache=cache, explore=explore, interleave=interleave))

@@ -19,6 +19,12 @@ class StoreUnavailable(ConfigError):
     with a 503 and ``Retry-After`` instead of a 500."""
 
 
+class StoreRefused(TTTEmbedError):
+    """The feedback store answered but refused a write (a row over one of its limits, a
+    constraint, a full disk): nothing of the call was kept. Not the request's fault and
+    not a bug: a server answers it with a 503 and logs the store's reason in one line."""
+
+
 class DataError(TTTEmbedError):
     """Bad input data. Carries the file and line (1-based) where it was found."""
 

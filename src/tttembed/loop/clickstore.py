@@ -3,15 +3,17 @@ and PostgreSQL run the same SQL):
 
 - ``events``: one row per (search, doc, session, action): a click, a dwell, or any other
   action a client names; a retried POST stores nothing twice (``ON CONFLICT DO NOTHING``
-  on that primary key). Each row carries the search's task and query text (the
-  per-query cap reads them through ``events_session``) and the doc's 1-based rank in the
-  search's impression; ``created`` (the server's time) orders incremental reads;
+  on that primary key). Each row carries the search's task and query text, and the
+  text's digest ``qhash`` that the per-query cap reads through ``events_query`` (never
+  the text, which can be longer than an index row: :mod:`tttembed.loop.schema`), and
+  the doc's 1-based rank in the search's impression; ``created`` (the server's time)
+  orders incremental reads;
 - ``impressions``: what a client showed for a search when it was not the served list;
 - ``interventions``: searches whose served list was randomised (``randpair:R``), written
   in the same transaction as the search (:meth:`SQLStore.log_searches`).
 
-All three are ``CREATE TABLE IF NOT EXISTS``: a store written before them opens as it is
-and gains them. Event writes run serialised (SQLite ``BEGIN IMMEDIATE``, PostgreSQL an
+The schema is :mod:`tttembed.loop.schema`'s: a store written before these tables opens
+as it is and gains them. Event writes run serialised (SQLite ``BEGIN IMMEDIATE``, PostgreSQL an
 advisory lock of their own), so the caps hold however many replicas post at once.
 """
 
@@ -36,22 +38,7 @@ from tttembed.loop.rows import (
     RankClicks,
     Shown,
     cursor_floor,
-)
-
-CLICK_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS interventions (
-        search_id TEXT PRIMARY KEY, kind TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS impressions (
-        search_id TEXT PRIMARY KEY, ids TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS events (
-        search_id TEXT NOT NULL, doc_id TEXT NOT NULL, session_id TEXT NOT NULL,
-        action TEXT NOT NULL, client_id TEXT NOT NULL, task TEXT NOT NULL,
-        query TEXT NOT NULL, shown_rank INTEGER NOT NULL, ordinal INTEGER NOT NULL,
-        dwell_ms DOUBLE PRECISION NOT NULL, event_time DOUBLE PRECISION NOT NULL,
-        created DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (search_id, doc_id, session_id, action))""",
-    "CREATE INDEX IF NOT EXISTS events_created ON events (created)",
-    "CREATE INDEX IF NOT EXISTS events_session ON events (session_id, task, query)",
+    query_hash,
 )
 
 _EVENT_COLUMNS = ("search_id, doc_id, action, session_id, client_id, task, query, shown_rank, "
@@ -97,11 +84,11 @@ class ClickSQL:
                     capped += 1
                 else:
                     cur.execute(self._sql(
-                        f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, "
-                        "?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                        f"INSERT INTO events ({_EVENT_COLUMNS}, qhash) VALUES (?, ?, ?, ?, ?, "
+                        "?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                         (e.search_id, e.doc_id, e.action, e.session, e.client, e.task,
                          e.query, int(e.rank), int(e.ordinal), float(e.dwell_ms),
-                         e.at or now, e.created or now))
+                         e.at or now, e.created or now, query_hash(e.query)))
                     stored += max(int(cur.rowcount or 0), 0)
         return EventsStored(stored, duplicates, capped, shown)
 
@@ -125,8 +112,8 @@ class ClickSQL:
                        (e.search_id, e.session, CLICK)) >= caps.per_search:
             return True
         return bool(e.session) and self._count(
-            cur, "session_id = ? AND task = ? AND query = ? AND action = ?",
-            (e.session, e.task, e.query, CLICK)) >= caps.per_query
+            cur, "session_id = ? AND task = ? AND qhash = ? AND action = ?",
+            (e.session, e.task, query_hash(e.query), CLICK)) >= caps.per_query
 
     # -- reads ------------------------------------------------------------------------
     def get_impression(self, search_id: str) -> Impression | None:
@@ -257,4 +244,4 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[i:i + size]
 
 
-__all__ = ["CLICK_SCHEMA", "ClickSQL"]
+__all__ = ["ClickSQL"]

@@ -131,12 +131,22 @@ class BackgroundJudge:
                               f"pair(s) (for {query[:60]!r}, ...); raise --judge-budget to "
                               "judge more")
 
-    def _new_to_ledger(self, query: str, items: Sequence[Item]) -> list[bool]:
-        """Which pairs the ledger does not hold yet (all of them without a ledger)."""
+    def _new_to_ledger(self, query: str, items: Sequence[Item],
+                       seen: set[tuple[str, str]] | None = None) -> list[bool]:
+        """Which pairs the ledger does not hold yet (all of them without a ledger). With
+        ``seen`` (the (query, document) texts of one :meth:`pay` so far), a pair whose
+        texts another pair of the call has is not new: the ledger keys a pair by its
+        texts and pays it once (ArguAna holds documents of one text under two ids)."""
         known = getattr(self.scorer, "known", None)
-        if known is None:
-            return [True] * len(items)
-        return [int(known(query, [it.text])) == 0 for it in items]
+        out = []
+        for it in items:
+            if seen is not None and known is not None:
+                if (query, it.text) in seen:
+                    out.append(False)
+                    continue
+                seen.add((query, it.text))
+            out.append(known is None or int(known(query, [it.text])) == 0)
+        return out
 
     def pay(self, pairs: Sequence[Triple], *, source: str = "judge",
             trusted: bool = True) -> tuple[dict[Triple, float], int]:
@@ -149,10 +159,10 @@ class BackgroundJudge:
             docs = by_query.setdefault((task, query), [])
             if doc not in docs:
                 docs.append(doc)
-        plan = []
+        plan, seen = [], set[tuple[str, str]]()
         for (task, query), docs in by_query.items():
             items = doc_items(docs, self.corpus)
-            plan.append((task, query, docs, items, self._new_to_ledger(query, items)))
+            plan.append((task, query, docs, items, self._new_to_ledger(query, items, seen)))
         fresh = [(t, q, d) for t, q, docs, _, new in plan for d, n in zip(docs, new) if n]
         prepaid = self.store.prepaid(fresh) if self.budget is not None else set()
         if plan:  # a pair a kill lost the answer of was paid: not charged again

@@ -22,7 +22,8 @@ from typing import Any
 
 from tttembed.core.errors import ConfigError, StoreUnavailable
 from tttembed.core.pg import Words, connect, dead, import_psycopg, mask_url, scrub
-from tttembed.loop.store import SCHEMA, SQLStore
+from tttembed.loop import schema
+from tttembed.loop.store import SQLStore
 
 #: The key of the advisory lock taken while the schema is created (any constant shared
 #: by every process; "tttembed" in ASCII).
@@ -94,6 +95,14 @@ class PostgresStore(SQLStore):
         with suppress(Exception):
             conn.close()
 
+    def _refusal(self, exc: BaseException) -> bool:
+        """A row over a limit (``ProgramLimitExceeded``), a value or constraint the
+        database refuses, a full disk (``InsufficientResources``)."""
+        psycopg = import_psycopg()
+        errors = psycopg.errors
+        return isinstance(exc, (psycopg.DataError, psycopg.IntegrityError,
+                                errors.ProgramLimitExceeded, errors.InsufficientResources))
+
     #: the text column holding a JSON array, cast for ``json_array_length``
     json_len = "json_array_length(({})::json)"
 
@@ -104,8 +113,7 @@ class PostgresStore(SQLStore):
     def _init_schema(self) -> None:
         with super()._tx() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            for sql in SCHEMA:
-                cur.execute(sql)
+            schema.create_schema(cur, self._sql)
         self._schema_ready = True
 
 

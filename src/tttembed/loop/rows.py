@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tttembed.core.serial import text_hash
 from tttembed.types import Triple
 
 #: Sources of judge spend (``spend.source``): a served pair, a validation pair, a
@@ -79,7 +80,9 @@ class Feedback:
 
     @property
     def key(self) -> str:
-        return self.search_id or f"q\x1f{self.task}\x1f{self.query}"
+        """Its identity: the search id, else the task and the query text's digest (never
+        the text itself: a store indexes this key)."""
+        return self.search_id or f"q\x1f{self.task}\x1f#{query_hash(self.query)}"
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,13 @@ Cursor = tuple[float, str]
 START: Cursor = (float("-inf"), "")
 
 
+def query_hash(text: str) -> str:
+    """What the store keys a query by (never its text, which can be longer than an index
+    row allows): :func:`~tttembed.core.serial.text_hash` of the text as stored (NUL as
+    U+FFFD, as PostgreSQL holds it, so both backends and a migrated row agree)."""
+    return text_hash(text.replace("\x00", "\ufffd") if "\x00" in text else text)
+
+
 def cursor_floor(cursor: Cursor) -> float:
     """The cursor's time as SQL can compare it (-inf: before everything)."""
     return cursor[0] if cursor[0] != float("-inf") else -1e300
@@ -268,4 +278,4 @@ CLICK = "click"
 __all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Share",
            "ClickReward", "Cursor",
            "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
-           "SearchLog", "Shown", "Store", "cursor_floor"]
+           "SearchLog", "Shown", "Store", "cursor_floor", "query_hash"]

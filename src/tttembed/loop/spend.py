@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from tttembed.loop.rows import SPEND_SOURCES, Share
+from tttembed.loop.rows import SPEND_SOURCES, Share, query_hash
 from tttembed.types import Triple
 
 
@@ -68,24 +68,24 @@ class SpendSQL:
                     (sid, source, granted, time.time()))
                 if pairs and granted == len(pairs):
                     cur.executemany(self._sql(
-                        "INSERT INTO reserved (spend_id, source, task, query, doc_id, sent) "
-                        "VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT DO NOTHING"),
-                        [(sid, source, *t) for t in pairs])
+                        "INSERT INTO reserved (spend_id, source, task, query, doc_id, qhash, "
+                        "sent) VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT DO NOTHING"),
+                        [(sid, source, *t, query_hash(t[1])) for t in pairs])
         return granted
 
     def mark_sent(self, pairs: Sequence[Triple]) -> None:
         """The judge is about to be asked ``pairs`` (their answer may be lost now)."""
-        self._each("UPDATE reserved SET sent = 1 WHERE task = ? AND query = ? AND "
+        self._each("UPDATE reserved SET sent = 1 WHERE task = ? AND qhash = ? AND "
                    "doc_id = ? AND sent = 0", pairs)  # a lost answer's pair stays paid
 
     def settle(self, pairs: Sequence[Triple]) -> None:
         """``pairs`` are stored (or given back): their reservation is closed."""
-        self._each("DELETE FROM reserved WHERE task = ? AND query = ? AND doc_id = ?", pairs)
+        self._each("DELETE FROM reserved WHERE task = ? AND qhash = ? AND doc_id = ?", pairs)
 
     def _each(self, sql: str, pairs: Sequence[Triple]) -> None:
         if pairs:
             with self._tx() as cur:
-                cur.executemany(self._sql(sql), [tuple(t) for t in pairs])
+                cur.executemany(self._sql(sql), [_keyed(t) for t in pairs])
 
     def prepaid(self, pairs: Sequence[Triple]) -> set[Triple]:
         """Those of ``pairs`` paid before a kill lost their answer: not charged again."""
@@ -105,7 +105,7 @@ class SpendSQL:
             self._serialize(cur)
             cur.execute("SELECT r.source, r.task, r.query, r.doc_id, r.sent, "
                         "w.doc_id IS NOT NULL FROM reserved r LEFT JOIN rewards w ON "
-                        "w.task = r.task AND w.query = r.query AND w.doc_id = r.doc_id "
+                        "w.task = r.task AND w.qhash = r.qhash AND w.doc_id = r.doc_id "
                         "WHERE r.sent < 2")
             rows = cur.fetchall()
             back: dict[str, int] = {}
@@ -119,7 +119,8 @@ class SpendSQL:
                 else:
                     kind, sql = "lost", "UPDATE reserved SET sent = 2"
                 out[kind] += 1
-                cur.execute(self._sql(f"{sql} WHERE task = ? AND query = ? AND doc_id = ?"), t)
+                cur.execute(self._sql(f"{sql} WHERE task = ? AND qhash = ? AND doc_id = ?"),
+                            _keyed(t))
             for source, n in back.items():
                 cur.execute(self._sql(
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
@@ -159,6 +160,11 @@ class SpendSQL:
                 cur.execute(self._sql(
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
                     (uuid.uuid4().hex, "opening", total, time.time()))
+
+
+def _keyed(pair: Triple) -> tuple[str, str, str]:
+    """(task, query, doc) as the store keys it: (task, query digest, doc)."""
+    return (pair[0], query_hash(pair[1]), pair[2])
 
 
 __all__ = ["SpendSQL"]

@@ -47,7 +47,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from tttembed.loop.clickstore import CLICK_SCHEMA, ClickSQL
+from tttembed.core.errors import StoreRefused
+from tttembed.loop import schema
+from tttembed.loop.clickstore import ClickSQL
 from tttembed.loop.rows import (
     PAGE,
     SPEND_SOURCES,
@@ -64,56 +66,18 @@ from tttembed.loop.rows import (
     SearchLog,
     Store,
     cursor_floor,
+    query_hash,
 )
 from tttembed.loop.spend import SpendSQL
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS searches (
-        search_id TEXT PRIMARY KEY, task TEXT NOT NULL, query TEXT NOT NULL,
-        created DOUBLE PRECISION NOT NULL, version TEXT, ids TEXT NOT NULL,
-        kind TEXT NOT NULL, replica TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS searches_created ON searches (created)",
-    # the learner's cursor: (created, search_id) in index order, whatever the statistics
-    "CREATE INDEX IF NOT EXISTS searches_cursor ON searches (created, search_id)",
-    """CREATE TABLE IF NOT EXISTS feedback (
-        fkey TEXT NOT NULL, doc_id TEXT NOT NULL, task TEXT NOT NULL, query TEXT NOT NULL,
-        search_id TEXT NOT NULL, label DOUBLE PRECISION NOT NULL,
-        created DOUBLE PRECISION NOT NULL, PRIMARY KEY (fkey, doc_id))""",
-    """CREATE TABLE IF NOT EXISTS rewards (
-        task TEXT NOT NULL, query TEXT NOT NULL, doc_id TEXT NOT NULL,
-        reward DOUBLE PRECISION, created DOUBLE PRECISION NOT NULL, source TEXT NOT NULL,
-        paid INTEGER NOT NULL, trusted INTEGER NOT NULL,
-        PRIMARY KEY (task, query, doc_id))""",
-    "CREATE INDEX IF NOT EXISTS rewards_created ON rewards (created)",
-    "CREATE INDEX IF NOT EXISTS feedback_created ON feedback (created)",
-    """CREATE TABLE IF NOT EXISTS spend (
-        id TEXT PRIMARY KEY, source TEXT NOT NULL, pairs INTEGER NOT NULL,
-        created DOUBLE PRECISION NOT NULL)""",
-    # the pairs of each open reservation (spend.py): sent 0 before the judge is asked,
-    # 1 once it is, 2 when a kill lost its answer (paid: not charged again)
-    """CREATE TABLE IF NOT EXISTS reserved (
-        spend_id TEXT NOT NULL, source TEXT NOT NULL, task TEXT NOT NULL,
-        query TEXT NOT NULL, doc_id TEXT NOT NULL, sent INTEGER NOT NULL,
-        PRIMARY KEY (task, query, doc_id))""",
-    """CREATE TABLE IF NOT EXISTS click_rewards (
-        task TEXT NOT NULL, query TEXT NOT NULL, doc_id TEXT NOT NULL,
-        reward DOUBLE PRECISION NOT NULL, clicks INTEGER NOT NULL,
-        impressions INTEGER NOT NULL, exposure DOUBLE PRECISION, variance DOUBLE PRECISION,
-        raw DOUBLE PRECISION, mode TEXT NOT NULL, basis TEXT NOT NULL,
-        interventions INTEGER NOT NULL, judge DOUBLE PRECISION, source TEXT NOT NULL,
-        created DOUBLE PRECISION NOT NULL, trusted INTEGER NOT NULL,
-        PRIMARY KEY (task, query, doc_id))""",
-    "CREATE INDEX IF NOT EXISTS click_rewards_created ON click_rewards (created)",
-    *CLICK_SCHEMA,
-)
 _CLICK_REWARD_COLUMNS = ("task, query, doc_id, reward, clicks, impressions, exposure, "
                          "variance, raw, mode, basis, interventions, judge, source, created, "
                          "trusted")
 #: An upsert keeps a distrusted row distrusted unless the new estimate is trusted and
 #: rests on more impressions than the distrusted one (new evidence).
 _CLICK_UPSERT = (
-    f"INSERT INTO click_rewards ({_CLICK_REWARD_COLUMNS}) VALUES "
-    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task, query, doc_id) "
+    f"INSERT INTO click_rewards ({_CLICK_REWARD_COLUMNS}, qhash) VALUES "
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task, qhash, doc_id) "
     "DO UPDATE SET reward = excluded.reward, clicks = excluded.clicks, "
     "impressions = excluded.impressions, exposure = excluded.exposure, "
     "variance = excluded.variance, raw = excluded.raw, mode = excluded.mode, "
@@ -157,15 +121,29 @@ class SQLStore(ClickSQL, SpendSQL):
                 cur = conn.cursor()
                 yield cur
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 with suppress(Exception):  # a lost connection cannot roll back: the
                     conn.rollback()        # server did; the first error is the one to see
+                if self._refusal(exc):
+                    reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+                    raise StoreRefused(f"the feedback store {self.url} refused the write: "
+                                       f"{reason} (nothing of this call was kept)") from exc
                 raise
+
+    def _refusal(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the database refusing what was written (a row over a limit,
+        a constraint, a full disk), not a bug of the caller (SQLite here; PostgreSQL
+        overrides)."""
+        import sqlite3
+
+        return isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError)) or (
+            isinstance(exc, sqlite3.OperationalError) and ("full" in str(exc)
+                                                           or "too big" in str(exc)))
 
     def _init_schema(self) -> None:
         with self._tx() as cur:
-            for sql in SCHEMA:
-                cur.execute(sql)
+            cur.execute("BEGIN IMMEDIATE")  # a migration is one transaction (schema.py)
+            schema.create_schema(cur, self._sql)
 
     def _serialize(self, cur: Any, what: str = "spend") -> None:
         """Make the transaction of ``cur`` the only writer of ``what`` (the spend account,
@@ -215,9 +193,10 @@ class SQLStore(ClickSQL, SpendSQL):
         with self._tx() as cur:
             for f in rows:
                 cur.execute(self._sql(
-                    "INSERT INTO feedback (fkey, doc_id, task, query, search_id, label, "
-                    "created) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                    (f.key, f.doc_id, f.task, f.query, f.search_id, float(f.label),
+                    "INSERT INTO feedback (fkey, doc_id, task, query, qhash, search_id, "
+                    "label, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                    (f.key, f.doc_id, f.task, f.query, query_hash(f.query), f.search_id,
+                     float(f.label),
                      f.created or time.time()))
                 new += max(int(cur.rowcount or 0), 0)
         return new
@@ -233,12 +212,13 @@ class SQLStore(ClickSQL, SpendSQL):
     def add_rewards(self, rows: Sequence[Reward]) -> None:
         if not rows:
             return
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
         with self._tx() as cur:  # one statement: a query's rewards are a handful of rows
             cur.execute(self._sql(
-                "INSERT INTO rewards (task, query, doc_id, reward, created, source, paid, "
-                f"trusted) VALUES {values} ON CONFLICT DO NOTHING"),
-                [v for r in rows for v in (r.task, r.query, r.doc_id, _finite(r.reward),
+                "INSERT INTO rewards (task, qhash, query, doc_id, reward, created, source, "
+                f"paid, trusted) VALUES {values} ON CONFLICT DO NOTHING"),
+                [v for r in rows for v in (r.task, query_hash(r.query), r.query, r.doc_id,
+                                           _finite(r.reward),
                                            r.created, r.source, int(r.paid), int(r.trusted))])
 
     def rewards(self, trusted_only: bool = True) -> list[Reward]:
@@ -272,7 +252,7 @@ class SQLStore(ClickSQL, SpendSQL):
                  int(r.impressions), _finite(r.exposure), _finite(r.variance),
                  _finite(r.raw), r.mode, r.basis, int(r.interventions),
                  None if r.judge is None else _finite(r.judge), r.source, float(r.created),
-                 int(r.trusted)) for r in rows])
+                 int(r.trusted), query_hash(r.query)) for r in rows])
         return len(rows)
 
     def click_rewards(self, trusted: bool | None = None) -> list[ClickReward]:

@@ -8,7 +8,8 @@ Two backends share this contract (:func:`tttembed.registry.open.open_registry` p
 by its spec): a folder (:mod:`.versions`, one machine or a shared file system) and a
 PostgreSQL database (:mod:`.postgres`, replicas on several machines sharing nothing but
 the database). What is the same for both lives here: the version record, the survey a
-status page reads, and the logic above the storage (promote, rollback, validate, diff).
+status page reads, and the logic above the storage (promote, rollback, validate; diff in
+:mod:`.diff`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tttembed.registry.chain import (
     is_chain,
     is_checkpoint,
 )
+from tttembed.registry.diff import version_diff
 
 FORMAT = "tttembed-registry"
 FORMAT_VERSION = 1
@@ -305,16 +307,7 @@ class RegistryBase:
         added, removed, changed or unchanged, with ``map_delta`` when both have one of one
         rank). What cannot be compared (a map on one side only, maps of two ranks,
         vectors of two dimensions) is said in ``not_compared``, never a number."""
-        va, vb = self.get(a), self.get(b)
-        if is_chain(va.manifest) or is_chain(vb.manifest):
-            return chain_diff(va, vb)
-        sa, sb = _keys(va), _keys(vb)
-        common = sorted(set(sa) & set(sb))
-        changes = {k: c for k in common if (c := key_change(sa[k], sb[k])) is not None}
-        return {"from": a, "to": b, "added": sorted(set(sb) - set(sa)),
-                "removed": sorted(set(sa) - set(sb)), "changed": sorted(changes),
-                "changes": changes, "unchanged": len(common) - len(changes),
-                "not_compared": not_compared(changes, a, b)}
+        return version_diff(self.get(a), self.get(b), a, b)
 
     def __enter__(self) -> RegistryBase:
         return self
@@ -340,100 +333,11 @@ def state_digest(state: AdaptState) -> str:
     return "sha256:" + h.hexdigest()
 
 
-#: Differences below this (in norm, or in alpha) are float noise, not a change.
-DIFF_TOL = 1e-6
-
-
-#: One key of a version: its alpha, its vector and its adapter map (U and V flattened;
-#: None without one).
-VersionKey = tuple[float, np.ndarray, "np.ndarray | None"]
-
-
-def key_change(old: VersionKey, new: VersionKey) -> dict[str, Any] | None:
-    """How one key's (alpha, vector, map) changed, or None when it did not: the norm of the
-    difference of the applied offsets ``alpha v``, the cosine of the vectors, both alphas;
-    ``map`` (with ``map_delta``) when either side has an adapter map. Parts that cannot be
-    compared get no number: ``delta_norm``/``cosine`` None for vectors of two dimensions."""
-    (a0, v0, m0), (a1, v1, m1) = old, new
-    alphas = {"alpha_from": round(a0, 6), "alpha_to": round(a1, 6)}
-    map_part = _map_change(m0, m1)
-    if v0.shape != v1.shape:
-        return {"delta_norm": None, "cosine": None, **alphas, **map_part,
-                "dimension": f"{v0.size} -> {v1.size}"}
-    delta = float(np.linalg.norm(a1 * v1 - a0 * v0))
-    if delta <= DIFF_TOL and abs(a1 - a0) <= DIFF_TOL and \
-            float(np.linalg.norm(v1 - v0)) <= DIFF_TOL and \
-            map_part.get("map", "unchanged") == "unchanged":
-        return None
-    n0, n1 = float(np.linalg.norm(v0)), float(np.linalg.norm(v1))
-    cosine = float(v0 @ v1) / (n0 * n1) if n0 > 0 and n1 > 0 else None
-    return {"delta_norm": round(delta, 6),
-            "cosine": None if cosine is None else round(cosine, 6), **alphas, **map_part}
-
-
-def _map_change(m0: np.ndarray | None, m1: np.ndarray | None) -> dict[str, Any]:
-    if m0 is None and m1 is None:
-        return {}
-    if m0 is None or m1 is None:
-        return {"map": "added" if m0 is None else "removed"}
-    if m0.shape != m1.shape:
-        return {"map": "rank changed"}
-    delta = float(np.linalg.norm(m1 - m0))
-    return {"map": "changed" if delta > DIFF_TOL else "unchanged",
-            "map_delta": round(delta, 6)}
-
-
-def not_compared(changes: Mapping[str, Mapping[str, Any]], a: str, b: str) -> str:
-    """What a diff of ``a`` -> ``b`` could not compare, in words ("" when everything)."""
-    def count(what: str, value: str) -> int:
-        return sum(1 for c in changes.values() if c.get(what) == value)
-
-    parts = []
-    if n := count("map", "added"):
-        parts.append(f"the adapter map of {n} key(s) exists in {b} only (no map in {a})")
-    if n := count("map", "removed"):
-        parts.append(f"the adapter map of {n} key(s) exists in {a} only (no map in {b})")
-    if n := count("map", "rank changed"):
-        parts.append(f"the adapter maps of {n} key(s) have another rank in {a} and {b}")
-    if n := sum(1 for c in changes.values() if c.get("dimension")):
-        parts.append(f"the vectors of {n} key(s) have another dimension in {a} and {b}")
-    return "; ".join(parts)
-
-
-#: What a diff of two chain encoder versions compares (their manifests' records).
-CHAIN_FIELDS = ("identity", "corpus_fingerprint", "base", "steps", "regime", "epochs_done",
-                "added_from")
-
-
-def chain_diff(va: Version, vb: Version) -> dict[str, Any]:
-    """A diff of two chain encoder versions: the record fields that changed (``changes``:
-    ``{field: {"from", "to"}}``); their adapters' weights are not compared."""
-    changes = {f: {"from": va.manifest.get(f), "to": vb.manifest.get(f)} for f in CHAIN_FIELDS
-               if va.manifest.get(f) != vb.manifest.get(f)}
-    kinds = {v.name: v.manifest.get("kind") or "state" for v in (va, vb)}
-    return {"from": va.name, "to": vb.name, "kind": "chain", "kinds": kinds, "added": [],
-            "removed": [], "changed": sorted(changes), "changes": changes,
-            "unchanged": len(CHAIN_FIELDS) - len(changes),
-            "not_compared": "the chain encoders' adapter weights"}
-
-
-def _keys(v: Version) -> dict[str, VersionKey]:
-    if not v.state_path.exists():
-        return {}
-    st = v.load()
-    maps: dict[int, np.ndarray] = {
-        i: np.concatenate([st.parts.u[j].ravel(), st.parts.v[j].ravel()]).astype(np.float64)
-        for j, i in enumerate(st.parts.adapter_rows.tolist())}
-    return {k: (float(st.alpha[i]), np.asarray(st.vectors[i], dtype=np.float64), maps.get(i))
-            for i, k in enumerate(st.keys)}
-
-
 def iter_names(names: Iterator[str]) -> list[str]:
     """Version names, in number order."""
     return sorted((n for n in names if _NAME.fullmatch(n)), key=version_number)
 
 
-__all__ = ["DIFF_TOL", "FORMAT", "FORMAT_VERSION", "STATE_FILE",
+__all__ = ["FORMAT", "FORMAT_VERSION", "STATE_FILE",
            "RegistryBase", "StateRegistry", "Survey", "Version", "index_record",
-           "iter_names", "key_change", "not_compared", "promotions",
-           "version_number"]
+           "iter_names", "promotions", "version_number"]

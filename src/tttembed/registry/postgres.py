@@ -50,6 +50,7 @@ from tttembed.registry.base import (
 )
 from tttembed.registry.cache import VersionCache, content_id, default_cache
 from tttembed.registry.chain import pack
+from tttembed.registry.pg_schema import SCHEMA
 
 log = logging.getLogger("tttembed.registry")
 CHANNEL = "tttembed_registry"
@@ -65,28 +66,6 @@ WORDS = Words(invalid="registry {url} is not a valid PostgreSQL URL: {error} (wr
                       "postgresql://USER@HOST:PORT/DATABASE)",
               unreachable=f"cannot reach the registry {{url}}: {{error}} ({_FIX})",
               lost=f"lost the registry {{url}}: {{error}} ({_FIX})")
-
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS registry_manifest (key TEXT PRIMARY KEY, doc TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS registry_versions (number INTEGER PRIMARY KEY, "
-    "id TEXT NOT NULL UNIQUE, manifest TEXT NOT NULL, state BYTEA, sidecar BYTEA, "
-    "parent TEXT, created TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS registry_pointer (key TEXT PRIMARY KEY, served TEXT, "
-    "generation BIGINT NOT NULL, candidate TEXT, updated DOUBLE PRECISION NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS registry_history (seq BIGSERIAL PRIMARY KEY, "
-    "entry TEXT NOT NULL)",
-    "INSERT INTO registry_pointer (key, served, generation, candidate, updated) "
-    "VALUES ('served', NULL, 0, NULL, 0) ON CONFLICT (key) DO NOTHING",
-    # a version row never changes: the database refuses an UPDATE of one
-    "CREATE OR REPLACE FUNCTION registry_version_is_immutable() RETURNS trigger AS $$ "
-    "BEGIN RAISE EXCEPTION 'registry versions are immutable (register a new one)'; END "
-    "$$ LANGUAGE plpgsql",
-    "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = "
-    "'registry_versions_immutable') THEN CREATE TRIGGER registry_versions_immutable "
-    "BEFORE UPDATE ON registry_versions FOR EACH ROW EXECUTE FUNCTION "
-    "registry_version_is_immutable(); END IF; END $$",
-)
-
 
 class RegistryUnavailable(ConfigError):
     """The registry's database cannot be reached (or dropped the connection)."""

@@ -39,7 +39,6 @@ from tttembed.core.errors import ConfigError, DataError
 from tttembed.core.io import atomic_directory, now_utc, read_json, write_json
 from tttembed.core.locks import writer_lock
 from tttembed.registry.base import (
-    DIFF_TOL,
     FORMAT,
     FORMAT_VERSION,
     STATE_FILE,
@@ -47,11 +46,11 @@ from tttembed.registry.base import (
     Survey,
     Version,
     index_record,
-    key_change,
     promotions,
     version_number,
 )
 from tttembed.registry.chain import FOLDER, write_files
+from tttembed.registry.diff import DIFF_TOL, key_change
 
 _NAME = re.compile(r"v(\d+)")
 _FIX = ("give the folder `tttembed serve --learn --registry DIR` or `tttembed loop` made; "

@@ -3,8 +3,9 @@
 
 Every route handler runs inside :func:`_endpoint`, which checks the bearer key (all routes
 but ``/healthz``), turns :class:`~tttembed.serve.wire.ApiError` into OpenAI-shaped 4xx
-bodies (a feedback store that cannot be reached into a 503 with ``Retry-After``, anything
-unexpected into a 500, both without a traceback), counts the request and writes
+bodies (a feedback store that cannot be reached into a 503 with ``Retry-After``, one that
+refuses a write into a 503, a failing upstream embedder into a 502, each with one log
+line; anything unexpected into a 500 with its traceback in the log), counts the request and writes
 one JSON access-log line (never a header, so never the key). The model runs on its own
 thread (:class:`~tttembed.serve.engine.Batcher`): an embeddings request of a few texts
 awaits its rows on the event loop and is adapted and rendered there (tens of
@@ -30,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tttembed.core.errors import StoreUnavailable
+from tttembed.core.errors import BackendError, StoreRefused, StoreUnavailable
 from tttembed.embed.base import Embedder
 from tttembed.serve import chain_routes, events, loop_routes, routes
 from tttembed.serve.config import ServeConfig
@@ -72,6 +73,27 @@ def _store_unavailable(svc: Service, route: str, exc: StoreUnavailable) -> Respo
     return response
 
 
+#: (status, error type, code, what a client may do) of a server error that is no bug: the
+#: store refusing a write, the upstream embedder failing. One log line each (at most every
+#: :data:`STORE_WARN_S` seconds per code), never a traceback.
+_NOT_A_BUG: dict[type[Exception], tuple[int, str, str, str]] = {
+    StoreRefused: (503, "service_unavailable", "store_refused",
+                   "the server log has the store's reason"),
+    BackendError: (502, "upstream_error", "upstream_failed", "retry later"),
+}
+_warned: dict[str, float] = {}
+
+
+def _not_a_bug(svc: Service, route: str, exc: Exception) -> Response:
+    status, kind, code, advice = next(v for t, v in _NOT_A_BUG.items() if isinstance(exc, t))
+    svc.metrics.error(route, code)
+    reason = " ".join(str(exc).split())
+    if time.monotonic() - _warned.get(code, -STORE_WARN_S) >= STORE_WARN_S:
+        _warned[code] = time.monotonic()
+        log.error("%s: %d, %s", route, status, reason)
+    return json_response(error_body(f"{reason} ({advice})", kind, code=code), status)
+
+
 def _endpoint(svc: Service, route: str, handler: Handler, auth: bool = True
               ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
@@ -87,6 +109,8 @@ def _endpoint(svc: Service, route: str, handler: Handler, auth: bool = True
             response = json_response(exc.body(), exc.status)
         except StoreUnavailable as exc:  # the database restarting: a retry will do
             response = _store_unavailable(svc, route, exc)
+        except (StoreRefused, BackendError) as exc:  # no bug, so no traceback: one line
+            response = _not_a_bug(svc, route, exc)
         except Exception as exc:  # never a traceback on the wire
             log.exception("%s failed", route)
             svc.metrics.error(route, "server_error")

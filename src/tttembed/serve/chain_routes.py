@@ -31,7 +31,7 @@ from starlette.responses import Response
 
 from tttembed.serve.chain_engine import Ask, ChainEncoder, Found
 from tttembed.serve.routes import json_response, read_body
-from tttembed.serve.wire import ApiError, parse_include
+from tttembed.serve.wire import ApiError, check_query_length, parse_include
 
 if TYPE_CHECKING:
     from tttembed.serve.service import Service
@@ -147,6 +147,7 @@ async def chain_search_route(svc: Service, request: Request, info: dict[str, Any
     encoder = chain.source.current  # one encoder for the whole request
     req = parse_chain(body, steps=encoder.steps, documents=len(svc.index),
                       max_k=svc.config.limits.max_k)
+    check_query_length(req.question, svc.config.limits.max_query_chars, "question")
     found = (await chain.worker.submit_async([Ask(req.question, req.top_k)],
                                              (encoder, req.max_hops, req.beam)))[0]
     out = _body(svc, found, encoder, uuid.uuid4().hex)

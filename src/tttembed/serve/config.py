@@ -31,11 +31,13 @@ class Listen:
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """What one request may ask: body bytes, texts, results per query."""
+    """What one request may ask: body bytes, texts, results per query, characters per
+    query (:data:`tttembed.serve.wire.MAX_QUERY_CHARS`)."""
 
     max_body_bytes: int = 2_000_000
     max_inputs: int = 2048
     max_k: int = 1000
+    max_query_chars: int = 16_384
 
 
 @dataclass(frozen=True)
@@ -181,8 +183,9 @@ def _check_groups(config: ServeConfig) -> None:
     """The groups' own bounds, and what one group needs of another."""
     loop, caps = config.loop, config.clicks
     if config.listen.workers < 1 or config.limits.max_inputs < 1 or \
-            config.limits.max_body_bytes < 1:
-        raise ConfigError("workers, max_inputs and max_body_bytes must be >= 1")
+            config.limits.max_body_bytes < 1 or config.limits.max_query_chars < 1:
+        raise ConfigError("workers, max_inputs, max_body_bytes and max_query_chars must be "
+                          ">= 1")
     if loop.registry and config.states:
         raise ConfigError("--registry serves the registry's promoted version: drop "
                           "--state (or serve the files without --registry)")

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from tttembed.serve.routes import json_response, read_body
-from tttembed.serve.wire import ApiError
+from tttembed.serve.wire import ApiError, check_query_length, valid_task
 
 if TYPE_CHECKING:
     from tttembed.loop.store import Feedback
@@ -62,11 +62,13 @@ def _one(svc: Service, item: Any, i: int) -> Feedback:
             raise ApiError(422, f"feedback[{i}].task {task!r} is not the task of search "
                            f"{sid!r} ({logged.task!r})", param="task", code="task_mismatch")
         return Feedback(logged.task, logged.query, doc, label, logged.search_id, time.time())
-    if not isinstance(query, str) or not query.strip() or not isinstance(task, str) \
-            or not task:
+    if not isinstance(query, str) or not query.strip() or task is None:
         raise ApiError(400, f"feedback[{i}] needs a search_id, or a query with its task",
                        code="invalid_feedback")
-    return Feedback(task, query, doc, label, "", time.time())
+    check_query_length(query, svc.config.limits.max_query_chars, f"feedback[{i}].query")
+    # a task as /v1/search takes it: "/chain" (the chain route's, reserved) is refused
+    return Feedback(valid_task(task, f"feedback[{i}].task"), query, doc, label, "",
+                    time.time())
 
 
 async def feedback(svc: Service, request: Request, info: dict[str, Any]) -> Response:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from tttembed.serve.engine import Result
+from tttembed.serve.traffic import new_search_id
 from tttembed.serve.wire import (
     ApiError,
     SearchRequest,
@@ -147,7 +147,8 @@ async def embeddings(svc: Service, request: Request, info: dict[str, Any]) -> Re
     route_task = request.path_params.get("task")
     body = await read_body(request, svc.config.limits.max_body_bytes)
     req = parse_embeddings(body, task=route_task, max_inputs=svc.config.limits.max_inputs,
-                           dim=svc.index.dim)
+                           dim=svc.index.dim,
+                           max_query_chars=svc.config.limits.max_query_chars)
     snap = svc.states.current  # one snapshot for the whole request
     info.update(inputs=len(req.texts), task=req.task, generation=snap.generation)
     task = served_task(svc, snap, req.task)
@@ -176,7 +177,8 @@ def _render(body: Any) -> bytes:
 async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
     body = await read_body(request, svc.config.limits.max_body_bytes)
     limits = svc.config.limits
-    req = parse_search(body, max_inputs=limits.max_inputs, max_k=limits.max_k)
+    req = parse_search(body, max_inputs=limits.max_inputs, max_k=limits.max_k,
+                       max_query_chars=limits.max_query_chars)
     snap = svc.states.current
     name = search_task(snap, req.task)
     req = replace(req, task=name)  # the answer's "task": the one used
@@ -194,7 +196,7 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
         if req.include:
             svc.documents.attach(body["data"], req.include)
         if svc.store is not None:
-            sids = [uuid.uuid4().hex for _ in req.texts]
+            sids = [new_search_id() for _ in req.texts]
             marks = interleave_results(svc, snap, task, req, body["data"], sids)
             log_traffic(svc, snap, name, req.texts, [d["ids"] for d in body["data"]],
                         body["data"], sids=sids, marks=marks)
@@ -245,7 +247,7 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
     from tttembed.serve.explore import apply_randpair
 
     now = time.time()
-    sids = list(sids) if sids is not None else [uuid.uuid4().hex for _ in texts]
+    sids = list(sids) if sids is not None else [new_search_id() for _ in texts]
     done = list(marks) if marks is not None else [""] * len(sids)
     marks = [done[i] or apply_randpair(sid, item, svc.config.loop.explore)
              for i, (sid, item) in enumerate(zip(sids, data or ()))]  # as shown, and how

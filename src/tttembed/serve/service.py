@@ -20,7 +20,7 @@ from tttembed.serve.documents import Documents
 from tttembed.serve.engine import Engine
 from tttembed.serve.metrics import Metrics
 from tttembed.serve.states import Follow, ServedStates
-from tttembed.serve.traffic import TrafficLog
+from tttembed.serve.traffic import TrafficLog, answered_recently
 
 log = logging.getLogger("tttembed.serve")
 
@@ -107,6 +107,11 @@ class Service:
                     f"search {search_id!r} was answered by this replica and is not written "
                     f"to the feedback store yet ({self.traffic.error or 'being written'}); "
                     "it is kept and written when the store answers")
+        age = answered_recently(search_id) if logged is None else None
+        if age is not None:  # another replica's, maybe held there: never a lost click
+            raise StoreUnavailable(
+                f"search {search_id!r} is not in the feedback store yet (answered {age:.0f} "
+                "s ago; the replica that answered it may still be writing it)")
         return logged
 
     def close_traffic(self) -> None:

@@ -14,12 +14,40 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import uuid
 from typing import Any
 
 log = logging.getLogger("tttembed.serve")
 #: Searches kept in memory while the store cannot be written, and the pause between tries.
 UNLOGGED_MAX = 100_000
 LOG_RETRY_S = 1.0
+#: Seconds after a search during which its id, not found in the store, is answered with
+#: a 503 (retry) instead of a 404: the replica that answered it may hold it still
+#: (its store write failed) and write it shortly, so an event or a label posted to
+#: another replica meanwhile is not lost.
+UNWRITTEN_S = 300.0
+
+
+def new_search_id() -> str:
+    """A search id: 32 hex digits, the time in milliseconds (12) then 20 random ones, so
+    any replica tells a search answered moments ago from an unknown id
+    (:func:`answered_recently`)."""
+    return f"{int(time.time() * 1000):012x}{uuid.uuid4().hex[:20]}"
+
+
+def answered_recently(search_id: str, within: float = UNWRITTEN_S) -> float | None:
+    """Seconds since :func:`new_search_id` made ``search_id`` when at most ``within``
+    (a minute of clock skew between replicas allowed), else None (an older id, or not
+    one of ours)."""
+    if len(search_id) != 32:
+        return None
+    try:
+        ms = int(search_id[:12], 16)
+    except ValueError:
+        return None
+    age = time.time() - ms / 1000.0
+    return max(age, 0.0) if -60.0 <= age <= within else None
 
 
 class TrafficLog:
@@ -140,4 +168,5 @@ class TrafficLog:
             wait = self.retry_s if self.error is not None else 0.0
 
 
-__all__ = ["LOG_RETRY_S", "UNLOGGED_MAX", "TrafficLog"]
+__all__ = ["LOG_RETRY_S", "UNLOGGED_MAX", "UNWRITTEN_S", "TrafficLog", "answered_recently",
+           "new_search_id"]

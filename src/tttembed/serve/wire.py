@@ -16,6 +16,11 @@ import numpy as np
 
 ENCODINGS = ("float", "base64")
 INPUT_TYPES = ("query", "document")
+#: The most characters one query may hold, at every route that takes one (search,
+#: query embeddings, chain search, feedback by query; ``serve --max-query-chars``):
+#: a longer one is refused with 413, naming the limit. Every length under it is served,
+#: logged, clicked, labelled and learned from on both stores.
+MAX_QUERY_CHARS = 16_384
 
 
 class ApiError(Exception):
@@ -74,15 +79,28 @@ def _texts(value: Any, max_inputs: int) -> list[str]:
     return texts
 
 
-def _task_name(value: Any, param: str) -> str:
+def check_query_length(text: str, limit: int, param: str) -> None:
+    """Refuse (413) a query longer than ``limit`` characters, naming the limit."""
+    if len(text) > limit:
+        raise ApiError(413, f"'{param}' has {len(text)} characters; a query may hold at most "
+                       f"{limit} (shorten it, or start the server with a larger "
+                       "--max-query-chars)", param=param, code="query_too_long")
+
+
+def _queries(texts: list[str], limit: int, param: str, single: bool) -> None:
+    for i, t in enumerate(texts):
+        check_query_length(t, limit, param if single else f"{param}[{i}]")
+
+
+def valid_task(value: Any, param: str) -> str:
     if not isinstance(value, str) or not value or "/" in value:
         raise ApiError(400, f"'{param}' must be a non-empty task name without '/'",
                        param=param, code="invalid_task")
     return value
 
 
-def parse_embeddings(body: Any, *, task: str | None, max_inputs: int,
-                     dim: int) -> EmbeddingsRequest:
+def parse_embeddings(body: Any, *, task: str | None, max_inputs: int, dim: int,
+                     max_query_chars: int = MAX_QUERY_CHARS) -> EmbeddingsRequest:
     """Validate an embeddings body. ``task`` comes from the ``/t/{task}`` route (None on
     ``/v1/embeddings``, where ``input_type: "query"`` plus an optional ``task`` field
     make a query request, global states only without ``task``)."""
@@ -108,13 +126,15 @@ def parse_embeddings(body: Any, *, task: str | None, max_inputs: int,
         raise ApiError(400, "'input_type' must be 'query' or 'document'", param="input_type",
                        code="invalid_input_type")
     if task is None and input_type == "query":
-        task = _task_name(body["task"], "task") if body.get("task") is not None else "_"
+        task = valid_task(body["task"], "task") if body.get("task") is not None else "_"
     elif task is None and body.get("task") is not None:
         raise ApiError(400, "'task' needs \"input_type\": \"query\" (documents are never "
                        "adapted)", param="task", code="invalid_task")
     elif task is not None and input_type == "document":
         raise ApiError(400, "a /t/{task} route embeds queries; send documents to "
                        "/v1/embeddings", param="input_type", code="invalid_input_type")
+    if task is not None:  # queries (documents are bounded by the body's size alone)
+        _queries(texts, max_query_chars, "input", isinstance(body["input"], str))
     return EmbeddingsRequest(texts, model or "", fmt, task, dims)
 
 
@@ -155,7 +175,8 @@ class SearchRequest:
     include: tuple[str, ...] = ()
 
 
-def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
+def parse_search(body: Any, *, max_inputs: int, max_k: int,
+                 max_query_chars: int = MAX_QUERY_CHARS) -> SearchRequest:
     """``{"query": str | "queries": [str], "task": str?, "k": int = 10, "include":
     ["text", "title"]?}``."""
     if not isinstance(body, Mapping):
@@ -171,7 +192,8 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int) -> SearchRequest:
         raise ApiError(400, "'queries' must be a list of strings", param="queries",
                        code="invalid_input")
     texts = _texts(value, max_inputs)
-    task = _task_name(body["task"], "task") if body.get("task") is not None else None
+    _queries(texts, max_query_chars, "query" if single else "queries", single)
+    task = valid_task(body["task"], "task") if body.get("task") is not None else None
     k = body.get("k", 10)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
         raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",

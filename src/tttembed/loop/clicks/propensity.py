@@ -162,6 +162,17 @@ def estimate(shown: Sequence[Shown], k: int = 10, *, seed: int = 0,
     return Propensities(_tup(theta), low, high, interventions, "harvest")
 
 
+def _em_draw(inputs: Any, iterations: int, weights: np.ndarray) -> np.ndarray:
+    """One bootstrap draw of :func:`em`; NaN at every rank when the draw weighs no
+    impression at rank 1 (few searches: a draw may leave them all out), which
+    :func:`_band` skips, instead of failing the learning cycle."""
+    from tttembed.loop.clicks.em import em_fit
+
+    if not weights[np.asarray(inputs.rank) == 0].any():
+        return np.full(int(inputs.k), np.nan)
+    return em_fit(inputs, iterations=iterations, weights=weights)
+
+
 def _band(draws: np.ndarray, theta: np.ndarray) -> tuple[tuple[float, ...], ...]:
     """The 5th and 95th percentiles of bootstrap draws (the estimate where none is finite)."""
     if not len(draws):
@@ -190,8 +201,8 @@ def em(shown: Sequence[Shown], k: int = 10, *,
     inputs = em_inputs(shown, k, features)
     theta = em_fit(inputs, iterations=iterations)
     rng = np.random.default_rng(seed)
-    draws = np.array([em_fit(inputs, iterations=max(iterations // 4, 20),
-                             weights=rng.poisson(1.0, len(inputs.rank)).astype(np.float64))
+    draws = np.array([_em_draw(inputs, max(iterations // 4, 20),
+                               rng.poisson(1.0, len(inputs.rank)).astype(np.float64))
                       for _ in range(resamples)]).reshape(-1, k)
     low, high = _band(draws, theta)
     return Propensities(_tup(theta), low, high, interventions, "em")
