@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -112,7 +113,9 @@ def test_a_cycle_records_its_click_rewards_with_their_basis(store: Store,
     _log(store, _traffic(tiny, 600, 4), 1000.0)
     feed = ClickFeed(store, settle_s=0.0)
     feed.refresh()
-    learner = Learner(None, None, store, None, None, None, clicks=feed)  # type: ignore[arg-type]
+    # with a judge, no click session is held out of learning (the learner's hold_out)
+    judged = SimpleNamespace(has_judge=True)
+    learner = Learner(judged, None, store, None, None, None, clicks=feed)  # type: ignore[arg-type]
     view = learner.click_view()
     assert view is not None and view.pairs > 0
     assert learner.record_clicks(view, trusted=True) == len(view.stats)

@@ -221,8 +221,11 @@ def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
             return False, (f"refused: worse on the {name} questions at alpha {ALPHA_EACH} "
                            f"({_shown(two)}){kept}")
     if not (better(two.asked) or better(two.new)):
+        short = [c for c in (two.asked, two.new) if c.changed and c.queries < c.min_queries]
+        few = (f": fewer than --min-queries {short[0].min_queries} queries decide nothing"
+               if short else "")
         return False, (f"refused: better on neither population at alpha {ALPHA_EACH} each "
-                       f"({_shown(two)}){kept}")
+                       f"({_shown(two)}){kept}{few}")
     if frozen:
         return False, f"refused: promotions are frozen ({_shown(two)}){kept}"
     return True, f"promoted: {_shown(two)}{kept}"
