@@ -27,7 +27,7 @@ RATIO_GOAL, C5_GAP = 1.5, 1.0
 
 
 def _text_option(timed: Any, limit: int) -> Any:
-    from bench_chain import _Texts
+    from _chain_timed import _Texts
 
     def make() -> Any:
         timed.reset(limit)
@@ -67,7 +67,7 @@ def measure(timed: Any, options: dict[str, Any], composed: float, repeats: int
             ) -> dict[str, dict[str, float]]:
     """Per option: median chain seconds / (T x median single seconds), C@5, tokens
     encoded / tokens of T single searches."""
-    from bench_chain import _Texts
+    from _chain_timed import _Texts
 
     from tttembed.chain.search import chain_metrics, greedy_chain, single_shot
 
@@ -110,7 +110,7 @@ def measure(timed: Any, options: dict[str, Any], composed: float, repeats: int
 
 
 def cost_report(args: Any, loaded: Any, index: Path) -> dict[str, Any]:
-    from bench_chain import Timed
+    from _chain_timed import Timed
 
     from tttembed.chain import api
     from tttembed.chain.search import chain_metrics, single_shot
@@ -136,7 +136,7 @@ def cost_report(args: Any, loaded: Any, index: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     found = measure(timed, options, alpha, args.repeats)
     timed.reset(REFERENCE)
-    from bench_chain import _Texts
+    from _chain_timed import _Texts
 
     found["single"]["c5"] = chain_metrics(single_shot(n, _Texts(timed), encode,
                                                       loaded.index.search).ranking,
