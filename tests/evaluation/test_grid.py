@@ -61,3 +61,19 @@ def test_the_held_out_protocol_is_priced_at_its_depth_not_the_budgets(tmp_path, 
     text = " ".join(got.output.split())
     assert "1 budget (1; the fixed protocol's, the others learn at depth 10)" in text
     assert "judge pairs: at most 89 for bm25" in text  # 9 (b = 1) + 80
+
+
+def test_the_held_out_protocol_with_a_train_split_is_priced_on_the_train_queries(
+        tmp_path, stopped):
+    """With --train-split the held-out protocol learns from every train query of a task
+    that has the split (6 here, none of them test queries) and from 80% of the test
+    queries of one that has not: the estimate prices those, not 80% of the test queries."""
+    task = write_task(tmp_path, "alpha", ["bio", "sea", "rail"], train=True)  # 9 test, 6 train
+    got = CliRunner().invoke(app, ["eval", str(task), "--scorer", "bm25", "--protocol",
+                                   "heldout", "--scope", "task", "--train-split", "train"])
+    text = " ".join(got.output.split())
+    assert "judge pairs: at most 60 for bm25" in text, text
+    plain = write_task(tmp_path / "b", "beta", ["bio", "sea", "rail"])  # no train split
+    got = CliRunner().invoke(app, ["eval", str(plain), "--scorer", "bm25", "--protocol",
+                                   "heldout", "--scope", "task", "--train-split", "train"])
+    assert "judge pairs: at most 80 for bm25" in " ".join(got.output.split())

@@ -149,7 +149,8 @@ def eval_command(
     options = _built_options(api.HttpLimits(timeout, max_retries, concurrency, rpm),
                              ray_executor(executor, ray_address, ray_actors, ray_gpus),
                              allocation, ignore_identical_ids, budget)
-    _say_grid(task_list, options, (scorer, scope, protocol, alpha, select, baselines), data_root, split, heldout_fraction)
+    _say_grid(task_list, options, (scorer, scope, protocol, alpha, select, baselines),
+              data_root, (split, train_split), heldout_fraction)
     with json_mode(as_json), progress_group(not quiet) as stage:
         report = api.evaluate(task_list, scorers=split_list(scorer) or ("bm25",),
                               embedder=embedder, scopes=split_list([scope]),
@@ -167,9 +168,11 @@ def eval_command(
 
 
 def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, ...],
-              data_root: Optional[Path], split: str, fraction: float) -> None:
+              data_root: Optional[Path], splits: tuple[str, Optional[str]],
+              fraction: float) -> None:
     """Before the work: the grid and the judge pairs it may pay (on stderr). ``flags``:
-    --scorer, --scope, --protocol, --alpha, --select and --baselines as given."""
+    --scorer, --scope, --protocol, --alpha, --select and --baselines as given; ``splits``:
+    --split and --train-split."""
     from tttembed.adapt.allocate import NORMALISED_BUDGETS
     from tttembed.evaluation.config import check_label_scorer
     from tttembed.evaluation.grid import count_task, grid_lines, methods_per_budget
@@ -189,7 +192,7 @@ def _say_grid(tasks: Sequence[str], options: dict[str, Any], flags: tuple[Any, .
             budgets=options.get("budgets", NORMALISED_BUDGETS),
             budget_given="budgets" in options, scopes=grid["scopes"], methods=methods,
             protocols=grid["protocols"],
-            sizes=[count_task(t, data_root, split) for t in tasks],
+            sizes=[count_task(t, data_root, *splits) for t in tasks],
             scorers={s: not _label_scorer(s, uses_labels) for s in grid["scorers"]},
             fraction=fraction):
         err_console.print(line, highlight=False, markup=False, soft_wrap=True)

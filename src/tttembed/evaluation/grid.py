@@ -5,7 +5,8 @@ The pairs are estimated from what the protocols do: the fixed protocol's budgets
 (the largest budget's pairs hold every smaller one's), so a scorer pays at most the largest
 budget ``max(b) * N`` pairs (``N`` the rewarded queries), capped by the candidates there
 are (``min(EVAL_DEPTH, documents)`` per query); held-out rewards ``ceil(fraction * n_t)``
-queries per task, LOTO every query, both at depth 10 (``--budget`` is the fixed protocol's
+queries per task (every learning-only train query instead, for a task that has the
+``--train-split``), LOTO every query, both at depth 10 (``--budget`` is the fixed protocol's
 only, and the grid says so); a label scorer (``qrels``) pays nothing, and pairs the
 reward ledger already holds are free (so the figure is an upper bound). Counting a task's
 queries and documents reads its qrels and corpus lines only; a task that cannot be counted
@@ -25,40 +26,52 @@ from tttembed.evaluation.workload import EVAL_DEPTH
 
 @dataclass(frozen=True)
 class TaskSize:
-    """A task's judged queries in the evaluated split and its documents (None: unknown)."""
+    """A task's judged queries in the evaluated split and its documents (None: unknown);
+    ``train``: its learning-only queries of ``--train-split`` (None: not asked, or the
+    task has no such split, so held-out learns from a share of ``queries``)."""
 
     name: str
     queries: int | None
     documents: int | None
+    train: int | None = None
 
 
-def count_task(spec: str, data_root: str | Path | None, split: str) -> TaskSize:
+def count_task(spec: str, data_root: str | Path | None, split: str,
+               train_split: str | None = None) -> TaskSize:
     """``spec``'s judged queries and documents from its files' lines (None where they
-    cannot be counted here: the real load reports any problem with its own message)."""
+    cannot be counted here: the real load reports any problem with its own message), and
+    its learning-only ``train_split`` queries where it has that split (not in ``split``)."""
     from tttembed.data.beir import resolve_task_path
     from tttembed.evaluation.tasks import task_name
 
     name = task_name(spec)
     try:
         root = resolve_task_path(spec, data_root)
-        with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as f:
-            qids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
-        qids -= {"query-id", "query_id", "qid"}
+        qids = _qrels_ids(root / "qrels" / f"{split}.tsv")
         with (root / "corpus.jsonl").open("rb") as f:
             documents = sum(1 for line in f if line.strip())
+        learn = root / "qrels" / f"{train_split}.tsv" if train_split else None
+        train = len(_qrels_ids(learn) - qids) if learn is not None and learn.is_file() \
+            else None
     except Exception:  # noqa: BLE001  (an estimate only; the load says what is wrong)
         return TaskSize(name, None, None)
-    return TaskSize(name, len(qids), documents)
+    return TaskSize(name, len(qids), documents, train)
+
+
+def _qrels_ids(path: Path) -> set[str]:
+    with path.open(encoding="utf-8") as f:
+        qids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
+    return qids - {"query-id", "query_id", "qid"}
 
 
 def rewarded_queries(protocol: str, sizes: Sequence[TaskSize], fraction: float) -> int | None:
     """Queries whose pairs ``protocol`` pays (None: a task could not be counted)."""
     if any(t.queries is None for t in sizes):
         return None
-    counts = [int(t.queries or 0) for t in sizes]
     if protocol == "heldout":
-        return sum(math.ceil(fraction * n) for n in counts)
-    return sum(counts)
+        return sum(t.train if t.train is not None else math.ceil(fraction * int(t.queries or 0))
+                   for t in sizes)
+    return sum(int(t.queries or 0) for t in sizes)
 
 
 def protocol_pairs(protocol: str, budgets: Sequence[float], sizes: Sequence[TaskSize],
