@@ -5,6 +5,7 @@ embedder and corpus like every version, never promoted by itself."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -133,7 +134,9 @@ def _added_twice(registry: str, tmp_path) -> None:
     assert again.exit_code == 0, again.output
     said = " ".join(again.output.split())
     assert f"{path} is already v1 (the same state" in said and "nothing added" in said, said
-    copy = save_state(tmp_path / "copy" / "vectors.npz", _state())  # another path, same state
+    # another path, the same state, saved at another time (the manifest's "created")
+    copy = save_state(tmp_path / "copy" / "vectors.npz",
+                      replace(_state(), created="2020-01-01T00:00:00+00:00"))
     assert "is already v1" in " ".join(_add(registry, copy).output.split())
     assert [v.name for v in open_registry(registry).versions()] == ["v1"]
     other = save_state(tmp_path / "other" / "vectors.npz",

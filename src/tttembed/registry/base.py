@@ -320,10 +320,12 @@ class RegistryBase:
 
 
 def state_digest(state: AdaptState) -> str:
-    """The content address of a state (its manifest, keys and arrays; not the file's
-    bytes, which hold the zip's times): the same state added twice is known again."""
+    """The content address of a state (its manifest less the time it was saved, keys and
+    arrays; not the file's bytes, which hold the zip's times): the same state added twice
+    is known again, whenever each copy was written."""
     h = hashlib.sha256(b"tttembed-state\0")
-    h.update(json.dumps(state.manifest(), sort_keys=True, default=str).encode())
+    manifest = {k: v for k, v in state.manifest().items() if k != "created"}
+    h.update(json.dumps(manifest, sort_keys=True, default=str).encode())
     arrays = {"vectors": state.vectors, "alpha": state.alpha, "n_g": state.n_g,
               "keys": np.array(state.keys, dtype=str), **state.parts.arrays()}
     for name in sorted(arrays):
