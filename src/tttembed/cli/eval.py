@@ -149,8 +149,7 @@ def eval_command(
     options = _built_options(api.HttpLimits(timeout, max_retries, concurrency, rpm),
                              ray_executor(executor, ray_address, ray_actors, ray_gpus),
                              allocation, ignore_identical_ids, budget)
-    _say_grid(task_list, options, (scorer, scope, protocol, alpha, select, baselines),
-              data_root, (split, train_split), heldout_fraction)
+    _say_grid(task_list, options, (scorer, scope, protocol, alpha, select, baselines), data_root, (split, train_split), heldout_fraction)
     with json_mode(as_json), progress_group(not quiet) as stage:
         report = api.evaluate(task_list, scorers=split_list(scorer) or ("bm25",),
                               embedder=embedder, scopes=split_list([scope]),
