@@ -72,6 +72,18 @@ class _Feedback:
     """``record_click`` / ``record_label`` for a retriever with a ``_client``."""
 
     _client: ServerClient
+    url: str
+    include: list[str]
+    api_key_env: str | None
+    timeout: float
+    max_retries: int
+
+    def model_post_init(self, context: Any) -> None:
+        """Both retrievers: the ``include`` fields checked, the one client built."""
+        self.include = check_include(self.include, type(self).__name__)
+        self._client = ServerClient(self.url, owner=type(self).__name__,
+                                    api_key_env=self.api_key_env, timeout=self.timeout,
+                                    max_retries=self.max_retries)
 
     def record_click(self, document: Document, *, session_id: str) -> dict[str, Any]:
         """Post a click on ``document`` (one this retriever returned) to ``/v1/events``;
@@ -114,12 +126,6 @@ class TTTEmbedRetriever(_Feedback, BaseRetriever):
 
     _client: ServerClient = PrivateAttr()
 
-    def model_post_init(self, context: Any) -> None:
-        self.include = check_include(self.include, type(self).__name__)
-        self._client = ServerClient(self.url, owner=type(self).__name__,
-                                    api_key_env=self.api_key_env, timeout=self.timeout,
-                                    max_retries=self.max_retries)
-
     def _body(self, query: str, k: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         _no_extra(kwargs, type(self).__name__, "k")
         n = _k(self.k if k is None else k, type(self).__name__)
@@ -156,12 +162,6 @@ class TTTEmbedChainRetriever(_Feedback, BaseRetriever):
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
 
     _client: ServerClient = PrivateAttr()
-
-    def model_post_init(self, context: Any) -> None:
-        self.include = check_include(self.include, type(self).__name__)
-        self._client = ServerClient(self.url, owner=type(self).__name__,
-                                    api_key_env=self.api_key_env, timeout=self.timeout,
-                                    max_retries=self.max_retries)
 
     def _body(self, question: str, k: int | None, max_hops: int | None, beam: int | None,
               kwargs: dict[str, Any]) -> dict[str, Any]:
