@@ -33,7 +33,7 @@ from tttembed.index.base import Index
 from tttembed.loop.clicks.feed import ClickFeed, ClickView
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, Triple
-from tttembed.loop.nojudge import UnseenAtFloor, key_floors
+from tttembed.loop.nojudge import FloorOrPay, UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.populations import check_two, decide, oof_shared, worse
 from tttembed.loop.promote import PromotionCheck, waiting
@@ -217,9 +217,10 @@ class Learner:
         if self.config.has_judge:
             cap = max(min(budget_left, cap), 0)
         pay = self._pay(qs, view)
+        shared_pay = self._shared_pay(qs, view, pay)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
-                           provenance=self._provenance(n_pairs))
+                           provenance=self._provenance(n_pairs), shared_pay=shared_pay)
         parent, served = self.served_states()
         judged_now = self._marks(qs, rewards, pay, view)
         check_cap = self._check_cap(budget_left, pay, cap)
@@ -227,7 +228,7 @@ class Learner:
         state, two = check_two(
             self.index, qs, base.x, judged_now, served, state, new_x, pay,
             cap=lambda: self._check_cap(budget_left, pay, cap), seed=self.config.seed,
-            min_queries=self.config.min_queries,
+            min_queries=self.config.min_queries, new_pay=shared_pay,
             reach=self._reach(budget_left - pay.spent, check_cap), parent=parent,
             split=f"clicks of 1 session in {HOLD_OUT} held out of learning (by session id)"
             if self.hold_out else "")
@@ -260,6 +261,17 @@ class Learner:
             return JudgePay(self.judge, qs)
         return UnseenAtFloor(key_floors(qs.keys, qs.tasks,
                                         view.floors if view is not None else {}))
+
+    def _shared_pay(self, qs: QuerySet, view: ClickView | None, pay: JudgePay | UnseenAtFloor
+                    ) -> FloorOrPay | None:
+        """With a judge and click rewards, what values the documents the shared parts'
+        held-out lists and the new-questions check bring in: the task's unseen floor where
+        the rewards are click rates (:class:`~tttembed.loop.nojudge.FloorOrPay`), the
+        judge elsewhere; None (``pay`` throughout) without a judge or without clicks."""
+        if not self.config.has_judge or view is None or not view.floors:
+            return None
+        floors = key_floors(qs.keys, qs.tasks, view.floors)
+        return FloorOrPay(floors, pay) if floors else None
 
     def _provenance(self, n_pairs: int) -> Any:
         from tttembed.ttt.options import Provenance

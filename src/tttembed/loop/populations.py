@@ -158,14 +158,16 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
           served: Sequence[AdaptState], state: AdaptState | None, new_x: np.ndarray,
           pay: Pay, *, cap: Callable[[], int], seed: int = 0,
           min_queries: int = MIN_QUERIES,
-          reach: int = 0, parent: str | None = None, split: str = ""
-          ) -> tuple[AdaptState | None, TwoChecks]:
+          reach: int = 0, parent: str | None = None, split: str = "",
+          new_pay: Pay | None = None) -> tuple[AdaptState | None, TwoChecks]:
     """Both populations' checks of ``state`` (``new_x``: its shared part's view of each
     rewarded question held out by text, :func:`oof_shared`) against ``served``; when
     its shared part is worse for new questions, or it has none where ``served`` has
     one, the composite (:func:`compose`) and its checks instead. ``cap()``: the
-    validation pairs a check may pay now. Returns the state to register and its
-    checks."""
+    validation pairs a check may pay now; ``new_pay``: what values the documents the
+    new-questions check brings in when not ``pay`` (the loop's unseen floor where its
+    rewards are click rates, :class:`tttembed.loop.nojudge.FloorOrPay`), nothing of it
+    kept for the asked check. Returns the state to register and its checks."""
     seen = {k: dict(v) for k, v in judged.items()}
 
     def paying(pairs: list[Pair]) -> Rewards:
@@ -178,8 +180,8 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     asked = check_promotion(index, qs, x, seen, served, candidate, paying, cap=cap(),
                             seed=seed, min_queries=min_queries, reach=reach)
     view = shared_view(x, qs.tasks, served)
-    new = check_lists(index, qs, view, new_x, seen, paying, cap=cap(), seed=seed + 1,
-                      min_queries=min_queries)
+    new = check_lists(index, qs, view, new_x, seen, paying if new_pay is None else new_pay,
+                      cap=cap(), seed=seed + 1, min_queries=min_queries)
     two = TwoChecks(asked, new, split=split)
     dropped = has_shared(served) and not has_shared(candidate)
     if state is None or not (worse(new) or dropped):

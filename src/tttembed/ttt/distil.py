@@ -197,7 +197,8 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
                pay: Pay, *, objective: str = "kd", folds: int = FOLDS, seed: int = 0,
                validate_cap: int | None = None, coef_for: CoefFor | None = None,
                scopes: Sequence[str] | None = None,
-               provenance: Provenance = Provenance()) -> AdaptState | None:
+               provenance: Provenance = Provenance(),
+               shared_pay: Pay | None = None) -> AdaptState | None:
     """``--method auto``: per task, the deployable state the validation says helps
     (:mod:`tttembed.ttt.select`), as one ``mixed`` state (None when no query has a finite
     reward). ``pay`` pays the guard's validation pairs (at most ``validate_cap``, default a
@@ -205,7 +206,9 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
     fitted on the rewards, :func:`~tttembed.ttt.select.rewards_coef`); ``scopes`` limits
     the choice to those parts (``global``, ``task``, ``adapter``, ``query``,
     ``neighbour``; default all): a part it excludes is not learned, validated or paid
-    for. ``provenance`` fills the state's scorer, reward_mapping and budget fields."""
+    for. ``provenance`` fills the state's scorer, reward_mapping and budget fields.
+    ``shared_pay``: what pays the shared parts' held-out lists instead of ``pay`` (the
+    loop's :class:`~tttembed.loop.nojudge.FloorOrPay` where its rewards are click rates)."""
     allowed = _allowed(scopes)
     table = reward_rows(sources, rewards)
     if not table.keys:
@@ -226,7 +229,7 @@ def learn_auto(sources: Sequence[Source], rewards: Mapping[str, Mapping[str, flo
         learned[NEIGHBOUR] = learn_state(sources, rewards, options(NEIGHBOUR), table=table)
     chosen = select_methods(sources, rewards, pay, learned, cap=cap, objective=objective,
                             folds=folds, seed=seed, coef_for=coef_for, table=table,
-                            scopes=allowed)
+                            scopes=allowed, shared_pay=shared_pay)
     template = next(s for s in (learned.get("task"), *learned.values()) if s is not None)
     return mixed_state(replace(chosen, coefficients=coefficients), learned, table, coef_for,
                        template, provenance)

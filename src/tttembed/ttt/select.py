@@ -119,18 +119,21 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
                    pay: Pay, learned: Mapping[str, AdaptState | None], *, cap: int,
                    objective: str = "kd", folds: int = FOLDS, seed: int = 0,
                    coef_for: CoefFor, k: int = K, table: Table | None = None,
-                   scopes: Sequence[str] = AUTO_SCOPES) -> Selection:
+                   scopes: Sequence[str] = AUTO_SCOPES, shared_pay: Pay | None = None
+                   ) -> Selection:
     """Choose each task's shared and query part (module docstring) among the parts
     ``scopes`` allow (``global``, ``task``: shared parts; ``query``: every query-level
     method); a part not allowed is neither validated nor paid for. ``learned`` holds the
     allowed states (global with several tasks only, task, query) learned on every reward;
-    ``table`` the reward table of ``sources`` and ``rewards`` when the caller has built it."""
+    ``table`` the reward table of ``sources`` and ``rewards`` when the caller has built it;
+    ``shared_pay``: what pays the shared parts' held-out lists when not ``pay``
+    (:func:`tttembed.ttt.distil.learn_auto`)."""
     table = table if table is not None else reward_rows(sources, rewards)
     rng = np.random.default_rng(seed)
     several = len(set(table.tasks)) > 1
     shared_parts, query = shared_scopes(several, scopes), "query" in scopes
     near = NEIGHBOUR in scopes
-    sh = _shared_part(sources, rewards, pay, table, shared_parts, cap=cap // (
+    sh = _shared_part(sources, rewards, shared_pay or pay, table, shared_parts, cap=cap // (
         (2 if query else 1) * max(len(shared_parts), 1)), objective=objective, folds=folds,
         seed=seed, rng=rng)  # the shared parts share half the cap, the query part the rest
     if not several and {"global", "task"} <= set(scopes):
@@ -155,7 +158,7 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
     estimators = {**sh.estimators, **({m: qp.estimator for m in QUERY_LEVEL} if query else {})}
     nb = _Shared()
     if near:
-        nb = _shared_part(sources, sh.merged, pay, table, (NEIGHBOUR,),
+        nb = _shared_part(sources, sh.merged, shared_pay or pay, table, (NEIGHBOUR,),
                           cap=max(cap - sh.spent - qp.paid, 0), objective=objective,
                           folds=folds, seed=seed, rng=rng)
         for t, got in nb.evidence.items():
