@@ -401,7 +401,8 @@ def check_args(args: argparse.Namespace) -> str:
     return ""
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (every option with its help)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DATA / "scifact"), help="a BEIR folder")
@@ -413,22 +414,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the index is built once and reused")
     ap.add_argument("--index", type=Path, help="the folder's index (default: built once "
                     "into --work-dir)")
-    ap.add_argument("--capacity-s", type=float, default=60.0)
-    ap.add_argument("--load", type=float, default=0.5, help="the soak's rate, of capacity")
-    ap.add_argument("--threads", type=int, default=4, help="wrk connections per replica")
+    ap.add_argument("--capacity-s", type=float, default=60.0, help="seconds of the "
+                    "capacity phase (wrk unpaced on both replicas) before the soak")
+    ap.add_argument("--load", type=float, default=0.5, help="the soak's search rate as a "
+                    "share of the measured capacity, in (0, 1]")
+    ap.add_argument("--threads", type=int, default=4, help="wrk threads per replica, one "
+                    "connection each (1 or more)")
     ap.add_argument("--rpm", type=float, default=240.0, help="the learner's judge pairs/min")
     ap.add_argument("--budget", type=int, default=0, help="judge pairs (0: rpm x minutes)")
-    ap.add_argument("--learn-every", type=int, default=200)
+    ap.add_argument("--learn-every", type=int, default=200, help="the learner's "
+                    "--learn-every: a learning cycle after this many new rewarded pairs")
     ap.add_argument("--settle-s", type=float, default=60.0, help="--click-settle-s")
     ap.add_argument("--drain-s", type=float, default=15.0, help="after the soak: follow-ups "
                     "still queued are posted")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the seed of the traffic's Zipf "
+                    "order over the questions (wrk's data file)")
     ap.add_argument("--keep", type=Path, help="keep the run's folder (logs) here")
     ap.add_argument("--profile", type=Path, help="py-spy the learner and the replicas into "
                     "this folder (collapsed stacks; needs pip install py-spy)")
     ap.add_argument("--ports", default="", help="LO-HI: the TCP ports PostgreSQL, the "
                     "judge and the replicas listen on (default: any free ones)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     import shutil
     import tempfile
 

@@ -172,3 +172,13 @@ def test_wrk_is_a_child_every_exit_path_stops(tmp_path):
         assert proc.poll() is not None
     finally:
         server.shutdown()
+
+
+def test_every_option_of_the_soak_says_what_it_does():
+    """Project rule: help text on every option (``--capacity-s``, ``--load``,
+    ``--threads``, ``--learn-every`` and ``--seed`` had none)."""
+    import bench_soak
+
+    bare = [a.option_strings[0] for a in bench_soak.parser()._actions
+            if a.option_strings and not (a.help or "").strip()]
+    assert bare == []
