@@ -182,3 +182,44 @@ def test_the_shared_part_is_relearned_without_each_held_out_text(world, tmp_path
     assert got.shape == x.shape and np.isfinite(got).all() and not np.allclose(got, x)
     gain = check_lists(index, qs, x, got, {}, _labels_pay(world), cap=10**6)
     assert gain.better, gain.shown()
+
+
+def test_the_new_questions_check_values_what_it_brings_in_with_new_pay(world):
+    """With a judge and click rewards the loop values the documents the new-questions
+    check brings in at the unseen floor (``new_pay``, :class:`FloorOrPay`), not the
+    judge's score, and judges by the rewards it is given, not by what the asked check
+    bought from the judge; the asked check is not given those values. Here the served
+    part at alpha 0.2 against the full task part, whose new relevant documents the
+    labels credit (1) and a floor of 0 does not."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from tttembed.loop.populations import check_two, shared_view
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    served, cand = replace(world["state"], alpha=np.array([0.2])), world["state"]
+    new_x = shared_view(x, qs.tasks, [cand])
+    _, by_judge = check_two(index, qs, x, dict(world["judged"]), [served], cand, new_x,
+                            _labels_pay(world), cap=lambda: 10**6)
+    asked_pairs: list = []
+    floor_pairs: list = []
+
+    def judge(pairs):
+        asked_pairs.extend(pairs)
+        return _labels_pay(world)(pairs)
+
+    def floor(pairs):
+        floor_pairs.extend(pairs)
+        return {k: {d: 0.0 for kk, d in pairs if kk == k} for k, _ in pairs}
+
+    _, by_floor = check_two(index, qs, x, dict(world["judged"]), [served], cand, new_x,
+                            judge, cap=lambda: 10**6, new_pay=floor)
+    assert by_judge.new.changed and by_judge.new.gain > 0  # the labels credit them
+    assert by_judge.kept_shared == ""
+    # at a floor of 0 the documents brought in are worth nothing: worse, so the served
+    # shared part is kept under the candidate (what the floor said decided)
+    assert floor_pairs and by_floor.kept_shared == "raw"
+    # the asked check had bought these very documents from the judge (1 for the
+    # relevant ones): the new check valued them at the floor all the same
+    assert set(floor_pairs) <= set(asked_pairs)

@@ -166,8 +166,9 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     one, the composite (:func:`compose`) and its checks instead. ``cap()``: the
     validation pairs a check may pay now; ``new_pay``: what values the documents the
     new-questions check brings in when not ``pay`` (the loop's unseen floor where its
-    rewards are click rates, :class:`tttembed.loop.nojudge.FloorOrPay`), nothing of it
-    kept for the asked check. Returns the state to register and its checks."""
+    rewards are click rates, :class:`tttembed.loop.nojudge.FloorOrPay`): it then judges
+    by ``judged`` alone, not by what the asked check paid the judge for, and nothing it
+    values is kept for the asked check. Returns the state to register and its checks."""
     seen = {k: dict(v) for k, v in judged.items()}
 
     def paying(pairs: list[Pair]) -> Rewards:
@@ -180,8 +181,9 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     asked = check_promotion(index, qs, x, seen, served, candidate, paying, cap=cap(),
                             seed=seed, min_queries=min_queries, reach=reach)
     view = shared_view(x, qs.tasks, served)
-    new = check_lists(index, qs, view, new_x, seen, paying if new_pay is None else new_pay,
-                      cap=cap(), seed=seed + 1, min_queries=min_queries)
+    new = check_lists(index, qs, view, new_x, seen if new_pay is None else judged,
+                      paying if new_pay is None else new_pay, cap=cap(), seed=seed + 1,
+                      min_queries=min_queries)  # new_pay: not the asked check's purchases
     two = TwoChecks(asked, new, split=split)
     dropped = has_shared(served) and not has_shared(candidate)
     if state is None or not (worse(new) or dropped):
