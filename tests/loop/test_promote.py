@@ -223,3 +223,26 @@ def test_the_new_questions_check_values_what_it_brings_in_with_new_pay(world):
     # the asked check had bought these very documents from the judge (1 for the
     # relevant ones): the new check valued them at the floor all the same
     assert set(floor_pairs) <= set(asked_pairs)
+
+
+def test_a_new_questions_check_that_pays_nothing_is_not_held_to_the_judges_cap(world):
+    """The floor costs nothing: with ``new_cap`` the new check judges every changed
+    question though the judge's cap is 0 (live it had judged 32 of 481, no power)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from tttembed.loop.nojudge import FloorOrPay
+    from tttembed.loop.populations import check_two, shared_view
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    served, cand = replace(world["state"], alpha=np.array([0.2])), world["state"]
+    floor = FloorOrPay({k: 0.5 for k in qs.keys}, _labels_pay(world))
+    assert floor.covers(qs.keys) and not floor.covers([*qs.keys, "t/#other"])
+    new_x = shared_view(x, qs.tasks, [cand])
+    _, capped = check_two(index, qs, x, {}, [served], cand, new_x, _labels_pay(world),
+                          cap=lambda: 0, new_pay=floor)
+    _, free = check_two(index, qs, x, {}, [served], cand, new_x, _labels_pay(world),
+                        cap=lambda: 0, new_pay=floor, new_cap=10**9)
+    assert capped.new.changed == 0 and capped.new.left_out > 0
+    assert free.new.changed == free.new.queries == len(qs.keys)

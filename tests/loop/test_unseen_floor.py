@@ -80,3 +80,33 @@ def test_the_floor_puts_unseen_documents_level_with_shown_irrelevant_ones() -> N
         irrelevant = _irrelevant_top_reward(list(got.cleaned), list(got.stats), tiny)
         assert irrelevant / 3 < floor < 3 * irrelevant, (naive, floor, irrelevant)
     assert floors[False] > 2 * floors[True]  # the floor follows the rewards' units
+
+
+def test_with_a_judge_and_clicks_the_shared_parts_are_valued_at_the_floor():
+    """Issue 62: with a judge and click rewards the shared parts' held-out lists and the
+    new-questions check value new documents at the task's unseen floor (the clicks'
+    scale); the new check is free of the judge's cap only when every query has a floor;
+    without a judge or without clicks nothing changes."""
+    from types import SimpleNamespace
+
+    from tttembed.loop.clicks.feed import ClickView
+    from tttembed.loop.clicks.propensity import flat
+    from tttembed.loop.learner import UNLIMITED, Learner
+    from tttembed.loop.nojudge import FloorOrPay
+    from tttembed.ttt.queries import QuerySet
+
+    def learner(judge: bool) -> Learner:
+        return Learner(SimpleNamespace(has_judge=judge), None, None, None, None, None)  # type: ignore[arg-type]
+
+    view = ClickView({}, (), flat(10), (), floors={"t": 0.08})
+    one = QuerySet(("t", "t"), ("a", "b"), ("q a", "q b"))
+    two = QuerySet(("t", "u"), ("a", "b"), ("q a", "q b"))
+    judge = lambda pairs: {k: {d: 1.0} for k, d in pairs}  # noqa: E731
+    got, cap = learner(True)._shared_pay(one, view, judge)  # type: ignore[arg-type]
+    assert isinstance(got, FloorOrPay) and cap == UNLIMITED
+    assert got([(one.keys[0], "d")]) == {one.keys[0]: {"d": 0.08}}
+    got, cap = learner(True)._shared_pay(two, view, judge)  # type: ignore[arg-type]
+    assert isinstance(got, FloorOrPay) and cap is None  # task u is paid by the judge
+    assert got([(two.keys[1], "d")]) == {two.keys[1]: {"d": 1.0}}
+    assert learner(False)._shared_pay(one, view, judge) == (None, None)  # type: ignore[arg-type]
+    assert learner(True)._shared_pay(one, None, judge) == (None, None)  # type: ignore[arg-type]

@@ -217,7 +217,7 @@ class Learner:
         if self.config.has_judge:
             cap = max(min(budget_left, cap), 0)
         pay = self._pay(qs, view)
-        shared_pay = self._shared_pay(qs, view, pay)
+        shared_pay, new_cap = self._shared_pay(qs, view, pay)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
                            provenance=self._provenance(n_pairs), shared_pay=shared_pay)
@@ -228,7 +228,7 @@ class Learner:
         state, two = check_two(
             self.index, qs, base.x, judged_now, served, state, new_x, pay,
             cap=lambda: self._check_cap(budget_left, pay, cap), seed=self.config.seed,
-            min_queries=self.config.min_queries, new_pay=shared_pay,
+            min_queries=self.config.min_queries, new_pay=shared_pay, new_cap=new_cap,
             reach=self._reach(budget_left - pay.spent, check_cap), parent=parent,
             split=f"clicks of 1 session in {HOLD_OUT} held out of learning (by session id)"
             if self.hold_out else "")
@@ -263,15 +263,20 @@ class Learner:
                                         view.floors if view is not None else {}))
 
     def _shared_pay(self, qs: QuerySet, view: ClickView | None, pay: JudgePay | UnseenAtFloor
-                    ) -> FloorOrPay | None:
+                    ) -> tuple[FloorOrPay | None, int | None]:
         """With a judge and click rewards, what values the documents the shared parts'
         held-out lists and the new-questions check bring in: the task's unseen floor where
         the rewards are click rates (:class:`~tttembed.loop.nojudge.FloorOrPay`), the
-        judge elsewhere; None (``pay`` throughout) without a judge or without clicks."""
+        judge elsewhere; None (``pay`` throughout) without a judge or without clicks. And
+        the new check's cap: none (:data:`UNLIMITED`) when the floor covers every query
+        (it pays nothing), else None (the judge's)."""
         if not self.config.has_judge or view is None or not view.floors:
-            return None
+            return None, None
         floors = key_floors(qs.keys, qs.tasks, view.floors)
-        return FloorOrPay(floors, pay) if floors else None
+        if not floors:
+            return None, None
+        got = FloorOrPay(floors, pay)
+        return got, UNLIMITED if got.covers(qs.keys) else None
 
     def _provenance(self, n_pairs: int) -> Any:
         from tttembed.ttt.options import Provenance

@@ -79,6 +79,10 @@ class FloorOrPay:
     pay: Callable[[list[Pair]], Rewards]
     asked: int = 0
 
+    def covers(self, keys: Sequence[str]) -> bool:
+        """Every query of ``keys`` has a floor: nothing of theirs is paid."""
+        return all(k in self.floors for k in keys)
+
     def __call__(self, pairs: list[Pair]) -> Rewards:
         at = [(k, d) for k, d in pairs if k in self.floors]
         out: Rewards = {}

@@ -159,7 +159,8 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
           pay: Pay, *, cap: Callable[[], int], seed: int = 0,
           min_queries: int = MIN_QUERIES,
           reach: int = 0, parent: str | None = None, split: str = "",
-          new_pay: Pay | None = None) -> tuple[AdaptState | None, TwoChecks]:
+          new_pay: Pay | None = None, new_cap: int | None = None
+          ) -> tuple[AdaptState | None, TwoChecks]:
     """Both populations' checks of ``state`` (``new_x``: its shared part's view of each
     rewarded question held out by text, :func:`oof_shared`) against ``served``; when
     its shared part is worse for new questions, or it has none where ``served`` has
@@ -168,7 +169,8 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     new-questions check brings in when not ``pay`` (the loop's unseen floor where its
     rewards are click rates, :class:`tttembed.loop.nojudge.FloorOrPay`): it then judges
     by ``judged`` alone, not by what the asked check paid the judge for, and nothing it
-    values is kept for the asked check. Returns the state to register and its checks."""
+    values is kept for the asked check; ``new_cap``: the new check's cap when not
+    ``cap()`` (a ``new_pay`` that pays nothing needs none). Returns the state to register and its checks."""
     seen = {k: dict(v) for k, v in judged.items()}
 
     def paying(pairs: list[Pair]) -> Rewards:
@@ -182,7 +184,8 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
                             seed=seed, min_queries=min_queries, reach=reach)
     view = shared_view(x, qs.tasks, served)
     new = check_lists(index, qs, view, new_x, seen if new_pay is None else judged,
-                      paying if new_pay is None else new_pay, cap=cap(), seed=seed + 1,
+                      paying if new_pay is None else new_pay,
+                      cap=cap() if new_cap is None else new_cap, seed=seed + 1,
                       min_queries=min_queries)  # new_pay: not the asked check's purchases
     two = TwoChecks(asked, new, split=split)
     dropped = has_shared(served) and not has_shared(candidate)
