@@ -536,6 +536,14 @@ def test_the_fault_matrix_on_two_cases(tmp_path, env):
     assert r.returncode == 0 and "fault" in r.stdout.lower(), r.stdout + r.stderr
 
 
+def test_the_soak_rewards_replay_says_its_options_and_refuses_a_missing_folder(tmp_path, env):
+    """Its run needs SciFact and its index (minutes): here its command line only."""
+    r = run(BENCH / "replay_soak_rewards.py", ["--help"], env)
+    assert r.returncode == 0 and "--validate" in r.stdout, r.stdout + r.stderr
+    r = run(BENCH / "replay_soak_rewards.py", ["--data", str(tmp_path / "nosuch")], env)
+    assert r.returncode == 2 and "error: --data" in r.stderr, r.stdout + r.stderr
+
+
 def test_the_durability_check_with_one_kill(tmp_path, env):
     r = run(TOOLS / "durability.py", [str(tmp_path / "dur"), "1", "--kills", "1"], env)
     assert r.returncode == 0, r.stdout + r.stderr

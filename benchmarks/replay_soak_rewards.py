@@ -1,0 +1,164 @@
+"""Replay a SciFact soak's rewards through method auto and the two-population check,
+offline, in minutes instead of a soak (issue 62: why held-back questions gained nothing).
+
+    python benchmarks/replay_soak_rewards.py [--data ../shared/data/scifact]
+        [--index ~/.cache/tttembed-bench/index-scifact-all] [--searches 25000]
+        [--rewards clicks|labels] [--validate floor|judge] [--cap 50]
+
+Traffic as ``bench_soak.py`` draws it (Zipf(1) over the train questions in
+``write_lua_data``'s seeded order); each distinct text's raw top 10 rewarded either by
+its labels (``labels``: one scale) or as the loop's click feed would (``clicks``:
+soak.lua's model, 30% of searches clicked, examined at rank r with probability 1/r,
+clicked 0.7 if relevant else 0.05; the estimate (clicks + 5 x task mean) / (exposure +
+5)), plus the top document of 2% of searches labelled 0/1. The judge pays labels.
+``--validate floor`` values the documents the shared parts' held-out lists and the new
+check bring in at the unseen floor (the loop's rule with a judge and clicks), ``judge``
+pays the judge for them (the rule before). Prints the guard's task evidence, the two
+checks, and the 300 test questions' nDCG@10 as the registered version serves them
+(paired sign-flip p).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _soak_setup import prepare_task  # noqa: E402
+from _support import DATA  # noqa: E402
+
+TASK = "scifact"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(DATA / "scifact"), help="SciFact's BEIR folder")
+    ap.add_argument("--index", default="~/.cache/tttembed-bench/index-scifact-all",
+                    help="its index (bench_soak.py builds it once there)")
+    ap.add_argument("--searches", type=int, default=25000, help="searches drawn (Zipf)")
+    ap.add_argument("--rewards", choices=("clicks", "labels"), default="clicks",
+                    help="how the shown documents are rewarded")
+    ap.add_argument("--validate", choices=("floor", "judge"), default="floor",
+                    help="what values the documents the shared parts bring in")
+    ap.add_argument("--cap", type=int, default=50, help="method auto's validation cap")
+    ap.add_argument("--seed", type=int, default=0, help="the traffic's seed")
+    args = ap.parse_args(argv)
+    from tttembed.adapt.scopes import query_digest
+    from tttembed.adapt.validate import sign_flip_p
+    from tttembed.index.embedder import index_embedder
+    from tttembed.index.store import load_index
+    from tttembed.loop.nojudge import FloorOrPay
+    from tttembed.loop.populations import check_two, decide, oof_shared
+    from tttembed.ttt.distil import learn_auto
+    from tttembed.ttt.queries import QuerySet, base_retrieval
+
+    index_path = Path(args.index).expanduser()
+    for what, path in (("--data", Path(args.data) / "qrels" / "train.tsv"),
+                       ("--index", index_path)):
+        if not path.exists():
+            print(f"error: {what}: {path} not found (give SciFact's BEIR folder and its "
+                  "index: bench_soak.py builds it once into ~/.cache/tttembed-bench)",
+                  file=sys.stderr)
+            return 2
+    task = prepare_task(Path(args.data), 0, Path("/tmp/replay-soak"), index_path)
+    index = load_index(index_path)
+    emb = index_embedder(index, None)
+    order = list(task.stream)
+    random.Random(args.seed).shuffle(order)
+    w = 1.0 / np.arange(1, len(order) + 1)
+    rng = np.random.default_rng(args.seed + 1)
+    counts = np.bincount(rng.choice(len(order), size=args.searches, p=w / w.sum()),
+                         minlength=len(order))
+    asked, seen = [], set()
+    for q, n in zip(order, counts):
+        if n and task.questions[q] not in seen:
+            seen.add(task.questions[q])
+            asked.append((q, int(n)))
+
+    def qset(qids: list[str]) -> QuerySet:
+        return QuerySet((TASK,) * len(qids), tuple(query_digest(task.questions[q])
+                                                   for q in qids),
+                        tuple(task.questions[q] for q in qids))
+
+    qs = qset([q for q, _ in asked])
+    of = dict(zip(qs.keys, [q for q, _ in asked]))
+    base = base_retrieval(index, emb, qs, 100)
+
+    def rel(key: str, d: str) -> float:
+        return float(task.qrels.get(of[key], {}).get(d, 0) > 0)
+
+    rewards, floor = _rewards(args.rewards, qs.keys, [n for _, n in asked], base.rows,
+                              index.doc_ids, rel, np.random.default_rng(args.seed + 2))
+
+    def pay(pairs: list[tuple[str, str]]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for k, d in pairs:
+            out.setdefault(k, {})[d] = rel(k, d)
+        return out
+
+    fp = FloorOrPay({k: floor for k in qs.keys}, pay) if args.validate == "floor" else None
+    state = learn_auto([(qs, base, index)], rewards, pay, validate_cap=args.cap,
+                       scopes=("query", "task"), seed=0, shared_pay=fp)
+    assert state is not None
+    sel = state.selection or {}
+    ev = sel["evidence"][TASK].get("task", {})
+    print(f"{len(qs)} texts, {sum(map(len, rewards.values()))} rewarded pairs, floor "
+          f"{floor:.4f}; choice {sel['choice'][TASK]}; the guard's task part "
+          f"{ev.get('gain', 0):+.4f} [{ev.get('ci_low', 0):+.4f}, {ev.get('ci_high', 0):+.4f}]")
+    new_x = oof_shared(index, qs, base, rewards, state, seed=0)
+    kept, two = check_two(index, qs, base.x, rewards, [], state, new_x, pay,
+                          cap=lambda: args.cap, new_pay=fp, new_cap=10**9 if fp else None)
+    print(decide(two, frozen=False, candidate=[kept] if kept is not None else [])[1])
+    test = [q for q in task.test if q in task.questions]
+    raw, end = _test_ndcg(task, test, qset(test), index, emb, kept)
+    p = sign_flip_p(end - raw, np.array([TASK] * len(raw)), 10000, np.random.default_rng(0))
+    print(f"test questions ({len(test)}): raw {raw.mean():.4f}, the registered version "
+          f"{end.mean():.4f} ({end.mean() - raw.mean():+.4f}, paired p {p:.3f})")
+    return 0
+
+
+def _rewards(kind, keys, counts, rows, ids, rel, rng):  # type: ignore[no-untyped-def]
+    """The rewards of every text's raw top 10 (module docstring) and the unseen floor."""
+    theta = 1.0 / np.arange(1, 11)
+    tops = [[ids[r] for r in row[:10]] for row in rows]
+    if kind == "labels":
+        return {k: {d: rel(k, d) for d in top} for k, top in zip(keys, tops)}, 0.0
+    got = []
+    for k, n, top in zip(keys, counts, tops):
+        att = np.array([0.7 if rel(k, d) else 0.05 for d in top])
+        got.append(rng.binomial(rng.binomial(n, 0.3), att * theta) * 1.0)
+    expo = [n * theta for n in counts]
+    mean = sum(c.sum() for c in got) / sum(e.sum() for e in expo)
+    out = {k: {d: float(np.clip((c + 5 * mean) / (e + 5), 0, 1)) for d, c, e in zip(top, cs, es)}
+           for k, top, cs, es in zip(keys, tops, got, expo)}
+    floor = float(np.mean([v for r in out.values() for v in list(r.values())[7:]]))
+    for i, (k, n) in enumerate(zip(keys, counts)):
+        if rng.random() < 1 - 0.98 ** n:
+            out[k][tops[i][0]] = rel(k, tops[i][0])
+    return out, floor
+
+
+def _test_ndcg(task, test, qs, index, emb, state):  # type: ignore[no-untyped-def]
+    from tttembed.loop.promote import adapted
+    from tttembed.metrics.ranking import per_query_metric
+    from tttembed.ttt.judged import top_lists
+    from tttembed.ttt.queries import base_retrieval
+
+    x = base_retrieval(index, emb, qs, 100).x
+    out = []
+    for states in ([], [state] if state is not None else []):
+        lists = top_lists(index, adapted(x, qs.texts, qs.tasks, states))
+        run = {q: {d: 10.0 - j for j, d in enumerate(lst)} for q, lst in zip(test, lists)}
+        per = per_query_metric({q: task.qrels[q] for q in test}, run, "ndcg@10")
+        out.append(np.array([per.get(q, 0.0) for q in test]))
+    return out[0], out[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
