@@ -5,7 +5,8 @@ has nothing left to pay, until SIGTERM/SIGINT (``--once``: until the first cycle
 
 It shares the state loop's parts: the feedback store (``--store``, default the state
 registry's), the judge and its ledger (``--judge``), the store's spend account within
-``--judge-budget`` (what a state learner paid counts too: one budget), the rate
+``--judge-budget`` (what a state learner paid counts too: one budget; a fifth of it is
+kept for the promotion check's pairs), the rate
 (``--judge-rpm``) and ``--min-queries``. A step that fails (the judge down, the store
 away) is one log line and is tried again; every reward answered before is committed and
 never paid twice.
@@ -83,7 +84,15 @@ class ChainLoop:
         self.cycles: list[ChainCycle] = []
 
     def budget_left(self) -> int:
-        return max(self.config.judge_budget - sum(self.store.spent().values()), 0)
+        """Pairs the training's judging may still pay: the budget but the promotion
+        check's share (one pair in :data:`~tttembed.loop.chain_learn.HOLD_OUT`, as one
+        question in that many is held out for it), less what was paid."""
+        from tttembed.loop.chain_learn import HOLD_OUT
+
+        spent = self.store.spent()
+        budget = self.config.judge_budget
+        check = max(budget // HOLD_OUT - spent.get("validation", 0), 0)
+        return max(budget - check - sum(spent.values()), 0)
 
     def judge_step(self) -> tuple[int, bool]:
         """Pay the next pairs the budget and the rate allow: (paid, drained: nothing
