@@ -66,16 +66,16 @@ def test_trains_only_on_served_states_token_for_token_never_on_held_out(traffic,
                                                                          tmp_path):
     from tttembed.chain import traffic_train
     from tttembed.chain.states import SEP
-    from tttembed.loop.chain_learn import held_out
+    from tttembed.loop.chain_rows import held_out
 
     trained: list[str] = []
-    real_fit = traffic_train._fit
+    real_fit = traffic_train.fit_epoch
 
     def recording(s, states, pos, neg, epoch, progress):
         trained.extend(s.texts.texts(states))
         return real_fit(s, states, pos, neg, epoch, progress)
 
-    monkeypatch.setattr(traffic_train, "_fit", recording)
+    monkeypatch.setattr(traffic_train, "fit_epoch", recording)
     with judge_server(traffic["data"], tmp_path / "pairs.txt") as (url, _):
         loop = chain_loop(traffic, url, fresh)
         try:

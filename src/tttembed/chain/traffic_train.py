@@ -30,11 +30,11 @@ from tttembed.chain.states import StateTexts, TokenBudget, missing_gold
 from tttembed.chain.train import (
     CHAIN_VERSIONED,
     TrainConfig,
-    _config_dict,
-    _fit,
-    _frozen_tops,
-    _Session,
-    _write_checkpoint,
+    TrainSession,
+    config_dict,
+    fit_epoch,
+    frozen_tops,
+    write_checkpoint,
 )
 from tttembed.core.errors import DataError
 from tttembed.core.io import now_utc, versions
@@ -121,25 +121,25 @@ def train_traffic(data: TrafficSet, passages: list[str], index: Index, frozen: E
     vecs = torch.from_numpy(index.get_vectors(np.arange(len(index)))).to(encoder.device)
     task = _task(data, passages)
     texts = state_texts_for(data, passages, encoder.model, cfg.max_seq_length)
-    s = _Session(task, index, frozen, cfg, steps, None, encoder, opt, params, texts, vecs, [])
+    s = TrainSession(task, index, frozen, cfg, steps, None, encoder, opt, params, texts, vecs, [])
     history = []
     for epoch in range(cfg.epochs):
         t0 = time.perf_counter()
-        tops = _frozen_tops(data.states, texts, frozen, index.search, cfg, s.tops_cache)
+        tops = frozen_tops(data.states, texts, frozen, index.search, cfg, s.tops_cache)
         pos = positives(data.states, data.relevant)
         neg = negatives(data.states, data.relevant, tops, cfg.n_neg)
-        loss = _fit(s, data.states, pos, neg, epoch, None)
+        loss = fit_epoch(s, data.states, pos, neg, epoch, None)
         history.append({"epoch": epoch + 1, "states": len(data.states),
                         "states_digest": states_digest(data.states), "loss": round(loss, 5),
                         "seconds": round(time.perf_counter() - t0, 3)})
-    config = _config_dict(replace(cfg, epochs=0))
+    config = config_dict(replace(cfg, epochs=0))
     manifest = {"format": FORMAT, "format_version": 1,
                 **checkpoint_identity(task, index, config), "epochs": cfg.epochs,
                 "epochs_done": cfg.epochs, "history": history, "steps": int(steps),
                 "states_from": None if warm is None else str(warm),
                 "versions": versions(CHAIN_VERSIONED), "device": str(encoder.device),
                 "created": now_utc()}
-    _write_checkpoint(Path(out), s, manifest)
+    write_checkpoint(Path(out), s, manifest)
     return manifest
 
 

@@ -76,9 +76,7 @@ def loop(
 ) -> None:
     """Run the closed loop's learner: judge served pairs, learn, validate, promote."""
     quiet_libraries()
-    if once and chain is None:
-        raise typer.BadParameter("--once works with --chain only (a state learner runs "
-                                 "until stopped)", param_hint="--once")
+    _check_once(once, chain)
     from tttembed.loop.config import check_specs
     from tttembed.loop.run import run_loop
 
@@ -100,15 +98,26 @@ def loop(
     die_with_server()  # started by serve --learn: ends with its server
 
     if chain is not None:
-        from tttembed.loop.chain_run import run_chain_loop
-
-        typer.echo(f"learning chain versions into {mask_url(chain)} (Ctrl-C stops after the "
-                   "step in flight)", err=True)
-        run_chain_loop(config, chain, once=once)
-        return
+        return _learn_chain(config, chain, once)
     typer.echo(f"learning into {mask_url(registry)} (Ctrl-C stops after the step in flight)",
                err=True)
     run_loop(config)
+
+
+def _check_once(once: bool, chain: str | None) -> None:
+    if once and chain is None:
+        raise typer.BadParameter("--once works with --chain only (a state learner runs "
+                                 "until stopped)", param_hint="--once")
+
+
+def _learn_chain(config: Any, chain: str, once: bool) -> None:
+    """``loop --chain``: learn chain encoder versions from the stored chain searches."""
+    from tttembed.core.pg import mask_url
+    from tttembed.loop.chain_run import run_chain_loop
+
+    typer.echo(f"learning chain versions into {mask_url(chain)} (Ctrl-C stops after the "
+               "step in flight)", err=True)
+    run_chain_loop(config, chain, once=once)
 
 
 def warn_unaudited(config: Any) -> None:

@@ -3,7 +3,7 @@
 
 The check: the served version and the candidate each run the served greedy chain (the
 served T and state token limit) on the questions held out by text from training
-(:func:`tttembed.loop.chain_learn.held_out`); the top :data:`K` of both final lists are
+(:func:`tttembed.loop.chain_rows.held_out`); the top :data:`K` of both final lists are
 judged through the same judge, ledger and budget (source ``validation``: a pair already
 judged is free), and a question counts complete when every passage judged relevant for it
 is in the top K (C@5 under the judge). Questions with no relevant passage judged decide
@@ -29,7 +29,7 @@ from tttembed.loop.judge import BudgetSpent
 from tttembed.loop.rows import CHAIN_TASK
 
 if TYPE_CHECKING:
-    from tttembed.loop.chain_learn import ChainCycle, ChainLearner, Served
+    from tttembed.loop.chain_rows import ChainCycle, Served
 
 #: The paired test's level and the list depth C@K is judged at.
 ALPHA = 0.05
@@ -81,7 +81,7 @@ def _encoder(path: Path | None, limit: int, index: Any, what: str) -> Any:
                         fix="roll the chain registry back to a sound version") from None
 
 
-def top_lists(learner: ChainLearner, path: Path | None, questions: list[str], steps: int,
+def chain_top_lists(learner: Any, path: Path | None, questions: list[str], steps: int,
               limit: int, what: str) -> list[list[str]]:
     """The top :data:`K` of the served greedy chain's final list for each question."""
     encoder = _encoder(path, limit, learner.index, what)
@@ -93,11 +93,11 @@ def top_lists(learner: ChainLearner, path: Path | None, questions: list[str], st
     return [[ids[int(r)] for r in row[:K] if r >= 0] for row in run.ranking]
 
 
-def held_out_check(learner: ChainLearner, parent: Path | None, candidate: Path, steps: int,
+def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: int,
                    limit: int) -> dict[str, Any]:
     """The promotion check (module docstring): its record, ``decision`` one of
     ``better``, ``not better``, ``waiting``, ``unpaid``."""
-    from tttembed.loop.chain_learn import held_out, judged_pairs, labels, relevant_rows
+    from tttembed.loop.chain_rows import held_out, judged_pairs, labels, relevant_rows
 
     need = int(learner.config.min_queries)
     held = list(dict.fromkeys(s.question for s in learner.last.searches
@@ -106,8 +106,8 @@ def held_out_check(learner: ChainLearner, parent: Path | None, candidate: Path, 
         return {"decision": "waiting", "held_out": len(held), "reason": (
             f"{len(held)} held-out question(s) asked; the check needs --min-queries {need}: "
             "kept unpromoted until more chain searches come")}
-    old = top_lists(learner, parent, held, steps, limit, "served")
-    new = top_lists(learner, candidate, held, steps, limit, "candidate")
+    old = chain_top_lists(learner, parent, held, steps, limit, "served")
+    new = chain_top_lists(learner, candidate, held, steps, limit, "candidate")
     judged = judged_pairs(learner.store)
     todo = list(dict.fromkeys((CHAIN_TASK, q, d) for q, a, b in zip(held, old, new)
                               for d in (*a, *b) if (CHAIN_TASK, q, d) not in judged))
@@ -142,7 +142,7 @@ def held_out_check(learner: ChainLearner, parent: Path | None, candidate: Path, 
             "reason": f"{said}: not better at p < {ALPHA}, kept unpromoted"}
 
 
-def register(registry: Any, checkpoint: Path, record: dict[str, Any]) -> Any:
+def register_candidate(registry: Any, checkpoint: Path, record: dict[str, Any]) -> Any:
     """Register the candidate checkpoint (checked as ``states add`` checks one) with the
     cycle's ``record`` in its manifest, not promoted."""
     from tttembed.registry.chain import (
@@ -160,14 +160,14 @@ def register(registry: Any, checkpoint: Path, record: dict[str, Any]) -> Any:
                                    **rec, **record)
 
 
-def train_and_check(learner: ChainLearner, train: list[Served],
+def train_and_check(learner: Any, train: list[Served],
                     relevant: dict[str, list[int]], limit: int) -> ChainCycle:
     """Train a candidate warm-started from the served version on ``train``'s states, check
     it, register it and promote it when the check says better."""
     from tttembed.chain.traffic_train import TrafficSet, train_traffic
     from tttembed.chain.train import TrainConfig
     from tttembed.embed.base import DEFAULT_EMBEDDER
-    from tttembed.loop.chain_learn import ChainCycle, majority
+    from tttembed.loop.chain_rows import ChainCycle, majority
 
     parent, warm = served_checkpoint(learner.registry)
     steps = majority([len(s.rows) for s in train], DEFAULT_STEPS)
@@ -185,7 +185,7 @@ def train_and_check(learner: ChainLearner, train: list[Served],
                               "searches": len(train), "max_seq_length": limit,
                               "loss": manifest["history"][-1]["loss"]},
                   "skipped": dict(learner.last.skipped)}
-        version = register(learner.registry, out, record)
+        version = register_candidate(learner.registry, out, record)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     if promote:
@@ -194,5 +194,5 @@ def train_and_check(learner: ChainLearner, train: list[Served],
                       int(check.get("validation_pairs", 0)), check)
 
 
-__all__ = ["ALPHA", "K", "held_out_check", "register", "served_checkpoint", "sign_test",
-           "top_lists", "train_and_check"]
+__all__ = ["ALPHA", "K", "chain_top_lists", "held_out_check", "register_candidate",
+           "served_checkpoint", "sign_test", "train_and_check"]

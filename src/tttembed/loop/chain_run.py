@@ -20,7 +20,8 @@ import threading
 from typing import Any
 
 from tttembed.core.errors import ConfigError
-from tttembed.loop.chain_learn import ChainCycle, ChainLearner
+from tttembed.loop.chain_learn import ChainLearner
+from tttembed.loop.chain_rows import ChainCycle
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.failures import configure_log
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent
@@ -85,9 +86,9 @@ class ChainLoop:
 
     def budget_left(self) -> int:
         """Pairs the training's judging may still pay: the budget but the promotion
-        check's share (one pair in :data:`~tttembed.loop.chain_learn.HOLD_OUT`, as one
+        check's share (one pair in :data:`~tttembed.loop.chain_rows.HOLD_OUT`, as one
         question in that many is held out for it), less what was paid."""
-        from tttembed.loop.chain_learn import HOLD_OUT
+        from tttembed.loop.chain_rows import HOLD_OUT
 
         spent = self.store.spent()
         budget = self.config.judge_budget
