@@ -66,3 +66,14 @@ def test_relevant_rows_follow_the_served_rank_and_labels_win():
     people = {("q", "p2"): 0.0}                    # a person says p2 is not relevant
     assert relevant_rows(["q"], searches, judged, people, ROWS) == {"q": [2, 0]}
     assert relevant_rows(["other"], searches, judged, people, ROWS) == {}
+
+
+def test_a_min_queries_the_budget_cannot_reach_is_said_in_one_line():
+    from tttembed.cli.loop import loop_config
+    from tttembed.loop.chain_run import unreachable
+
+    never = unreachable(loop_config("reg", "idx", "bm25", judge_budget=50, min_queries=20))
+    assert "\n" not in never and "--min-queries 20 cannot be reached" in never
+    assert "--judge-budget 50 (10 pairs" in never and "raise --judge-budget" in never
+    assert unreachable(loop_config("reg", "idx", "bm25", judge_budget=100,
+                                   min_queries=20)) == ""

@@ -48,6 +48,20 @@ def open_chain_registry(spec: str, index: Any) -> Any:
     return registry
 
 
+def unreachable(config: LoopConfig) -> str:
+    """Why ``--min-queries`` cannot be reached by the promotion check's share of the
+    budget (each held-out question needs at least one pair), or "" when it can."""
+    from tttembed.loop.chain_rows import HOLD_OUT
+
+    share = config.judge_budget // HOLD_OUT
+    if share >= config.min_queries:
+        return ""
+    return (f"--min-queries {config.min_queries} cannot be reached: the promotion check's "
+            f"share of --judge-budget {config.judge_budget} ({share} pairs, one in "
+            f"{HOLD_OUT}) pays fewer held-out questions, so no chain version will be "
+            "promoted; raise --judge-budget or lower --min-queries")
+
+
 class ChainLoop:
     """Judging and chain cycles over one :class:`LoopConfig` and chain registry."""
 
@@ -80,6 +94,8 @@ class ChainLoop:
         self.learner = ChainLearner(config, self.registry, self.store, self.index,
                                     self.judge, frozen, passages)
         self.bucket = Bucket(config.judge_rpm)
+        if never := unreachable(config):
+            log.warning("%s", never)
         self.stop = threading.Event()
         self.new = 0        # pairs paid since the last cycle
         self.cycles: list[ChainCycle] = []
@@ -162,4 +178,4 @@ def run_chain_loop(config: LoopConfig, chain: str, *, once: bool = False) -> Non
         loop.close()
 
 
-__all__ = ["ChainLoop", "open_chain_registry", "run_chain_loop"]
+__all__ = ["ChainLoop", "open_chain_registry", "run_chain_loop", "unreachable"]
