@@ -235,6 +235,24 @@ def test_the_chain_benchmark_searches_and_trains(tmp_path, env, chain_tiny):
     assert "closing note: greedy chain / T single" in r.stdout, r.stdout
 
 
+def test_the_chain_loop_benchmark_writes_its_json(tmp_path, env, chain_tiny):
+    """``bench_chain_loop.py --json OUT``: the untrained chain served, its train questions
+    asked as traffic, the chain learner run once; C@5 on the test questions (never asked)
+    per version, and the judge pairs paid (the store's account, the ledger, the judge)."""
+    out = tmp_path / "loop.json"
+    r = run(BENCH / "bench_chain_loop.py", ["--data", str(chain_tiny), "--budget", "40",
+                                            "--rounds", "1", "--json", str(out)], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert {"c5_untrained", "c5_end", "c5_per_version", "pairs_paid", "ledger_paid",
+            "promotions", "test_questions"} <= set(got)
+    assert got["test_questions"] == 3 and 0 <= got["c5_untrained"] <= 100
+    assert got["pairs_paid"] == got["ledger_paid"] == got["judge_answered"] <= 40
+    assert got["c5_end"] == (got["c5_per_version"][got["promotions"][-1]]["c5"]
+                             if got["promotions"] else got["c5_untrained"])
+    assert "closing note: C@5 untrained" in r.stdout, r.stdout
+
+
 def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     """``bench_chain.py --json OUT``: the default's ratio and C@5 against the 128-token
     state, and every state option, measured in one run."""

@@ -139,10 +139,10 @@ class _FakeFrozen:
 
 
 def _tops(states, shared, fake):
-    from tttembed.chain.train import TrainConfig, _frozen_tops
+    from tttembed.chain.train import TrainConfig, frozen_tops
 
     cfg = TrainConfig(neg_depth=12, n_neg=6, shared_negatives=shared)
-    return _frozen_tops(states, fake, fake.encode, fake.search, cfg, {})
+    return frozen_tops(states, fake, fake.encode, fake.search, cfg, {})
 
 
 def test_shared_pool_is_one_question_level_pool():

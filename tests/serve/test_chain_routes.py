@@ -154,10 +154,11 @@ def test_chain_search_ids_take_events_and_feedback_stored_like_searches(chain_se
                                                                          tmp_path):
     """Clicks and labels on a chain search's final list are stored as a search's are;
     a refused request logs nothing; the state learner learns nothing from them today."""
+    from tttembed.chain.traffic import logged_chain
     from tttembed.loop.learner import collect
     from tttembed.loop.open import open_store
     from tttembed.loop.pending import PendingQueue, Traffic
-    from tttembed.loop.rows import CHAIN_KIND, CHAIN_TASK, START
+    from tttembed.loop.rows import CHAIN_TASK, START
 
     app = chain_app(chain_setup, minilm, registry=str(tmp_path / "reg"), registry_poll_s=0.1)
     question = CHAINS[0][1]
@@ -180,7 +181,10 @@ def test_chain_search_ids_take_events_and_feedback_stored_like_searches(chain_se
     try:
         [logged] = store.searches()  # the two refused requests logged nothing
         assert (logged.search_id, logged.task, logged.query, logged.kind) == \
-            (sid, CHAIN_TASK, question, CHAIN_KIND)
+            (sid, CHAIN_TASK, question, f"chain:{len(got['hops'])}:256")
+        # the hops the chain ran and the state token limit: what rebuilding its states needs
+        assert logged_chain(logged.kind) is not None and len(got["hops"]) == 2
+        assert logged_chain("chain") is None  # a search logged before: readable, no hops
         assert list(logged.ids) == shown
         [event] = store.events_after(START)
         assert (event.doc_id, event.task, event.rank) == (shown[1], CHAIN_TASK, 2)

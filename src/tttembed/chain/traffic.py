@@ -13,9 +13,38 @@ module only rebuilds them (no learning here).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tttembed.chain.states import StateTexts, TokenBudget
 from tttembed.core.errors import DataError
+
+#: The kind a chain search is logged under: ``chain:HOPS:MAX_SEQ_LENGTH`` (the hops its
+#: chain ran, the server's state token limit), what rebuilding its states needs. A search
+#: logged before these were recorded has the kind ``chain`` alone (:func:`logged_chain`:
+#: None; it stays readable, its states cannot be rebuilt).
+KIND = "chain"
+
+
+def chain_kind(hops: int, max_seq_length: int) -> str:
+    """The kind a chain search of ``hops`` hops at the state token limit is logged under."""
+    return f"{KIND}:{int(hops)}:{int(max_seq_length)}"
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What a logged chain search's kind records: its hops and state token limit."""
+
+    hops: int
+    max_seq_length: int
+
+
+def logged_chain(kind: str) -> Logged | None:
+    """The hops and token limit a chain search's kind records (None: a search logged
+    before they were, or not a chain search)."""
+    parts = kind.split(":")
+    if len(parts) != 3 or parts[0] != KIND or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return Logged(int(parts[1]), int(parts[2]))
 
 
 def served_states(question: str, hops: Sequence[int], passages: Sequence[str],
@@ -38,4 +67,4 @@ def hop_rows(hop_ids: Sequence[str], row_of: Mapping[str, int], search_id: str) 
     return [int(row_of[d]) for d in hop_ids]
 
 
-__all__ = ["hop_rows", "served_states"]
+__all__ = ["KIND", "Logged", "chain_kind", "hop_rows", "logged_chain", "served_states"]

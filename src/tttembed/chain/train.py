@@ -113,13 +113,13 @@ class TrainResult:
     history: list[dict[str, Any]]
 
 
-def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
+def config_dict(cfg: TrainConfig) -> dict[str, Any]:
     d = asdict(cfg)
     d["lora"]["target_modules"] = list(cfg.lora.target_modules)
     return d
 
 
-def _frozen_tops(states: list[ChainState], texts: StateTexts, frozen: Encode, search: Search,
+def frozen_tops(states: list[ChainState], texts: StateTexts, frozen: Encode, search: Search,
                  cfg: TrainConfig, cache: dict[ChainState, list[int]]) -> list[list[int]]:
     """Frozen top rows per state (memoised); the shared pool uses the question alone."""
     keys = [frozen_key(s, cfg.shared_negatives) for s in states]
@@ -143,7 +143,7 @@ def _run_states(encoder: LoraQueryEncoder, task: ChainTask, texts: StateTexts, s
 
 
 @dataclass
-class _Session:
+class TrainSession:
     """What one training call carries from epoch to epoch."""
 
     task: ChainTask
@@ -165,7 +165,7 @@ class _Session:
 
 def _open_session(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
                   out: Path, start: int, states_from: PathLike | None
-                  ) -> _Session:
+                  ) -> TrainSession:
     """The encoder (fresh, or the checkpoint's when resuming), its optimizer, the passage
     vectors on the encoder's device and the gold states."""
     import torch
@@ -181,12 +181,12 @@ def _open_session(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfi
     if start:
         load_optimizer(opt, params, out / "optimizer.safetensors")
     vecs = torch.from_numpy(index.get_vectors(np.arange(len(index)))).to(encoder.device)
-    return _Session(task, index, frozen, cfg, cfg.steps or task.max_hops, states_from,
+    return TrainSession(task, index, frozen, cfg, cfg.steps or task.max_hops, states_from,
                     encoder, opt, params, state_texts(task, encoder.model, cfg.max_seq_length),
                     vecs, gold_states(task.golds))
 
 
-def _other_states(s: _Session, epoch: int, progress: Progress | None
+def _other_states(s: TrainSession, epoch: int, progress: Progress | None
                   ) -> tuple[list[ChainState], list[ChainState]]:
     """(reached-state pool, other half) of an epoch, as the regime asks."""
     cfg, task, search = s.cfg, s.task, s.index.search
@@ -204,7 +204,7 @@ def _other_states(s: _Session, epoch: int, progress: Progress | None
             del runner
         pool = s.first_pool
     elif cfg.regime.startswith("synthetic") and s.wrong_pool is None:
-        tops = _frozen_tops([(qi, ()) for qi in range(len(task.golds))], s.texts, s.frozen,
+        tops = frozen_tops([(qi, ()) for qi in range(len(task.golds))], s.texts, s.frozen,
                             search, replace(cfg, shared_negatives=False), s.tops_cache)
         s.wrong_pool = wrong_passages(tops, task.golds, cfg.neg_depth)
     other = other_half(cfg.regime, epoch, cfg.seed, s.gold_half, pool=pool,
@@ -212,7 +212,7 @@ def _other_states(s: _Session, epoch: int, progress: Progress | None
     return pool, other
 
 
-def _fit(s: _Session, states: list[ChainState], pos: np.ndarray, neg: np.ndarray, epoch: int,
+def fit_epoch(s: TrainSession, states: list[ChainState], pos: np.ndarray, neg: np.ndarray, epoch: int,
          progress: Progress | None) -> float:
     """One pass of InfoNCE over ``states`` in seeded batches; the mean loss."""
     import torch
@@ -238,19 +238,19 @@ def _fit(s: _Session, states: list[ChainState], pos: np.ndarray, neg: np.ndarray
     return float(np.mean(losses))
 
 
-def _epoch(s: _Session, epoch: int, progress: Progress | None) -> dict[str, Any]:
+def _epoch(s: TrainSession, epoch: int, progress: Progress | None) -> dict[str, Any]:
     """Train one epoch; its history row (states, digests, loss, seconds per phase)."""
     t0 = time.perf_counter()
     pool, other = _other_states(s, epoch, progress)
     t_run = time.perf_counter() - t0
     t0 = time.perf_counter()
     states = s.gold_half + other
-    tops = _frozen_tops(states, s.texts, s.frozen, s.index.search, s.cfg, s.tops_cache)
+    tops = frozen_tops(states, s.texts, s.frozen, s.index.search, s.cfg, s.tops_cache)
     pos = positives(states, s.task.golds)
     neg = negatives(states, s.task.golds, tops, s.cfg.n_neg)
     t_neg = time.perf_counter() - t0
     t0 = time.perf_counter()
-    loss = _fit(s, states, pos, neg, epoch, progress)
+    loss = fit_epoch(s, states, pos, neg, epoch, progress)
     timing = {"run": t_run, "negatives": t_neg, "train": time.perf_counter() - t0}
     log.info("epoch %d/%d: loss %.5f", epoch + 1, s.cfg.epochs, loss)
     return {"epoch": epoch + 1, "gold_states": len(s.gold_half), "other_states": len(other),
@@ -259,7 +259,7 @@ def _epoch(s: _Session, epoch: int, progress: Progress | None) -> dict[str, Any]
             "seconds": {k: round(v, 3) for k, v in timing.items()}}
 
 
-def _manifest(s: _Session, config: dict[str, Any], history: list[dict[str, Any]]
+def _manifest(s: TrainSession, config: dict[str, Any], history: list[dict[str, Any]]
               ) -> dict[str, Any]:
     return {"format": FORMAT, "format_version": 1, **checkpoint_identity(s.task, s.index, config),
             "epochs": s.cfg.epochs, "epochs_done": len(history), "history": history,
@@ -269,7 +269,7 @@ def _manifest(s: _Session, config: dict[str, Any], history: list[dict[str, Any]]
             "created": now_utc()}
 
 
-def _write_checkpoint(out: Path, s: _Session, manifest: dict[str, Any]) -> None:
+def write_checkpoint(out: Path, s: TrainSession, manifest: dict[str, Any]) -> None:
     with atomic_directory(out) as tmp:
         s.encoder.save(tmp / "adapter")
         save_optimizer(s.opt, s.params, tmp / "optimizer.safetensors")
@@ -299,7 +299,7 @@ def train_chain(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
                                "index (train one: 'tttembed chain train DATA --regime gold "
                                "--out FOLDER' with the same --index)")
     out = Path(out)
-    config = _config_dict(replace(cfg, epochs=0))
+    config = config_dict(replace(cfg, epochs=0))
     with writer_lock(out):
         start, history = resume_point(out, checkpoint_identity(task, index, config), overwrite)
         if start >= cfg.epochs:
@@ -307,7 +307,7 @@ def train_chain(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfig,
         session = _open_session(task, index, frozen, cfg, out, start, states_from)
         for epoch in range(start, cfg.epochs):
             history.append(_epoch(session, epoch, progress))
-            _write_checkpoint(out, session, _manifest(session, config, history))
+            write_checkpoint(out, session, _manifest(session, config, history))
     return TrainResult(out, cfg.epochs, history)
 
 

@@ -30,6 +30,8 @@ ClicksOpt = Annotated[str, typer.Option("--clicks", help="How clicks (POST /v1/e
 ClickSettleOpt = Annotated[float, typer.Option("--click-settle-s", min=0.0, help="Seconds after a search before its clicks are read (later clicks of it are not counted).")]
 LoopInterleaveOpt = Annotated[float, typer.Option("--interleave", min=0.0, max=1.0, help="Interleaving as the online promotion test: a version the offline check does not refuse becomes the registry's candidate, which serve --interleave P replicas interleave with the served version on P of searches; it is promoted only when the clicks' sequential test (alpha 0.05) says better, dropped when it says not. Give the replicas' P (0: promote on the offline check alone).")]
 AuditShareOpt = Annotated[float, typer.Option("--audit-share", min=0.0, max=1.0, help="The share of --judge-budget all audits together may pay (the drift re-scores and the --audit set's pairs the ledger does not hold yet; pairs it holds are free to re-read). 0.2: a fifth.")]
+ChainLearnOpt = Annotated[Optional[str], typer.Option("--chain", help="Learn chain encoder versions into this chain registry (a folder or postgresql:// URL that `tttembed states add` made) from the stored chain searches (POST /v1/chain/search), instead of learned states: their served states, judged through --judge within --judge-budget, a candidate warm-started from the served version, promoted only when better on questions held out by text (--min-queries, p < 0.05).")]
+OnceOpt = Annotated[bool, typer.Option("--once", help="With --chain: judge what the budget allows, run one learning cycle, and exit.")]
 MinQueriesOpt = Annotated[int, typer.Option("--min-queries", min=2, help="Rewarded queries the promotion's paired test needs at least (it promotes only when that test says better at alpha 0.05); fewer decide nothing.")]
 
 
@@ -69,9 +71,12 @@ def loop(
     seed: Annotated[int, typer.Option(help="Seed of the validation and the audit samples.")] = 0,
     nice: Annotated[int, typer.Option("--nice", min=0, max=19, help="CPU priority offset of the learner (serving first).")] = 10,
     registry_cache: RegistryCacheOpt = None,
+    chain: ChainLearnOpt = None,
+    once: OnceOpt = False,
 ) -> None:
     """Run the closed loop's learner: judge served pairs, learn, validate, promote."""
     quiet_libraries()
+    _check_once(once, chain)
     from tttembed.loop.config import check_specs
     from tttembed.loop.run import run_loop
 
@@ -92,9 +97,27 @@ def loop(
 
     die_with_server()  # started by serve --learn: ends with its server
 
+    if chain is not None:
+        return _learn_chain(config, chain, once)
     typer.echo(f"learning into {mask_url(registry)} (Ctrl-C stops after the step in flight)",
                err=True)
     run_loop(config)
+
+
+def _check_once(once: bool, chain: str | None) -> None:
+    if once and chain is None:
+        raise typer.BadParameter("--once works with --chain only (a state learner runs "
+                                 "until stopped)", param_hint="--once")
+
+
+def _learn_chain(config: Any, chain: str, once: bool) -> None:
+    """``loop --chain``: learn chain encoder versions from the stored chain searches."""
+    from tttembed.core.pg import mask_url
+    from tttembed.loop.chain_run import run_chain_loop
+
+    typer.echo(f"learning chain versions into {mask_url(chain)} (Ctrl-C stops after the "
+               "step in flight)", err=True)
+    run_chain_loop(config, chain, once=once)
 
 
 def warn_unaudited(config: Any) -> None:

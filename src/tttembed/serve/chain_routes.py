@@ -130,11 +130,14 @@ def _body(svc: Service, found: Found, encoder: ChainEncoder, sid: str) -> dict[s
 
 
 def _log(svc: Service, req: ChainRequest, body: dict[str, Any]) -> None:
-    from tttembed.loop.rows import CHAIN_KIND, CHAIN_TASK, SearchLog
+    from tttembed.chain.traffic import chain_kind
+    from tttembed.loop.rows import CHAIN_TASK, SearchLog
 
+    assert svc.chain is not None
+    kind = chain_kind(len(body["hops"]), svc.chain.source.max_seq_length)
     svc.log_searches([SearchLog(body["search_id"], CHAIN_TASK, req.question, time.time(),
                                 body["version"], tuple(d["id"] for d in body["data"]),
-                                CHAIN_KIND, svc.replica)])
+                                kind, svc.replica)])
 
 
 async def chain_search_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:

@@ -1,0 +1,235 @@
+"""Chain retrieval learning on-policy from its own traffic (issue 63, item 2).
+
+    python benchmarks/bench_chain_loop.py --data FOLDER [--budget PAIRS] --json OUT
+
+FOLDER is shaped like ``../shared/data/2wikimultihopqa`` (``corpus.jsonl``,
+``chains_train.jsonl``, ``chains_test.jsonl``). The untrained chain is served
+(``tttembed serve --chain CHAIN_REGISTRY`` on an empty chain registry, in this process on
+127.0.0.1); every train question is asked once per round (``--rounds``) as traffic; the
+stand-in judge (``examples/rerank_server.py``) answers from the train chains' labels with
+seeded noise (``--noise``, 0.15 as in the soak); after each round the chain learner
+(``tttembed loop --chain ... --once``: judge within the budget, train a candidate
+warm-started from the served version, check it on the train questions held out by text,
+promote it only when better) runs one cycle. Then C@5 is measured with the gold chains on
+the test questions (never asked, never judged) for the untrained encoder and every
+registered version (T = the served T). JSON keys: ``c5_untrained``, ``c5_end`` (the last
+promoted version; the untrained encoder when none was), ``c5_per_version``,
+``pairs_paid`` (the store's spend account), ``ledger_paid`` (rewards the ledger paid),
+``judge_answered`` (pairs the judge server answered), ``promotions``,
+``test_questions``, ``rounds``, ``seconds``.
+
+Goal (issue 63): the last promoted version >= untrained + 10 C@5 points on 2Wiki test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("TTTEMBED_THREADS", "1")
+K = 5
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--budget", type=int, default=4000, help="judge pairs in all")
+    p.add_argument("--json", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--train-questions", type=int, default=0, help="0: all")
+    p.add_argument("--min-queries", type=int, default=20)
+    p.add_argument("--noise", type=float, default=0.15)
+    p.add_argument("--work", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def judge_folder(data: Path, chains: list[Any], work: Path) -> Path:
+    """The judge's view: the corpus, the train questions and their chains as labels."""
+    out = work / "judge"
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    if not (out / "corpus.jsonl").exists():
+        os.symlink((data / "corpus.jsonl").resolve(), out / "corpus.jsonl")
+    (out / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": c.qid, "text": c.question}) + "\n" for c in chains))
+    (out / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{c.qid}\t{d}\t1\n" for c in chains for d in c.chain))
+    return out
+
+
+@contextmanager
+def judge_server(folder: Path, noise: float, count: Path):
+    spec = importlib.util.spec_from_file_location("rerank_server",
+                                                  ROOT / "examples" / "rerank_server.py")
+    assert spec is not None and spec.loader is not None
+    rerank = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rerank)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), rerank.handler(
+        rerank.Judge(folder, noise, 0, ("train",)), rerank.Drill(0.0, count)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def serving(app: Any):
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def c5(index: Any, passages: list[str], path: Path | None, chains: list[Any]) -> float:
+    """C@5 of the gold chains under the greedy chain of the encoder at ``path`` (None:
+    untrained), at its T and the served state token limit."""
+    from tttembed.chain.checkpoint import default_steps, load_encoder
+    from tttembed.chain.online import chain_run
+    from tttembed.chain.states import StateTexts, TokenBudget
+
+    enc = load_encoder(path, max_seq_length=256, index=index)
+    texts = StateTexts([c.question for c in chains], passages,
+                       budget=TokenBudget.for_model(enc.model, 256))
+    run = chain_run(len(chains), texts, enc.encode, index.search, steps=default_steps(path),
+                    keep=K)
+    ids = index.doc_ids
+    done = [set(c.chain) <= {ids[int(r)] for r in row[:K] if r >= 0}
+            for c, row in zip(chains, run.ranking)]
+    return round(100.0 * sum(done) / max(len(done), 1), 2)
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import httpx
+
+    from tttembed.chain.setup import load
+    from tttembed.cli.loop import loop_config
+    from tttembed.data.chains import load_multihop
+    from tttembed.embed.base import DEFAULT_EMBEDDER
+    from tttembed.loop.chain_run import ChainLoop
+    from tttembed.registry.open import open_registry
+    from tttembed.serve import create_app
+
+    t0 = time.monotonic()
+    loaded = load(args.data, "test", work / "idx")
+    index, tests = loaded.index, loaded.task.chains
+    passages = loaded.task.passages
+    _, train = load_multihop(args.data, "train")
+    train = train[:args.train_questions] if args.train_questions else train
+    assert not {c.question for c in train} & {c.question for c in tests}
+    open_registry(work / "chain", create=True, index={
+        "kind": "chain", "identity": index.identity,
+        "corpus_fingerprint": index.manifest.get("corpus_fingerprint") or "",
+        "base": DEFAULT_EMBEDDER})
+    judge_data = judge_folder(args.data, train, work)
+    count = work / "judge-pairs.txt"
+    out: dict[str, Any] = {"c5_untrained": c5(index, passages, None, tests),
+                           "test_questions": len(tests), "train_questions": len(train),
+                           "budget": args.budget, "rounds": args.rounds, "per_round": []}
+    print(f"untrained C@5 on {len(tests)} test questions: {out['c5_untrained']}", flush=True)
+    with judge_server(judge_data, args.noise, count) as judge_url:
+        for r in range(args.rounds):
+            app = create_app(index=str(work / "idx"), chain=str(work / "chain"),
+                             registry=str(work / "states"), corpus=str(args.data))
+            with serving(app) as url, httpx.Client(timeout=120) as http:
+                for c in train:
+                    got = http.post(f"{url}/v1/chain/search", json={"question": c.question})
+                    got.raise_for_status()
+            config = loop_config(work / "states", work / "idx", f"rerank:labels@{judge_url}",
+                                 judge_budget=args.budget, judge_rpm=1e6, learn_every=10**9,
+                                 min_queries=args.min_queries, corpus=args.data, poll_s=0.01)
+            loop = ChainLoop(config, str(work / "chain"))
+            try:
+                loop.run(once=True)
+                cycle = loop.cycles[-1]
+                spent = sum(loop.store.spent().values())
+            finally:
+                loop.close()
+            row = {"round": r + 1, "version": cycle.version, "promoted": cycle.promoted,
+                   "reason": cycle.reason, "pairs_paid": spent,
+                   "seconds": round(time.monotonic() - t0, 1)}
+            out["per_round"].append(row)
+            print(json.dumps(row), flush=True)
+    return finish(out, work, index, passages, tests, count, t0)
+
+
+def finish(out: dict[str, Any], work: Path, index: Any, passages: list[str],
+           tests: list[Any], count: Path, t0: float) -> dict[str, Any]:
+    from tttembed.loop.open import open_store
+    from tttembed.registry.chain import FOLDER
+    from tttembed.registry.open import open_registry
+
+    reg = open_registry(work / "chain")
+    per: dict[str, Any] = {}
+    for v in reg.versions():
+        per[v.name] = {"c5": c5(index, passages, Path(v.path) / FOLDER, tests),
+                       "promoted": v.promoted, "reason": v.manifest.get("reason")}
+    promoted = [v.name for v in reg.versions() if v.promoted]
+    store = open_store(None, work / "states")
+    try:
+        out["pairs_paid"] = sum(store.spent().values())
+        out["ledger_paid"] = sum(int(r.paid) for r in store.rewards(trusted_only=False))
+    finally:
+        store.close()
+    out["judge_answered"] = sum(int(x) for x in count.read_text().split()) \
+        if count.exists() else 0
+    out["c5_per_version"] = per
+    out["promotions"] = promoted
+    out["c5_end"] = per[promoted[-1]]["c5"] if promoted else out["c5_untrained"]
+    out["gain"] = round(out["c5_end"] - out["c5_untrained"], 2)
+    out["goal_met"] = out["gain"] >= 10.0
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+        out = measure(args, args.work)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-chain-loop-") as tmp:
+            out = measure(args, Path(tmp))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"{'version':<10}{'C@5':>8}  promoted")
+    print(f"{'untrained':<10}{out['c5_untrained']:>8.2f}")
+    for name, v in out["c5_per_version"].items():
+        print(f"{name:<10}{v['c5']:>8.2f}  {v['promoted']}")
+    print(f"closing note: C@5 untrained {out['c5_untrained']:.2f} -> last promoted "
+          f"{out['c5_end']:.2f} ({out['gain']:+.2f}; goal +10: "
+          f"{'met' if out['goal_met'] else 'missed'}); judge pairs paid {out['pairs_paid']} "
+          f"(ledger {out['ledger_paid']}, judge answered {out['judge_answered']}) of "
+          f"{out['budget']}; {out['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

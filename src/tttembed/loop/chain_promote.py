@@ -1,0 +1,198 @@
+"""A chain candidate's training, promotion check and registration (one cycle of
+:class:`tttembed.loop.chain_learn.ChainLearner`).
+
+The check: the served version and the candidate each run the served greedy chain (the
+served T and state token limit) on the questions held out by text from training
+(:func:`tttembed.loop.chain_rows.held_out`); the top :data:`K` of both final lists are
+judged through the same judge, ledger and budget (source ``validation``: a pair already
+judged is free), and a question counts complete when every passage judged relevant for it
+is in the top K (C@5 under the judge). Questions with no relevant passage judged decide
+nothing. The candidate is promoted only when at least ``--min-queries`` questions decide
+and the paired test (exact one-sided sign test on the questions where the two differ) says
+better at p < :data:`ALPHA`; otherwise it is registered unpromoted with the reason, as a
+state version records a refusal.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tttembed.chain.online import DEFAULT_STEPS, chain_run
+from tttembed.chain.states import StateTexts, TokenBudget
+from tttembed.core.errors import DataError, TTTEmbedError
+from tttembed.loop.judge import BudgetSpent
+from tttembed.loop.rows import CHAIN_TASK
+
+if TYPE_CHECKING:
+    from tttembed.loop.chain_rows import ChainCycle, Served
+
+#: The paired test's level and the list depth C@K is judged at.
+ALPHA = 0.05
+K = 5
+#: What can go wrong while loading a chain version's files (besides our own errors).
+LOAD_ERRORS = (TTTEmbedError, OSError, ValueError, RuntimeError, KeyError)
+
+
+def sign_test(old: Sequence[bool], new: Sequence[bool]) -> tuple[int, int, float]:
+    """(questions the new one completes and the old one not, the reverse, one-sided exact
+    p of the first count under no difference)."""
+    better = sum(1 for o, n in zip(old, new) if n and not o)
+    worse = sum(1 for o, n in zip(old, new) if o and not n)
+    total = better + worse
+    if total == 0:
+        return 0, 0, 1.0
+    tail = sum(math.comb(total, i) for i in range(better, total + 1))
+    return better, worse, tail / 2 ** total
+
+
+def served_checkpoint(registry: Any) -> tuple[str | None, Path | None]:
+    """(the served version, its checkpoint folder); (None, None) while the untrained
+    encoder is served. A version whose files cannot be loaded is one DataError line."""
+    from tttembed.registry.chain import FOLDER, checkpoint_files
+
+    name = registry.served()
+    if name is None:
+        return None, None
+    try:
+        registry.validate(name)
+        path = Path(registry.get(name).path) / FOLDER
+        checkpoint_files(path)  # its adapter's bytes checked, as `states add` checks them
+        return name, path
+    except LOAD_ERRORS as exc:
+        raise DataError(f"chain registry {registry.location}: the served version {name} "
+                        f"cannot be loaded ({' '.join(str(exc).split())}); learning waits, "
+                        "nothing is paid for it", fix=f"roll back (`tttembed states rollback "
+                        f"{registry.location}`) or promote a sound version") from None
+
+
+def _encoder(path: Path | None, limit: int, index: Any, what: str) -> Any:
+    from tttembed.chain.checkpoint import load_encoder
+
+    try:
+        return load_encoder(path, max_seq_length=limit, index=index)
+    except LOAD_ERRORS as exc:
+        raise DataError(f"the {what} chain encoder {path} cannot be loaded "
+                        f"({' '.join(str(exc).split())})",
+                        fix="roll the chain registry back to a sound version") from None
+
+
+def chain_top_lists(learner: Any, path: Path | None, questions: list[str], steps: int,
+              limit: int, what: str) -> list[list[str]]:
+    """The top :data:`K` of the served greedy chain's final list for each question."""
+    encoder = _encoder(path, limit, learner.index, what)
+    texts = StateTexts(questions, learner.passages,
+                       budget=TokenBudget.for_model(encoder.model, limit))
+    run = chain_run(len(questions), texts, encoder.encode, learner.index.search,
+                    steps=steps, keep=max(K, steps))
+    ids = learner.index.doc_ids
+    return [[ids[int(r)] for r in row[:K] if r >= 0] for row in run.ranking]
+
+
+def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: int,
+                   limit: int) -> dict[str, Any]:
+    """The promotion check (module docstring): its record, ``decision`` one of
+    ``better``, ``not better``, ``waiting``, ``unpaid``."""
+    from tttembed.loop.chain_rows import held_out, judged_pairs, labels, relevant_rows
+
+    need = int(learner.config.min_queries)
+    held = list(dict.fromkeys(s.question for s in learner.last.searches
+                              if held_out(s.question)))
+    if len(held) < need:
+        return {"decision": "waiting", "held_out": len(held), "reason": (
+            f"{len(held)} held-out question(s) asked; the check needs --min-queries {need}: "
+            "kept unpromoted until more chain searches come")}
+    old = chain_top_lists(learner, parent, held, steps, limit, "served")
+    new = chain_top_lists(learner, candidate, held, steps, limit, "candidate")
+    judged = judged_pairs(learner.store)
+    todo = list(dict.fromkeys((CHAIN_TASK, q, d) for q, a, b in zip(held, old, new)
+                              for d in (*a, *b) if (CHAIN_TASK, q, d) not in judged))
+    try:
+        _, paid = learner.judge.pay(todo, source="validation")
+    except BudgetSpent:
+        return {"decision": "unpaid", "held_out": len(held), "reason": (
+            f"the judge budget cannot pay the check's {len(todo)} new pair(s) on "
+            f"{len(held)} held-out questions: kept unpromoted (raise --judge-budget)")}
+    rel = relevant_rows(held, learner.last.searches, judged_pairs(learner.store),
+                        labels(learner.store), learner.row_of)
+    ids = learner.index.doc_ids
+    decided = [i for i, q in enumerate(held) if rel.get(q)]
+    complete_old = [set(ids[r] for r in rel[held[i]]) <= set(old[i]) for i in decided]
+    complete_new = [set(ids[r] for r in rel[held[i]]) <= set(new[i]) for i in decided]
+    better, worse, p = sign_test(complete_old, complete_new)
+    n = len(decided)
+    c5 = [100.0 * sum(x) / n if n else 0.0 for x in (complete_old, complete_new)]
+    record = {"held_out": len(held), "decided": n, "c5_served": round(c5[0], 2),
+              "c5_candidate": round(c5[1], 2), "better": better, "worse": worse,
+              "p": round(p, 6), "validation_pairs": paid, "min_queries": need}
+    said = (f"held-out C@{K} under the judge {c5[0]:.2f} -> {c5[1]:.2f} on {n} questions "
+            f"held out by text (paired sign test: {better} better, {worse} worse, "
+            f"p {p:.3g})")
+    if n < need:
+        return {**record, "decision": "waiting", "reason": (
+            f"{said}; only {n} held-out question(s) have a passage judged relevant, the "
+            f"check needs --min-queries {need}: kept unpromoted")}
+    if better > worse and p < ALPHA:
+        return {**record, "decision": "better", "reason": f"{said}: better, promoted"}
+    return {**record, "decision": "not better",
+            "reason": f"{said}: not better at p < {ALPHA}, kept unpromoted"}
+
+
+def register_candidate(registry: Any, checkpoint: Path, record: dict[str, Any]) -> Any:
+    """Register the candidate checkpoint (checked as ``states add`` checks one) with the
+    cycle's ``record`` in its manifest, not promoted."""
+    from tttembed.registry.chain import (
+        check_fits,
+        checkpoint_files,
+        checkpoint_record,
+        files_digest,
+    )
+
+    rec = checkpoint_record(checkpoint)
+    check_fits(registry.manifest, rec, f"the chain candidate cannot be added to "
+                                       f"{registry.location}")
+    files = checkpoint_files(checkpoint)
+    return registry.register_files(files, added_by="learner", chain_digest=files_digest(files),
+                                   **rec, **record)
+
+
+def train_and_check(learner: Any, train: list[Served],
+                    relevant: dict[str, list[int]], limit: int) -> ChainCycle:
+    """Train a candidate warm-started from the served version on ``train``'s states, check
+    it, register it and promote it when the check says better."""
+    from tttembed.chain.traffic_train import TrafficSet, train_traffic
+    from tttembed.chain.train import TrainConfig
+    from tttembed.embed.base import DEFAULT_EMBEDDER
+    from tttembed.loop.chain_rows import ChainCycle, majority
+
+    parent, warm = served_checkpoint(learner.registry)
+    steps = majority([len(s.rows) for s in train], DEFAULT_STEPS)
+    data = TrafficSet.build([(s.question, s.rows) for s in train], relevant)
+    cfg = TrainConfig(base=learner.registry.manifest.get("base") or DEFAULT_EMBEDDER,
+                      seed=int(learner.config.seed))
+    out = learner.work / f"candidate-{uuid.uuid4().hex[:8]}"
+    try:
+        manifest = train_traffic(data, learner.passages, learner.index, learner.frozen, cfg,
+                                 out, warm=warm, steps=steps, max_seq_length=limit)
+        check = held_out_check(learner, warm, out, steps, limit)
+        promote = check["decision"] == "better"
+        record = {"parent": parent, "reason": check["reason"], "evidence": check,
+                  "trained": {"questions": len(data.questions), "states": len(data.states),
+                              "searches": len(train), "max_seq_length": limit,
+                              "loss": manifest["history"][-1]["loss"]},
+                  "skipped": dict(learner.last.skipped)}
+        version = register_candidate(learner.registry, out, record)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if promote:
+        learner.registry.promote(version.name, by="learner", reason=check["reason"])
+    return ChainCycle(version.name, promote, check["reason"],
+                      int(check.get("validation_pairs", 0)), check)
+
+
+__all__ = ["ALPHA", "K", "chain_top_lists", "held_out_check", "register_candidate",
+           "served_checkpoint", "sign_test", "train_and_check"]
