@@ -16,9 +16,16 @@
 -- reconnect try: 50 ms, doubling to 1 s, until an answer comes.
 --
 -- Pacing: SOAK_RATE searches a second for this wrk process (0: as fast as the
--- connections go), spread over its threads; delay() gives each search the next free
--- slot of its thread (follow-ups go at once). A thread late by more than a second does
--- not burst to catch up.
+-- connections go), spread over its threads; request() waits for the next free slot of
+-- its thread before a search (follow-ups go at once). A thread late by more than a
+-- second does not burst to catch up. The wait is a poll() inside request(), never wrk's
+-- delay(): wrk arms a timer per delay() and keeps it across a reconnect, so a connection
+-- closed during a delay (the replica killed) re-armed one more timer per reconnect try,
+-- and each stale timer that fired later, with a request in flight, made wrk call
+-- request() and send a second request on that connection: the answers then came one
+-- request late (a search's 200 read as a click's, the last search's answer read by no
+-- one), so searches the replica logged were never seen answered. With no delay(), wrk
+-- calls request() once per answer and once per (re)connect, nothing else.
 --
 -- From SOAK_STOP_AT (epoch seconds) on, no new search is sent: the follow-ups still
 -- queued are posted (retried as above), and an idle thread asks GET /healthz once a second
@@ -93,7 +100,10 @@ local function ready_item()
   return nil
 end
 
-function delay()
+-- ms to wait before the next request: none while a follow-up is ready, else this
+-- thread's next search slot (after SOAK_STOP_AT: 200 ms while follow-ups are queued, else
+-- 1 s, then a /healthz)
+local function pace()
   if ready_item() ~= nil then return 0 end
   local t = now()
   if t >= stop_at then return #queue > 0 and 200 or 1000 end
@@ -118,8 +128,9 @@ end
 
 function request()
   calls = calls + 1
-  if calls == 2 then
-    inflight = nil  -- wrk calls request() once before connecting, and sends nothing of it
+  if calls == 2 and tid == 1 then
+    inflight = nil  -- wrk calls the first thread's request() once before connecting (to
+                    -- check the request), and sends nothing of it
   end
   if inflight ~= nil and inflight.kind == "search" then
     -- its connection closed before an answer came: a failed search (status 0), logged
@@ -139,6 +150,9 @@ function request()
     -- thread's one connection is down anyway), so the measurement is not the generator's
     backoff = math.min(backoff > 0 and backoff * 2 or 50, 1000)
     ffi.C.poll(nil, 0, backoff)
+  elseif not (calls == 1 and tid == 1) then
+    local wait = pace()  -- this thread's one connection is idle until it sends
+    if wait > 0 then ffi.C.poll(nil, 0, math.floor(wait + 0.5)) end
   end
   local i = ready_item()
   if i ~= nil then

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 log = logging.getLogger("tttembed.loop")
+T = TypeVar("T")
 
 #: The warning of a loop started without ``--audit``.
 UNAUDITED = ("the judge is not audited (no --audit qrels:PATH): nothing checks its rewards "
@@ -67,6 +71,27 @@ class OncePerKind:
             self.said.clear()
 
 
+def through_outage(call: Callable[[], T], what: str) -> T:
+    """``call()``, called again while the store is unavailable (``StoreUnavailable``: the
+    database restarting, or a connection it closed meanwhile, which the next call opens
+    anew; nothing of a failed call was kept), waiting 0.5 s doubling to
+    :data:`MAX_BACKOFF_S`, a line per kind of failure: for the learner's start-up, whose
+    steps are not yet retried by the loop."""
+    from tttembed.core.errors import StoreUnavailable
+
+    said, wait = OncePerKind(what), 0.5
+    while True:
+        try:
+            got = call()
+        except StoreUnavailable as exc:
+            said.failed(exc)
+            time.sleep(wait)
+            wait = min(wait * 2, MAX_BACKOFF_S)
+            continue
+        said.ok()
+        return got
+
+
 def configure_log() -> None:
     """The learner's log: one line each, with the time, on stderr."""
     logger = logging.getLogger("tttembed.loop")
@@ -78,4 +103,5 @@ def configure_log() -> None:
         logger.propagate = False
 
 
-__all__ = ["MAX_BACKOFF_S", "UNAUDITED", "Failures", "OncePerKind", "configure_log"]
+__all__ = ["MAX_BACKOFF_S", "UNAUDITED", "Failures", "OncePerKind", "configure_log",
+           "through_outage"]

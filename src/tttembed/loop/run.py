@@ -31,7 +31,7 @@ from tttembed.loop.clicks.feed import ClickFeed
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.coordination import LockLost, open_coordination
 from tttembed.loop.drift import audit_source
-from tttembed.loop.failures import Failures, OncePerKind, configure_log
+from tttembed.loop.failures import Failures, OncePerKind, configure_log, through_outage
 from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent, Triple
 from tttembed.loop.learner import Cycle, Learner
@@ -101,9 +101,9 @@ class Loop:
         self.state.host = socket.gethostname()
         self.failures = Failures()
         # a store from before the spend account: what it paid (and the re-scores the old
-        # status counted) opens the account, once
-        self.store.open_account(self.state.drift_pairs)
-        _recover(self.judge)
+        # status counted) opens the account, once; a database restart meanwhile waited out
+        through_outage(lambda: self.store.open_account(self.state.drift_pairs), "start-up")
+        through_outage(lambda: _recover(self.judge), "start-up")
         self.bucket = Bucket(config.judge_rpm)
         self.stop = threading.Event()
         #: set when another learner took the learner lock (this one then stops)
@@ -271,7 +271,7 @@ class Loop:
         log.info("learning into %s from %s (judge %s, budget %d pairs, %g a minute)",
                  self.registry.location, self.store.url, self.config.judge,
                  self.config.judge_budget, self.config.judge_rpm)
-        self.save()
+        through_outage(self.save, "start-up")
         heart = threading.Thread(target=self._heartbeat, name="loop-heartbeat", daemon=True)
         heart.start()
         while not self.stop.is_set():
