@@ -410,6 +410,8 @@ def test_a_task_with_too_few_queries_of_its_own_takes_the_pooled_query_part(tmp_
     assert sel["query"]["big"] != "none"
     assert sel["query"]["small"] == sel["query"]["big"], sel
     assert any(n.startswith("small: query part") and "pooled" in n for n in sel["notes"])
+    assert any(n.startswith("small: 4 held-out queries") and "no shared part chosen; the "
+               "query part (" in n for n in sel["notes"]), sel["notes"]
 
 
 def test_the_pooled_query_part_needs_its_own_queries_not_to_lose():

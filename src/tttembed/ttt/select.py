@@ -192,8 +192,8 @@ def too_few(evidence: Evidence, query: Mapping[str, str] | None = None) -> list[
         if n < MIN_CHOICE_QUERIES:
             part = (query or {}).get(t, "none")
             what = ("raw kept, no part chosen" if part == "none" else
-                    f"no part chosen on its own evidence; its query part {part} on every "
-                    "task's pooled")
+                    f"no shared part chosen; the query part ({part}) taken from every "
+                    "task's rewarded queries pooled")
             out.append(f"{t}: {too_few_note(n, what)}")
     return out
 
