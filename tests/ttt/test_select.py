@@ -392,3 +392,41 @@ def test_two_queries_are_too_few_to_choose_and_it_is_said(tmp_path):
     assert few.auto() == "0"
     assert CrossValidation("task", 5, "ndcg@10", MIN_CHOICE_QUERIES, 1, 0.3, sure).auto() \
         == "rule"
+
+
+def test_a_task_with_too_few_queries_of_its_own_takes_the_pooled_query_part(tmp_path):
+    """The 6-query rule is per task: beside a task of 36 rewarded queries, one of 4
+    (fewer than MIN_CHOICE_QUERIES) used to keep none, though each
+    rewarded query's own vector helps everywhere (``query-auto``, pooling every task's
+    queries, kept it). It now takes the query part the pooled evidence shows, and says so;
+    its shared part still needs its own 6."""
+    from tttembed.adapt.crossval import MIN_CHOICE_QUERIES
+
+    tasks = ["big"] * 9 + ["small"]  # 40 questions: 36 big, 4 small
+    state, _ = _auto(tmp_path, "harmful", tasks, 10)
+    sel = state.selection
+    small = sel["evidence"]["small"]
+    assert small["query"]["queries"] < MIN_CHOICE_QUERIES  # the setting the test needs
+    assert sel["query"]["big"] != "none"
+    assert sel["query"]["small"] == sel["query"]["big"], sel
+    assert any(n.startswith("small: query part") and "pooled" in n for n in sel["notes"])
+    assert any(n.startswith("small: 4 held-out queries") and "no shared part chosen; the "
+               "query part (" in n for n in sel["notes"]), sel["notes"]
+
+
+def test_the_pooled_query_part_needs_its_own_queries_not_to_lose():
+    """query_choices: a task of 3 queries takes the pooled query part unless its own mean
+    gain for it is below 0; 6 queries of its own decide alone; with no pooled evidence
+    (one task) nothing is taken."""
+    from tttembed.ttt.select import query_choices
+
+    def ev(gain, lo, n):
+        return {"gain": gain, "ci_low": lo, "ci_high": gain + 0.1, "p": 0.01, "queries": n}
+
+    pooled = {"query": ev(0.05, 0.01, 40), "rw-rocchio": ev(0.02, -0.01, 40)}
+    evidence = {"few": {"query": ev(0.04, 0.02, 3)}, "loses": {"query": ev(-0.01, -0.2, 3)},
+                "own": {"query": ev(0.03, -0.02, 6)}}
+    got, notes = query_choices(evidence, pooled)
+    assert got == {"few": "query", "loses": "none", "own": "none"}
+    assert len(notes) == 1 and notes[0].startswith("few: query part query on every task's 40")
+    assert query_choices(evidence, {})[0] == {"few": "none", "loses": "none", "own": "none"}

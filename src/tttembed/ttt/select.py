@@ -79,6 +79,8 @@ from tttembed.ttt.selection import (
 AUTO_SCOPES: tuple[str, ...] = LEARN_SCOPES
 #: The query alphas' random stream (fixed: a version bump does not move the draws).
 _QUERY_ALPHA_STREAM = 10
+#: The query part's pooled evidence's own stream (the other parts' draws unchanged).
+_POOLED_STREAM = 12
 _RULE = ALPHA_GRID.index("rule")
 #: The rule's n/(n+1) for a query-wise vector (one rewarded query).
 _QUERY_RULE = 0.5
@@ -152,7 +154,7 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         qalpha = query_alphas(table, objective=objective, folds=folds, seed=seed)
         qp = _query_part(sources, table, sh.merged, pay, shared, alphas, learned,
                          cap=max(cap - sh.spent, 0) // (2 if near else 1), coef_for=coef_for,
-                         k=k, rng=rng, query_alpha=qalpha)
+                         k=k, rng=rng, query_alpha=qalpha, seed=seed)
     for t, got in qp.evidence.items():
         evidence[t].update(got)
     estimators = {**sh.estimators, **({m: qp.estimator for m in QUERY_LEVEL} if query else {})}
@@ -164,11 +166,10 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         for t, got in nb.evidence.items():
             evidence.setdefault(t, {}).update(got)
         estimators.update(nb.estimators)
-    notes = sh.notes + qp.notes + nb.notes + too_few(evidence)
+    chosen, pooled_notes = query_choices(evidence, qp.pooled)
+    notes = sh.notes + qp.notes + nb.notes + too_few(evidence, chosen) + pooled_notes
     return Selection(
-        shared=shared,
-        query={t: best_method({m: e[m] for m in QUERY_LEVEL if m in e}, "none")
-               for t, e in evidence.items()},
+        shared=shared, query=chosen,
         evidence=evidence, estimators=estimators, needed=sh.needed + qp.needed + nb.needed,
         paid=sh.spent + qp.paid + nb.spent, cap=cap, notes=tuple(notes),
         neighbour={t: best_method({m: e[m] for m in (NEIGHBOUR,) if m in e}, "none")
@@ -179,17 +180,51 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
 Evidence = dict[str, dict[str, dict[str, float]]]
 
 
-def too_few(evidence: Evidence) -> list[str]:
+def too_few(evidence: Evidence, query: Mapping[str, str] | None = None) -> list[str]:
     """A note per task whose evidence holds fewer queries than a choice needs
     (:data:`~tttembed.adapt.crossval.MIN_CHOICE_QUERIES`: raw kept there, whatever its
-    intervals say)."""
+    intervals say; ``query``: the query parts chosen, one taken from every task's
+    evidence pooled is said)."""
     out = []
     for t, per in evidence.items():
         n = max((int(e.get("queries", MIN_CHOICE_QUERIES)) for e in per.values()),
                 default=MIN_CHOICE_QUERIES)
         if n < MIN_CHOICE_QUERIES:
-            out.append(f"{t}: {too_few_note(n, 'raw kept, no part chosen')}")
+            part = (query or {}).get(t, "none")
+            what = ("raw kept, no part chosen" if part == "none" else
+                    f"no shared part chosen; the query part ({part}) taken from every "
+                    "task's rewarded queries pooled")
+            out.append(f"{t}: {too_few_note(n, what)}")
     return out
+
+
+def query_choices(evidence: Evidence, pooled: Mapping[str, Mapping[str, float]]
+                  ) -> tuple[dict[str, str], list[str]]:
+    """Each task's query part, and a note per task that took the pooled one. A task
+    whose rewarded queries number at least :data:`MIN_CHOICE_QUERIES` chooses on its own
+    evidence. One with fewer cannot (no 95% interval from so few), so it takes the method
+    that the evidence pooled over every task's rewarded queries (``pooled``: task-balanced,
+    as ``--alpha auto`` pools a query-wise state's evidence) shows helps, over at least
+    as many queries, unless its own queries' mean gain for that method is below 0. A
+    query-level method is one procedure in every task (each rewarded query's own vector,
+    or Rocchio's or Qdrant's formula on its own rewards), so its evidence pools where a
+    shared part's cannot; alone, a task of 2 queries pools only its own and keeps none."""
+    out: dict[str, str] = {}
+    notes: list[str] = []
+    pick = best_method(pooled, "none")
+    for t, e in evidence.items():
+        own = {m: e[m] for m in QUERY_LEVEL if m in e}
+        out[t] = best_method(own, "none")
+        n = max((int(g.get("queries", 0)) for g in own.values()), default=0)
+        if n >= MIN_CHOICE_QUERIES or pick not in own or own[pick]["gain"] < 0:
+            continue
+        out[t] = pick
+        g = pooled[pick]
+        notes.append(f"{t}: query part {pick} on every task's {int(g['queries'])} rewarded "
+                     f"queries pooled ({g['gain']:+.4f} [{g['ci_low']:+.4f}, "
+                     f"{g['ci_high']:+.4f}]; {n} of its own, fewer than the "
+                     f"{MIN_CHOICE_QUERIES} a choice needs, mean {own[pick]['gain']:+.4f})")
+    return out, notes
 
 
 #: The alphas a shared part may be shrunk to (the guard's grid without 0): its vector
@@ -297,13 +332,15 @@ class _QueryPart:
     needed: int = 0
     paid: int = 0
     notes: list[str] = field(default_factory=list)
+    #: Per method: its evidence over every task's rewarded queries (:func:`query_choices`).
+    pooled: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _query_part(sources: Sequence[Source], table: Table,
                 rewards: Mapping[str, Mapping[str, float]], pay: Pay, shared: Mapping[str, str],
                 alphas: Mapping[str, str], learned: Mapping[str, AdaptState | None], *,
                 cap: int, coef_for: CoefFor, k: int, rng: np.random.Generator,
-                query_alpha: Mapping[str, str]) -> _QueryPart:
+                query_alpha: Mapping[str, str], seed: int = 0) -> _QueryPart:
     """Each query-level method's Delta on every rewarded row: its top-k against the list
     the row's shared part gives; the never-judged documents of those lists, in (row, doc
     id) order, are sampled at random within ``cap`` and paid, the others filled with the
@@ -322,11 +359,14 @@ def _query_part(sources: Sequence[Source], table: Table,
     judged = judge_lists(table.keys, table.tasks, lists, rewards, pay, picked,
                          needed=len(new), base="", names=QUERY_LEVEL, k=k)
     evidence = judged.per_task(rng)
+    gains, p = judged.overall(np.random.default_rng([seed, _POOLED_STREAM]))
+    pooled = {g.alpha: {"gain": g.gain, "ci_low": g.ci_low, "ci_high": g.ci_high,
+                        "p": p[g.alpha], "queries": float(len(table.keys))} for g in gains}
     for t, label in query_alpha.items():
         if "query" in evidence.get(t, {}):
             cast(dict[str, Any], evidence[t]["query"])["alpha"] = label
     out = _QueryPart(evidence, "judged-diff" + ("-sampled" if judged.sampled else ""),
-                     len(new), len(picked))
+                     len(new), len(picked), pooled=pooled if len(set(table.tasks)) > 1 else {})
     if judged.sampled:
         out.notes.append(f"query part: {len(picked):,} of the {len(new):,} never-judged "
                          "documents its re-searches bring in were paid (a random sample, "
@@ -335,5 +375,5 @@ def _query_part(sources: Sequence[Source], table: Table,
 
 
 __all__ = ["AUTO_SCOPES", "METHODS", "NEIGHBOUR", "QUERY_LEVEL", "SELECT_VERSION", "SHARED",
-           "CoefFor", "MethodGain", "Selection", "query_alphas", "query_vector", "rewards_coef",
-           "select_methods", "shared_groups", "shared_scopes"]
+           "CoefFor", "MethodGain", "Selection", "query_alphas", "query_choices", "query_vector",
+           "rewards_coef", "select_methods", "shared_groups", "shared_scopes"]
