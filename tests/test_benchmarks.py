@@ -562,6 +562,18 @@ def test_the_soak_rewards_replay_says_its_options_and_refuses_a_missing_folder(t
     assert r.returncode == 2 and "error: --data" in r.stderr, r.stdout + r.stderr
 
 
+def test_the_cycle_growth_benchmark_at_two_tiny_sizes(tmp_path, env, tiny):
+    """Both rules at 4 and 8 texts with a window of 4: the ratios and the quality deltas
+    reported."""
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_cycle_growth.py",
+            ["--data", str(tiny), "--docs", "0", "--work", str(tmp_path / "w"), "--sizes", "4,8",
+             "--window", "4", "--searches", "200"], env, claims)
+    rows = reported(r, claims, least=4, miss_exits_1=False)
+    assert "window     8 texts (learned    4)" in r.stdout, r.stdout
+    assert rows[0]["claim"].startswith("a cycle's time at the largest size"), rows
+
+
 def test_the_durability_check_with_one_kill(tmp_path, env):
     r = run(TOOLS / "durability.py", [str(tmp_path / "dur"), "1", "--kills", "1"], env)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -145,3 +145,36 @@ def test_a_recurring_failure_is_logged_once_per_kind_until_it_works(caplog):
     assert [line.split(":")[0] for line in lines] == ["heartbeat not written"] * 4
     assert sum("connection refused" in line for line in lines) == 2
     assert sum(line.endswith("the failure has stopped") for line in lines) == 1
+
+
+def test_a_cycle_with_more_texts_than_the_window_learns_from_at_most_the_window(
+        tmp_path, monkeypatch):
+    """Bounded learning cycles: the first cycle learns from all 40 rewarded texts (under
+    the window) and is served; with a window of 8 the next one's method auto and checks
+    see 8 texts, and the 32 outside the window keep the served version's query-wise
+    vectors (every one the served version holds is in the registered version)."""
+    import tttembed.ttt.distil as distil
+    from tttembed.adapt.scopes import query_key
+
+    learner = _learner(tmp_path, "harmful", ["t"], 10, scopes=("query", "task"))
+    seen: list[int] = []
+    inside: set[str] = set()
+    learn_auto = distil.learn_auto
+
+    def counting(sources, *args, **kwargs):
+        seen.append(sum(len(qs) for qs, _, _ in sources))
+        inside.clear()
+        inside.update(query_key(t, q) for qs, _, _ in sources
+                      for t, q in zip(qs.tasks, qs.texts))
+        return learn_auto(sources, *args, **kwargs)
+
+    monkeypatch.setattr(distil, "learn_auto", counting)
+    first = learner.cycle(10_000, frozen=False)
+    assert seen == [40] and first.version is not None
+    learner.registry.promote(first.version.name, by="test", reason="the served version")
+    learner.recent.window = 8
+    second = learner.cycle(10_000, frozen=False)
+    assert seen == [40, 8], seen
+    assert second.version is not None and second.version.manifest["outside_window"] == 32
+    served = {k for k in first.version.load().keys if "/#" in k}
+    assert served - inside and served - inside <= set(second.version.load().keys)

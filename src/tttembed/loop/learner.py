@@ -1,5 +1,7 @@
-"""One learning cycle of the closed loop: every trusted reward and every explicit label
--> the candidate (method auto, :func:`tttembed.ttt.distil.learn_auto`: per task the parts
+"""One learning cycle of the closed loop: the trusted rewards and explicit labels of the
+rewarded texts in the bounded window (at most :data:`~tttembed.loop.window.WINDOW`, those
+changed most recently; the others keep the served version's query-wise vectors:
+:mod:`tttembed.loop.window`) -> the candidate (method auto, :func:`tttembed.ttt.distil.learn_auto`: per task the parts
 the guard says help among those ``--scope`` allows, query-wise by the query's text; a part
 it excludes is not learned or paid for) -> the promotion check against the served version
 (:mod:`tttembed.loop.promote`) -> a registered version, promoted only when the check says
@@ -39,6 +41,7 @@ from tttembed.loop.populations import check_two, decide, oof_shared, worse
 from tttembed.loop.promote import PromotionCheck, waiting
 from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.store import Store
+from tttembed.loop.window import RecentTexts, keep_served
 from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
 from tttembed.ttt.queries import BaseRetrieval, QuerySet, base_retrieval
@@ -136,6 +139,8 @@ class Learner:
         #: (task, text) -> its base vector, candidate rows and scores (:meth:`_base`)
         self._bases: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] \
             = OrderedDict()
+        #: which rewarded texts changed most recently: a cycle's window
+        self.recent: RecentTexts[tuple[str, str]] = RecentTexts()
 
     def click_view(self) -> ClickView | None:
         """The click view of this cycle over the trusted judge rewards (None without
@@ -208,20 +213,19 @@ class Learner:
         self.last_clicks = view
         if not judged:
             return Cycle(None, False, 0, "no reward yet")
+        judged, outside = self._window(judged)
         qs = self._queries(judged)
         base = self._base(qs)
         rewards = {k: judged[(t, q)] for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
         n_pairs = sum(len(r) for r in rewards.values())
-        fresh = n_pairs if new_pairs is None else min(max(new_pairs, 0), n_pairs)
-        cap = max(round(self.config.validate_share * fresh), 0)
-        if self.config.has_judge:
-            cap = max(min(budget_left, cap), 0)
+        cap = self._guard_cap(budget_left, new_pairs, n_pairs)
         pay = self._pay(qs, view)
         shared_pay, new_cap = self._shared_pay(qs, view, pay)
         state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
                            scopes=self.config.scopes, seed=self.config.seed,
                            provenance=self._provenance(n_pairs), shared_pay=shared_pay)
         parent, served = self.served_states()
+        state = keep_served(state, served, outside)
         judged_now = self._marks(qs, rewards, pay, view)
         check_cap = self._check_cap(budget_left, pay, cap)
         new_x = oof_shared(self.index, qs, base, rewards, state, seed=self.config.seed)
@@ -245,7 +249,7 @@ class Learner:
                   "pairs": {"judged": n_judge, "feedback": n_feedback, "validation": pay.spent,
                             "clicks": view.pairs if view is not None else 0},
                   "choice": dict((state.selection or {}).get("choice", {})) if state else {},
-                  "scopes": list(self.config.scopes),
+                  "scopes": list(self.config.scopes), "outside_window": len(outside),
                   **({"kept_shared": two.kept_shared} if two.kept_shared else {})}
         version = self.registry.register(state, **record)
         if ok:
@@ -254,6 +258,23 @@ class Learner:
             self.online.propose(version.name)
         return Cycle(version, ok, pay.spent, reason, waiting(check, rewarded=len(qs), candidate=(
             candidate), pairs_left=max(budget_left - pay.spent, 0) * self.config.has_judge))
+
+    def _guard_cap(self, budget_left: int, new_pairs: int | None, n_pairs: int) -> int:
+        """The guard's validation cap: ``validate_share`` of the pairs rewarded since the
+        last cycle (``new_pairs``; default all ``n_pairs``), within the budget left."""
+        fresh = n_pairs if new_pairs is None else min(max(new_pairs, 0), n_pairs)
+        cap = max(round(self.config.validate_share * fresh), 0)
+        return max(min(budget_left, cap), 0) if self.config.has_judge else cap
+
+    def _window(self, judged: TextRewards) -> tuple[TextRewards, list[tuple[str, str]]]:
+        """The rewarded texts this cycle learns from (at most the window's, those changed
+        most recently: :mod:`tttembed.loop.window`) and the others, which keep the
+        served version's query-wise vectors."""
+        picked = self.recent.pick(judged)
+        if len(picked) == len(judged):
+            return judged, []
+        inside = set(picked)
+        return {k: judged[k] for k in picked}, [k for k in judged if k not in inside]
 
     def _pay(self, qs: QuerySet, view: ClickView | None) -> JudgePay | UnseenAtFloor:
         """What pays validation pairs: the judge, or without one the click floors."""
