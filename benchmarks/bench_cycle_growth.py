@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ sys.path.insert(0, str(HERE))
 from _soak_setup import prepare_task  # noqa: E402
 from _support import DATA  # noqa: E402
 from claims import Goal, emit  # noqa: E402
-from replay_soak_rewards import _rewards  # noqa: E402
+from replay_soak_rewards import _rewards, asked_texts, query_set  # noqa: E402
 
 TASK = "scifact"
 GOAL = 2.0  # cycle time at the largest size / at the smallest, at most
@@ -99,31 +98,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def setup(args: argparse.Namespace) -> Setup:
     """The task, its index, every asked text in order of first asking, their base
     retrieval and rewards (``replay_soak_rewards.py``'s draw)."""
-    from tttembed.adapt.scopes import query_digest
     from tttembed.index.embedder import index_embedder
     from tttembed.index.store import load_index
-    from tttembed.ttt.queries import QuerySet, base_retrieval
+    from tttembed.ttt.queries import base_retrieval
 
     task = prepare_task(Path(args.data), args.docs, Path(args.work))
     index = load_index(task.index)
     emb = index_embedder(index, None)
-    order = list(task.stream)
-    random.Random(args.seed).shuffle(order)
-    w = 1.0 / np.arange(1, len(order) + 1)
-    rng = np.random.default_rng(args.seed + 1)
-    counts = np.bincount(rng.choice(len(order), size=args.searches, p=w / w.sum()),
-                         minlength=len(order))
-    seen: set[str] = set()
-    asked = []
-    for q, n in zip(order, counts):  # replay_soak_rewards.py's order
-        if n and task.questions[q] not in seen:
-            seen.add(task.questions[q])
-            asked.append((q, int(n)))
+    asked = asked_texts(task, args.seed, args.searches)
 
     def qset(qids: list[str]) -> Any:
-        return QuerySet((TASK,) * len(qids), tuple(query_digest(task.questions[q])
-                                                   for q in qids),
-                        tuple(task.questions[q] for q in qids))
+        return query_set(TASK, task.questions, qids)
 
     qs = qset([q for q, _ in asked])
     of = dict(zip(qs.keys, [q for q, _ in asked]))

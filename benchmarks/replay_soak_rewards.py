@@ -36,6 +36,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-own", action="store_true",
                     help="learn from each question's own document too (the rule before)")
     args = ap.parse_args(argv)
-    from tttembed.adapt.scopes import query_digest
     from tttembed.adapt.validate import sign_flip_p
     from tttembed.index.embedder import index_embedder
     from tttembed.index.store import load_index
@@ -88,24 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     name = task.name
     index = load_index(index_path)
     emb = index_embedder(index, None)
-    order = list(task.stream)
-    random.Random(args.seed).shuffle(order)
-    w = 1.0 / np.arange(1, len(order) + 1)
-    rng = np.random.default_rng(args.seed + 1)
-    counts = np.bincount(rng.choice(len(order), size=args.searches, p=w / w.sum()),
-                         minlength=len(order))
-    asked, seen = [], set()
-    for q, n in zip(order, counts):
-        if n and task.questions[q] not in seen:
-            seen.add(task.questions[q])
-            asked.append((q, int(n)))
+    asked = asked_texts(task, args.seed, args.searches)
     if args.texts:
         asked = sorted(asked, key=lambda a: -a[1])[:args.texts]
 
     def qset(qids: list[str]) -> QuerySet:
-        return QuerySet((name,) * len(qids), tuple(query_digest(task.questions[q])
-                                                   for q in qids),
-                        tuple(task.questions[q] for q in qids))
+        return query_set(name, task.questions, qids)
 
     qs = qset([q for q, _ in asked])
     of = dict(zip(qs.keys, [q for q, _ in asked]))
@@ -151,6 +139,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"test questions ({len(test)}): raw {raw.mean():.4f}, the registered version "
           f"{end.mean():.4f} ({end.mean() - raw.mean():+.4f}, paired p {p:.3f})")
     return 0
+
+
+def asked_texts(task, seed: int, searches: int) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    """The traffic as ``bench_soak.py`` draws it: ``searches`` Zipf(1) draws over the
+    stream questions in ``seed``'s shuffled order; each distinct text once, (question id,
+    times asked), in order of first asking."""
+    order = list(task.stream)
+    random.Random(seed).shuffle(order)
+    w = 1.0 / np.arange(1, len(order) + 1)
+    rng = np.random.default_rng(seed + 1)
+    counts = np.bincount(rng.choice(len(order), size=searches, p=w / w.sum()),
+                         minlength=len(order))
+    asked, seen = [], set()
+    for q, n in zip(order, counts):
+        if n and task.questions[q] not in seen:
+            seen.add(task.questions[q])
+            asked.append((q, int(n)))
+    return asked
+
+
+def query_set(name: str, questions: dict[str, str], qids: list[str]) -> Any:
+    """The query set of ``qids`` under task ``name``, keyed by their texts' digests."""
+    from tttembed.adapt.scopes import query_digest
+    from tttembed.ttt.queries import QuerySet
+
+    return QuerySet((name,) * len(qids), tuple(query_digest(questions[q]) for q in qids),
+                    tuple(questions[q] for q in qids))
 
 
 def _without_own(rewards, qs, corpus):  # type: ignore[no-untyped-def]
