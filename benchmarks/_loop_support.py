@@ -39,11 +39,14 @@ class Children:
         atexit.register(self.stop_all)
 
     def start(self, cmd: Sequence[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
-        fh = open(log, "ab")
-        proc = subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        fh.close()
-        self.procs.append(proc)
+        """Start ``cmd`` in its own process group; a SIGINT/SIGTERM that arrives while
+        it starts is held until the child is in :attr:`procs`, so the stop reaches it."""
+        with _signals_held():
+            fh = open(log, "ab")
+            proc = subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            fh.close()
+            self.procs.append(proc)
         return proc
 
     def stop(self, proc: subprocess.Popen, timeout: float = 40.0) -> None:
@@ -61,6 +64,25 @@ class Children:
     def stop_all(self) -> None:
         for proc in list(self.procs):
             self.stop(proc)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM noted, not handled, for the block; then handled as they came
+    (the handler that was in place runs, once per signal). Off the main thread: as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        for signum in held:
+            os.kill(os.getpid(), signum)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -182,3 +182,41 @@ def test_every_option_of_the_soak_says_what_it_does():
     bare = [a.option_strings[0] for a in bench_soak.parser()._actions
             if a.option_strings and not (a.help or "").strip()]
     assert bare == []
+
+
+def test_a_signal_while_a_child_starts_still_stops_that_child(tmp_path, monkeypatch):
+    """SIGTERM arriving while Popen is starting a child (after its exec, before the
+    benchmark holds it): the stop that follows must still reach that child (CI once left
+    a wrk running this way)."""
+    import os
+    import signal
+    import subprocess as sp
+
+    from _loop_support import Children
+
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop()
+
+    real = sp.Popen
+
+    def popen_then_signal(*a, **kw):
+        proc = real(*a, **kw)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered inside Popen, as on a busy machine
+        return proc
+
+    children = Children()
+    previous = signal.signal(signal.SIGTERM, handler)
+    monkeypatch.setattr(sp, "Popen", popen_then_signal)
+    try:
+        with pytest.raises(Stop):
+            children.start(["sleep", "60"], tmp_path / "log", dict(os.environ))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        monkeypatch.undo()
+    assert len(children.procs) == 1, "the child started during the signal is not held"
+    proc = children.procs[0]
+    children.stop_all()
+    assert proc.poll() is not None
