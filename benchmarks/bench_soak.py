@@ -91,12 +91,14 @@ class Sampler(threading.Thread):
         now = time.time()
         procs = {f"{p.name}#{len(p.pids)}": p.pid for p in self.stack.procs.values()}
         procs.update({k: (v.pid if v.poll() is None else None) for k, v in self.extra.items()})
-        procs["postgres"] = postmaster_pid(self.stack)
         for name, pid in procs.items():
-            if pid is None:
-                continue
-            kib = tree_rss(pid) if name == "postgres" else proc_status("VmRSS", pid)
-            self.rss.setdefault(name, []).append((now, kib / 1024))
+            if pid is not None:
+                self.rss.setdefault(name, []).append((now, proc_status("VmRSS", pid) / 1024))
+        pg = postmaster_pid(self.stack)
+        if pg is not None:  # private memory (a leak shows here) and the buffer cache apart
+            private, shared = tree_rss(pg)
+            self.rss.setdefault("postgres", []).append((now, private / 1024))
+            self.rss.setdefault(rep.PG_SHARED, []).append((now, shared / 1024))
 
 
 def postmaster_pid(stack: Stack) -> int | None:
@@ -106,11 +108,13 @@ def postmaster_pid(stack: Stack) -> int | None:
         return None
 
 
-def tree_rss(pid: int) -> float:
-    """Memory (KiB) of ``pid`` and its children (PostgreSQL's backends): their private
-    memory (``RssAnon``) summed, and the shared memory they map (``RssShmem``: the
-    shared buffers) once, as the largest any of them maps; a sum of RSS would count the
-    shared buffers once per backend, and grow as each backend touches more of them."""
+def tree_rss(pid: int) -> tuple[float, float]:
+    """Memory (KiB) of ``pid`` and its children (PostgreSQL's backends): (their private
+    memory, ``RssAnon`` summed; the shared memory they map, ``RssShmem``, once, as the
+    largest any of them maps). A sum of RSS would count the shared buffers once per
+    backend and grow as each backend touches more of them; the shared part grows as the
+    buffer cache fills with the growing tables, up to ``shared_buffers``, and is reported
+    apart from the private part, where a leak would show."""
     pids = [pid]
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -120,7 +124,7 @@ def tree_rss(pid: int) -> float:
             continue
     anon = [proc_status("RssAnon", p) for p in pids]
     shmem = [proc_status("RssShmem", p) for p in pids]
-    return sum(a for a in anon if a == a) + max((m for m in shmem if m == m), default=0.0)
+    return sum(a for a in anon if a == a), max((m for m in shmem if m == m), default=0.0)
 
 
 # -- the faults ---------------------------------------------------------------------------------

@@ -220,3 +220,38 @@ def test_a_signal_while_a_child_starts_still_stops_that_child(tmp_path, monkeypa
     proc = children.procs[0]
     children.stop_all()
     assert proc.poll() is not None
+
+
+def test_the_rss_goal_holds_postgres_private_memory_not_its_buffer_cache():
+    got = rep.held_growth({"a#1": 0.01, "postgres": 0.12, rep.PG_SHARED: 0.9,
+                           "wrk-soak-a": 3.0, "learner#1": None})
+    assert sorted(got) == [0.01, 0.12]
+
+
+def test_postgres_memory_is_split_into_private_and_shared(tmp_path):
+    """Reading a table (under a quarter of shared_buffers: no ring buffer) into the
+    buffer cache grows the shared part, not the private one
+    (the soak holds only the private part to its growth goal)."""
+    pytest.importorskip("psycopg")
+    sys.path.insert(0, str(ROOT))
+    from tests.pg import postgres_bindir, postgres_instance
+
+    if postgres_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install -y postgresql)")
+    import psycopg
+    from bench_soak import tree_rss
+
+    with postgres_instance(tmp_path) as db:
+        pid = int((Path(db.root) / "data" / "postmaster.pid").read_text().split()[0])
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t AS SELECT g, repeat('x', 400) AS pad "
+                         "FROM generate_series(1, 50000) g")
+            conn.execute("SELECT count(*) FROM t").fetchone()
+            private0, shared0 = tree_rss(pid)
+            conn.execute("CREATE TABLE u AS SELECT g, repeat('y', 400) AS pad "
+                         "FROM generate_series(1, 50000) g")
+            for _ in range(2):
+                conn.execute("SELECT count(*) FROM u").fetchone()
+            private1, shared1 = tree_rss(pid)
+    assert shared1 - shared0 > 10_000, (shared0, shared1)  # KiB: ~22 MB read into cache
+    assert private1 - private0 < 0.5 * (shared1 - shared0), (private0, private1)
