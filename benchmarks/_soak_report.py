@@ -207,8 +207,9 @@ def p99_first_last(searches: list[Row], t0: float, t1: float,
     return round(p(first, 99), 2), round(p(last, 99), 2)
 
 
-#: The series of PostgreSQL's shared memory (its buffer cache, bounded by shared_buffers):
-#: reported beside the processes' RSS, not held to the growth goal.
+#: The series of PostgreSQL's shared memory (its buffer cache, bounded by shared_buffers),
+#: one per instance (``#1``, ``#2`` after a restart): reported beside the processes' RSS,
+#: not held to the growth goal.
 PG_SHARED = "postgres-shared"
 
 
@@ -216,7 +217,7 @@ def held_growth(growth: dict[str, float | None]) -> list[float]:
     """The RSS growths the goal holds: the system's processes (not wrk, the load) and
     PostgreSQL's private memory, not its buffer cache (:data:`PG_SHARED`)."""
     return [v for k, v in growth.items() if v is not None and not k.startswith("wrk")
-            and k != PG_SHARED]
+            and not k.startswith(PG_SHARED)]
 
 
 def rss_growth(rss: dict[str, list[tuple[float, float]]], t0: float, after: float

@@ -65,6 +65,7 @@ class Sampler(threading.Thread):
         self.loops: list[tuple[float, str, str | None, int]] = []
         self.rss: dict[str, list[tuple[float, float]]] = {}
         self.pairs: list[tuple[float, int, int]] = []  # /v1/loop: (time, paid, budget)
+        self.postmasters: list[int] = []  # PostgreSQL's instances: a restart is a new one
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -95,10 +96,13 @@ class Sampler(threading.Thread):
             if pid is not None:
                 self.rss.setdefault(name, []).append((now, proc_status("VmRSS", pid) / 1024))
         pg = postmaster_pid(self.stack)
-        if pg is not None:  # private memory (a leak shows here) and the buffer cache apart
+        if pg is not None:  # private memory (a leak shows here) and the buffer cache apart,
+            if pg not in self.postmasters:  # per instance, as a restarted replica's
+                self.postmasters.append(pg)
             private, shared = tree_rss(pg)
-            self.rss.setdefault("postgres", []).append((now, private / 1024))
-            self.rss.setdefault(rep.PG_SHARED, []).append((now, shared / 1024))
+            life = f"#{self.postmasters.index(pg) + 1}"
+            self.rss.setdefault("postgres" + life, []).append((now, private / 1024))
+            self.rss.setdefault(rep.PG_SHARED + life, []).append((now, shared / 1024))
 
 
 def postmaster_pid(stack: Stack) -> int | None:

@@ -223,7 +223,7 @@ def test_a_signal_while_a_child_starts_still_stops_that_child(tmp_path, monkeypa
 
 
 def test_the_rss_goal_holds_postgres_private_memory_not_its_buffer_cache():
-    got = rep.held_growth({"a#1": 0.01, "postgres": 0.12, rep.PG_SHARED: 0.9,
+    got = rep.held_growth({"a#1": 0.01, "postgres#2": 0.12, rep.PG_SHARED + "#2": 0.9,
                            "wrk-soak-a": 3.0, "learner#1": None})
     assert sorted(got) == [0.01, 0.12]
 
