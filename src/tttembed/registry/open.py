@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tttembed.registry.base import StateRegistry
+from tttembed.registry.base import StateRegistry, Version
+
+log = logging.getLogger("tttembed.registry")
 
 
 def open_registry(spec: str | Path, *, create: bool = False,
@@ -45,4 +48,22 @@ def open_for(spec: str | Path, path: str | Path) -> StateRegistry:
                              index=registry_record(checkpoint_record(path)))
 
 
-__all__ = ["open_for", "open_registry"]
+def cached_at_start(registry: Any, exc: Exception) -> Version | None:
+    """What a server serves when, at its start, its database registry cannot be reached
+    (``exc``): the version this machine's cache served last (None: raw, or the base
+    encoder), as every replica follows (states and chain encoders alike); with nothing
+    cached, a one-line ConfigError saying to start it when the database answers."""
+    from tttembed.core.errors import ConfigError
+
+    if not getattr(registry, "has_cached_served", lambda: False)():
+        cache = getattr(registry, "cache", "")
+        raise ConfigError(f"{' '.join(str(exc).split())}; and this replica has no cached "
+                          f"served version in {cache} to serve meanwhile: start the "
+                          "replica when the database answers") from None
+    v: Version | None = registry.cached_served()
+    log.warning("registry unreachable at start: serving the cached version %s",
+                v.name if v is not None else "raw")
+    return v
+
+
+__all__ = ["cached_at_start", "open_for", "open_registry"]

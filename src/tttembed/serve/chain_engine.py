@@ -102,7 +102,7 @@ class ChainSource:
         found = _registry_spec(spec)
         if found is not None:
             self._open(found, registry_cache)
-        self.current = self._load()
+        self.current = self._load(first=True)
 
     def _open(self, found: tuple[str, str | None], cache: str | None) -> None:
         from tttembed.registry.base import index_record
@@ -129,22 +129,42 @@ class ChainSource:
             self._base = ChainEncoder(BASE, None, DEFAULT_STEPS, encode)
         return self._base
 
-    def _load(self) -> ChainEncoder:
+    def _load(self, first: bool = False) -> ChainEncoder:
         if self.registry is None:
             if self.spec == BASE:
                 return self.base()
             return self._checkpoint(Path(self.spec), self.spec, None)
-        name = self.pinned or self.registry.served()
-        if name is None:
-            return self.base()
-        v = self.registry.get(name)
         from tttembed.registry.chain import FOLDER, is_chain
 
-        if not is_chain(v.manifest):
-            raise StateMismatch(f"version {name} of {self.registry.location} is not a chain "
-                                "encoder")
-        self.registry.validate(name)
-        return self._checkpoint(v.path / FOLDER, self.registry.location, name)
+        v = self._version(first)
+        if v is None:
+            encoder = self.base()
+        elif not is_chain(v.manifest):
+            raise StateMismatch(f"version {v.name} of {self.registry.location} is not a "
+                                "chain encoder")
+        else:
+            self.registry.validate(v.name)
+            encoder = self._checkpoint(v.path / FOLDER, self.registry.location, v.name)
+        if self.pinned is None:
+            self.registry.remember_served(v)  # what a start while the database is down serves
+        return encoder
+
+    def _version(self, first: bool) -> Any:
+        """The version to serve (None: the base encoder): the pinned one, or the one the
+        registry serves; ``first`` (at start) while a database registry cannot be reached,
+        the one this replica's cache served last, as a state replica does."""
+        from tttembed.registry.open import cached_at_start
+        from tttembed.registry.postgres import RegistryUnavailable
+
+        if self.pinned is not None:
+            return self.registry.get(self.pinned)
+        try:
+            name = self.registry.served()
+            return None if name is None else self.registry.get(name)
+        except RegistryUnavailable as exc:
+            if not first:
+                raise
+            return cached_at_start(self.registry, exc)
 
     def _checkpoint(self, path: Path, name: str, version: str | None) -> ChainEncoder:
         from tttembed.chain.checkpoint import default_steps, load_encoder

@@ -105,6 +105,7 @@ class ServedStates:
         """The registry's served version and its state file, or the ``--state`` files.
         ``first``: at start a database registry that cannot be reached gives the version
         this replica's cache served last (none cached: a one-line error)."""
+        from tttembed.registry.open import cached_at_start
         from tttembed.registry.postgres import RegistryUnavailable
 
         if self.versions is None:
@@ -116,21 +117,8 @@ class ServedStates:
         except RegistryUnavailable as exc:
             if not first:
                 raise
-            v = self._cached(exc)
+            v = cached_at_start(self.versions, exc)
         return v, [str(v.state_path)] if v is not None and v.state_path.exists() else []
-
-    def _cached(self, exc: Exception) -> Any:
-        assert self.versions is not None
-        has = getattr(self.versions, "has_cached_served", lambda: False)()
-        if not has:
-            cache = getattr(self.versions, "cache", "")
-            raise ConfigError(f"{' '.join(str(exc).split())}; and this replica has no cached "
-                              f"served version in {cache} to serve meanwhile: start the "
-                              "replica when the database answers") from None
-        v = self.versions.cached_served()
-        log.warning("registry unreachable at start: serving the cached version %s",
-                    v.name if v is not None else "raw")
-        return v
 
     def _build(self, generation: int) -> Snapshot:
         states, mtimes = [], []
