@@ -178,3 +178,22 @@ def test_a_cycle_with_more_texts_than_the_window_learns_from_at_most_the_window(
     assert second.version is not None and second.version.manifest["outside_window"] == 32
     served = {k for k in first.version.load().keys if "/#" in k}
     assert served - inside and served - inside <= set(second.version.load().keys)
+
+
+def test_the_state_learner_leaves_the_chain_learners_rewards_out(tmp_path):
+    """A store the chain learner pays into too (``serve --learn --chain``): its rewards,
+    under the task ``/chain`` (no task name holds a '/'), teach no state; read as a
+    state's, they failed every state cycle (bad task name '/chain')."""
+    from tttembed.loop.learner import collect, judge_rewards
+    from tttembed.loop.rows import CHAIN_TASK
+    from tttembed.loop.store import Reward
+
+    store = open_store(str(tmp_path / "loop.sqlite"))
+    try:
+        store.add_rewards([Reward("t", "a query", "d1", 1.0, 1.0, "judge", paid=1),
+                           Reward(CHAIN_TASK, "a question", "d2", 1.0, 1.0, "judge", paid=1)])
+        assert judge_rewards(store) == {("t", "a query", "d1"): 1.0}
+        rewards, judged, _, _ = collect(store)
+        assert rewards == {("t", "a query"): {"d1": 1.0}} and judged == 1
+    finally:
+        store.close()

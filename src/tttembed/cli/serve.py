@@ -31,7 +31,7 @@ from tttembed.cli.loop import (
     warn_unaudited,
 )
 
-ChainOpt = Annotated[Optional[str], typer.Option("--chain", help="Serve POST /v1/chain/search (multi-hop chain retrieval) with this encoder: base (the index's model, untrained), a checkpoint folder `tttembed chain train` wrote, or a chain registry (a folder or postgresql:// URL made by `tttembed states add REGISTRY CHECKPOINT`: its promoted version, followed like --registry; REGISTRY@vN pins one).")]
+ChainOpt = Annotated[Optional[str], typer.Option("--chain", help="Serve POST /v1/chain/search (multi-hop chain retrieval) with this encoder: base (the index's model, untrained), a checkpoint folder `tttembed chain train` wrote, or a chain registry (a folder or postgresql:// URL made by `tttembed states add REGISTRY CHECKPOINT`: its promoted version, followed like --registry; REGISTRY@vN pins one). With --learn, a chain registry (not pinned) is also learned into: a chain learner (`tttembed loop --chain`) runs beside the state learner, on the same store, ledger and --judge-budget; with base, a checkpoint folder or REGISTRY@vN, --learn learns states only (a note at start-up says so).")]
 MaxQueryCharsOpt = Annotated[int, typer.Option("--max-query-chars", min=1, help="Most characters in one query (search, query embeddings, chain search, feedback by query): 413 beyond, naming the limit.")]
 ChainSeqOpt = Annotated[int, typer.Option("--chain-max-seq-length", min=8, help="With --chain: the state token limit of the chain encoder (question plus the passages found; as `tttembed chain search --max-seq-length`).")]
 
@@ -57,7 +57,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info (one JSON access line per request), warning or error.")] = "info",
     registry: Annotated[Optional[str], typer.Option("--registry", help="Serve the promoted version of this state registry, a folder or postgresql://USER@HOST:PORT/DB (PG* variables read as psycopg reads them; replicas on several machines then share nothing but the database): reloaded within a second of a promotion or rollback (at once on PostgreSQL: LISTEN/NOTIFY); log every query and take POST /v1/feedback into its store.")] = None,
     registry_cache: RegistryCacheOpt = None, chain: ChainOpt = None, chain_max_seq_length: ChainSeqOpt = 256,
-    learn: Annotated[bool, typer.Option("--learn", help="Also run the learner (a low-priority child process): judge served pairs, learn, validate, promote into --registry.")] = False,
+    learn: Annotated[bool, typer.Option("--learn", help="Also run the learner (a low-priority child process): judge served pairs, learn, validate, promote into --registry; with --chain CHAIN_REGISTRY (a chain registry, not pinned) also a chain learner (a second child) that learns chain versions into it from the chain searches, both within the one --judge-budget (one spend account in the store).")] = False,
     judge: Annotated[Optional[str], typer.Option("--judge", help="With --learn: the background judge's scorer spec (rerank:MODEL@URL, llm:MODEL@URL, bm25, ...).")] = None,
     judge_budget: JudgeBudgetOpt = 1000,
     judge_rpm: JudgeRpmOpt = 600.0,

@@ -26,7 +26,7 @@ from tttembed.loop.config import LoopConfig
 from tttembed.loop.failures import configure_log
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent
 from tttembed.loop.open import open_store
-from tttembed.loop.run import STEP_PAIRS
+from tttembed.loop.run import STEP_PAIRS, lower_priority
 from tttembed.loop.store import Store
 
 log = logging.getLogger("tttembed.loop")
@@ -169,6 +169,7 @@ class ChainLoop:
 def run_chain_loop(config: LoopConfig, chain: str, *, once: bool = False) -> None:
     """``tttembed loop --chain``: run until SIGTERM/SIGINT (``once``: one cycle)."""
     configure_log()
+    lower_priority(config.nice)
     loop = ChainLoop(config, chain)
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):

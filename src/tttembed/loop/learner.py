@@ -61,9 +61,11 @@ TextRewards = dict[tuple[str, str], dict[str, float]]
 
 
 def judge_rewards(store: Store) -> dict[tuple[str, str, str], float]:
-    """The trusted finite judge rewards by (task, query text, doc)."""
+    """The trusted finite judge rewards by (task, query text, doc), but the chain
+    learner's (task :data:`~tttembed.loop.rows.CHAIN_TASK`: its judge pays for chain
+    lists, which teach no state; a task name holds no '/')."""
     return {(r.task, r.query, r.doc_id): r.reward for r in store.rewards(trusted_only=True)
-            if np.isfinite(r.reward)}
+            if np.isfinite(r.reward) and r.task != CHAIN_TASK}
 
 
 def collect(store: Store, clicks: ClickFeed | None = None, view: ClickView | None = None,

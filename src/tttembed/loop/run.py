@@ -375,16 +375,22 @@ def _recover(judge: BackgroundJudge) -> None:
                  "lost (kept as paid: not charged again)", recovered)
 
 
+def lower_priority(nice: int) -> None:
+    """A learner's CPU priority offset (``--nice``: serving first); where the system
+    refuses it, the learner runs at its parent's priority."""
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:
+            pass
+
+
 def run_loop(config: LoopConfig) -> None:
     """``tttembed loop``: run until SIGTERM/SIGINT (the step in flight gets
     :data:`GRACE_S` seconds to finish; past them the process exits with
     :data:`FORCED_EXIT`). The store is closed on every way out."""
     configure_log()
-    if config.nice:
-        try:
-            os.nice(config.nice)
-        except OSError:
-            pass
+    lower_priority(config.nice)
     loop = Loop(config)
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -397,4 +403,4 @@ def run_loop(config: LoopConfig) -> None:
         loop.close()
 
 
-__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "run_loop"]
+__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "lower_priority", "run_loop"]

@@ -71,7 +71,7 @@ class Found:
 ChainKey = tuple[ChainEncoder, int, int]
 
 
-def _registry_spec(spec: str) -> tuple[str, str | None] | None:
+def registry_spec(spec: str) -> tuple[str, str | None] | None:
     """(registry, pinned version) when ``spec`` names a registry, else None."""
     from tttembed.registry.postgres import is_url
 
@@ -99,7 +99,7 @@ class ChainSource:
         self._watching = threading.Event()
         self.replica: str | None = None
         self._coordination: Any = None
-        found = _registry_spec(spec)
+        found = registry_spec(spec)
         if found is not None:
             self._open(found, registry_cache)
         self.current = self._load(first=True)
@@ -291,4 +291,4 @@ class ChainService:
 
 
 __all__ = ["BASE", "Ask", "ChainEncoder", "ChainService", "ChainSource", "ChainWorker",
-           "Found"]
+           "Found", "registry_spec"]

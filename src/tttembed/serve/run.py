@@ -118,44 +118,85 @@ def _terminated(signum: int, frame: Any) -> None:
     raise _Terminated(signum)
 
 
+def chain_to_learn(config: ServeConfig, learner: Any) -> tuple[str | None, str]:
+    """The chain registry ``serve --learn`` also learns chain versions into (its
+    ``--chain`` when that names a chain registry followed unpinned, and the judge pays:
+    None otherwise) and, when ``--chain`` is given but not learned, the one-line note
+    saying why (the state learner runs either way)."""
+    from tttembed.serve.chain_engine import registry_spec
+
+    if learner is None or not config.chain:
+        return None, ""
+    found = registry_spec(config.chain)
+    why = ""
+    if found is None:
+        why = (f"--chain {config.chain} is base or a checkpoint folder: chain learning "
+               "needs a chain registry (`tttembed states add FOLDER CHECKPOINT` makes one; "
+               "serve --chain FOLDER)")
+    elif found[1] is not None:
+        why = (f"--chain {config.chain} pins {found[1]}: a pinned chain follows no "
+               f"promotion, so none is learned (give --chain {found[0]} to follow and learn)")
+    elif not learner.has_judge:
+        why = ("--judge none pays nothing: chain learning pays a judge that scores texts "
+               "(a reranker, an LLM judge, bm25 or a rerank: service)")
+    if why or found is None:
+        return None, f"note: --learn learns states only: {why}"
+    return found[0], ""
+
+
 def with_learner(config: ServeConfig, learner: Any, *, announce: str = "") -> None:
     """``serve --learn``: the learner (``python -m tttembed loop ...``, niced, one torch
-    thread) runs as a child process beside the server and stops with it: on SIGTERM or
-    Ctrl-C the server finishes its requests, then stops the learner (SIGTERM, SIGKILL past
-    30 s) and says so; killed, its learner is killed by the kernel
-    (:func:`die_with_server`)."""
+    thread) runs as a child process beside the server, and with ``--chain`` naming a
+    chain registry a chain learner (the same ``loop`` command line plus ``--chain``,
+    :func:`chain_to_learn`) beside it, on the same store, ledger and judge budget; both
+    stop with the server: on SIGTERM or Ctrl-C the server finishes its requests, then
+    stops them (SIGTERM, SIGKILL past 30 s) and says so; killed, its learners are killed
+    by the kernel (:func:`die_with_server`)."""
     import subprocess
     import sys
 
     check_serve_states(config)
-    # the server already warned about an unaudited judge: its learner child says it once
+    chain, note = chain_to_learn(config, learner)
+    if note:
+        _say(note)
+    argvs = [learner.argv(), *([[*learner.argv(), "--chain", chain]] if chain else [])]
+    # the server already warned about an unaudited judge: its learner children say it once
     env = {**os.environ, SERVED_LEARNER_ENV: str(os.getpid())}
-    child = subprocess.Popen([sys.executable, "-m", "tttembed", *learner.argv()], env=env)
+    children: list[Any] = []
     previous = signal.signal(signal.SIGTERM, _terminated)  # uvicorn re-raises it at exit
     forced = 0
     try:
+        for argv in argvs:
+            children.append(subprocess.Popen([sys.executable, "-m", "tttembed", *argv],
+                                             env=env))
         run(config, announce=announce)
     except _Terminated as exc:
         forced = int(exc.args[0])
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop_learner(child)
+        _stop_learners(children)
     if forced:
         raise SystemExit(128 + forced)
 
 
-def _stop_learner(child: Any) -> None:
-    """SIGTERM the learner, SIGKILL it past 30 s, and say how it ended."""
+def _stop_learners(children: list[Any]) -> None:
+    """SIGTERM the learners, SIGKILL those still running 30 s later, and say how each
+    ended."""
     import subprocess
+    import time
 
-    child.terminate()
-    try:
-        code = child.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        code = child.wait()
-    logging.getLogger("tttembed.serve").info(
-        "learner (pid %d) stopped with its server (exit code %s)", child.pid, code)
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + 30
+    for at, child in enumerate(children):
+        try:
+            code = child.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = child.wait()
+        logging.getLogger("tttembed.serve").info(
+            "%slearner (pid %d) stopped with its server (exit code %s)",
+            "chain " if at else "", child.pid, code)
 
 
 def _say(announce: str) -> None:
