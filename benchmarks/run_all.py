@@ -47,6 +47,7 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
     ("bench_query_alpha.py", [], ["--queries", "100", "--repeats", "1"]),
     ("bench_embed_index_search.py", [], ["--docs", "300", "--repeats", "2"]),
     ("bench_ledger.py", [], ["--n", "2000", "--b1", "100", "--b2", "300"]),
+    ("bench_status_cost.py", [], ["--steps", "10000,50000", "--repeats", "1"]),
     ("bench_chain.py", [], ["--questions", "20", "--skip-train", "--repeats", "1"]),
     ("bench_serve.py", [], ["--requests", "1500", "--clients", "1,8,32", "--reload-requests",
                             "1000", "--reloads", "5", "--search-requests", "600"]),

@@ -154,6 +154,20 @@ def test_the_identical_ids_benchmark(tmp_path, env):
     assert rows[0]["measured"] is not None, rows
 
 
+def test_the_status_cost_benchmark(tmp_path, env):
+    from tests.pg import postgres_bindir
+
+    if postgres_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install -y postgresql)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed: pip install '.[loop]'")
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_status_cost.py", ["--steps", "200,2000", "--repeats", "1"], env,
+            claims)
+    rows = reported(r, claims, least=1)
+    assert rows[0]["measured"] is not None and rows[0]["measured"] > 0, rows
+    assert "2000 searches:" in r.stdout, r.stdout
+
+
 def test_the_query_alpha_benchmark(tmp_path, env):
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_query_alpha.py", ["--docs", "300", "--queries", "20",
