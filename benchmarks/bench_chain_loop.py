@@ -15,6 +15,7 @@ the test questions (never asked, never judged) for the untrained encoder and eve
 registered version (T = the served T). JSON keys: ``c5_untrained``, ``c5_end`` (the last
 promoted version; the untrained encoder when none was), ``c5_per_version``,
 ``pairs_paid`` (the store's spend account), ``ledger_paid`` (rewards the ledger paid),
+``drift_rescored`` (the drift check's fresh re-scores: paid, never in the ledger),
 ``judge_answered`` (pairs the judge server answered), ``promotions``,
 ``test_questions``, ``rounds``, ``seconds``.
 
@@ -196,7 +197,9 @@ def finish(out: dict[str, Any], work: Path, index: Any, passages: list[str],
     promoted = [v.name for v in reg.versions() if v.promoted]
     store = open_store(None, work / "states")
     try:
-        out["pairs_paid"] = sum(store.spent().values())
+        spent = store.spent()
+        out["pairs_paid"] = sum(spent.values())
+        out["drift_rescored"] = int(spent.get("drift", 0))
         out["ledger_paid"] = sum(int(r.paid) for r in store.rewards(trusted_only=False))
     finally:
         store.close()
@@ -231,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"closing note: C@5 untrained {out['c5_untrained']:.2f} -> last promoted "
           f"{out['c5_end']:.2f} ({out['gain']:+.2f}; goal +10: "
           f"{'met' if out['goal_met'] else 'missed'}); judge pairs paid {out['pairs_paid']} "
-          f"(ledger {out['ledger_paid']}, judge answered {out['judge_answered']}) of "
+          f"(ledger {out['ledger_paid']}, drift re-scores {out['drift_rescored']}, judge "
+          f"answered {out['judge_answered']}) of "
           f"{out['budget']}; {out['seconds']:.0f} s")
     return 0
 
