@@ -9,6 +9,7 @@ import dataclasses
 import importlib.util
 import json
 import threading
+import time
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -52,18 +53,42 @@ def _example(name: str) -> Any:
     return module
 
 
+class Turnable:
+    """The judge, answering ``1 - score`` for every pair once ``turned`` is set: a judge
+    swapped (or poisoned) between two cycles."""
+
+    def __init__(self, judge: Any, turned: threading.Event) -> None:
+        self.judge, self.turned = judge, turned
+
+    def answer(self, body: Any) -> tuple[int, dict[str, Any]]:
+        status, out = self.judge.answer(body)
+        if status == 200 and self.turned.is_set():
+            for r in out["results"]:
+                r["relevance_score"] = 1.0 - r["relevance_score"]
+        return status, out
+
+
 @contextmanager
 def judge_server(folder: Path, count_file: Path, fail_for: float = 0.0,
-                 port_of: str | None = None):
+                 port_of: str | None = None, turned: threading.Event | None = None,
+                 latency: float = 0.0):
     """The stand-in judge (labels of ``folder``'s train split, no noise) on a free port
     (``port_of``: the port of that URL, a judge back where it was); yields its URL. Every
-    pair it answers is appended to ``count_file``."""
+    pair it answers is appended to ``count_file``. ``turned``: once set, every answer is
+    turned around (:class:`Turnable`); ``latency``: seconds each request waits first."""
     rerank = _example("rerank_server")
-    judge = rerank.Judge(folder, 0.0, 0, ("train",))
+    judge = Turnable(rerank.Judge(folder, 0.0, 0, ("train",)), turned or threading.Event())
     drill = rerank.Drill(fail_for, count_file)
     port = 0 if port_of is None else int(port_of.rsplit(":", 1)[1].split("/")[0])
     ThreadingHTTPServer.allow_reuse_address = True
-    server = ThreadingHTTPServer(("127.0.0.1", port), rerank.handler(judge, drill))
+    base = rerank.handler(judge, drill)
+
+    class Slow(base):  # type: ignore[misc, valid-type]
+        def do_POST(self) -> None:
+            time.sleep(latency)
+            super().do_POST()
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Slow)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -7,6 +7,7 @@ loaded, a judge that goes down and a --min-queries out of reach with one line ea
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections import Counter
 
@@ -119,7 +120,8 @@ def test_each_pair_is_paid_once_within_the_budget(traffic, fresh, tmp_path):
             again.close()
     assert answered(count) == total > first          # only the new pairs were asked
     keys = Counter((r.task, r.query, r.doc_id) for r in rows)
-    assert max(keys.values()) == 1 and sum(r.paid for r in rows) == total
+    drift = again.store.spent().get("drift", 0)      # the drift audits' re-scores
+    assert max(keys.values()) == 1 and sum(r.paid for r in rows) + drift == total
 
 
 def test_a_candidate_short_of_min_queries_is_kept_unpromoted_with_the_reason(traffic, fresh,
@@ -195,7 +197,7 @@ def test_a_served_version_that_cannot_be_loaded_is_one_line_and_pays_nothing(tra
 
 
 def test_a_judge_down_mid_cycle_loses_nothing_and_pays_nothing_twice(traffic, fresh,
-                                                                      tmp_path):
+                                                                      tmp_path, caplog):
     from tttembed.registry.open import open_registry
 
     count = tmp_path / "pairs.txt"
@@ -205,10 +207,13 @@ def test_a_judge_down_mid_cycle_loses_nothing_and_pays_nothing_twice(traffic, fr
             pass
         paid = _spent(loop)
     try:  # the judge is gone: the check's validation pairs cannot be paid
-        cycle = loop.run_cycle()
+        with caplog.at_level(logging.INFO, logger="tttembed.loop"):
+            cycle = loop.run_cycle()
         assert _spent(loop) == paid and answered(count) == paid
     finally:
         loop.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("chain cycle")]
+    assert len(said) == 1 and "\n" not in said[0] and cycle.reason in said[0], said
     assert cycle.version is None and not cycle.promoted and "\n" not in cycle.reason
     assert "rerank" in cycle.reason.lower() or "judge" in cycle.reason.lower(), cycle.reason
     assert open_registry(str(fresh / "chain")).served() is None
@@ -219,6 +224,64 @@ def test_a_judge_down_mid_cycle_loses_nothing_and_pays_nothing_twice(traffic, fr
             assert answered(count) == _spent(again)
         finally:
             again.close()
+
+
+def test_a_judge_swapped_between_cycles_freezes_chain_promotions(traffic, fresh, tmp_path,
+                                                                 caplog, minilm):
+    """The state loop's drift audit guards the chain learner: with the judge unchanged the
+    first cycle's audit passes; a judge whose answers turn around before the second cycle
+    disagrees with its past chain rewards, so that cycle learns and promotes nothing and
+    says why (its reason, the learner's status, a log line), its re-scores paid within the
+    budget; a restarted learner is still frozen."""
+    import logging
+    import threading
+
+    import httpx
+
+    from tests.serve.conftest import running
+    from tttembed.loop.status import loop_status
+    from tttembed.registry.open import open_registry
+    from tttembed.serve import create_app
+
+    turned, count = threading.Event(), tmp_path / "pairs.txt"
+    with judge_server(traffic["data"], count, turned=turned) as (url, _):
+        loop = chain_loop(traffic, url, fresh, drift_sample=20, judge_budget=600)
+        try:
+            loop.run(once=True)
+            [first] = loop.cycles
+            assert first.version == "v2", first.reason
+            served = open_registry(str(fresh / "chain")).served()
+            turned.set()  # the judge is swapped between two cycles
+            with caplog.at_level(logging.INFO, logger="tttembed.loop"):
+                second = loop.run_cycle()
+            assert second.version is None and not second.promoted, second.reason
+            assert "promotions frozen" in second.reason and "disagrees" in second.reason
+            assert "\n" not in second.reason
+            audits = loop.state.audits
+            spend = loop.store.spent()
+        finally:
+            loop.close()
+        again = chain_loop(traffic, url, fresh, drift_sample=20, judge_budget=600)
+        try:
+            assert again.state.frozen  # a restart takes the freeze over
+        finally:
+            again.close()
+    assert [a["passed"] for a in audits] == [True, False] and audits[0]["pairs"] > 0
+    reg = open_registry(str(fresh / "chain"))
+    assert [v.name for v in reg.versions()] == ["v1", "v2"] and reg.served() == served
+    status = loop_status(reg, None)  # the loop status, of the chain registry
+    assert status["frozen"] and "disagrees" in status["reason"]
+    assert status["last_cycle"]["reason"] == second.reason
+    app = create_app(index=str(traffic["index"]), chain=str(fresh / "chain"),
+                     registry=str(fresh / "states"), embedder=minilm)
+    with running(app) as served_at:
+        seen = httpx.get(f"{served_at}/v1/loop", timeout=30).json()["chain_learner"]
+    assert seen["frozen"] and seen["reason"] == status["reason"]
+    assert seen["last_audit"]["passed"] is False and seen["cycles"] == 1
+    frozen = [r for r in caplog.records if "promotions frozen" in r.getMessage()]
+    assert frozen and all("\n" not in r.getMessage() for r in frozen)
+    assert spend.get("drift", 0) >= 20 and sum(spend.values()) <= 600
+    assert answered(count) == sum(spend.values())  # every re-score asked was counted
 
 
 def test_loop_cli_refuses_once_without_chain_and_a_state_registry_as_chain(traffic, fresh):

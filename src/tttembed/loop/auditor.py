@@ -43,9 +43,12 @@ class Auditor:
     """The drift audit of one loop (module docstring)."""
 
     def __init__(self, config: LoopConfig, scorer: Scorer, corpus: Any, store: Store,
-                 index: Any, embedder: Any) -> None:
+                 index: Any, embedder: Any, *, task: str | None = None) -> None:
         self.config, self.scorer, self.corpus, self.store = config, scorer, corpus, store
         self.index, self.embedder = index, embedder
+        #: the task whose rewards the drift sample is drawn from (None: every task); the
+        #: chain learner's (``/chain``) re-scores only what its own judge answered
+        self.task = task
         self._audit: list[tuple[str, str, int]] | None = None
         #: audit-set pairs known to be in the ledger (they only ever join it)
         self._held: set[int] = set()
@@ -75,8 +78,9 @@ class Auditor:
         the drift sample."""
         sample: list[Reward] = []
         if fresh:
-            sample = sample_rewards(self.store.rewards(trusted_only=True),
-                                    self.config.drift_sample, self.config.seed + round_)
+            past = [r for r in self.store.rewards(trusted_only=True)
+                    if self.task is None or r.task == self.task]
+            sample = sample_rewards(past, self.config.drift_sample, self.config.seed + round_)
             sample = sample[:self.store.reserve("drift", len(sample), budget,
                                                 share=self.share)]
         auc, note = self._people_auc(budget, self.config.seed + round_ if fresh else None)

@@ -25,7 +25,6 @@ only when that check says better.
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -45,8 +44,6 @@ from tttembed.loop.chain_rows import (
 )
 from tttembed.loop.judge import BackgroundJudge, Triple
 from tttembed.loop.store import Store
-
-log = logging.getLogger("tttembed.loop")
 
 
 class ChainLearner:
@@ -68,14 +65,19 @@ class ChainLearner:
         return self.last
 
     def pending(self) -> list[Triple]:
-        """The pairs to judge next (module docstring)."""
-        return pending(self.traffic().searches, judged_pairs(self.store),
+        """The pairs to judge next (module docstring): a pair judged before is never
+        asked again, a distrusted one neither."""
+        return pending(self.traffic().searches,
+                       judged_pairs(self.store, trusted_only=False),
                        self.config.judge_depth)
 
-    def cycle(self) -> ChainCycle:
+    def cycle(self, audit: Callable[[], str] = lambda: "") -> ChainCycle:
         """Train a candidate on the training questions' served states, check it on the
-        held-out ones, register it (promoted only when the check says better)."""
-        from tttembed.loop.chain_promote import train_and_check
+        held-out ones, register it (promoted only when the check says better). Once
+        there is something to learn and the served version loads, ``audit`` (the drift
+        audit) is asked first: when it gives a reason (promotions frozen), nothing is
+        learned."""
+        from tttembed.loop.chain_promote import served_checkpoint, train_and_check
 
         traffic = self.traffic()
         train = [s for s in traffic.searches if not held_out(s.question)]
@@ -87,11 +89,14 @@ class ChainLearner:
         if not relevant:
             return ChainCycle(None, False, "no chain question judged relevant yet")
         try:
+            served_checkpoint(self.registry)  # a version that cannot load: nothing paid
+            why = audit()
+            if why:
+                return ChainCycle(None, False, why)
             return train_and_check(self, train, relevant, limit)
         except TTTEmbedError as exc:
-            reason = " ".join(str(exc).split())
-            log.warning("chain cycle: %s", reason)
-            return ChainCycle(None, False, reason)
+            # said once, by the loop (``chain cycle: ...``)
+            return ChainCycle(None, False, " ".join(str(exc).split()), failed=True)
 
 
 __all__ = ["ChainLearner"]

@@ -72,10 +72,12 @@ def read_traffic(store: Store, row_of: dict[str, int]) -> ChainTraffic:
     return out
 
 
-def judged_pairs(store: Store) -> dict[Triple, float]:
-    """The trusted judge rewards of chain questions, by ``(/chain, question, doc)``."""
+def judged_pairs(store: Store, *, trusted_only: bool = True) -> dict[Triple, float]:
+    """The trusted judge rewards of chain questions, by ``(/chain, question, doc)``
+    (``trusted_only=False``: those a drift audit distrusted too, which are never judged
+    again)."""
     return {(r.task, r.query, r.doc_id): float(r.reward)
-            for r in store.rewards(trusted_only=True) if r.task == CHAIN_TASK}
+            for r in store.rewards(trusted_only=trusted_only) if r.task == CHAIN_TASK}
 
 
 def labels(store: Store) -> dict[tuple[str, str], float]:
@@ -132,13 +134,15 @@ def majority(values: Sequence[int], default: int) -> int:
 @dataclass(frozen=True)
 class ChainCycle:
     """What a chain learning cycle did: the version it registered (None: nothing), whether
-    it was promoted, the reason, the validation pairs it paid and the check's record."""
+    it was promoted, the reason, the validation pairs it paid, the check's record, and
+    whether a step failed (the judge down, a version that cannot be loaded)."""
 
     version: str | None
     promoted: bool
     reason: str
     validation_pairs: int = 0
     check: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
 
 
 __all__ = ["HOLD_OUT", "RELEVANT", "ChainCycle", "ChainTraffic", "Served", "held_out",

@@ -6,27 +6,47 @@ has nothing left to pay, until SIGTERM/SIGINT (``--once``: until the first cycle
 It shares the state loop's parts: the feedback store (``--store``, default the state
 registry's), the judge and its ledger (``--judge``), the store's spend account within
 ``--judge-budget`` (what a state learner paid counts too: one budget; a fifth of it is
-kept for the promotion check's pairs), the rate
+kept for the promotion check's pairs, and room for the next drift audit), the rate
 (``--judge-rpm``) and ``--min-queries``. A step that fails (the judge down, the store
 away) is one log line and is tried again; every reward answered before is committed and
 never paid twice.
+
+It keeps the state loop's drift audit (:class:`~tttembed.loop.auditor.Auditor`, on the
+chain rewards only, within the same budget and ``--audit-share``; ``--drift-sample``,
+``--drift-threshold``, ``--audit``): before a cycle learns, the judge re-scores a seeded
+sample of its past chain rewards afresh, and when its answers changed (a swapped or
+poisoned judge) promotions freeze (:func:`~tttembed.loop.freeze.apply_audit`): the cycle
+learns and promotes nothing and says why, the rewards judged since the last passing
+audit are distrusted, and what it pays meanwhile is kept untrusted until an audit
+passes again (or a person promotes a version). Its status (frozen, why, the audits, the
+last cycle, the spend) is the state loop's record, kept beside the chain registry
+(``CHAIN/loop.json``: :func:`~tttembed.loop.status.loop_status` of the chain registry),
+and a restart takes it over.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+import time
 from typing import Any
 
 from tttembed.core.errors import ConfigError
+from tttembed.core.io import now_utc
+from tttembed.loop.auditor import Auditor
 from tttembed.loop.chain_learn import ChainLearner
 from tttembed.loop.chain_rows import ChainCycle
 from tttembed.loop.config import LoopConfig
+from tttembed.loop.coordination import open_coordination
 from tttembed.loop.failures import configure_log
+from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent
 from tttembed.loop.open import open_store
-from tttembed.loop.run import STEP_PAIRS, lower_priority
+from tttembed.loop.rows import CHAIN_TASK
+from tttembed.loop.run import STEP_PAIRS, kept_state, lower_priority, recover_reservations
+from tttembed.loop.status import read_status_checked, spend_from, write_status
 from tttembed.loop.store import Store
 
 log = logging.getLogger("tttembed.loop")
@@ -84,7 +104,7 @@ class ChainLoop:
         corpus = corpus_for_index(self.index, config.corpus)
         scorer = load_scorer(config.judge, index=self.index, corpus=corpus)
         self.judge = BackgroundJudge(scorer, corpus, self.store, budget=config.judge_budget)
-        self.judge.recover()  # what a kill left reserved: given back or kept as paid
+        recover_reservations(self.judge)  # what a kill left: given back or kept as paid
         embedder = index_embedder(self.index, None)
 
         def frozen(texts: list[str]) -> Any:
@@ -93,6 +113,16 @@ class ChainLoop:
         passages = [doc_text(corpus[d]) for d in self.index.doc_ids]
         self.learner = ChainLearner(config, self.registry, self.store, self.index,
                                     self.judge, frozen, passages)
+        self.auditor = Auditor(config, scorer, corpus, self.store, self.index, embedder,
+                               task=CHAIN_TASK)
+        self.auditor.prepare()  # a wrong --audit fails here, before paying
+        self.coordination = open_coordination(self.registry)
+        found, broken = read_status_checked(self.coordination)
+        if broken:
+            log.warning("%s: the chain learner's previous status could not be read, so "
+                        "its audit history starts anew", broken)
+        self.state = kept_state(found, config)  # a freeze survives a restart
+        self.state.audit_share = config.audit_share
         self.bucket = Bucket(config.judge_rpm)
         if never := unreachable(config):
             log.warning("%s", never)
@@ -103,13 +133,17 @@ class ChainLoop:
     def budget_left(self) -> int:
         """Pairs the training's judging may still pay: the budget but the promotion
         check's share (one pair in :data:`~tttembed.loop.chain_rows.HOLD_OUT`, as one
-        question in that many is held out for it), less what was paid."""
+        question in that many is held out for it) and room for the next drift audit's
+        re-scores (within the audits' share), less what was paid."""
+        from tttembed.loop.auditor import AUDIT_SOURCES
         from tttembed.loop.chain_rows import HOLD_OUT
 
         spent = self.store.spent()
         budget = self.config.judge_budget
         check = max(budget // HOLD_OUT - spent.get("validation", 0), 0)
-        return max(budget - check - sum(spent.values()), 0)
+        audits = sum(spent.get(k, 0) for k in AUDIT_SOURCES)
+        audit = min(self.config.drift_sample, max(self.config.audit_cap - audits, 0))
+        return max(budget - check - audit - sum(spent.values()), 0)
 
     def judge_step(self) -> tuple[int, bool]:
         """Pay the next pairs the budget and the rate allow: (paid, drained: nothing
@@ -123,7 +157,7 @@ class ChainLoop:
         if not n:
             return 0, False
         try:
-            _, paid = self.judge.pay(todo[:n])
+            _, paid = self.judge.pay(todo[:n], trusted=not self.state.frozen)
         except BudgetSpent as exc:
             log.info("%s", exc)
             return 0, True
@@ -138,16 +172,51 @@ class ChainLoop:
             return self.run_cycle()
         return None
 
+    def audit(self) -> str:
+        """The drift audit before a cycle learns (module docstring): why promotions are
+        frozen, or "" when they are not."""
+        s = self.state
+        if s.frozen and thawed_by_user(s, self.registry):
+            s.frozen, s.reason = False, ""
+        apply_audit(s, self.auditor.run(s.cycles, self.config.judge_budget), self.store)
+        if not s.frozen:
+            return ""
+        return (f"promotions frozen: {s.reason}; no chain version is learned or promoted "
+                "until an audit finds the judge agreeing with its past answers again (or "
+                "a person promotes a version)")
+
     def run_cycle(self) -> ChainCycle:
-        cycle = self.learner.cycle()
+        s, started = self.state, time.monotonic()
+        s.learning = True
+        try:
+            cycle = self.learner.cycle(self.audit)
+        finally:
+            s.learning = False
         self.new = 0
         self.cycles.append(cycle)
-        log.info("chain cycle: %s%s", f"{cycle.version} " if cycle.version else "",
-                 cycle.reason)
+        if not s.frozen:
+            s.cycles += 1
+        s.last_cycle = {"version": cycle.version, "promoted": cycle.promoted,
+                        "reason": cycle.reason, "at": now_utc(),
+                        "validation_pairs": cycle.validation_pairs,
+                        "seconds": round(time.monotonic() - started, 2)}
+        self.save()
+        level = logging.WARNING if s.frozen or cycle.failed else logging.INFO
+        log.log(level, "chain cycle: %s%s", f"{cycle.version} " if cycle.version else "",
+                cycle.reason)
         return cycle
+
+    def save(self) -> None:
+        """Write the chain learner's status beside the chain registry (the state loop's
+        record: frozen, why, the audits, the last cycle, the spend)."""
+        s = self.state
+        spend_from(self.store, s)
+        s.pid, s.updated = os.getpid(), now_utc()
+        write_status(self.coordination, s)
 
     def run(self, *, once: bool = False) -> None:
         """Until stopped (``once``: until the first cycle ran)."""
+        self.save()
         while not self.stop.is_set():
             wait = self.config.poll_s
             try:

@@ -87,7 +87,9 @@ def sample_rewards(rewards: Sequence[Reward], n: int, seed: int) -> list[Reward]
 
 def rescore(inner: Scorer, corpus: Mapping[str, Mapping[str, str]], sample: Sequence[Reward]
             ) -> np.ndarray:
-    """The judge's rewards now for ``sample`` (no ledger: fresh answers)."""
+    """The judge's rewards now for ``sample`` (no ledger: fresh answers); NaN where a
+    re-score failed. After the first failure the rest are not asked (NaN too): a judge
+    that is down would make each of them wait out its retries."""
     out = np.full(len(sample), np.nan)
     by_query: dict[str, list[int]] = {}
     for i, r in enumerate(sample):
@@ -97,7 +99,10 @@ def rescore(inner: Scorer, corpus: Mapping[str, Mapping[str, str]], sample: Sequ
         try:
             out[rows] = np.asarray(inner.score(Item("", query), items), dtype=np.float64)
         except (TTTEmbedError, OSError) as exc:  # NaN: this query could not be re-scored
-            log.warning("audit re-score failed for %d pair(s): %s", len(rows), exc)
+            left = len(sample) - int(np.isfinite(out).sum()) - len(rows)
+            log.warning("audit re-score failed for %d pair(s): %s (the other %d left "
+                        "unasked this time)", len(rows), " ".join(str(exc).split()), left)
+            break
     return out
 
 

@@ -39,7 +39,14 @@ from tttembed.loop.nojudge import NoScorer
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.open import open_store
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
-from tttembed.loop.status import HEARTBEAT_S, LoopState, beat, read_status_checked, write_status
+from tttembed.loop.status import (
+    HEARTBEAT_S,
+    LoopState,
+    beat,
+    read_status_checked,
+    spend_from,
+    write_status,
+)
 from tttembed.loop.store import SearchLog, Store
 from tttembed.registry.base import index_record
 from tttembed.registry.open import open_registry
@@ -96,14 +103,14 @@ class Loop:
             log.warning("%s: the previous status could not be read, so its audit history "
                         "starts anew (the budget's spend is the store's: nothing is lost)",
                         broken)
-        self.state = _kept(found, config)
+        self.state = kept_state(found, config)
         self.state.audit_share = config.audit_share
         self.state.host = socket.gethostname()
         self.failures = Failures()
         # a store from before the spend account: what it paid (and the re-scores the old
         # status counted) opens the account, once; a database restart meanwhile waited out
         through_outage(lambda: self.store.open_account(self.state.drift_pairs), "start-up")
-        through_outage(lambda: _recover(self.judge), "start-up")
+        through_outage(lambda: recover_reservations(self.judge), "start-up")
         self.bucket = Bucket(config.judge_rpm)
         self.stop = threading.Event()
         #: set when another learner took the learner lock (this one then stops)
@@ -127,10 +134,7 @@ class Loop:
         """Write the status (without ``force``: only when something but the time changed,
         or :data:`STATUS_EVERY_S` after the last write)."""
         s = self.state
-        s.spend = self.store.spent()
-        s.pairs_judged = sum(s.spend.values())
-        s.drift_pairs = s.spend.get("drift", 0) + s.spend.get("audit", 0)
-        s.judge_budget_left = max(self.config.judge_budget - s.pairs_judged, 0)
+        spend_from(self.store, s)
         s.caches = {**self.traffic.sizes(), "base_lists": len(self._base)}
         s.clicks = self._click_status()
         s.pid = os.getpid()
@@ -316,7 +320,7 @@ _KEPT = ("frozen", "reason", "frozen_at", "last_ok_audit", "audited_at", "audits
          "rewards_at_cycle", "last_cycle", "drift_pairs")
 
 
-def _kept(record: LoopState | None, config: LoopConfig) -> LoopState:
+def kept_state(record: LoopState | None, config: LoopConfig) -> LoopState:
     """The record a (re)started learner begins with: what it takes over, and what its
     configuration says."""
     state = LoopState(**{k: getattr(record, k) for k in _KEPT}) \
@@ -366,7 +370,7 @@ def _quiet_close(loop: Loop) -> None:
         pass
 
 
-def _recover(judge: BackgroundJudge) -> None:
+def recover_reservations(judge: BackgroundJudge) -> None:
     """Close what a kill left reserved (given back, or kept as paid) and say it."""
     recovered = judge.recover()
     if any(recovered.values()):
@@ -403,4 +407,5 @@ def run_loop(config: LoopConfig) -> None:
         loop.close()
 
 
-__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "lower_priority", "run_loop"]
+__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "kept_state", "lower_priority",
+           "recover_reservations", "run_loop"]

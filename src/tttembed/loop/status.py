@@ -237,12 +237,13 @@ def clicks_waiting(store: Store | None, settle_s: float) -> dict[str, Any] | Non
             "next_settles_in_s": None if at is None else round(max(at - now, 0.0), 1)}
 
 
-def _spend_from(store: Store | None, learner: LoopState) -> None:
+def spend_from(store: Store | None, learner: LoopState) -> None:
     """The store's spend account into ``learner`` (not the learner's last write: a
     learner killed between two writes is never under-counted)."""
     if store is not None:
         learner.spend = store.spent()
         learner.pairs_judged = sum(learner.spend.values())
+        learner.drift_pairs = learner.spend.get("drift", 0) + learner.spend.get("audit", 0)
         learner.judge_budget_left = max(learner.judge_budget - learner.pairs_judged, 0)
 
 
@@ -263,7 +264,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     learner = found or LoopState()
     running, why = alive(coordination, found)
     counts = store.counts() if store is not None else {"by_version": {}}
-    _spend_from(store, learner)
+    spend_from(store, learner)
     survey = registry.survey()
     by_version = dict(counts.get("by_version", {}))
     out = {
@@ -315,6 +316,26 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     return out
 
 
+def chain_learner(registry: StateRegistry) -> dict[str, Any] | None:
+    """What the chain learner (``loop --chain``) last recorded beside its chain
+    ``registry``: whether promotions are frozen and why, its cycles, last cycle and last
+    audit, the spend; None when none has run there (a record that cannot be read: its
+    ``status_error``)."""
+    try:
+        coordination = open_coordination(registry)
+        found, error = read_status_checked(coordination)
+        running, why = alive(coordination, found)
+    except Exception as exc:  # noqa: BLE001  (a status page shows what it can)
+        return {"status_error": " ".join(str(exc).split())}
+    if found is None:
+        return {"status_error": error} if error else None
+    return {"frozen": found.frozen, "reason": found.reason, "cycles": found.cycles,
+            "last_cycle": found.last_cycle, "last_audit": found.audits[-1] if found.audits
+            else None, "pairs_judged": found.pairs_judged, "spend": found.spend,
+            "judge_budget": found.judge_budget, "running": running,
+            **({"stopped": why} if not running else {}), "updated": found.updated or None}
+
+
 __all__ = ["HEARTBEAT_S", "STALE_S", "CoordinationRef", "LoopState", "alive", "beat",
-           "clicks_waiting",
-           "loop_status", "read_status", "read_status_checked", "write_status"]
+           "chain_learner", "clicks_waiting",
+           "loop_status", "read_status", "read_status_checked", "spend_from", "write_status"]

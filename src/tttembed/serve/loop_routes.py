@@ -111,6 +111,11 @@ def _status(svc: Service) -> dict[str, Any]:
         status["clicks"] = click_status(svc.store)
     except (TTTEmbedError, OSError) as exc:  # the store restarting: said, never a 500
         status["clicks"] = {"error": " ".join(str(exc).split())}
+    chain = svc.chain.source.registry if svc.chain is not None else None
+    if chain is not None:  # the chain learner's record: frozen and why, its last cycle
+        from tttembed.loop.status import chain_learner
+
+        status["chain_learner"] = chain_learner(chain)
     held = svc.store_status()  # the dropped count stays once the store is back
     status["serving"].update({k: v for k, v in held.items() if v})
     return status
