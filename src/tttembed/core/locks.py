@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,3 +80,46 @@ def writer_lock(path: PathLike, *, wait: bool = False) -> Iterator[Path]:
         del _HELD[key]
         lock.unlink(missing_ok=True)
         os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed and not yet reaped, does
+    not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    stat = _stat(pid)
+    return stat is None or stat[0] != "Z"
+
+
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/PID/stat``'s fields after the command name (None without /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(") ", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def process_name(pid: int | None = None) -> str:
+    """This process (or ``pid``), as a text no later process of that pid has:
+    ``HOST:PID:START``, START its start time in clock ticks since boot (/proc; empty
+    where there is none)."""
+    pid = os.getpid() if pid is None else pid
+    stat = _stat(pid)
+    start = stat[19] if stat is not None and len(stat) > 19 else ""
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def process_alive(name: str) -> bool | None:
+    """Whether the process :func:`process_name` named still runs; None when it ran on
+    another host (this host cannot tell)."""
+    host, pid, start = ([*name.rsplit(":", 2), "", ""])[:3]
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    return pid_alive(int(pid)) and (not start or process_name(int(pid)) == name)

@@ -12,9 +12,12 @@ query's weight over ``log2(rank + 2)`` of its best served rank (top ranks first)
 ledger already holds costs nothing and is not counted against the budget) and each
 query's rewards go to the store as soon as they come back (a kill loses nothing paid).
 Before the judge is asked, the pairs new to the ledger are reserved in the store's
-spend account against the budget (:meth:`tttembed.loop.store.SQLStore.reserve`): a query
-the budget cannot cover is not asked at all (:class:`BudgetSpent`), whatever other
-learners or earlier runs spent. A judge call that fails (connection closed, HTTP 500, a
+spend account against the budget and claimed, in one transaction
+(:meth:`tttembed.loop.spend.SpendSQL.claim`): a query the budget cannot cover is not
+asked at all (:class:`BudgetSpent`), whatever other learners or earlier runs spent, and
+a pair another learner has claimed (the state and the chain learner judging the same
+texts at once) is left out of this call, not paid twice: its reward is in the ledger for
+the next call. A judge call that fails (connection closed, HTTP 500, a
 malformed answer) gives its pairs and those of the queries not asked yet back to the
 account (a failed call is not spent budget), but those the ledger committed before it.
 Nothing here runs on a request's path: the learner's process calls it.
@@ -22,6 +25,8 @@ Nothing here runs on a request's path: the learner's process calls it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +38,7 @@ from tttembed.adapt.active import query_priority
 from tttembed.core.errors import TTTEmbedError
 from tttembed.loop.store import Reward, SearchLog, Store
 from tttembed.score.base import Item, Scorer
+from tttembed.score.ledger import scorer_key
 from tttembed.ttt.rewards import doc_items
 from tttembed.types import Triple
 
@@ -102,6 +108,11 @@ class Bucket:
         return max(got, 0)
 
 
+#: One query of a :meth:`BackgroundJudge.pay`: (task, query, doc ids, their items, whether
+#: each is new to the ledger, i.e. paid by this call).
+_Planned = tuple[str, str, list[str], Sequence[Item], list[bool]]
+
+
 class BudgetSpent(TTTEmbedError):
     """The judge budget cannot pay the pairs asked for (nothing of them was asked)."""
 
@@ -120,16 +131,6 @@ class BackgroundJudge:
     @staticmethod
     def _source(source: str) -> str:
         return source if source in ("judge", "validation") else "judge"
-
-    def _reserve(self, source: str, pairs: Sequence[Triple], query: str) -> None:
-        n = len(pairs)
-        if self.budget is None or n <= 0:
-            return
-        if self.store.reserve(self._source(source), n, self.budget, partial=False,
-                              pairs=pairs) < n:
-            raise BudgetSpent(f"the judge budget ({self.budget} pairs) cannot pay {n} more "
-                              f"pair(s) (for {query[:60]!r}, ...); raise --judge-budget to "
-                              "judge more")
 
     def _new_to_ledger(self, query: str, items: Sequence[Item],
                        seen: set[tuple[str, str]] | None = None) -> list[bool]:
@@ -159,14 +160,12 @@ class BackgroundJudge:
             docs = by_query.setdefault((task, query), [])
             if doc not in docs:
                 docs.append(doc)
-        plan, seen = [], set[tuple[str, str]]()
+        plan: list[_Planned] = []
+        seen = set[tuple[str, str]]()
         for (task, query), docs in by_query.items():
-            items = doc_items(docs, self.corpus)
-            plan.append((task, query, docs, items, self._new_to_ledger(query, items, seen)))
-        fresh = [(t, q, d) for t, q, docs, _, new in plan for d, n in zip(docs, new) if n]
-        prepaid = self.store.prepaid(fresh) if self.budget is not None else set()
-        if plan:  # a pair a kill lost the answer of was paid: not charged again
-            self._reserve(source, [t for t in fresh if t not in prepaid], plan[0][1])
+            listed = doc_items(docs, self.corpus)
+            plan.append((task, query, docs, listed, self._new_to_ledger(query, listed, seen)))
+        plan, prepaid = self._claim(source, plan)
         out: dict[Triple, float] = {}
         paid = 0
         for at, (task, query, docs, items, new) in enumerate(plan):
@@ -187,6 +186,44 @@ class BackgroundJudge:
             out.update({(task, query, d): float(r) for d, r in zip(docs, rewards)})
         return out, paid
 
+    def _claim(self, source: str, plan: list[_Planned]) -> tuple[list[_Planned], set[Triple]]:
+        """Reserve the budget for the pairs of ``plan`` new to the ledger and claim them
+        (:meth:`tttembed.loop.spend.SpendSQL.claim`): the plan left to ask (a pair
+        another learner is paying is left out: the ledger will hold it; one the ledger
+        holds by now is not new) and the pairs paid before (a kill lost their answer:
+        claimed again, not charged again; :class:`BudgetSpent` when the budget cannot
+        cover the rest)."""
+        fresh = [((t, q, d), it.text) for t, q, docs, items, new in plan
+                 for d, it, n in zip(docs, items, new) if n]
+        if self.budget is None or not fresh:
+            return plan, set()
+        pairs = [p for p, _ in fresh]
+        prepaid = self.store.prepaid(pairs)
+        who = scorer_key(self.scorer)
+        keys = [hashlib.sha256(json.dumps([who, p[1], text]).encode()).hexdigest()
+                for p, text in fresh]
+        got = self.store.claim(self._source(source), self.budget, pairs, keys,
+                               prepaid=prepaid, new=self._still_new)
+        if got is None:
+            n = sum(p not in prepaid for p in pairs)
+            raise BudgetSpent(f"the judge budget ({self.budget} pairs) cannot pay {n} more "
+                              f"pair(s) (for {plan[0][1][:60]!r}, ...); raise --judge-budget "
+                              "to judge more")
+        mine = set(got.mine)
+        texts = dict(fresh)
+        skip = {(p[1], texts[p]) for p in got.taken}  # and its other ids of that text
+        out: list[_Planned] = []
+        for task, query, docs, items, _ in plan:
+            keep = [i for i, it in enumerate(items) if (query, it.text) not in skip]
+            if keep:
+                out.append((task, query, [docs[i] for i in keep], [items[i] for i in keep],
+                            [(task, query, docs[i]) in mine for i in keep]))
+        return out, prepaid
+
+    def _still_new(self, pairs: list[Triple]) -> list[bool]:
+        """Whether the ledger still lacks each pair (asked while claiming them)."""
+        return [self._new_to_ledger(q, doc_items([d], self.corpus))[0] for _, q, d in pairs]
+
     def _mark(self, pairs: Sequence[Triple]) -> None:
         if self.budget is not None:
             self.store.mark_sent(pairs)
@@ -203,23 +240,24 @@ class BackgroundJudge:
 
         return self.store.recover(held)
 
-    def _release(self, source: str, unpaid: Sequence[tuple[str, str, list[str], Sequence[Item],
-                                                              list[bool]]],
-                 prepaid: set[Triple]) -> None:
+    def _release(self, source: str, unpaid: Sequence[_Planned], prepaid: set[Triple]) -> None:
         """Give back the reservation of the queries not answered (the failed call and
         those after it), but for pairs the ledger committed before the failure and those
         paid before (``prepaid``: not charged by this reservation)."""
         if self.budget is None:
             return
-        back, done = 0, []
+        back, done, claimed = 0, [], []
         for task, query, docs, items, new in unpaid:
             for d, n, s in zip(docs, new, self._new_to_ledger(query, items)):
                 t = (task, query, d)
+                if n:
+                    claimed.append(t)
                 if n and t not in prepaid:
                     back += int(s)
                     done.append(t)
         self.store.release(self._source(source), back)
         self.store.settle(done)
+        self.store.unclaim(claimed)  # those paid before too: free to claim again
 
 
 __all__ = ["BackgroundJudge", "Bucket", "BudgetSpent", "Triple", "pending_pairs"]

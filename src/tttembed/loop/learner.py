@@ -134,6 +134,8 @@ class JudgePay:
         self.spent += paid
         out: Rewards = {}
         for (k, d), t in zip(pairs, triples):
+            if t not in got:  # the other learner is paying it: unpaid here, this time
+                continue
             out.setdefault(k, {})[d] = got[t]
             self.bought.setdefault(k, {})[d] = got[t]
         return out

@@ -5,7 +5,7 @@ share (:class:`Store`, implemented in SQL by :mod:`tttembed.loop.store` for SQLi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -97,6 +97,17 @@ class Reward:
     source: str = "judge"
     paid: bool = True
     trusted: bool = True
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What one reservation claimed (:meth:`tttembed.loop.spend.SpendSQL.claim`): the
+    pairs it may pay (``mine``), those another live reservation holds (``taken``:
+    skipped this time) and those the ledger holds by now (``held``: free to read)."""
+
+    mine: list[Triple]
+    taken: list[Triple]
+    held: list[Triple]
 
 
 @dataclass(frozen=True)
@@ -230,6 +241,10 @@ class Store(Protocol):
     def reserve(self, source: str, want: int, budget: int, *,
                 partial: bool = True, share: Share | None = None,
                 pairs: Sequence[Triple] = ...) -> int: ...
+    def claim(self, source: str, budget: int, pairs: Sequence[Triple], keys: Sequence[str],
+              *, prepaid: Collection[Triple] = ...,
+              new: Callable[[list[Triple]], list[bool]] | None = ...) -> Claimed | None: ...
+    def unclaim(self, pairs: Sequence[Triple]) -> None: ...
     def release(self, source: str, pairs: int) -> None: ...
     def mark_sent(self, pairs: Sequence[Triple]) -> None: ...
     def settle(self, pairs: Sequence[Triple]) -> None: ...
@@ -275,7 +290,7 @@ CLICK_SETTLE_S = 300.0
 CLICK = "click"
 
 
-__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "ClickCaps", "Share",
-           "ClickReward", "Cursor",
+__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "Claimed", "ClickCaps",
+           "Share", "ClickReward", "Cursor",
            "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
            "SearchLog", "Shown", "Store", "cursor_floor", "query_hash"]

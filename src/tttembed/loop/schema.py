@@ -46,6 +46,11 @@ TABLES = (
         spend_id TEXT NOT NULL, source TEXT NOT NULL, task TEXT NOT NULL,
         qhash TEXT NOT NULL, doc_id TEXT NOT NULL, query TEXT NOT NULL,
         sent INTEGER NOT NULL, PRIMARY KEY (task, qhash, doc_id))""",
+    # the pairs being paid, one row per (judge, query text, passage text) digest (spend.py:
+    # a pair two learners judge at once under two tasks is claimed, and paid, once)
+    """CREATE TABLE IF NOT EXISTS claims (
+        ckey TEXT PRIMARY KEY, task TEXT NOT NULL, qhash TEXT NOT NULL,
+        doc_id TEXT NOT NULL, owner TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS click_rewards (
         task TEXT NOT NULL, qhash TEXT NOT NULL, doc_id TEXT NOT NULL, query TEXT NOT NULL,
         reward DOUBLE PRECISION NOT NULL, clicks INTEGER NOT NULL,
@@ -68,6 +73,7 @@ TABLES = (
 )
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS searches_created ON searches (created)",
+    "CREATE INDEX IF NOT EXISTS claims_pair ON claims (task, qhash, doc_id)",
     # the learner's cursor: (created, search_id) in index order, whatever the statistics
     "CREATE INDEX IF NOT EXISTS searches_cursor ON searches (created, search_id)",
     "CREATE INDEX IF NOT EXISTS rewards_created ON rewards (created)",

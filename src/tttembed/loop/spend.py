@@ -13,17 +13,34 @@ settled when their rewards are stored; at the next start :meth:`SpendSQL.recover
 back the pairs never sent, counts spent the pairs whose answer the store or the ledger
 holds, and keeps the lost ones as paid (``sent = 2``): asked again, they are not charged
 again (:meth:`SpendSQL.prepaid`).
+
+Two learners on one store (``serve --learn --chain``: the state and the chain learner)
+may judge the same (query text, passage text) at once, under two tasks. So a paid
+reservation also *claims* its pairs (:meth:`SpendSQL.claim`, table ``claims``), in the
+transaction that checks and reserves the budget, by a key of the judge and the two texts
+(what the ledger keys a pair by; the task is not in it: the judge's answer does not
+depend on it): a pair another reservation has claimed is skipped, not paid (its reward
+is in the ledger for the next call), and one the ledger holds by then is read, not paid.
+A claim names its process (:func:`tttembed.core.locks.process_name`) and ends with its
+reservation: when the answer is stored (:meth:`SpendSQL.settle`), when the call fails
+(:meth:`SpendSQL.unclaim`), and at the next learner's start (:meth:`SpendSQL.recover`),
+which releases the claims a kill left as it closes the reservations: a pair never sent
+or answered is free to claim again (the ledger serves an answered one free: a pair the
+ledger holds is read whoever claims it), and a lost one is claimed and asked again, not
+charged again. Claims of another learner of this host that still runs are kept (it is
+paying them); those of a process on another host are released (it cannot be asked).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from tttembed.loop.rows import SPEND_SOURCES, Share, query_hash
+from tttembed.core.locks import process_alive, process_name
+from tttembed.loop.rows import SPEND_SOURCES, Claimed, Share, query_hash
 from tttembed.types import Triple
 
 
@@ -73,19 +90,77 @@ class SpendSQL:
                         [(sid, source, *t, query_hash(t[1])) for t in pairs])
         return granted
 
+    def claim(self, source: str, budget: int, pairs: Sequence[Triple], keys: Sequence[str],
+              *, prepaid: Collection[Triple] = (),
+              new: Callable[[list[Triple]], list[bool]] | None = None) -> Claimed | None:
+        """Claim ``pairs`` (``keys[i]``: the key of ``pairs[i]``, its judge and texts) and
+        reserve the budget for them in one transaction (module docstring): those ``new``
+        (the ledger, asked under this transaction) says are no longer new are ``held``;
+        of the others, those whose key is claimed already are ``taken``, the rest are
+        claimed (``mine``) and those not ``prepaid`` reserved, all at once, or nothing
+        (None) when the budget cannot cover them."""
+        if source not in SPEND_SOURCES:
+            raise ValueError(f"unknown spend source {source!r}")
+        with self._tx() as cur:
+            self._serialize(cur)
+            taken = _claimed(cur, self._sql, keys)
+            first: dict[str, Triple] = {}
+            skipped: list[Triple] = []  # claimed by another reservation (or twice here)
+            for t, k in zip(pairs, keys):
+                if k in first:
+                    skipped.append(t)
+                else:
+                    first[k] = t
+            still = new(list(first.values())) if new is not None else [True] * len(first)
+            held = [t for t, n in zip(first.values(), still) if not n]
+            mine = {k: t for (k, t), n in zip(first.items(), still) if n and k not in taken}
+            skipped += [t for (k, t), n in zip(first.items(), still) if n and k in taken]
+            charged = [t for t in mine.values() if t not in prepaid]
+            if charged and not self._charge(cur, source, budget, charged):
+                return None
+            now, me = time.time(), process_name()
+            if mine:
+                cur.executemany(self._sql(
+                    "INSERT INTO claims (ckey, task, qhash, doc_id, owner, created) VALUES "
+                    "(?, ?, ?, ?, ?, ?)"), [(k, t[0], query_hash(t[1]), t[2], me, now)
+                                            for k, t in mine.items()])
+        return Claimed(list(mine.values()), skipped, held)
+
+    def _charge(self, cur: Any, source: str, budget: int, pairs: Sequence[Triple]) -> bool:
+        """Reserve ``pairs`` (all of them, named for :meth:`recover`) if the budget left
+        covers them, in the transaction of ``cur``: whether it did."""
+        cur.execute("SELECT COALESCE(SUM(pairs), 0) FROM spend")
+        if int(budget) - int(cur.fetchone()[0]) < len(pairs):
+            return False
+        sid = uuid.uuid4().hex
+        cur.execute(self._sql(
+            "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
+            (sid, source, len(pairs), time.time()))
+        cur.executemany(self._sql(
+            "INSERT INTO reserved (spend_id, source, task, query, doc_id, qhash, sent) "
+            "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT DO NOTHING"),
+            [(sid, source, *t, query_hash(t[1])) for t in pairs])
+        return True
+
+    def unclaim(self, pairs: Sequence[Triple]) -> None:
+        """End the claims of ``pairs`` (a failed judge call): free to claim again."""
+        self._each(_UNCLAIM, pairs)
+
     def mark_sent(self, pairs: Sequence[Triple]) -> None:
         """The judge is about to be asked ``pairs`` (their answer may be lost now)."""
         self._each("UPDATE reserved SET sent = 1 WHERE task = ? AND qhash = ? AND "
                    "doc_id = ? AND sent = 0", pairs)  # a lost answer's pair stays paid
 
     def settle(self, pairs: Sequence[Triple]) -> None:
-        """``pairs`` are stored (or given back): their reservation is closed."""
-        self._each("DELETE FROM reserved WHERE task = ? AND qhash = ? AND doc_id = ?", pairs)
+        """``pairs`` are stored (or given back): their reservation and claim are closed."""
+        self._each("DELETE FROM reserved WHERE task = ? AND qhash = ? AND doc_id = ?", pairs,
+                   _UNCLAIM)
 
-    def _each(self, sql: str, pairs: Sequence[Triple]) -> None:
+    def _each(self, sql: str, pairs: Sequence[Triple], *more: str) -> None:
         if pairs:
             with self._tx() as cur:
-                cur.executemany(self._sql(sql), [_keyed(t) for t in pairs])
+                for statement in (sql, *more):
+                    cur.executemany(self._sql(statement), [_keyed(t) for t in pairs])
 
     def prepaid(self, pairs: Sequence[Triple]) -> set[Triple]:
         """Those of ``pairs`` paid before a kill lost their answer: not charged again."""
@@ -125,7 +200,17 @@ class SpendSQL:
                 cur.execute(self._sql(
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
                     (uuid.uuid4().hex, source, -n, time.time()))
+            self._release_claims(cur)
         return out
+
+    def _release_claims(self, cur: Any) -> None:
+        """Release the claims a kill left (module docstring): all of them but those of
+        another learner of this host that still runs (it settles them itself)."""
+        me = process_name()
+        cur.execute("SELECT DISTINCT owner FROM claims")
+        for (owner,) in cur.fetchall():
+            if owner == me or not process_alive(str(owner)):
+                cur.execute(self._sql("DELETE FROM claims WHERE owner = ?"), (owner,))
 
     def release(self, source: str, pairs: int) -> None:
         """Give back ``pairs`` reserved for ``source`` whose judge call failed (a failed
@@ -160,6 +245,23 @@ class SpendSQL:
                 cur.execute(self._sql(
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
                     (uuid.uuid4().hex, "opening", total, time.time()))
+
+
+_UNCLAIM = "DELETE FROM claims WHERE task = ? AND qhash = ? AND doc_id = ?"
+#: Keys looked up per statement (SQLite's older builds allow 999 parameters).
+_CHUNK = 500
+
+
+def _claimed(cur: Any, sql: Callable[[str], str], keys: Sequence[str]) -> set[str]:
+    """Those of ``keys`` claimed already, in the transaction of ``cur``."""
+    out: set[str] = set()
+    keys = list(dict.fromkeys(keys))
+    for at in range(0, len(keys), _CHUNK):
+        part = keys[at: at + _CHUNK]
+        cur.execute(sql(f"SELECT ckey FROM claims WHERE ckey IN ({', '.join('?' * len(part))})"),
+                    tuple(part))
+        out.update(str(r[0]) for r in cur.fetchall())
+    return out
 
 
 def _keyed(pair: Triple) -> tuple[str, str, str]:

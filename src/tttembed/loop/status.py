@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from tttembed.core.locks import pid_alive
 from tttembed.loop.coordination import Coordination, open_coordination
 from tttembed.loop.coordination.base import checked_candidate
 from tttembed.loop.store import Store
@@ -153,31 +154,14 @@ def alive(where: CoordinationRef, state: LoopState | None) -> tuple[bool, str]:
             return False, "no learner has run here" if state is None else "no heartbeat"
         if state.host and state.host != socket.gethostname():
             return False, "no heartbeat"
-        return (True, "") if _pid_alive(state.pid) else (False, f"pid {state.pid} is gone")
+        return (True, "") if pid_alive(state.pid) else (False, f"pid {state.pid} is gone")
     pid, host, at = hb.get("pid"), hb.get("host"), hb.get("time")
     age = time.time() - at if isinstance(at, (int, float)) else float("inf")
-    if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid):
+    if isinstance(pid, int) and host == socket.gethostname() and not pid_alive(pid):
         return False, f"pid {pid} is gone"
     if age > STALE_S:
         return False, f"no heartbeat for {age:.0f} s"
     return True, ""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    if Path(f"/proc/{pid}/stat").exists():  # a zombie (killed, not yet reaped) is gone
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
-        except OSError:
-            return True
-    return True
 
 
 def write_status(where: CoordinationRef, state: LoopState, *, sync: bool = True) -> None:
