@@ -161,9 +161,9 @@ def test_a_claim_a_kill_left_is_released_at_the_next_start_and_paid_once(spec):
 
 
 def test_recover_keeps_the_claims_of_a_learner_that_still_runs(spec, monkeypatch):
-    """The other learner starting (its recover()) leaves the claims of a learner of this
-    host that still runs: it is paying them; once that process is gone they are
-    released."""
+    """The other learner starting (its recover()) leaves the claims and the reservations
+    of a learner of this host that still runs: it is paying them (given back, the spend
+    would fall behind what it pays); once that process is gone they are released."""
     from tttembed.core.locks import process_name
     from tttembed.loop import spend
     from tttembed.loop.open import open_store
@@ -175,7 +175,8 @@ def test_recover_keeps_the_claims_of_a_learner_that_still_runs(spec, monkeypatch
         monkeypatch.setattr(spend, "process_name", lambda: process_name(other.pid))
         assert store.claim("judge", 10, pair, ["k0"]).mine == pair  # type: ignore[union-attr]
         monkeypatch.undo()
-        store.recover(lambda t: False)
+        assert store.recover(lambda t: False) == {"given_back": 0, "spent": 0, "lost": 0}
+        assert sum(store.spent().values()) == 1  # its reservation is not given back either
         assert store.claim("judge", 10, pair, ["k0"]).taken == pair  # type: ignore[union-attr]
         other.kill()
         other.wait()

@@ -24,7 +24,8 @@ is in the ledger for the next call), and one the ledger holds by then is read, n
 A claim names its process (:func:`tttembed.core.locks.process_name`) and ends with its
 reservation: when the answer is stored (:meth:`SpendSQL.settle`), when the call fails
 (:meth:`SpendSQL.unclaim`), and at the next learner's start (:meth:`SpendSQL.recover`),
-which releases the claims a kill left as it closes the reservations: a pair never sent
+which releases the claims a kill left as it closes the reservations (those of a learner
+that still runs are its own, left as they are): a pair never sent
 or answered is free to claim again (the ledger serves an answered one free: a pair the
 ledger holds is read whoever claims it), and a lost one is claimed and asked again, not
 charged again. Claims of another learner of this host that still runs are kept (it is
@@ -178,6 +179,7 @@ class SpendSQL:
         out = {"given_back": 0, "spent": 0, "lost": 0}
         with self._tx() as cur:
             self._serialize(cur)
+            busy = self._running_claims(cur)  # another learner's, paying them now
             cur.execute("SELECT r.source, r.task, r.query, r.doc_id, r.sent, "
                         "w.doc_id IS NOT NULL FROM reserved r LEFT JOIN rewards w ON "
                         "w.task = r.task AND w.qhash = r.qhash AND w.doc_id = r.doc_id "
@@ -186,6 +188,8 @@ class SpendSQL:
             back: dict[str, int] = {}
             for source, task, query, doc, sent, stored in rows:
                 t = (str(task), str(query), str(doc))
+                if _keyed(t) in busy:
+                    continue
                 if stored or held(t):
                     kind, sql = "spent", "DELETE FROM reserved"
                 elif int(sent) == 0:
@@ -201,6 +205,20 @@ class SpendSQL:
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
                     (uuid.uuid4().hex, source, -n, time.time()))
             self._release_claims(cur)
+        return out
+
+    def _running_claims(self, cur: Any) -> set[tuple[str, str, str]]:
+        """(task, query digest, doc) of the claims of another learner of this host that
+        still runs: its reservations are its own to settle, not a kill's to close."""
+        me = process_name()
+        cur.execute("SELECT task, qhash, doc_id, owner FROM claims")
+        owners: dict[str, bool] = {}
+        out = set()
+        for task, qhash, doc, owner in cur.fetchall():
+            if owner not in owners:
+                owners[owner] = bool(owner != me and process_alive(str(owner)))
+            if owners[owner]:
+                out.add((str(task), str(qhash), str(doc)))
         return out
 
     def _release_claims(self, cur: Any) -> None:
