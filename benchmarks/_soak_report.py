@@ -10,7 +10,9 @@ import json
 import math
 import re
 import sqlite3
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,49 @@ def counts(db_url: str, ledger: Path, judge_file: Path) -> dict[str, Any]:
     out["judge_answered"] = sum(int(x) for x in judge_file.read_text().split()) \
         if judge_file.exists() else 0
     return out
+
+
+#: Seconds :func:`settled_books` waits for the learner to stop paying after the soak.
+BOOKS_TIMEOUT_S = 300.0
+
+
+def settled_books(read_loop: Callable[[], list[dict[str, Any]]],
+                  read_counts: Callable[[], dict[str, Any]], *, pause_s: float = 1.0,
+                  timeout_s: float = BOOKS_TIMEOUT_S,
+                  sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+    """``/v1/loop`` (each replica's: ``read_loop``) and :func:`counts` (``read_counts``),
+    read while the learner pays nothing, and whether they were. The learner goes on after
+    the traffic stops (pending pairs, a cycle's validation pairs), and ``/v1/loop``'s paid
+    (the spend account), the ledger and the judge's count are read one after the other:
+    a pair reserved or answered between two of the reads is a gap in the books that is
+    not one (a soak read 172 in the ledger against 159 paid). So: status, counts, status
+    again, until two such reads in a row, ``pause_s`` apart, find the learner not learning
+    and the same books; past ``timeout_s``, the last read (settled False)."""
+    deadline, last = clock() + timeout_s, None
+    while True:
+        before = read_loop()
+        got = read_counts()
+        after = read_loop()
+        books = _books(before[0], got, after[0])
+        if (books is not None and books == last) or clock() >= deadline:
+            return after, got, books is not None and books == last
+        last = books
+        sleep(pause_s)
+
+
+def _books(before: dict[str, Any], got: dict[str, Any], after: dict[str, Any]
+           ) -> tuple[int, ...] | None:
+    """What one read of the books found (paid, drift re-scores, ledger rows, judge
+    answered), or None when the learner was learning or paid between the two status
+    reads."""
+    paid = int(before.get("pairs_judged") or 0)
+    if before.get("learning") or after.get("learning") or \
+            paid != int(after.get("pairs_judged") or 0):
+        return None
+    return (paid, int(got["spend"]), int(got["drift"]), int(got["ledger_rows"]),
+            int(got["judge_answered"]))
 
 
 def said_dropped(logs: list[Path], final_loops: list[dict[str, Any]]) -> int:
@@ -385,7 +430,7 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         "clicks": clicks, "feedback": {**feedback, "stored": c["feedback"]},
         "judge": {"ledger_rows": c["ledger_rows"], "drift_rescores": c["drift"],
                   "spend_account": c["spend"], "budget": stack.budget,
-                  "batch": JUDGE_BATCH},
+                  "batch": JUDGE_BATCH, "books_settled": c.get("settled")},
         "replicas_refused": sum(bool(x.get("refused")) for x in loop.get("replicas") or []),
         "promotions": reach, "faults": run["events"], "manual_version": run["manual"],
         "versions_served_end": end_v, "versions_served_raw_replay": raw_v,

@@ -21,6 +21,10 @@ has no fixed-rate mode, wrk2's ``-R``).
 Faults on a schedule printed at the start (fractions of the soak): a promotion by CLI
 (a registered, never-learned version), ``kill -9`` of replica b (restarted 10 s later),
 a PostgreSQL restart, the judge down 60 s then answering 500 for 30 s, a rollback by CLI.
+After the soak, ``/v1/loop`` and the books (the spend account, the learner's ledger, the
+judge's count) are read once the learner has stopped paying (it goes on after the traffic:
+pending pairs, a cycle's validation pairs), so a pair paid between two reads is not a gap
+(:func:`_soak_report.settled_books`; ``detail.judge.books_settled`` says whether they were).
 The JSON keys are the issue's (see :mod:`_soak_report`); a markdown and a PNG are written
 beside it (latency p50/p99 and throughput per 10 s window per replica, the version each
 serves, the memory of every process: RSS; PostgreSQL's as its backends' private memory
@@ -325,9 +329,12 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
               f"each, unpaced); soak at {offered:.1f}/s for {args.minutes:g} min", flush=True)
         run = soak(stack, args, work, data, offered, sampler)
         time.sleep(2)
-        final = [httpx.get(stack.procs[n].url + "/v1/loop", timeout=30).json() for n in "ab"]
-        got = rep.counts(stack.url, work / "learner-cache" / "ledger.sqlite",
-                         work / "judge-pairs.txt")
+        final, got, settled = rep.settled_books(  # the learner may still be paying
+            lambda: [httpx.get(stack.procs[n].url + "/v1/loop", timeout=30).json()
+                     for n in "ab"],
+            lambda: rep.counts(stack.url, work / "learner-cache" / "ledger.sqlite",
+                               work / "judge-pairs.txt"))
+        got["settled"] = settled
         sampler.halt.set()
         wait_following(stack)
         end, end_versions = rep_ndcg(stack, task, task.name)

@@ -333,6 +333,7 @@ def test_the_soak_benchmark_accounts_for_every_search_click_and_pair(tmp_path, e
     assert searches["logged_not_answered"] == searches["logged_not_answered_at_kill"], searches
     assert f["clicks_sent"] == f["clicks_stored"] > 0, f
     assert f["detail"]["feedback"]["sent"] == f["detail"]["feedback"]["stored"], f
+    assert f["detail"]["judge"]["books_settled"], f["detail"]["judge"]
     assert f["ledger_paid"] == f["loop_paid"] > 0, f
     assert 0 <= f["judge_answered"] - f["ledger_paid"] <= f["detail"]["judge"]["batch"], f
     assert f["promotions"] >= 2 and f["refused_versions_served"] == 0, f

@@ -255,3 +255,58 @@ def test_postgres_memory_is_split_into_private_and_shared(tmp_path):
             private1, shared1 = tree_rss(pid)
     assert shared1 - shared0 > 10_000, (shared0, shared1)  # KiB: ~22 MB read into cache
     assert private1 - private0 < 0.5 * (shared1 - shared0), (private0, private1)
+
+
+
+class _Learner:
+    """A learner still paying after the traffic stopped. Each read of ``/v1/loop`` or of
+    the counts is one tick; ``events`` ``(tick, what, n)``: at that tick the learner
+    reserves ``n`` pairs (the spend account, what ``/v1/loop`` says) or the judge's
+    answers to ``n`` land in the ledger. A read sees the ticks up to its own."""
+
+    def __init__(self, events: list[tuple[int, str, int]]) -> None:
+        self.events, self.tick = events, -1
+        self.spend = self.ledger = 159
+
+    def _read(self) -> None:
+        self.tick += 1
+        for at, what, n in self.events:
+            if at == self.tick:
+                if what == "reserve":
+                    self.spend += n
+                else:
+                    self.ledger += n
+
+    def loop(self) -> list[dict]:
+        self._read()
+        return [{"pairs_judged": self.spend, "learning": self.spend != self.ledger}] * 2
+
+    def counts(self) -> dict:
+        self._read()
+        return {"spend": self.spend, "drift": 0, "ledger_rows": self.ledger,
+                "judge_answered": self.ledger}
+
+
+@pytest.mark.parametrize("events", [
+    [(1, "reserve", 13), (1, "answer", 13)],             # paid between the two reads
+    [(0, "reserve", 15), (2, "answer", 15)],             # answered after the counts
+    [(1, "reserve", 9), (1, "answer", 9), (4, "reserve", 4), (5, "answer", 4)]])
+def test_the_books_are_read_when_the_learner_is_done_paying(events):
+    """/v1/loop's paid and the ledger are read while the learner pays nothing: pairs paid
+    between the two reads are not a gap (red before: one read each, 172 vs 159)."""
+    learner, naps = _Learner(events), []
+    final, got, settled = rep.settled_books(learner.loop, learner.counts, sleep=naps.append,
+                                            clock=lambda: float(len(naps)))
+    assert settled
+    assert got["ledger_rows"] + got["drift"] == final[0]["pairs_judged"] == got["spend"]
+    assert got["spend"] == 159 + sum(n for _, what, n in events if what == "reserve")
+
+
+def test_books_that_never_settle_are_said_so():
+    """A learner that pays at every read: after the timeout, the last read, not settled."""
+    learner = _Learner([(t, w, 1) for t in range(1, 1000) for w in ("reserve", "answer")])
+    naps: list[float] = []
+    _, _, settled = rep.settled_books(learner.loop, learner.counts, pause_s=1.0,
+                                      timeout_s=10.0, sleep=naps.append,
+                                      clock=lambda: float(len(naps)))
+    assert not settled and len(naps) == 10
