@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tttembed.loop.judge import Bucket, pending_pairs
 from tttembed.loop.store import SearchLog
 
@@ -92,4 +94,57 @@ def test_two_documents_of_one_text_are_paid_once_as_the_ledger_pays_them(tmp_pat
     assert len(got) == 4 and got[("t", "q", "b")] == 0.5
     assert Counting.asked == 2 == paid == sum(store.spent().values())
     assert sum(r.paid for r in store.rewards()) == 2
+    store.close()
+
+
+def test_a_store_outage_mid_pay_leaves_no_pair_claimed_or_charged_unasked(tmp_path):
+    """The store restarting after the judge answered a query of a pay() (its rewards not
+    stored) left the later queries claimed and charged but never asked: the same learner
+    then skipped them for good (claimed, by itself) and the spend ran ahead of the ledger
+    (red before: 2 of 4 pairs back, 4 charged for 2 answered). Now what was not asked is
+    given back and unclaimed once the store answers again, and the next pay() pays it."""
+    import numpy as np
+
+    from tttembed.core.errors import StoreUnavailable
+    from tttembed.loop.judge import BackgroundJudge
+    from tttembed.loop.sqlite import SQLiteStore
+    from tttembed.score.ledger import Ledger, LedgerScorer
+
+    class Counting:
+        spec = identity = "counting"
+        mapping = ""
+        asked = 0
+
+        def score(self, query, docs):
+            Counting.asked += len(docs)
+            return np.full(len(docs), 0.5)
+
+    class Restarting(SQLiteStore):
+        down = False  # the database restarting: its writes fail
+
+        def _down(self):
+            if self.down:
+                raise StoreUnavailable("the feedback store restarts")
+
+        def add_rewards(self, rewards):
+            self._down()
+            return super().add_rewards(rewards)
+
+        def release(self, source, pairs):
+            self._down()
+            return super().release(source, pairs)
+
+    corpus = {d: {"title": "", "text": f"passage {d}"} for d in "abcd"}
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    store = Restarting(tmp_path / "loop.sqlite")
+    judge = BackgroundJudge(LedgerScorer(Counting(), ledger), corpus, store, budget=10)
+    pairs = [("t", "q1", "a"), ("t", "q1", "b"), ("t", "q2", "c"), ("t", "q2", "d")]
+    store.down = True  # q1 answered, its rewards not stored; q2's give-back fails too
+    with pytest.raises(StoreUnavailable):
+        judge.pay(pairs)
+    assert Counting.asked == 2  # q1 answered (the ledger holds it), q2 never asked
+    store.down = False  # the store is back
+    got, _ = judge.pay(pairs)
+    assert set(got) == set(pairs)
+    assert Counting.asked == 4 == sum(store.spent().values())
     store.close()

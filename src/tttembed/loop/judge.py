@@ -19,8 +19,12 @@ a pair another learner has claimed (the state and the chain learner judging the 
 texts at once) is left out of this call, not paid twice: its reward is in the ledger for
 the next call. A judge call that fails (connection closed, HTTP 500, a
 malformed answer) gives its pairs and those of the queries not asked yet back to the
-account (a failed call is not spent budget), but those the ledger committed before it.
-Nothing here runs on a request's path: the learner's process calls it.
+account (a failed call is not spent budget), but those the ledger committed before it,
+and ends their claims; so does a store that fails mid-call (a database restart after the
+judge answered): what it could not take then is closed by the next call, before it
+claims anything (else the learner would skip the pairs it claimed itself, for good, and
+the spend would run ahead of the ledger). Nothing here runs on a request's path: the
+learner's process calls it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -127,6 +132,8 @@ class BackgroundJudge:
         self.corpus = corpus
         self.store = store
         self.budget = budget
+        #: what a failed pay() still has to give back, settle and unclaim, in order
+        self._owed: list[Callable[[], None]] = []
 
     @staticmethod
     def _source(source: str) -> str:
@@ -165,22 +172,25 @@ class BackgroundJudge:
         for (task, query), docs in by_query.items():
             listed = doc_items(docs, self.corpus)
             plan.append((task, query, docs, listed, self._new_to_ledger(query, listed, seen)))
+        self._pay_owed()
         plan, prepaid = self._claim(source, plan)
         out: dict[Triple, float] = {}
         paid = 0
         for at, (task, query, docs, items, new) in enumerate(plan):
             mine = [(task, query, d) for d, n in zip(docs, new) if n]
-            self._mark(mine)
             try:
+                self._mark(mine)
                 rewards = np.asarray(self.scorer.score(Item("", query), items),
                                      dtype=np.float64)
+                self.store.add_rewards([Reward(task, query, d, float(r), time.time(), source,
+                                               paid=n, trusted=trusted)
+                                        for d, r, n in zip(docs, rewards, new)])
             except Exception:
-                self._release(source, plan[at:], prepaid)
+                try:
+                    self._release(source, plan[at:], prepaid)
+                except Exception:  # noqa: BLE001, S110  (the store is down: kept in _owed)
+                    pass
                 raise
-            now = time.time()
-            self.store.add_rewards([Reward(task, query, d, float(r), now, source,
-                                           paid=n, trusted=trusted)
-                                    for d, r, n in zip(docs, rewards, new)])
             self._settle(mine)
             paid += sum(new)
             out.update({(task, query, d): float(r) for d, r in zip(docs, rewards)})
@@ -255,9 +265,17 @@ class BackgroundJudge:
                 if n and t not in prepaid:
                     back += int(s)
                     done.append(t)
-        self.store.release(self._source(source), back)
-        self.store.settle(done)
-        self.store.unclaim(claimed)  # those paid before too: free to claim again
+        self._owed += [partial(self.store.release, self._source(source), back),
+                       partial(self.store.settle, done),
+                       partial(self.store.unclaim, claimed)]  # paid before too: free again
+        self._pay_owed()
+
+    def _pay_owed(self) -> None:
+        """Close what failed calls left open (module docstring), each step once and in
+        order; a step the store cannot take yet (down) raises and waits for the next call."""
+        while self._owed:
+            self._owed[0]()
+            self._owed.pop(0)
 
 
 __all__ = ["BackgroundJudge", "Bucket", "BudgetSpent", "Triple", "pending_pairs"]
