@@ -194,7 +194,7 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
            "rss_mb": _rss_mb(), "rss_before_loop_mb": rss0,
            "bytes_per_search": size / max(args.one, 1), "judged": loop.spent()}
     if spec:  # leave the database empty for the next size
-        for table in ("searches", "feedback", "rewards", "spend"):
+        for table in ("searches", "feedback", "rewards", "spend", "tallies"):
             try:
                 with store._tx() as cur:  # noqa: SLF001
                     cur.execute(f"DELETE FROM {table}")

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from tttembed.loop import tallies
 from tttembed.loop.clicks.intervention import INTERLEAVE, Intervention
 from tttembed.loop.rows import (
     CHAIN_TASK,
     CLICK,
+    CTR_WINDOW,
     PAGE,
     ClickCaps,
     Cursor,
@@ -70,6 +73,7 @@ class ClickSQL:
             return EventsStored()
         now = time.time()
         stored = duplicates = capped = shown = 0
+        actions: Counter[str] = Counter()
         with self._tx() as cur:
             self._serialize(cur, "events")
             for imp in impressions:
@@ -89,7 +93,11 @@ class ClickSQL:
                         (e.search_id, e.doc_id, e.action, e.session, e.client, e.task,
                          e.query, int(e.rank), int(e.ordinal), float(e.dwell_ms),
                          e.at or now, e.created or now, query_hash(e.query)))
-                    stored += max(int(cur.rowcount or 0), 0)
+                    if int(cur.rowcount or 0) > 0:
+                        stored += 1
+                        actions[e.action] += 1
+            tallies.add(cur, self._sql, tallies.EVENTS,
+                        [((a, ""), n) for a, n in actions.items()])
         return EventsStored(stored, duplicates, capped, shown)
 
     def _stored(self, cur: Any, e: Event) -> bool:
@@ -171,30 +179,41 @@ class ClickSQL:
                 out.setdefault(str(row[0]), []).append(tuple(row))
         return out
 
-    def click_counts_by_rank(self, k: int = 10) -> list[RankClicks]:
-        """Impressions and clicks at ranks 1..``k`` over all traffic, per impression: a
+    def click_counts_by_rank(self, k: int = 10, window: int = CTR_WINDOW) -> list[RankClicks]:
+        """Impressions and clicks at ranks 1..``k`` over the last ``window`` searches (so
+        a status read costs the same however much traffic is kept), per impression: a
         list counts once per session that acted on its search (once when none did), as
         the learner reads it (:meth:`shown_after`), so a rank's rate never exceeds 1."""
         lists: dict[int, int] = {}
-        sessions = ("LEFT JOIN (SELECT search_id, COUNT(DISTINCT session_id) AS n FROM events "
-                    "GROUP BY search_id) e ON e.search_id = {}.search_id")
         with self._tx() as cur:
-            cur.execute(f"SELECT {self.json_len.format('s.ids')}, SUM(COALESCE(e.n, 1)) "
-                        "FROM searches s LEFT JOIN impressions p ON p.search_id = s.search_id "
-                        f"{sessions.format('s')} "
-                        "WHERE s.kind = 'search' AND p.search_id IS NULL GROUP BY 1")
-            for n, count in [*cur.fetchall()]:
-                lists[int(n)] = lists.get(int(n), 0) + int(count)
-            cur.execute(f"SELECT {self.json_len.format('p.ids')}, SUM(COALESCE(e.n, 1)) "
-                        f"FROM impressions p {sessions.format('p')} GROUP BY 1")
+            floor = self._window_floor(cur, window)
+            sessions = ("SELECT e.search_id, COUNT(DISTINCT e.session_id) AS n FROM events e "
+                        "JOIN searches w ON w.search_id = e.search_id WHERE w.created >= ? "
+                        "GROUP BY e.search_id")
+            cur.execute(self._sql(
+                f"SELECT {self.json_len.format('COALESCE(p.ids, s.ids)')}, "
+                f"SUM(COALESCE(e.n, 1)) FROM searches s "
+                "LEFT JOIN impressions p ON p.search_id = s.search_id "
+                f"LEFT JOIN ({sessions}) e ON e.search_id = s.search_id "
+                "WHERE s.created >= ? AND (s.kind = 'search' OR p.search_id IS NOT NULL) "
+                "GROUP BY 1"), (floor, floor))
             for n, count in cur.fetchall():
                 lists[int(n)] = lists.get(int(n), 0) + int(count)
-            cur.execute(self._sql("SELECT shown_rank, COUNT(*) FROM events WHERE action = ? "
-                                  "AND shown_rank BETWEEN 1 AND ? GROUP BY shown_rank"),
-                        (CLICK, int(k)))
+            cur.execute(self._sql(
+                "SELECT e.shown_rank, COUNT(*) FROM events e JOIN searches s ON "
+                "s.search_id = e.search_id WHERE s.created >= ? AND e.action = ? AND "
+                "e.shown_rank BETWEEN 1 AND ? GROUP BY e.shown_rank"), (floor, CLICK, int(k)))
             clicks = {int(r): int(n) for r, n in cur.fetchall()}
         return [RankClicks(r, sum(c for n, c in lists.items() if n >= r), clicks.get(r, 0))
                 for r in range(1, int(k) + 1)]
+
+    def _window_floor(self, cur: Any, window: int) -> float:
+        """The time of the ``window``-th newest search (through the index on ``created``;
+        -1e300 when fewer are kept)."""
+        cur.execute(self._sql("SELECT created FROM searches ORDER BY created DESC "
+                              "LIMIT 1 OFFSET ?"), (max(int(window), 1) - 1,))
+        row = cur.fetchone()
+        return -1e300 if row is None else float(row[0])
 
     def unsettled(self, after: float) -> tuple[int, float | None]:
         """Searches served after ``after`` (their clicks still settling) and the time the
@@ -206,10 +225,9 @@ class ClickSQL:
         return int(n), None if oldest is None else float(oldest)
 
     def event_counts(self) -> dict[str, int]:
-        """Stored events by action."""
+        """Stored events by action (their running counts: :mod:`tttembed.loop.tallies`)."""
         with self._tx() as cur:
-            cur.execute("SELECT action, COUNT(*) FROM events GROUP BY action")
-            return {str(a): int(n) for a, n in cur.fetchall()}
+            return tallies.read(cur, self._sql, tallies.EVENTS)
 
 
 def _expand(row: Sequence[Any], acts: list[tuple[Any, ...]]) -> Iterator[Shown]:

@@ -259,7 +259,7 @@ class Store(Protocol):
     def events_after(self, cursor: Cursor, limit: int = ...) -> list[Event]: ...
     def shown_after(self, cursor: Cursor, limit: int = ...,
                     before: float | None = ...) -> list[Shown]: ...
-    def click_counts_by_rank(self, k: int = ...) -> list[RankClicks]: ...
+    def click_counts_by_rank(self, k: int = ..., window: int = ...) -> list[RankClicks]: ...
     def event_counts(self) -> dict[str, int]: ...
     def unsettled(self, after: float) -> tuple[int, float | None]: ...
     def close(self) -> None: ...
@@ -288,9 +288,12 @@ PAGE = 5000
 CLICK_SETTLE_S = 300.0
 #: The action that counts as a click (UBI's ``click_through`` is read as one too).
 CLICK = "click"
+#: The newest searches click-through by rank is read over (``GET /v1/loop``): a status
+#: read that costs the same however much traffic the store keeps.
+CTR_WINDOW = 10_000
 
 
-__all__ = ["CLICK", "CLICK_SETTLE_S", "PAGE", "SPEND_SOURCES", "START", "Claimed", "ClickCaps",
-           "Share", "ClickReward", "Cursor",
+__all__ = ["CLICK", "CLICK_SETTLE_S", "CTR_WINDOW", "PAGE", "SPEND_SOURCES", "START", "Claimed",
+           "ClickCaps", "Share", "ClickReward", "Cursor",
            "Event", "EventsStored", "Feedback", "Impression", "RankClicks", "Reward",
            "SearchLog", "Shown", "Store", "cursor_floor", "query_hash"]

@@ -14,6 +14,9 @@ creates the schema (PostgreSQL: under the schema's advisory lock, so one replica
 migrates and the others find it done): each such table's rows are read, the table is
 dropped and made anew, and the rows are written back with their digests. Replicas of
 the earlier release cannot write to a migrated store: upgrade them together.
+
+The running counts a status read takes (:mod:`tttembed.loop.tallies`) are counted from a
+store's rows once, when a store made before them first opens.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tttembed.loop import tallies
 from tttembed.loop.rows import query_hash
 
 TABLES = (
@@ -70,6 +74,7 @@ TABLES = (
         ordinal INTEGER NOT NULL, dwell_ms DOUBLE PRECISION NOT NULL,
         event_time DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (search_id, doc_id, session_id, action))""",
+    tallies.TABLE,
 )
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS searches_created ON searches (created)",
@@ -109,6 +114,7 @@ def create_schema(cur: Any, sql: Callable[[str], str]) -> dict[str, int]:
             migrated[table] = _migrate(cur, sql, table, columns)
     for statement in INDEXES:
         cur.execute(statement)
+    tallies.backfill(cur, sql)
     return migrated
 
 

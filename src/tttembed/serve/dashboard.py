@@ -354,6 +354,11 @@ def _states_table(status: Mapping[str, Any]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table></section>')
 
 
+def _window(searches: Any) -> str:
+    """The note on what click-through is read over ("" when the status does not say)."""
+    return f"; rates over the newest {int(searches):,} searches" if real(searches) else ""
+
+
 def _clicks_table(status: Mapping[str, Any]) -> str:
     """Click-through by position (``clicks.ctr_by_rank``). Its values are not loop-wide
     ``data-field``s: the section carries ``data-events`` and ``data-clicks``, each rank's
@@ -364,7 +369,8 @@ def _clicks_table(status: Mapping[str, Any]) -> str:
     head = (f'<section data-events="{esc(exact(clicks.get("events")))}" '
             f'data-clicks="{esc(exact(clicks.get("clicks")))}">'
             '<h2>Click-through by position</h2><p class="note">'
-            f'{plain(clicks.get("events"))} events, {plain(clicks.get("clicks"))} clicks</p>')
+            f'{plain(clicks.get("events"))} events, {plain(clicks.get("clicks"))} clicks'
+            f'{_window(clicks.get("ctr_window_searches"))}</p>')
     if not any(real(r.get("impressions")) for r in ranks):
         return head + '<p class="muted">No searches shown yet.</p></section>'
     prop = as_map(status.get("propensities"))

@@ -48,7 +48,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tttembed.loop.rows import CLICK, ClickCaps, Event, Impression, RankClicks
+from tttembed.loop.rows import CLICK, CTR_WINDOW, ClickCaps, Event, Impression, RankClicks
 from tttembed.serve.routes import json_response, read_body
 from tttembed.serve.wire import ApiError
 
@@ -324,12 +324,13 @@ async def events_route(svc: Service, request: Request, info: dict[str, Any]) -> 
 
 
 def click_status(store: Store, k: int = CTR_RANKS) -> dict[str, Any]:
-    """The ``clicks`` object of ``GET /v1/loop``: events by action, clicks, and
-    click-through by rank 1..``k`` (``ctr`` null where nothing was shown)."""
-    by_rank: list[RankClicks] = store.click_counts_by_rank(k)
+    """The ``clicks`` object of ``GET /v1/loop``: events by action, clicks (all kept),
+    and click-through by rank 1..``k`` over the newest ``ctr_window_searches`` searches
+    (``ctr`` null where nothing was shown)."""
+    by_rank: list[RankClicks] = store.click_counts_by_rank(k, CTR_WINDOW)
     actions = store.event_counts()
     return {"events": sum(actions.values()), "clicks": actions.get(CLICK, 0),
-            "actions": actions,
+            "actions": actions, "ctr_window_searches": CTR_WINDOW,
             "ctr_by_rank": [{"rank": r.rank, "impressions": r.impressions,
                              "clicks": r.clicks, "ctr": r.ctr} for r in by_rank]}
 

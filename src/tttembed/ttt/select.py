@@ -13,9 +13,12 @@ Two choices per task, each by the paired validation of :mod:`tttembed.adapt.vali
 - **query** part, for the rewarded query texts (it wins over the shared part there):
   ``none``, ``query`` (learned query-wise vectors), ``rw-rocchio`` (reward-weighted
   Rocchio) or ``qdrant-rf`` (Qdrant's naive formula), validated the same way on the
-  queries it serves: each rewarded query's re-search against the list its shared part
-  gives, within the rest of the cap. The query-wise vectors' alpha is chosen first, per
-  task and out of sample, by splitting each rewarded query's judged candidates
+  queries it serves: each rewarded query's re-search against raw, beside the list its
+  shared part gives it, within the rest of the cap. There the two are alternatives, so
+  a query part serves them where it is shown above raw and its mean gain is above the
+  shared part's on the same queries (:func:`query_choices`). The query-wise vectors'
+  alpha is chosen first, per task and out of sample, by splitting each rewarded
+  query's judged candidates
   (:func:`query_alphas`: the reward cross-validation of the query scope, nothing paid);
   the in-sample re-search then judges the query part at that alpha.
 
@@ -166,7 +169,7 @@ def select_methods(sources: Sequence[Source], rewards: Mapping[str, Mapping[str,
         for t, got in nb.evidence.items():
             evidence.setdefault(t, {}).update(got)
         estimators.update(nb.estimators)
-    chosen, pooled_notes = query_choices(evidence, qp.pooled)
+    chosen, pooled_notes = query_choices(evidence, qp.pooled, qp.served)
     notes = sh.notes + qp.notes + nb.notes + too_few(evidence, chosen) + pooled_notes
     return Selection(
         shared=shared, query=chosen,
@@ -198,14 +201,21 @@ def too_few(evidence: Evidence, query: Mapping[str, str] | None = None) -> list[
     return out
 
 
-def query_choices(evidence: Evidence, pooled: Mapping[str, Mapping[str, float]]
+def query_choices(evidence: Evidence, pooled: Mapping[str, Mapping[str, float]],
+                  served: Mapping[str, Mapping[str, float]] | None = None
                   ) -> tuple[dict[str, str], list[str]]:
-    """Each task's query part, and a note per task that took the pooled one. A task
-    whose rewarded queries number at least :data:`MIN_CHOICE_QUERIES` chooses on its own
-    evidence. One with fewer cannot (no 95% interval from so few), so it takes the method
-    that the evidence pooled over every task's rewarded queries (``pooled``: task-balanced,
-    as ``--alpha auto`` pools a query-wise state's evidence) shows helps, over at least
-    as many queries, unless its own queries' mean gain for that method is below 0. A
+    """Each task's query part, and a note per task whose query part came from the pooled
+    evidence or lost to its shared part. On a rewarded query the query part replaces the
+    shared part, so both are judged on the same re-search against raw (``evidence``: each
+    query-level method's gain over raw; ``served``: the shared part's on the same
+    queries, none where it is raw) and a query part serves them only where its mean gain
+    is above the shared part's: the largest mean among those shown above 0, the rule of
+    every other choice. A task whose rewarded queries number at least
+    :data:`MIN_CHOICE_QUERIES` chooses on its own evidence. One with fewer cannot (no 95%
+    interval from so few), so it takes the method that the evidence pooled over every
+    task's rewarded queries (``pooled``: task-balanced, as ``--alpha auto`` pools a
+    query-wise state's evidence) shows helps, over at least as many queries, unless its
+    own queries' mean gain for that method is below 0 (or the shared part's). A
     query-level method is one procedure in every task (each rewarded query's own vector,
     or Rocchio's or Qdrant's formula on its own rewards), so its evidence pools where a
     shared part's cannot; alone, a task of 2 queries pools only its own and keeps none."""
@@ -214,9 +224,14 @@ def query_choices(evidence: Evidence, pooled: Mapping[str, Mapping[str, float]]
     pick = best_method(pooled, "none")
     for t, e in evidence.items():
         own = {m: e[m] for m in QUERY_LEVEL if m in e}
-        out[t] = best_method(own, "none")
+        bar = float((served or {}).get(t, {}).get("gain", 0.0))
+        out[t], shown = (best_method({m: g for m, g in own.items() if g["gain"] > bar}, "none"),
+                         best_method(own, "none"))
+        if out[t] == "none" and shown != "none":
+            notes.append(f"{t}: no query part: its shared part gives its rewarded queries "
+                         f"{bar:+.4f} over raw, {shown} {own[shown]['gain']:+.4f}")
         n = max((int(g.get("queries", 0)) for g in own.values()), default=0)
-        if n >= MIN_CHOICE_QUERIES or pick not in own or own[pick]["gain"] < 0:
+        if n >= MIN_CHOICE_QUERIES or pick not in own or own[pick]["gain"] < max(bar, 0):
             continue
         out[t] = pick
         g = pooled[pick]
@@ -334,6 +349,8 @@ class _QueryPart:
     notes: list[str] = field(default_factory=list)
     #: Per method: its evidence over every task's rewarded queries (:func:`query_choices`).
     pooled: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Per task whose shared part is kept: that part's gain over raw on the same queries.
+    served: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _query_part(sources: Sequence[Source], table: Table,
@@ -341,15 +358,17 @@ def _query_part(sources: Sequence[Source], table: Table,
                 alphas: Mapping[str, str], learned: Mapping[str, AdaptState | None], *,
                 cap: int, coef_for: CoefFor, k: int, rng: np.random.Generator,
                 query_alpha: Mapping[str, str], seed: int = 0) -> _QueryPart:
-    """Each query-level method's Delta on every rewarded row: its top-k against the list
-    the row's shared part gives; the never-judged documents of those lists, in (row, doc
-    id) order, are sampled at random within ``cap`` and paid, the others filled with the
-    mean reward of the paid ones of their kind, bootstrapped with the rows
+    """Each query-level method's Delta on every rewarded row, and the shared part's
+    (``served``, where it is not raw): its top-k against the raw list; the never-judged
+    documents of those lists, in (row, doc id) order, are sampled at random within
+    ``cap`` and paid, the others filled with the mean reward of the paid ones of their
+    kind, bootstrapped with the rows
     (:mod:`tttembed.ttt.judged`). The query-wise vectors at each task's ``query_alpha``
     (recorded in their evidence as ``alpha``)."""
     vecs = {"": shared_vectors(table, shared, alphas, learned)}
     vecs.update({m: method_vectors(m, table, learned.get("query"), coef_for, query_alpha)
                  for m in QUERY_LEVEL})
+    vecs["raw"] = table.x.astype(np.float32)
     lists = source_lists(sources, table.source, vecs, k,  # per row: {"" or method: ids}
                          keys=table.keys)
     new = [(q, d) for q, ds in never_judged(table.keys, lists, rewards).items()
@@ -357,16 +376,21 @@ def _query_part(sources: Sequence[Source], table: Table,
     picked = sample_by_task(new, dict(zip(table.keys, table.tasks)), cap, rng,
                             draw_within_cap=True)
     judged = judge_lists(table.keys, table.tasks, lists, rewards, pay, picked,
-                         needed=len(new), base="", names=QUERY_LEVEL, k=k)
+                         needed=len(new), base="raw", names=("", *QUERY_LEVEL), k=k)
     evidence = judged.per_task(rng)
+    served = {t: e.pop("") for t, e in evidence.items() if shared.get(t, "raw") != "raw"}
+    for e in evidence.values():
+        e.pop("", None)
     gains, p = judged.overall(np.random.default_rng([seed, _POOLED_STREAM]))
     pooled = {g.alpha: {"gain": g.gain, "ci_low": g.ci_low, "ci_high": g.ci_high,
-                        "p": p[g.alpha], "queries": float(len(table.keys))} for g in gains}
+                        "p": p[g.alpha], "queries": float(len(table.keys))} for g in gains
+              if g.alpha in QUERY_LEVEL}
     for t, label in query_alpha.items():
         if "query" in evidence.get(t, {}):
             cast(dict[str, Any], evidence[t]["query"])["alpha"] = label
     out = _QueryPart(evidence, "judged-diff" + ("-sampled" if judged.sampled else ""),
-                     len(new), len(picked), pooled=pooled if len(set(table.tasks)) > 1 else {})
+                     len(new), len(picked), pooled=pooled if len(set(table.tasks)) > 1 else {},
+                     served=served)
     if judged.sampled:
         out.notes.append(f"query part: {len(picked):,} of the {len(new):,} never-judged "
                          "documents its re-searches bring in were paid (a random sample, "

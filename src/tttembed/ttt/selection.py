@@ -15,7 +15,7 @@ NEIGHBOUR = "neighbour"
 #: The deployable states method auto chooses from, per task.
 METHODS = ("raw", *SHARED, *QUERY_LEVEL, NEIGHBOUR)
 #: Bump when the choice changes for the same inputs (eval cells are keyed by it).
-SELECT_VERSION = 12
+SELECT_VERSION = 13
 
 
 class MethodGain(NamedTuple):
