@@ -3,16 +3,20 @@ real served instances: they return exactly what the server answers (ids, scores,
 search ids), sync and async alike, with ``k`` / ``similarity_top_k`` at construction and
 (LangChain) at ``invoke``; clicks and labels reach the feedback store by the document's
 ``search_id``; a server that never answers fails within the client's ``timeout`` and
-``max_retries``, and the error names them."""
+``max_retries``, and the error names them; the chain guide says what they take and
+return."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import re
 import socket
 import threading
 import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -28,6 +32,7 @@ from tttembed.core.errors import BackendError, ConfigError
 lc = pytest.importorskip("tttembed.integrations.langchain")
 li = pytest.importorskip("tttembed.integrations.llamaindex")
 
+ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "In which country is the birthplace of the painter Ada Marlow?"
 
 
@@ -109,6 +114,26 @@ def test_the_chain_retrievers_return_the_served_ranking_with_its_texts(chain_ser
         .retrieve(QUESTION)
     assert [n.node.id_ for n in nodes] == ids
     assert [n.score for n in nodes] == [d["score"] for d in want["data"]]
+
+
+def test_the_chain_guide_names_the_framework_retrievers_as_they_are(chain_server):
+    """The chain guide's paragraph on LangChain / LlamaIndex: the classes it names exist
+    in both modules with the keywords it names, and the metadata keys it lists are on
+    every document the retriever returns."""
+    text = " ".join((ROOT / "docs" / "guides" / "chain.md").read_text().split())
+    assert "From LangChain or LlamaIndex" in text, "the chain guide names no framework"
+    para = text[text.index("From LangChain or LlamaIndex"):]
+    para = para[:para.index("are deprecated")]
+    held = para[para.index("metadata holds"):para.index("; `k`")]
+    keys = re.findall(r"`(\w+)`", held)
+    assert {"id", "hop", "search_id", "encoder"} <= set(keys), held
+    assert "TTTEmbedChainRetriever(" in para and "similarity_top_k" in para, para
+    takes = {"langchain": set(lc.TTTEmbedChainRetriever.model_fields),
+             "llamaindex": set(inspect.signature(li.TTTEmbedChainRetriever).parameters)}
+    assert {"k", "max_hops", "beam"} <= takes["langchain"], takes
+    assert {"similarity_top_k", "max_hops", "beam"} <= takes["llamaindex"], takes
+    docs = lc.TTTEmbedChainRetriever(url=chain_server, k=3, max_hops=2).invoke(QUESTION)
+    assert docs and all(set(keys) <= set(d.metadata) for d in docs), docs[0].metadata
 
 
 def test_the_embeddings_are_the_servers_raw_documents_and_adapted_queries(text_server):
