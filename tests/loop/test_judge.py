@@ -64,16 +64,9 @@ def test_with_rewards_the_active_priority_orders_queries():
     assert as_set[0][1] == "new"  # rewards unknown: fewer judged pairs first
 
 
-def test_two_documents_of_one_text_are_paid_once_as_the_ledger_pays_them(tmp_path):
-    """issue 65 item 3: ArguAna holds 109 documents whose text another document has. The
-    ledger keys a pair by the texts' digests and pays such a pair once; the judge
-    charged the budget for both ids, so the loop's spend ran ahead of the ledger (the
-    soak's "/v1/loop paid - ledger paid" = 1-4). Now the spend is what the ledger pays."""
+def _counting_scorer() -> type:
+    """A scorer class that answers 0.5 and counts the pairs it is asked (``asked``)."""
     import numpy as np
-
-    from tttembed.loop.judge import BackgroundJudge
-    from tttembed.loop.sqlite import SQLiteStore
-    from tttembed.score.ledger import Ledger, LedgerScorer
 
     class Counting:
         spec = identity = "counting"
@@ -83,6 +76,21 @@ def test_two_documents_of_one_text_are_paid_once_as_the_ledger_pays_them(tmp_pat
         def score(self, query, docs):
             Counting.asked += len(docs)
             return np.full(len(docs), 0.5)
+
+    return Counting
+
+
+def test_two_documents_of_one_text_are_paid_once_as_the_ledger_pays_them(tmp_path):
+    """issue 65 item 3: ArguAna holds 109 documents whose text another document has. The
+    ledger keys a pair by the texts' digests and pays such a pair once; the judge
+    charged the budget for both ids, so the loop's spend ran ahead of the ledger (the
+    soak's "/v1/loop paid - ledger paid" = 1-4). Now the spend is what the ledger pays."""
+
+    from tttembed.loop.judge import BackgroundJudge
+    from tttembed.loop.sqlite import SQLiteStore
+    from tttembed.score.ledger import Ledger, LedgerScorer
+
+    Counting = _counting_scorer()
 
     corpus = {"a": {"title": "", "text": "same words"}, "b": {"title": "", "text": "same words"},
               "c": {"title": "", "text": "other words"}}
@@ -103,21 +111,13 @@ def test_a_store_outage_mid_pay_leaves_no_pair_claimed_or_charged_unasked(tmp_pa
     then skipped them for good (claimed, by itself) and the spend ran ahead of the ledger
     (red before: 2 of 4 pairs back, 4 charged for 2 answered). Now what was not asked is
     given back and unclaimed once the store answers again, and the next pay() pays it."""
-    import numpy as np
 
     from tttembed.core.errors import StoreUnavailable
     from tttembed.loop.judge import BackgroundJudge
     from tttembed.loop.sqlite import SQLiteStore
     from tttembed.score.ledger import Ledger, LedgerScorer
 
-    class Counting:
-        spec = identity = "counting"
-        mapping = ""
-        asked = 0
-
-        def score(self, query, docs):
-            Counting.asked += len(docs)
-            return np.full(len(docs), 0.5)
+    Counting = _counting_scorer()
 
     class Restarting(SQLiteStore):
         down = False  # the database restarting: its writes fail

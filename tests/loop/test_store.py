@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +21,6 @@ from tttembed.core.errors import ConfigError, MissingDependency
 from tttembed.loop.open import open_store
 from tttembed.loop.sqlite import SQLiteStore
 from tttembed.loop.store import Feedback, Reward, SearchLog, Store
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store spec on a fresh store: a SQLite file or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "loop.sqlite")
-    return new_database(request.getfixturevalue("pg_url"), "t" + uuid.uuid4().hex[:16])
-
-
-@pytest.fixture
-def store(spec: str) -> Iterator[Store]:
-    opened = open_store(spec)
-    yield opened
-    opened.close()
 
 
 def _search(sid: str, created: float, version: str | None = "v1", **kw: object) -> SearchLog:

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import random
 import sqlite3
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.loop.v1_schema import OLD_SCHEMA
-from tests.pg import new_database
 from tttembed.loop.open import open_store
 from tttembed.loop.rows import (
     ClickCaps,
@@ -35,20 +31,6 @@ def _text(n: int, seed: int = 0) -> str:
     """``n`` characters of words that do not compress (random letters)."""
     rng = random.Random(seed)
     return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(n))
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "loop.sqlite")
-    return new_database(request.getfixturevalue("pg_url"), "t" + uuid.uuid4().hex[:16])
-
-
-@pytest.fixture
-def store(spec: str) -> Iterator[Store]:
-    opened = open_store(spec)
-    yield opened
-    opened.close()
 
 
 @pytest.mark.parametrize("n", LENGTHS)

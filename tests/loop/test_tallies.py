@@ -6,30 +6,11 @@ before them; click-through read over the newest searches only. Both backends."""
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.pg import new_database
 from tttembed.loop.open import open_store
 from tttembed.loop.rows import Event, Impression, SearchLog, Store
 from tttembed.serve.events import click_status
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "loop.sqlite")
-    return new_database(request.getfixturevalue("pg_url"), "t" + uuid.uuid4().hex[:16])
-
-
-@pytest.fixture
-def store(spec: str) -> Iterator[Store]:
-    opened = open_store(spec)
-    yield opened
-    opened.close()
 
 
 def _searches(n: int, start: float = 1.0, version: str | None = "v1", replica: str = "r1",
