@@ -111,28 +111,39 @@ def oof_shared(index: Index, qs: QuerySet, base: BaseRetrieval,
 
 
 def compose(candidate: AdaptState, served: Sequence[AdaptState]) -> AdaptState | None:
-    """The candidate's query part over the served version's shared part, one mixed
-    state; None when either holds low-rank maps or neighbour rows (not composed)."""
-    donor = served[0] if len(served) == 1 else None
+    """The candidate's query part over the served version's shared part (the query part
+    alone when the served version has none: new questions get raw), one mixed state;
+    None when either holds low-rank maps or neighbour rows (not composed)."""
     if len(candidate.parts.adapter_rows) or len(candidate.parts.neighbour_rows):
         return None
-    mine = [g for g, k in enumerate(candidate.keys) if is_query_key(k)]
-    if not has_shared(served):  # new questions get raw: the query part alone
-        return replace(candidate, scope="mixed", query_ids=(),
-                       keys=tuple(candidate.keys[g] for g in mine),
-                       vectors=candidate.vectors[mine], alpha=candidate.alpha[mine],
-                       n_g=candidate.n_g[mine]) if mine else None
+    mine = _rows(candidate, [g for g, k in enumerate(candidate.keys) if is_query_key(k)])
+    if not has_shared(served):
+        return _mixed(candidate, mine) if mine[0] else None
+    donor = served[0] if len(served) == 1 else None
     if donor is None or donor.scope not in ("mixed", "task") or donor.dim != candidate.dim:
         return None
     if len(donor.parts.adapter_rows) or len(donor.parts.neighbour_rows):
         return None
-    theirs = [g for g, k in enumerate(donor.keys) if not is_query_key(k)]
+    return _mixed(candidate, mine,
+                  _rows(donor, [g for g, k in enumerate(donor.keys) if not is_query_key(k)]))
+
+
+_Rows = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]
+
+
+def _rows(state: AdaptState, picked: list[int]) -> _Rows:
+    """``state``'s keys, vectors, alphas and counts at ``picked``."""
+    return (tuple(state.keys[g] for g in picked), state.vectors[picked], state.alpha[picked],
+            state.n_g[picked])
+
+
+def _mixed(candidate: AdaptState, *parts: _Rows) -> AdaptState:
+    """``candidate`` holding ``parts``' rows, in order, as one mixed state."""
     return replace(candidate, scope="mixed", query_ids=(),
-                   keys=tuple(candidate.keys[g] for g in mine) + tuple(donor.keys[g]
-                                                                       for g in theirs),
-                   vectors=np.concatenate([candidate.vectors[mine], donor.vectors[theirs]]),
-                   alpha=np.concatenate([candidate.alpha[mine], donor.alpha[theirs]]),
-                   n_g=np.concatenate([candidate.n_g[mine], donor.n_g[theirs]]))
+                   keys=tuple(k for p in parts for k in p[0]),
+                   vectors=np.concatenate([p[1] for p in parts]),
+                   alpha=np.concatenate([p[2] for p in parts]),
+                   n_g=np.concatenate([p[3] for p in parts]))
 
 
 @dataclass(frozen=True)
