@@ -138,3 +138,31 @@ def test_the_propensities_read_only_the_newest_records(tmp_path: Path, monkeypat
     monkeypatch.setattr(feed_mod, "estimate", counting)
     feed.view()
     assert seen == [500] and len(feed.window) > 500
+
+
+def test_the_window_holds_one_copy_of_each_text_and_id(store: object) -> None:
+    """The learner's click window holds up to a million records (ten per search): a long
+    question asked many times, or a document shown in many lists, is one string in memory,
+    not one per record, and a record carries no per-instance dict. Before: 556 bytes a
+    record with 3,000-character questions (each record held its own copies)."""
+    import tracemalloc
+
+    texts = [f"{i} " + "a long question " * 190 for i in range(20)]  # ~3,000 characters
+    rows = [SearchLog(f"s{i}", "t", texts[i % 20], 1000.0 + i, "v1",
+                      tuple(f"doc-{(i * 7 + r) % 300}" for r in range(10)))
+            for i in range(2000)]
+    store.log_searches(rows)  # type: ignore[attr-defined]
+    feed = ClickFeed(store, settle_s=0.0)  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        feed.refresh()
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    shown = list(feed.window)
+    assert len(shown) == 20_000
+    assert not hasattr(shown[0], "__dict__")
+    for field in ("query", "doc_id"):  # each distinct value one object
+        values = [getattr(s, field) for s in shown]
+        assert len({id(v) for v in values}) == len(set(values)), field
+    assert used / len(shown) < 250, f"{used / len(shown):.0f} bytes a record"

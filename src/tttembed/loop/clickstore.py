@@ -20,6 +20,7 @@ advisory lock of their own), so the caps hold however many replicas post at once
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -231,10 +232,15 @@ class ClickSQL:
 
 
 def _expand(row: Sequence[Any], acts: list[tuple[Any, ...]]) -> Iterator[Shown]:
-    """One search's rows: each rank of its impression, per session that acted on it."""
-    sid, task, query, created, version, served, kind, explicit = row
-    ids = json.loads(explicit if explicit is not None else served)
-    sessions = sorted({str(a[2]) for a in acts}) or [""]
+    """One search's rows: each rank of its impression, per session that acted on it.
+    Their strings are interned: the learner's click window holds up to a million of these
+    records, and one text asked many times (a long question: kilobytes) or one document
+    shown in many lists is then one string in memory, not one per record."""
+    sid, created, kind = str(row[0]), float(row[3]), row[6]
+    task, query, version = (sys.intern(str(v)) for v in (row[1], row[2], row[4] or "raw"))
+    served, explicit = row[5], row[7]
+    ids = [sys.intern(str(d)) for d in json.loads(explicit if explicit is not None else served)]
+    sessions = sorted({sys.intern(str(a[2])) for a in acts}) or [""]
     for session in sessions:
         mine = [a for a in acts if a[2] == session]
         clicked = {a[1] for a in mine if a[3] == CLICK}
@@ -243,9 +249,9 @@ def _expand(row: Sequence[Any], acts: list[tuple[Any, ...]]) -> Iterator[Shown]:
             dwell[a[1]] = max(dwell.get(a[1], 0.0), float(a[4]))
         test, teams = _interleaved(str(kind), len(ids))
         for rank, doc in enumerate(ids, 1):
-            yield Shown(str(sid), str(task), str(query), str(doc), rank, doc in clicked,
-                        teams[rank - 1] if test else version or "raw", session, bool(kind),
-                        dwell.get(doc, 0.0), float(created), test)
+            yield Shown(sid, task, query, doc, rank, doc in clicked,
+                        teams[rank - 1] if test else version, session, bool(kind),
+                        dwell.get(doc, 0.0), created, test)
 
 
 def _interleaved(kind: str, n: int) -> tuple[str, str]:

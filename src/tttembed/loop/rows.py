@@ -43,7 +43,7 @@ class SearchLog:
     intervention: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shown:
     """Document ``doc_id`` shown at 1-based ``rank`` for ``query`` (of ``task``) in search
     ``search_id``, served by ranker ``ranker`` (the registry version, "raw", or an
