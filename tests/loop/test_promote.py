@@ -129,7 +129,7 @@ def test_a_query_part_better_in_sample_never_drops_a_shared_part_that_helps_new_
     assert "t" in state.keys and set(query_part.keys) <= set(state.keys)
     assert two.asked.better and two.new.changed == 0  # new questions: served part kept
     ok, reason = decide(two, frozen=False, candidate=[state])
-    assert ok and "the shared part of v1 kept" in reason, reason
+    assert ok and "the shared part of v1 kept; the candidate's: it has none" in reason, reason
     assert "new questions no top-10 changes" in reason, reason
     assert two.as_dict()["tests"] == 2 and two.as_dict()["alpha_each"] == 0.025
 
@@ -274,6 +274,9 @@ def test_a_shared_part_not_shown_better_for_new_questions_is_not_taken(world):
     first = check_lists_of(world, served, cand)
     assert first.changed > 0 and not better(first) and not worse(first), first.shown()
     assert two.kept_shared == "v1" and state is not cand
+    # the log says what the candidate's own shared part showed (it is not the check shown)
+    assert two.own_shared.startswith("its own not shown better: Delta nDCG@10 ") and \
+        f"on {first.queries} queries" in two.own_shared, two.own_shared
     assert state is None or np.allclose(shared_view(x, qs.tasks, [state]),
                                         shared_view(x, qs.tasks, [served]))
 

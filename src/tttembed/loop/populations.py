@@ -156,6 +156,9 @@ class TwoChecks:
     kept_shared: str = ""
     #: what the asked check judges on when not the rewards learned from ('' they are)
     split: str = ""
+    #: where ``kept_shared``: why the candidate's own shared part was not taken (its own
+    #: new-questions figures, or that it had none)
+    own_shared: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         def one(c: PromotionCheck, what: str) -> dict[str, Any]:
@@ -169,7 +172,7 @@ class TwoChecks:
                 "asked": one(self.asked, self.split or "the rewarded texts, in-sample"),
                 "new": one(self.new, f"the rewarded questions held out by text from the "
                                      f"shared part's learning ({FOLDS} folds)"),
-                "kept_shared": self.kept_shared}
+                "kept_shared": self.kept_shared, "own_shared": self.own_shared}
 
 
 def check_two(index: Index, qs: QuerySet, x: np.ndarray,
@@ -217,8 +220,10 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
         return state, two
     asked = check_promotion(index, qs, x, seen, served, [composite], paying, cap=cap(),
                             seed=seed, min_queries=min_queries)
+    own = "it has none" if dropped else f"its own not shown better: {_one(two.new)}"
     new = check_lists(index, qs, view, view, seen, paying, cap=0, min_queries=min_queries)
-    return composite, TwoChecks(asked, new, kept_shared=parent or "raw", split=split)
+    return composite, TwoChecks(asked, new, kept_shared=parent or "raw", split=split,
+                                own_shared=own)
 
 
 def better(c: PromotionCheck) -> bool:
@@ -229,12 +234,12 @@ def worse(c: PromotionCheck) -> bool:
     return c.changed > 0 and c.ci_low is not None and c.gain < 0 and c.p < ALPHA_EACH
 
 
-def _shown(two: TwoChecks) -> str:
-    def one(c: PromotionCheck) -> str:
-        return c.shown() if c.changed or c.left_out else \
-            f"no top-10 changes on {c.queries} queries"
+def _one(c: PromotionCheck) -> str:
+    return c.shown() if c.changed or c.left_out else f"no top-10 changes on {c.queries} queries"
 
-    return f"asked {one(two.asked)}; new questions {one(two.new)}"
+
+def _shown(two: TwoChecks) -> str:
+    return f"asked {_one(two.asked)}; new questions {_one(two.new)}"
 
 
 def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
@@ -243,7 +248,8 @@ def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
     ok, why = verdict(two.asked, frozen=frozen, candidate=candidate)
     if not candidate or (not two.asked.changed and not two.new.changed):
         return False, why
-    kept = f" (the shared part of {two.kept_shared} kept)" if two.kept_shared else ""
+    kept = (f" (the shared part of {two.kept_shared} kept; the candidate's: "
+            f"{two.own_shared})" if two.kept_shared else "")
     for name, c in (("asked", two.asked), ("new", two.new)):
         if worse(c):
             return False, (f"refused: worse on the {name} questions at alpha {ALPHA_EACH} "
