@@ -76,7 +76,12 @@ def counts(db_url: str, ledger: Path, judge_file: Path) -> dict[str, Any]:
                 ("clicks", "SELECT count(*) FROM events WHERE action = 'click'"),
                 ("feedback", "SELECT count(*) FROM feedback"),
                 ("drift", "SELECT COALESCE(SUM(pairs), 0) FROM spend WHERE source = 'drift'"),
-                ("spend", "SELECT COALESCE(SUM(pairs), 0) FROM spend")):
+                ("spend", "SELECT COALESCE(SUM(pairs), 0) FROM spend"),
+                # reservations still open at the end, by state: never sent, sent (its
+                # answer not yet stored), sent with the answer lost (kept as paid)
+                ("reserved_unsent", "SELECT count(*) FROM reserved WHERE sent = 0"),
+                ("reserved_sent", "SELECT count(*) FROM reserved WHERE sent = 1"),
+                ("reserved_lost", "SELECT count(*) FROM reserved WHERE sent = 2")):
             try:
                 out[key] = int(conn.execute(sql).fetchone()[0])
             except psycopg.Error:
@@ -429,6 +434,8 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         "searches": reconcile(searches, c["logged_ids"], faults.get("kill")),
         "clicks": clicks, "feedback": {**feedback, "stored": c["feedback"]},
         "judge": {"ledger_rows": c["ledger_rows"], "drift_rescores": c["drift"],
+                  "reserved_open": {k: c.get(f"reserved_{k}", 0)
+                                    for k in ("unsent", "sent", "lost")},
                   "spend_account": c["spend"], "budget": stack.budget,
                   "batch": JUDGE_BATCH, "books_settled": c.get("settled")},
         "replicas_refused": sum(bool(x.get("refused")) for x in loop.get("replicas") or []),

@@ -148,3 +148,44 @@ def test_a_store_outage_mid_pay_leaves_no_pair_claimed_or_charged_unasked(tmp_pa
     assert set(got) == set(pairs)
     assert Counting.asked == 4 == sum(store.spent().values())
     store.close()
+
+
+def test_a_claim_committed_whose_answer_was_lost_is_given_back(tmp_path):
+    """The store committed a pay()'s claim and reservation, then the connection dropped
+    before the learner heard so (a network cut or a proxy after COMMIT): the call failed
+    with nothing asked, and nothing in memory knew the budget was charged, so the spend
+    stayed 2 pairs ahead of the ledger for good (red before: 4 charged for 2 answered;
+    an ArguAna soak ended with the spend 8 pairs ahead). Now a failed pay() leaves the
+    reconciliation of this learner's own open reservations to the next call (what was
+    never sent given back, as a kill's are at start-up), and the next pay() pays them."""
+
+    from tttembed.core.errors import StoreUnavailable
+    from tttembed.loop.judge import BackgroundJudge
+    from tttembed.loop.sqlite import SQLiteStore
+    from tttembed.score.ledger import Ledger, LedgerScorer
+
+    Counting = _counting_scorer()
+
+    class LostCommit(SQLiteStore):
+        cut = False
+
+        def claim(self, *args, **kwargs):
+            got = super().claim(*args, **kwargs)
+            if self.cut:
+                self.cut = False
+                raise StoreUnavailable("lost the feedback store after COMMIT")
+            return got
+
+    corpus = {d: {"title": "", "text": f"passage {d}"} for d in "ab"}
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    store = LostCommit(tmp_path / "loop.sqlite")
+    judge = BackgroundJudge(LedgerScorer(Counting(), ledger), corpus, store, budget=10)
+    pairs = [("t", "q1", "a"), ("t", "q1", "b")]
+    store.cut = True
+    with pytest.raises(StoreUnavailable):
+        judge.pay(pairs)
+    assert Counting.asked == 0 and sum(store.spent().values()) == 2  # charged, unasked
+    got, paid = judge.pay(pairs)
+    assert set(got) == set(pairs) and paid == 2
+    assert Counting.asked == 2 == sum(store.spent().values())
+    store.close()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,8 @@ from tttembed.score.base import Item, Scorer
 from tttembed.score.ledger import scorer_key
 from tttembed.ttt.rewards import doc_items
 from tttembed.types import Triple
+
+log = logging.getLogger("tttembed.loop")
 
 
 def pending_pairs(searches: Iterable[SearchLog], judged: set[Triple] | Mapping[Triple, float],
@@ -173,7 +176,13 @@ class BackgroundJudge:
             listed = doc_items(docs, self.corpus)
             plan.append((task, query, docs, listed, self._new_to_ledger(query, listed, seen)))
         self._pay_owed()
-        plan, prepaid = self._claim(source, plan)
+        try:
+            plan, prepaid = self._claim(source, plan)
+        except BudgetSpent:
+            raise
+        except Exception:
+            self._owe_reconcile()  # the claim may have committed: what it charged is found
+            raise
         out: dict[Triple, float] = {}
         paid = 0
         for at, (task, query, docs, items, new) in enumerate(plan):
@@ -190,6 +199,7 @@ class BackgroundJudge:
                     self._release(source, plan[at:], prepaid)
                 except Exception:  # noqa: BLE001, S110  (the store is down: kept in _owed)
                     pass
+                self._owe_reconcile()  # and whatever the store's rows say is still open
                 raise
             self._settle(mine)
             paid += sum(new)
@@ -269,6 +279,21 @@ class BackgroundJudge:
                        partial(self.store.settle, done),
                        partial(self.store.unclaim, claimed)]  # paid before too: free again
         self._pay_owed()
+
+    def _owe_reconcile(self) -> None:
+        """After a call whose claim's outcome is unknown (the store failed during or just
+        after it): before the next call, close this learner's own open reservations from
+        the store's rows (:meth:`recover`: never sent given back, answered settled),
+        as a kill's are at start-up; no call of this learner is in flight then."""
+        if self.budget is not None and self._reconcile not in self._owed:
+            self._owed.append(self._reconcile)
+
+    def _reconcile(self) -> None:
+        closed = self.recover()
+        if any(closed.values()):
+            log.info("reservations a failed call left open: %(given_back)d pair(s) never "
+                     "sent given back, %(spent)d answered, %(lost)d sent with the answer "
+                     "lost (kept as paid)", closed)
 
     def _pay_owed(self) -> None:
         """Close what failed calls left open (module docstring), each step once and in
