@@ -147,6 +147,39 @@ def test_a_recurring_failure_is_logged_once_per_kind_until_it_works(caplog):
     assert sum(line.endswith("the failure has stopped") for line in lines) == 1
 
 
+def test_the_heartbeat_through_a_database_restart_says_each_kind_once(caplog, monkeypatch):
+    """The learner's own heartbeat thread (``Loop._heartbeat``) through a restart of its
+    registry's database: 30 failed beats of two kinds are two warnings (not one a beat),
+    and one line when a beat is written again."""
+    import logging
+    import threading
+    from types import SimpleNamespace
+
+    import tttembed.loop.run as run
+
+    failures = iter([OSError("the database system is shutting down")] * 10
+                    + [OSError("connection refused")] * 20)
+    stop, written = threading.Event(), []
+
+    def beat(_coordination):
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        written.append(1)
+        if len(written) >= 5:
+            stop.set()
+
+    monkeypatch.setattr(run, "beat", beat)
+    monkeypatch.setattr(run, "HEARTBEAT_S", 0.001)
+    loop = SimpleNamespace(stop=stop, coordination=None, lost=None)
+    with caplog.at_level(logging.INFO, logger="tttembed.loop"):
+        run.Loop._heartbeat(loop)  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tttembed.loop"]
+    warned = [line for line in lines if "(said once until it works again)" in line]
+    assert len(warned) == 2, lines
+    assert sum(line.endswith("the failure has stopped") for line in lines) == 1, lines
+
+
 def test_a_cycle_with_more_texts_than_the_window_learns_from_at_most_the_window(
         tmp_path, monkeypatch):
     """Bounded learning cycles: the first cycle learns from all 40 rewarded texts (under
