@@ -81,11 +81,19 @@ def counts(db_url: str, ledger: Path, judge_file: Path) -> dict[str, Any]:
                 # answer not yet stored), sent with the answer lost (kept as paid)
                 ("reserved_unsent", "SELECT count(*) FROM reserved WHERE sent = 0"),
                 ("reserved_sent", "SELECT count(*) FROM reserved WHERE sent = 1"),
-                ("reserved_lost", "SELECT count(*) FROM reserved WHERE sent = 2")):
+                ("reserved_lost", "SELECT count(*) FROM reserved WHERE sent = 2"),
+                ("rewards_paid", "SELECT COALESCE(SUM(paid), 0) FROM rewards")):
             try:
                 out[key] = int(conn.execute(sql).fetchone()[0])
             except psycopg.Error:
                 out[key] = 0
+        try:  # the account by source: charged (> 0) and given back (< 0) apart
+            rows = conn.execute("SELECT source, SIGN(pairs), SUM(pairs), COUNT(*) FROM spend "
+                                "GROUP BY source, SIGN(pairs)").fetchall()
+            out["spend_by_source"] = {f"{src} {'+' if sg > 0 else '-'}": [int(n), int(k)]
+                                      for src, sg, n, k in rows}
+        except psycopg.Error:
+            out["spend_by_source"] = {}
     out["ledger_rows"] = 0
     if ledger.exists():
         with sqlite3.connect(ledger) as db:
@@ -436,6 +444,8 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
         "judge": {"ledger_rows": c["ledger_rows"], "drift_rescores": c["drift"],
                   "reserved_open": {k: c.get(f"reserved_{k}", 0)
                                     for k in ("unsent", "sent", "lost")},
+                  "store_rewards_paid": c.get("rewards_paid", 0),
+                  "spend_by_source": c.get("spend_by_source", {}),
                   "spend_account": c["spend"], "budget": stack.budget,
                   "batch": JUDGE_BATCH, "books_settled": c.get("settled")},
         "replicas_refused": sum(bool(x.get("refused")) for x in loop.get("replicas") or []),

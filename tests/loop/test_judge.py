@@ -154,8 +154,8 @@ def test_a_claim_committed_whose_answer_was_lost_is_given_back(tmp_path):
     """The store committed a pay()'s claim and reservation, then the connection dropped
     before the learner heard so (a network cut or a proxy after COMMIT): the call failed
     with nothing asked, and nothing in memory knew the budget was charged, so the spend
-    stayed 2 pairs ahead of the ledger for good (red before: 4 charged for 2 answered;
-    an ArguAna soak ended with the spend 8 pairs ahead). Now a failed pay() leaves the
+    stayed 2 pairs ahead of the ledger for good (red before: the next pay() skipped both
+    pairs, claimed by itself, and they stayed charged unasked). Now a failed pay() leaves the
     reconciliation of this learner's own open reservations to the next call (what was
     never sent given back, as a kill's are at start-up), and the next pay() pays them."""
 
@@ -188,4 +188,33 @@ def test_a_claim_committed_whose_answer_was_lost_is_given_back(tmp_path):
     got, paid = judge.pay(pairs)
     assert set(got) == set(pairs) and paid == 2
     assert Counting.asked == 2 == sum(store.spent().values())
+    store.close()
+
+
+def test_the_audit_set_is_charged_what_the_ledger_pays_for_two_ids_of_one_text(tmp_path):
+    """The people's audit set holding two documents of one text for a question (ArguAna
+    holds 109 such documents): the ledger pays that pair of texts once, the audit's
+    reservation was given back only for pairs the ledger does not hold, so both ids stayed
+    charged. Every 20-minute ArguAna soak ended with the spend 8 pairs ahead of the
+    ledger, all of them the audit's (its one reservation of 960 for 952 paid; red before:
+    3 charged for 2 asked). Now the audit is charged what the judge was asked."""
+    from types import SimpleNamespace
+
+    from tttembed.loop.auditor import Auditor
+    from tttembed.loop.sqlite import SQLiteStore
+    from tttembed.score.ledger import Ledger, LedgerScorer
+
+    Counting = _counting_scorer()
+    corpus = {"a": {"title": "", "text": "same words"}, "b": {"title": "", "text": "same words"},
+              "c": {"title": "", "text": "other words"}}
+    store = SQLiteStore(tmp_path / "loop.sqlite")
+    config = SimpleNamespace(audit="qrels:people", audit_cap=100, seed=0, drift_sample=0,
+                             drift_threshold=0.1)
+    scorer = LedgerScorer(Counting(), Ledger(tmp_path / "ledger.sqlite"))
+    auditor = Auditor(config, scorer, corpus, store, None, None)  # type: ignore[arg-type]
+    auditor._audit = [("q", "a", 1), ("q", "b", 1), ("q", "c", 0)]
+    auditor._people_auc(1000)
+    assert Counting.asked == 2 == store.spent()["audit"], store.spent()
+    auditor._people_auc(1000)  # held now: free
+    assert Counting.asked == 2 == store.spent()["audit"], store.spent()
     store.close()

@@ -104,6 +104,11 @@ class Auditor:
                 out.add(i)
         return out
 
+    def _texts(self, row: int) -> tuple[str, str]:
+        """The (question, document) texts of audit-set row ``row``: the ledger's key."""
+        text, doc, _ = (self._audit or [])[row]
+        return text, doc_items([doc], self.corpus)[0].text
+
     def _people_auc(self, budget: int, seed: int | None = None) -> tuple[float | None, str]:
         """The judge's AUC on the audit set's pairs the ledger holds and those the
         audits' share can still pay, or, when a fresh sample (``seed`` given: a learning
@@ -131,9 +136,10 @@ class Auditor:
         if getattr(self.scorer, "known", None) is None:  # no ledger: what was answered
             at = {i: j for j, i in enumerate(rows)}
             paid = {i for i in bought if np.isfinite(scores[at[i]])}
-        else:
-            paid = self._held_now(bought)
-            self._held |= paid
+        else:  # the ledger pays a pair of texts once (two ids of one text: one pair)
+            held = self._held_now(bought)
+            self._held |= held
+            paid = set({self._texts(i): i for i in sorted(held)}.values())
         self.store.release("audit", granted - len(paid))
         value, note = people_auc(scores, np.array([r.reward for r in asked]))
         changed = self._changed(budget, seed, dict(zip(rows, scores)))
