@@ -217,4 +217,11 @@ def test_the_audit_set_is_charged_what_the_ledger_pays_for_two_ids_of_one_text(t
     assert Counting.asked == 2 == store.spent()["audit"], store.spent()
     auditor._people_auc(1000)  # held now: free
     assert Counting.asked == 2 == store.spent()["audit"], store.spent()
+    # a learning cycle's audit re-scores a sample afresh, past the ledger: on the account
+    # as drift re-scores (the books: ledger rows + drift re-scores = what the judge was
+    # asked; charged to the audit set before, an ArguAna soak's books were 4 apart)
+    config.drift_sample = 2
+    auditor._people_auc(1000, seed=1)
+    assert Counting.asked == 4 and store.spent() == {"audit": 2, "drift": 2}, store.spent()
+    assert scorer.ledger.count() + store.spent()["drift"] == Counting.asked
     store.close()

@@ -161,14 +161,15 @@ class Auditor:
         if seed is None or not pairs:
             return None
         want = min(self.config.drift_sample, len(pairs))
-        granted = self.store.reserve("audit", want, budget, share=self.share)
+        # re-scored afresh, past the ledger: drift re-scores, on the account as such
+        granted = self.store.reserve("drift", want, budget, share=self.share)
         chosen = sample_audit(pairs, granted, seed)
         if not chosen:
             return None
         at = {p[:2]: i for i, p in enumerate(pairs)}
         asked = [Reward("audit", q, d, float(g), 0.0) for q, d, g in chosen]
         fresh = rescore(self.inner, self.corpus, asked)
-        self.store.release("audit", int((~np.isfinite(fresh)).sum()))
+        self.store.release("drift", int((~np.isfinite(fresh)).sum()))
         old = np.array([held.get(at[(q, d)], np.nan) for q, d, _ in chosen])
         ok = np.isfinite(old) & np.isfinite(fresh)
         if not ok.any() or np.abs(old[ok] - fresh[ok]).mean() <= self.config.drift_threshold:
