@@ -225,3 +225,24 @@ def test_the_audit_set_is_charged_what_the_ledger_pays_for_two_ids_of_one_text(t
     assert Counting.asked == 4 and store.spent() == {"audit": 2, "drift": 2}, store.spent()
     assert scorer.ledger.count() + store.spent()["drift"] == Counting.asked
     store.close()
+
+
+def test_validation_pairs_the_budget_no_longer_covers_come_back_unpaid(tmp_path):
+    """Two learners on one store: the other spent the budget after this cycle read what
+    was left, so the promotion check's validation pay found it spent. It raised
+    BudgetSpent out of the cycle (a CI run's two-learner budget test failed on it); now the
+    pairs come back unpaid, as those another learner is paying do, and nothing is asked."""
+    from tttembed.loop.judge import BackgroundJudge
+    from tttembed.loop.learner import JudgePay
+    from tttembed.loop.sqlite import SQLiteStore
+    from tttembed.ttt.queries import QuerySet
+
+    Counting = _counting_scorer()
+    corpus = {d: {"title": "", "text": f"words {d}"} for d in "abc"}
+    store = SQLiteStore(tmp_path / "loop.sqlite")
+    judge = BackgroundJudge(Counting(), corpus, store, budget=2)
+    assert store.reserve("judge", 2, 2) == 2  # the other learner's claim: all of it
+    pay = JudgePay(judge, QuerySet(("t",), ("k",), ("q",)))
+    assert pay([("t/k", "a"), ("t/k", "b")]) == {}
+    assert pay.spent == 0 and Counting.asked == 0 and not pay.bought
+    store.close()

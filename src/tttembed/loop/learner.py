@@ -22,6 +22,7 @@ instead of being promoted.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from tttembed.embed.base import Embedder
 from tttembed.index.base import Index
 from tttembed.loop.clicks.feed import ClickFeed, ClickView
 from tttembed.loop.config import LoopConfig
-from tttembed.loop.judge import BackgroundJudge, Triple
+from tttembed.loop.judge import BackgroundJudge, BudgetSpent, Triple
 from tttembed.loop.nojudge import FloorOrPay, UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.populations import check_two, decide, oof_shared, worse
@@ -48,6 +49,8 @@ from tttembed.registry.base import StateRegistry, Version
 from tttembed.ttt.judged import Pair
 from tttembed.ttt.queries import BaseRetrieval, QuerySet, base_retrieval
 from tttembed.types import Rewards
+
+log = logging.getLogger("tttembed.loop")
 
 #: The promotion check's cap without a judge (nothing is paid: every unseen pair is 0).
 UNLIMITED = 10**9
@@ -119,7 +122,9 @@ def without_own(judged: TextRewards, corpus: Mapping[str, Mapping[str, str]]) ->
 class JudgePay:
     """Pays validation pairs ``(query key, doc)`` of ``queries`` through the judge (a
     :data:`~tttembed.ttt.judged.Pay`): ``spent`` counts those new to the ledger, ``bought``
-    keeps every reward."""
+    keeps every reward. Pairs the budget can no longer cover (another learner on the store
+    spent it since this cycle read what was left: :class:`BudgetSpent`) come back unpaid,
+    as those another learner is paying do; the check judges without them."""
 
     judge: BackgroundJudge
     queries: QuerySet
@@ -130,7 +135,11 @@ class JudgePay:
         qs = self.queries
         pos = {k: i for i, k in enumerate(qs.keys)}
         triples: list[Triple] = [(qs.tasks[pos[k]], qs.texts[pos[k]], d) for k, d in pairs]
-        got, paid = self.judge.pay(triples, source="validation")
+        try:
+            got, paid = self.judge.pay(triples, source="validation")
+        except BudgetSpent as exc:  # another learner spent it meanwhile: nothing was asked
+            log.info("validation: %s", exc)
+            return {}
         self.spent += paid
         out: Rewards = {}
         for (k, d), t in zip(pairs, triples):
