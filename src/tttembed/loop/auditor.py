@@ -99,8 +99,8 @@ class Auditor:
             return set()
         out = set()
         for i in rows:
-            text, doc, _ = self._audit[i]
-            if int(known(text, [t.text for t in doc_items([doc], self.corpus)])):
+            text, doc = self._texts(i)
+            if int(known(text, [doc])):
                 out.add(i)
         return out
 

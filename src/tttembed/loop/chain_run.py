@@ -45,7 +45,7 @@ from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent
 from tttembed.loop.open import open_store
 from tttembed.loop.rows import CHAIN_TASK
-from tttembed.loop.run import STEP_PAIRS, kept_state, lower_priority, recover_reservations
+from tttembed.loop.run import STEP_PAIRS, kept_state, lower_priority
 from tttembed.loop.status import read_status_checked, spend_from, write_status
 from tttembed.loop.store import Store
 
@@ -104,7 +104,7 @@ class ChainLoop:
         corpus = corpus_for_index(self.index, config.corpus)
         scorer = load_scorer(config.judge, index=self.index, corpus=corpus)
         self.judge = BackgroundJudge(scorer, corpus, self.store, budget=config.judge_budget)
-        recover_reservations(self.judge)  # what a kill left: given back or kept as paid
+        self.judge.close_open("a kill")  # what a kill left: given back or kept as paid
         embedder = index_embedder(self.index, None)
 
         def frozen(texts: list[str]) -> Any:

@@ -289,11 +289,16 @@ class BackgroundJudge:
             self._owed.append(self._reconcile)
 
     def _reconcile(self) -> None:
+        self.close_open("a failed call")
+
+    def close_open(self, cause: str) -> None:
+        """:meth:`recover`, and say what it closed (``cause``: what left it open)."""
         closed = self.recover()
         if any(closed.values()):
-            log.info("reservations a failed call left open: %(given_back)d pair(s) never "
-                     "sent given back, %(spent)d answered, %(lost)d sent with the answer "
-                     "lost (kept as paid)", closed)
+            log.info("reservations %s left open: %d pair(s) never sent given back to the "
+                     "budget, %d answered, %d sent with the answer lost (kept as paid: not "
+                     "charged again)", cause, closed["given_back"], closed["spent"],
+                     closed["lost"])
 
     def _pay_owed(self) -> None:
         """Close what failed calls left open (module docstring), each step once and in

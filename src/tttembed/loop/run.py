@@ -110,7 +110,7 @@ class Loop:
         # a store from before the spend account: what it paid (and the re-scores the old
         # status counted) opens the account, once; a database restart meanwhile waited out
         through_outage(lambda: self.store.open_account(self.state.drift_pairs), "start-up")
-        through_outage(lambda: recover_reservations(self.judge), "start-up")
+        through_outage(lambda: self.judge.close_open("a kill"), "start-up")
         self.bucket = Bucket(config.judge_rpm)
         self.stop = threading.Event()
         #: set when another learner took the learner lock (this one then stops)
@@ -370,15 +370,6 @@ def _quiet_close(loop: Loop) -> None:
         pass
 
 
-def recover_reservations(judge: BackgroundJudge) -> None:
-    """Close what a kill left reserved (given back, or kept as paid) and say it."""
-    recovered = judge.recover()
-    if any(recovered.values()):
-        log.info("reservations a kill left open: %(given_back)d pair(s) never sent given "
-                 "back to the budget, %(spent)d answered, %(lost)d sent with the answer "
-                 "lost (kept as paid: not charged again)", recovered)
-
-
 def lower_priority(nice: int) -> None:
     """A learner's CPU priority offset (``--nice``: serving first); where the system
     refuses it, the learner runs at its parent's priority."""
@@ -407,5 +398,4 @@ def run_loop(config: LoopConfig) -> None:
         loop.close()
 
 
-__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "kept_state", "lower_priority",
-           "recover_reservations", "run_loop"]
+__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "kept_state", "lower_priority", "run_loop"]
