@@ -281,6 +281,36 @@ def test_a_shared_part_not_shown_better_for_new_questions_is_not_taken(world):
                                         shared_view(x, qs.tasks, [served]))
 
 
+def test_a_served_version_without_a_shared_part_keeps_raw_and_says_raw(world, tmp_path):
+    """The served version (v1) is query-wise only; the candidate's shared part is not
+    shown better for new questions, so they stay at raw under its query part. The log
+    said "the shared part of v1 kept" (a SciFact hour's learner log, before any version
+    had one): it says raw now."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    import tttembed.api as tt
+    from tests.ttt.test_guard import _task
+    from tttembed.loop.populations import check_two, compose, decide, shared_view
+    from tttembed.score.qrels import QrelsScorer
+
+    index, qs, x = world["index"], world["qs"], world["x"]
+    _, emb, docs, queries, qrels = _task(tmp_path, "helpful")
+    query_part = tt.learn(index, queries, scorer=QrelsScorer("labels", qrels=qrels),
+                          scope="query", task="t", embedder=emb, corpus=docs, budget=10)
+    task = replace(world["state"], alpha=np.array([0.5]))
+    turned = replace(task, vectors=-20 * task.vectors)  # its shared part hurts new questions
+    cand = compose(query_part, [turned])
+    assert cand is not None
+    state, two = check_two(index, qs, x, {}, [], cand, shared_view(x, qs.tasks, [cand]),
+                           _labels_pay(world), cap=lambda: 10**6, parent="v1")
+    assert two.kept_shared == "raw" and state is not None and state is not cand, two
+    ok, reason = decide(two, frozen=False, candidate=[state])
+    assert "new questions kept at raw; the candidate's shared part: its own not shown " \
+        "better: Delta nDCG@10 -" in reason and "the shared part of v1" not in reason, reason
+
+
 def check_lists_of(world, served, cand):
     """The new-questions check of ``cand``'s shared part against ``served``'s."""
     from tttembed.loop.populations import shared_view

@@ -149,7 +149,9 @@ def _mixed(candidate: AdaptState, *parts: _Rows) -> AdaptState:
 @dataclass(frozen=True)
 class TwoChecks:
     """The candidate against the served version on the asked and on new questions;
-    ``kept_shared``: the served version whose shared part the candidate keeps ('' none)."""
+    ``kept_shared``: the served version whose shared part the candidate keeps, "raw"
+    where the served version has none (new questions stay at raw), '' when the
+    candidate's own shared part is taken."""
 
     asked: PromotionCheck
     new: PromotionCheck
@@ -222,8 +224,8 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
                             seed=seed, min_queries=min_queries)
     own = "it has none" if dropped else f"its own not shown better: {_one(two.new)}"
     new = check_lists(index, qs, view, view, seen, paying, cap=0, min_queries=min_queries)
-    return composite, TwoChecks(asked, new, kept_shared=parent or "raw", split=split,
-                                own_shared=own)
+    kept = parent if parent and has_shared(served) else "raw"
+    return composite, TwoChecks(asked, new, kept_shared=kept, split=split, own_shared=own)
 
 
 def better(c: PromotionCheck) -> bool:
@@ -248,8 +250,9 @@ def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
     ok, why = verdict(two.asked, frozen=frozen, candidate=candidate)
     if not candidate or (not two.asked.changed and not two.new.changed):
         return False, why
-    kept = (f" (the shared part of {two.kept_shared} kept; the candidate's: "
-            f"{two.own_shared})" if two.kept_shared else "")
+    kept = (f" (new questions kept at raw; the candidate's shared part: {two.own_shared})"
+            if two.kept_shared == "raw" else f" (the shared part of {two.kept_shared} kept; "
+            f"the candidate's: {two.own_shared})" if two.kept_shared else "")
     for name, c in (("asked", two.asked), ("new", two.new)):
         if worse(c):
             return False, (f"refused: worse on the {name} questions at alpha {ALPHA_EACH} "
