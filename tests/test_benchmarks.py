@@ -557,6 +557,23 @@ def test_the_adapter_decay_sweep_on_the_tiny_train_split(tmp_path, env, tiny):
                         r"[+-]\d+\.\d\d", row), r.stdout
 
 
+def test_the_shared_part_size_study_on_the_tiny_train_split(tmp_path, env, tiny, tiny_index):
+    """``shared_part_size.py``: states learned from 3 and from all other train questions,
+    measured on 4 held out, one row each with its paired test; a folder without a train
+    split is refused in one line."""
+    out = tmp_path / "rows.json"
+    r = run(BENCH / "shared_part_size.py", [str(tiny), "--index", str(tiny_index), "--held",
+                                            "4", "--sizes", "3,all", "--seeds", "1",
+                                            "--json", str(out)], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [row["learned_from"] for row in rows] == [3, 10], rows
+    assert all(row["held_out"] == 4 and 0 <= row["p"] <= 1 for row in rows), rows
+    assert "| 10 | 0 |" in r.stdout, r.stdout
+    bad = run(BENCH / "shared_part_size.py", [str(tmp_path)], env)
+    assert bad.returncode == 2 and "train.tsv does not exist" in bad.stderr, bad.stderr
+
+
 def test_the_fault_matrix_on_two_cases(tmp_path, env):
     # two plain cases: pytest's third-party plugins are not loaded (a faster collection)
     r = run(BENCH / "fault_matrix.py", ["-k", "redaction_happens_before_truncation or "
