@@ -54,21 +54,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def train_split(data: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """The train questions' texts and judgments."""
-    text: dict[str, str] = {}
-    with open(data / "queries.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                text[row["_id"]] = row["text"]
-    qrels: dict[str, dict[str, int]] = {}
-    lines = (data / "qrels" / "train.tsv").read_text(encoding="utf-8").splitlines()
-    for line in lines[1:]:
-        if line.strip():
-            q, d, s = line.split("\t")[:3]
-            if q in text:
-                qrels.setdefault(q, {})[d] = int(s)
-    return text, qrels
+    """The train questions' texts and judgments (the judged questions that have a text)."""
+    from tttembed.data.beir import load_beir_queries, load_qrels
+
+    text = load_beir_queries(data / "queries.jsonl")
+    qrels = load_qrels(data / "qrels" / "train.tsv")
+    return text, {q: j for q, j in qrels.items() if q in text}
 
 
 def measure(args: argparse.Namespace, index: Any) -> list[dict[str, Any]]:

@@ -244,15 +244,23 @@ def _shown(two: TwoChecks) -> str:
     return f"asked {_one(two.asked)}; new questions {_one(two.new)}"
 
 
+def _kept_note(two: TwoChecks) -> str:
+    """What the candidate keeps for new questions instead of its own shared part ('' when
+    it keeps nothing of the served version's)."""
+    if not two.kept_shared:
+        return ""
+    if two.kept_shared == "raw":
+        return f" (new questions kept at raw; the candidate's shared part: {two.own_shared})"
+    return f" (the shared part of {two.kept_shared} kept; the candidate's: {two.own_shared})"
+
+
 def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
            ) -> tuple[bool, str]:
     """Promote or not, and why (module docstring): both populations' figures shown."""
     ok, why = verdict(two.asked, frozen=frozen, candidate=candidate)
     if not candidate or (not two.asked.changed and not two.new.changed):
         return False, why
-    kept = (f" (new questions kept at raw; the candidate's shared part: {two.own_shared})"
-            if two.kept_shared == "raw" else f" (the shared part of {two.kept_shared} kept; "
-            f"the candidate's: {two.own_shared})" if two.kept_shared else "")
+    kept = _kept_note(two)
     for name, c in (("asked", two.asked), ("new", two.new)):
         if worse(c):
             return False, (f"refused: worse on the {name} questions at alpha {ALPHA_EACH} "
