@@ -295,6 +295,20 @@ def rss_growth(rss: dict[str, list[tuple[float, float]]], t0: float, after: floa
     return out
 
 
+def cpu_per_min(cpu: dict[str, list[tuple[float, float]]], t0: float, t1: float,
+                span: float = 300.0) -> dict[str, dict[str, float | None]]:
+    """Per process (instance): the CPU core-seconds it used per minute over the soak's
+    first and last ``span`` s (None where it did not live through one)."""
+    def rate(xs: list[tuple[float, float]], a: float, b: float) -> float | None:
+        got = [(t, v) for t, v in xs if a <= t <= b]
+        if len(got) < 2 or got[-1][0] - got[0][0] < span / 2:
+            return None
+        return round(60 * (got[-1][1] - got[0][1]) / (got[-1][0] - got[0][0]), 2)
+
+    return {name: {"first_5min": rate(xs, t0, t0 + span), "last_5min": rate(xs, t1 - span, t1)}
+            for name, xs in cpu.items()}
+
+
 def windows(rows: list[Row], t0: float, t1: float) -> dict[str, list[dict[str, Any]]]:
     """Per replica, per 10 s window of sent time: answered, p50, p99, the version most
     answered."""
@@ -459,7 +473,9 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
                      for v in loop.get("versions") or []],
         "socket_errors": sock, "test_questions": len(got["task"].test),
         "served_ndcg10_new": new, "served_ndcg10_asked": asked,
-        "learner_cycles": cycles, "budget_spent_at_s": None if spent is None else
+        "learner_cycles": cycles,
+        "cpu_core_s_per_min": cpu_per_min(got["sampler"].cpu, t0, t1),
+        "budget_spent_at_s": None if spent is None else
         round(spent - t0, 1),
         "judge_splits": list(got["task"].splits), "audit": got["task"].audit,
         "nulls": "null: not measured (a window with no answer, a promotion no search "

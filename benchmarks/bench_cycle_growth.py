@@ -10,8 +10,11 @@ first n distinct texts asked are rewarded and one cycle runs as the learner's do
 method auto (scopes query, task; validation cap ``--cap``; the shared parts' documents
 valued at the unseen floor), the out-of-fold shared part, the two-population check
 against the version the previous size registered. ``full`` learns from every rewarded
-text (the rule before); ``window`` from at most ``--window`` texts, those changed most
-recently, the others keeping the served version's query-wise vectors.
+text (the first rule); ``window-only`` from at most ``--window`` texts, those changed
+most recently, the others keeping the served version's query-wise vectors (the second);
+``window`` (the learner's rule now) learns the query part so and the shared part, with
+the new questions' check, from the shared set (:mod:`tttembed.loop.shared_set`: the
+window's texts and the others changed most recently, at most ``SHARED_TEXTS``).
 
 GOAL: a cycle at the largest size takes at most 2x the cycle at the smallest size
 (window). Prints each cycle's parts (seconds), the ratio largest/smallest for both
@@ -46,8 +49,10 @@ GOAL = 2.0  # cycle time at the largest size / at the smallest, at most
 GOALS = {
     "window": Goal("a cycle's time at the largest size / at the smallest, bounded window",
                    "<=", GOAL, "x"),
+    "window-only": Goal("a cycle's time at the largest size / at the smallest, the window "
+                        "alone (the rule before the shared set)", "info", None, "x"),
     "full": Goal("a cycle's time at the largest size / at the smallest, every text "
-                 "(the rule before)", "info", None, "x"),
+                 "(the first rule)", "info", None, "x"),
     "test_delta": Goal("test questions' nDCG@10 at the largest size, window - every text "
                        "(registered versions)", "info", None),
     "asked_delta": Goal("asked texts' nDCG@10 at the largest size, window - every text "
@@ -88,7 +93,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--searches", type=int, default=25000, help="searches drawn (Zipf)")
     ap.add_argument("--cap", type=int, default=50, help="method auto's validation cap")
     ap.add_argument("--rules", default="full,window",
-                    help="which rules to run: full, window or both (comma-separated)")
+                    help="which rules to run, comma-separated: full (every text), window "
+                         "(the window's query part under the shared set's shared part, the "
+                         "learner's rule), window-only (the window alone, the rule before)")
     ap.add_argument("--profile", action="store_true",
                     help="also print each cycle's cumulative time per function (cProfile)")
     ap.add_argument("--seed", type=int, default=0, help="the traffic's seed")
@@ -126,19 +133,30 @@ def rel(task: Any, of: dict[str, str], key: str, doc: str) -> float:
     return float(task.qrels.get(of.get(key, key), {}).get(doc, 0) > 0)
 
 
-def one_cycle(s: Setup, rows: list[int], served: list[Any], cap: int,
-              outside: list[tuple[str, str]]) -> tuple[Any, bool, dict[str, float]]:
-    """One cycle on the texts ``rows``: (the registered state, promoted?, its parts'
-    seconds)."""
-    from tttembed.loop.nojudge import FloorOrPay
-    from tttembed.loop.populations import check_two, decide, oof_shared
-    from tttembed.loop.window import keep_served
-    from tttembed.ttt.distil import learn_auto
+def subset(s: Setup, rows: list[int]) -> tuple[Any, Any, dict[str, dict[str, float]]]:
+    """The query set, base retrieval and rewards of the asked texts ``rows``."""
     from tttembed.ttt.queries import BaseRetrieval
 
     qs = s.qs.subset(rows)
     base = BaseRetrieval(x=s.base.x[rows], rows=s.base.rows[rows], scores=s.base.scores[rows])
-    rw = {k: s.rewards[k] for k in qs.keys}
+    return qs, base, {k: s.rewards[k] for k in qs.keys}
+
+
+def one_cycle(s: Setup, rows: list[int], served: list[Any], cap: int,
+              outside: list[tuple[str, str]], wide: list[int] | None = None
+              ) -> tuple[Any, bool, dict[str, float]]:
+    """One cycle on the texts ``rows`` (the window), its shared part on ``wide`` (the
+    shared set) when it holds more: (the registered state, promoted?, its parts'
+    seconds)."""
+    from tttembed.loop.nojudge import FloorOrPay
+    from tttembed.loop.populations import NewSet, check_two, decide, oof_shared
+    from tttembed.loop.shared_set import with_shared
+    from tttembed.loop.window import keep_served
+    from tttembed.ttt.distil import learn_auto
+
+    qs, base, rw = subset(s, rows)
+    widen = wide is not None and len(wide) > len(rows)
+    qw, base_w, rw_w = subset(s, wide) if wide is not None and widen else (qs, base, rw)
 
     def pay(pairs: list[tuple[str, str]]) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -146,16 +164,21 @@ def one_cycle(s: Setup, rows: list[int], served: list[Any], cap: int,
             out.setdefault(k, {})[d] = rel(s.task, s.of, k, d)
         return out
 
-    fp = FloorOrPay({k: s.floor for k in qs.keys}, pay)
+    fp = FloorOrPay({k: s.floor for k in qw.keys}, pay)
     t0 = time.perf_counter()
     state = learn_auto([(qs, base, s.index)], rw, pay, validate_cap=cap,
                        scopes=("query", "task"), seed=0, shared_pay=fp)
+    if widen:
+        state = with_shared(state, learn_auto([(qw, base_w, s.index)], rw_w, pay,
+                                              validate_cap=cap, scopes=("task",), seed=0,
+                                              shared_pay=fp), len(qw))
     state = keep_served(state, served, outside)
     t1 = time.perf_counter()
-    new_x = oof_shared(s.index, qs, base, rw, state, seed=0)
+    new_x = oof_shared(s.index, qw, base_w, rw_w, state, seed=0)
     t2 = time.perf_counter()
     kept, two = check_two(s.index, qs, base.x, rw, served, state, new_x, pay,
-                          cap=lambda: cap, new_pay=fp, new_cap=10**9)
+                          cap=lambda: cap, new_pay=fp, new_cap=10**9,
+                          new_on=NewSet(qw, base_w.x, rw_w) if widen else None)
     t3 = time.perf_counter()
     ok, _ = decide(two, frozen=False, candidate=[kept] if kept is not None else [])
     return kept, ok, {"learn_auto": t1 - t0, "oof_shared": t2 - t1, "check_two": t3 - t2,
@@ -189,31 +212,38 @@ def quality(s: Setup, n: int, registered: list[Any], served: list[Any]) -> dict[
 def run_rule(s: Setup, rule: str, sizes: list[int], window: int, cap: int,
              profile: bool) -> list[dict[str, float]]:
     """Cycles at each size, each against the version served (the last promoted)."""
+    from tttembed.loop.shared_set import SHARED_TEXTS
     from tttembed.loop.window import RecentTexts
 
-    recent: RecentTexts[str] = RecentTexts(window if rule == "window" else 10**9,
-                                           remembered=max(window, 10**9 if rule != "window"
-                                                          else 20_000))
+    bounded = rule in ("window", "window-only")
+    recent: RecentTexts[str] = RecentTexts(window if bounded else 10**9,
+                                           remembered=max(window, 20_000 if bounded
+                                                          else 10**9))
     served: list[Any] = []
     out = []
     for n in sizes:
         upto = {k: s.rewards[k] for k in s.qs.keys[:n]}
-        picked = set(recent.pick(upto))
+        window_keys = recent.pick(upto)
+        picked = set(window_keys)
         rows = [i for i in range(n) if s.qs.keys[i] in picked]
         outside = [(s.qs.tasks[i], s.qs.texts[i]) for i in range(n) if i not in set(rows)]
+        shared = set(recent.latest(upto, SHARED_TEXTS, keep=window_keys))
+        wide = [i for i in range(n) if s.qs.keys[i] in shared] if rule == "window" else None
         prof = cProfile.Profile() if profile else None
         if prof is not None:
             prof.enable()
-        kept, ok, t = one_cycle(s, rows, served, cap, outside)
+        kept, ok, t = one_cycle(s, rows, served, cap, outside, wide)
         if prof is not None:
             prof.disable()
             print_profile(rule, n, prof)
         if ok and kept is not None:
             served = [kept]
-        out.append({"n": n, "learned": len(rows), **t, "promoted": float(ok),
+        out.append({"n": n, "learned": len(rows), "shared_set": len(wide or rows), **t,
+                    "promoted": float(ok),
                     **quality(s, n, [kept] if kept is not None else [], served)})
         r = out[-1]
-        print(f"{rule:6s} {n:5d} texts (learned {len(rows):4d}): learn_auto "
+        print(f"{rule:6s} {n:5d} texts (learned {len(rows):4d}, shared part from "
+              f"{r['shared_set']:4.0f}): learn_auto "
               f"{r['learn_auto']:7.2f} s, oof_shared {r['oof_shared']:6.2f} s, check_two "
               f"{r['check_two']:6.2f} s, cycle {r['cycle']:7.2f} s; promoted {ok}; nDCG@10 "
               f"registered: asked {r['asked']:.4f}, test {r['test']:.4f}; served: asked "

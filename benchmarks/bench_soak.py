@@ -68,6 +68,9 @@ class Sampler(threading.Thread):
         self.stack, self.extra = stack, extra
         self.loops: list[tuple[float, str, str | None, int]] = []
         self.rss: dict[str, list[tuple[float, float]]] = {}
+        #: every 5 s, each process's CPU seconds so far (user + system; PostgreSQL's with
+        #: its backends'): who takes the cores as the run goes on
+        self.cpu: dict[str, list[tuple[float, float]]] = {}
         self.pairs: list[tuple[float, int, int]] = []  # /v1/loop: (time, paid, budget)
         self.postmasters: list[int] = []  # PostgreSQL's instances: a restart is a new one
         self.halt = threading.Event()
@@ -99,12 +102,15 @@ class Sampler(threading.Thread):
         for name, pid in procs.items():
             if pid is not None:
                 self.rss.setdefault(name, []).append((now, proc_status("VmRSS", pid) / 1024))
+                self.cpu.setdefault(name, []).append((now, cpu_seconds([pid])))
         pg = postmaster_pid(self.stack)
         if pg is not None:  # private memory (a leak shows here) and the buffer cache apart,
             if pg not in self.postmasters:  # per instance, as a restarted replica's
                 self.postmasters.append(pg)
             private, shared = tree_rss(pg)
             life = f"#{self.postmasters.index(pg) + 1}"
+            self.cpu.setdefault("postgres" + life, []).append(
+                (now, cpu_seconds([pg, *children(pg)], waited=pg)))
             self.rss.setdefault("postgres" + life, []).append((now, private / 1024))
             self.rss.setdefault(rep.PG_SHARED + life, []).append((now, shared / 1024))
 
@@ -116,6 +122,31 @@ def postmaster_pid(stack: Stack) -> int | None:
         return None
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def cpu_seconds(pids: list[int], waited: int | None = None) -> float:
+    """The CPU seconds (user + system) ``pids`` have used, and the children ``waited``
+    has reaped (PostgreSQL's ended backends); a process gone counts 0."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if pid == waited else 0)
+    return total / tick
+
+
 def tree_rss(pid: int) -> tuple[float, float]:
     """Memory (KiB) of ``pid`` and its children (PostgreSQL's backends): (their private
     memory, ``RssAnon`` summed; the shared memory they map, ``RssShmem``, once, as the
@@ -123,13 +154,7 @@ def tree_rss(pid: int) -> tuple[float, float]:
     backend and grow as each backend touches more of them; the shared part grows as the
     buffer cache fills with the growing tables, up to ``shared_buffers``, and is reported
     apart from the private part, where a leak would show."""
-    pids = [pid]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                pids.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
+    pids = [pid, *children(pid)]
     anon = [proc_status("RssAnon", p) for p in pids]
     shmem = [proc_status("RssShmem", p) for p in pids]
     return sum(a for a in anon if a == a), max((m for m in shmem if m == m), default=0.0)
@@ -319,7 +344,7 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
           f"{args.rpm:g}/min", flush=True)
     stack.start()
     if args.profile is not None:
-        profile(stack, args.profile, args.capacity_s + args.minutes * 60 + 30)
+        profile(stack, args.profile, args.capacity_s + args.minutes * 60, args.capacity_s)
     sampler = Sampler(stack, {})
     try:
         sampler.start()
@@ -353,21 +378,28 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
         stack.stop_all()
 
 
-def profile(stack: Stack, out: Path, seconds: float) -> None:
-    """py-spy (a sampling profiler: pip install py-spy) on the learner and both replicas
-    for ``seconds``, non-blocking, 20 samples/s, collapsed stacks (one line per stack
-    with its count) into ``out``/NAME.txt; a replica restarted by the faults is not
-    followed."""
+def profile(stack: Stack, out: Path, seconds: float, warm: float = 0.0) -> None:
+    """py-spy (a sampling profiler: pip install py-spy) on the learner and both replicas,
+    non-blocking, 20 samples/s, collapsed stacks (one line per stack with its count),
+    over two windows of the run's ``seconds`` (the first ``warm`` of them a warm-up),
+    each a third of the rest and at most 8 minutes: the early one from the end of the
+    warm-up into ``out``/early-NAME.txt, the late one up to the end into
+    ``out``/late-NAME.txt (what grows between them is what a climbing tail costs); a
+    replica restarted by the faults is not followed."""
     import shutil
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out.mkdir(parents=True, exist_ok=True)
+    span = min(480.0, (seconds - warm) / 3)
     for name in ("learner", "a", "b"):
         pid = stack.procs[name].pid
-        if pid is not None:
-            CHILDREN.start([spy, "record", "-p", str(pid), "-r", "20", "--nonblocking",
-                            "-d", str(int(seconds)), "-f", "raw", "-o", str(out / f"{name}.txt")],
-                           out / f"{name}.log", dict(os.environ))
+        if pid is None:
+            continue
+        for when, delay in (("early", warm), ("late", seconds - span)):
+            cmd = [spy, "record", "-p", str(pid), "-r", "20", "--nonblocking", "-d",
+                   str(int(span)), "-f", "raw", "-o", str(out / f"{when}-{name}.txt")]
+            CHILDREN.start(["sh", "-c", f'sleep {int(delay)} && exec "$0" "$@"', *cmd],
+                           out / f"{when}-{name}.log", dict(os.environ))
 
 
 def rep_ndcg(stack: Stack, task: Task, name: str

@@ -596,14 +596,17 @@ def test_the_soak_rewards_replay_says_its_options_and_refuses_a_missing_folder(t
 
 
 def test_the_cycle_growth_benchmark_at_two_tiny_sizes(tmp_path, env, tiny):
-    """Both rules at 4 and 8 texts with a window of 4: the ratios and the quality deltas
-    reported."""
+    """Every rule at 4 and 8 texts with a window of 4: the ratios and the quality deltas
+    reported; the learner's rule learns the shared part from all 8, the rule before from
+    the window's 4."""
     claims = tmp_path / "claims.jsonl"
     r = run(BENCH / "bench_cycle_growth.py",
             ["--data", str(tiny), "--docs", "0", "--work", str(tmp_path / "w"), "--sizes", "4,8",
-             "--window", "4", "--searches", "200"], env, claims)
-    rows = reported(r, claims, least=4, miss_exits_1=False)
-    assert "window     8 texts (learned    4)" in r.stdout, r.stdout
+             "--window", "4", "--searches", "200", "--rules", "full,window,window-only"],
+            env, claims)
+    rows = reported(r, claims, least=5, miss_exits_1=False)
+    assert "window     8 texts (learned    4, shared part from    8)" in r.stdout, r.stdout
+    assert "window-only     8 texts (learned    4, shared part from    4)" in r.stdout, r.stdout
     assert rows[0]["claim"].startswith("a cycle's time at the largest size"), rows
 
 

@@ -183,32 +183,37 @@ def test_the_heartbeat_through_a_database_restart_says_each_kind_once(caplog, mo
 def test_a_cycle_with_more_texts_than_the_window_learns_from_at_most_the_window(
         tmp_path, monkeypatch):
     """Bounded learning cycles: the first cycle learns from all 40 rewarded texts (under
-    the window) and is served; with a window of 8 the next one's method auto and checks
-    see 8 texts, and the 32 outside the window keep the served version's query-wise
-    vectors (every one the served version holds is in the registered version)."""
+    the window) and is served; with a window of 8 the next one's query part and asked
+    check see 8 texts, and the 32 outside the window keep the served version's
+    query-wise vectors (every one the served version holds is in the registered
+    version). Its shared part is learned from the shared set (all 40: under
+    ``SHARED_TEXTS``), with the shared scopes only, and the new questions' check runs
+    on those 40."""
     import tttembed.ttt.distil as distil
     from tttembed.adapt.scopes import query_key
 
     learner = _learner(tmp_path, "harmful", ["t"], 10, scopes=("query", "task"))
-    seen: list[int] = []
-    inside: set[str] = set()
+    calls: list[tuple[int, tuple[str, ...], set[str]]] = []
     learn_auto = distil.learn_auto
 
     def counting(sources, *args, **kwargs):
-        seen.append(sum(len(qs) for qs, _, _ in sources))
-        inside.clear()
-        inside.update(query_key(t, q) for qs, _, _ in sources
-                      for t, q in zip(qs.tasks, qs.texts))
+        calls.append((sum(len(qs) for qs, _, _ in sources), tuple(kwargs["scopes"]),
+                      {query_key(t, q) for qs, _, _ in sources
+                       for t, q in zip(qs.tasks, qs.texts)}))
         return learn_auto(sources, *args, **kwargs)
 
     monkeypatch.setattr(distil, "learn_auto", counting)
     first = learner.cycle(10_000, frozen=False)
-    assert seen == [40] and first.version is not None
+    assert [c[:2] for c in calls] == [(40, ("query", "task"))] and first.version is not None
+    assert first.version.manifest["shared_set"] == 40
     learner.registry.promote(first.version.name, by="test", reason="the served version")
     learner.recent.window = 8
     second = learner.cycle(10_000, frozen=False)
-    assert seen == [40, 8], seen
+    assert [c[:2] for c in calls[1:]] == [(8, ("query", "task")), (40, ("task",))], calls
+    inside = calls[1][2]
     assert second.version is not None and second.version.manifest["outside_window"] == 32
+    assert second.version.manifest["shared_set"] == 40
+    assert second.version.manifest["evidence"]["populations"]["new"]["queries"] == 40
     served = {k for k in first.version.load().keys if "/#" in k}
     assert served - inside and served - inside <= set(second.version.load().keys)
 

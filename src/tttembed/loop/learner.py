@@ -40,9 +40,10 @@ from tttembed.loop.config import LoopConfig
 from tttembed.loop.judge import BackgroundJudge, BudgetSpent, Triple
 from tttembed.loop.nojudge import FloorOrPay, UnseenAtFloor, key_floors
 from tttembed.loop.online import OnlineTest
-from tttembed.loop.populations import check_two, decide, oof_shared, worse
+from tttembed.loop.populations import NewSet, check_two, decide, oof_shared, worse
 from tttembed.loop.promote import PromotionCheck, waiting
 from tttembed.loop.rows import CHAIN_TASK
+from tttembed.loop.shared_set import SHARED_TEXTS, shared_only, with_shared
 from tttembed.loop.store import Store
 from tttembed.loop.window import RecentTexts, keep_served
 from tttembed.registry.base import StateRegistry, Version
@@ -245,33 +246,33 @@ class Learner:
         (default: of every rewarded pair) for the guard, and as much again for the
         promotion check: what earlier cycles paid stays judged. ``view``: this cycle's
         click view when already read (:meth:`click_view`)."""
-        from tttembed.ttt.distil import learn_auto
-
-        judged, n_judge, n_feedback, view = collect(self.store, self.clicks, view,
-                                                    self.hold_out, self.judge.corpus)
+        judged_all, n_judge, n_feedback, view = collect(self.store, self.clicks, view,
+                                                        self.hold_out, self.judge.corpus)
         self.last_clicks = view
-        if not judged:
+        if not judged_all:
             return Cycle(None, False, 0, "no reward yet")
-        judged, outside = self._window(judged)
-        qs = self._queries(judged)
+        judged, outside = self._window(judged_all)
+        wide = self._shared_set(judged_all, judged)
+        qs, qw = self._queries(judged), self._queries(wide or judged)
         base = self._base(qs)
-        rewards = {k: judged[(t, q)] for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
-        n_pairs = sum(len(r) for r in rewards.values())
-        cap = self._guard_cap(budget_left, new_pairs, n_pairs)
-        pay = self._pay(qs, view)
-        shared_pay, new_cap = self._shared_pay(qs, view, pay)
-        state = learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
-                           scopes=self.config.scopes, seed=self.config.seed,
-                           provenance=self._provenance(n_pairs), shared_pay=shared_pay)
+        rewards = self._rewards(qs, judged)
+        cap = self._guard_cap(budget_left, new_pairs, sum(len(r) for r in rewards.values()))
+        pay = self._pay(qw, view)
+        shared_pay, new_cap = self._shared_pay(qw, view, pay)
+        state = self._learn(qs, base, rewards, pay, shared_pay, cap)
+        state, base_w, rewards_w = self._widen(state, wide, qw, (base, rewards), pay,
+                                               shared_pay, cap)
         parent, served = self.served_states()
         state = keep_served(state, served, outside)
         judged_now = self._marks(qs, rewards, pay, view)
         check_cap = self._check_cap(budget_left, pay, cap)
-        new_x = oof_shared(self.index, qs, base, rewards, state, seed=self.config.seed)
+        new_x = oof_shared(self.index, qw, base_w, rewards_w, state, seed=self.config.seed)
         state, two = check_two(
             self.index, qs, base.x, judged_now, served, state, new_x, pay,
             cap=lambda: self._check_cap(budget_left, pay, cap), seed=self.config.seed,
             min_queries=self.config.min_queries, new_pay=shared_pay, new_cap=new_cap,
+            new_on=None if wide is None else NewSet(qw, base_w.x,
+                                                    self._marks(qw, rewards_w, pay, view)),
             reach=self._reach(budget_left - pay.spent, check_cap), parent=parent,
             split=f"clicks of 1 session in {HOLD_OUT} held out of learning (by session id)"
             if self.hold_out else "")
@@ -289,6 +290,7 @@ class Learner:
                             "clicks": view.pairs if view is not None else 0},
                   "choice": dict((state.selection or {}).get("choice", {})) if state else {},
                   "scopes": list(self.config.scopes), "outside_window": len(outside),
+                  "shared_set": len(qw),
                   **({"kept_shared": two.kept_shared} if two.kept_shared else {})}
         version = self.registry.register(state, **record)
         if ok:
@@ -297,6 +299,45 @@ class Learner:
             self.online.propose(version.name)
         return Cycle(version, ok, pay.spent, reason, waiting(check, rewarded=len(qs), candidate=(
             candidate), pairs_left=max(budget_left - pay.spent, 0) * self.config.has_judge))
+
+    def _widen(self, state: AdaptState | None, wide: TextRewards | None, qw: QuerySet,
+               window: tuple[BaseRetrieval, Rewards], pay: JudgePay | UnseenAtFloor,
+               shared_pay: FloorOrPay | None, cap: int
+               ) -> tuple[AdaptState | None, BaseRetrieval, Rewards]:
+        """``state``'s query part under the shared part learned from the shared set
+        ``wide`` (:mod:`tttembed.loop.shared_set`; its guard paid within what the window's
+        learning left of ``cap``), and the shared set's base retrieval and rewards (the
+        ``window``'s when there is no shared set)."""
+        if wide is None:
+            return state, *window
+        base_w, rewards_w = self._base(qw), self._rewards(qw, wide)
+        shared = self._learn(qw, base_w, rewards_w, pay, shared_pay, max(cap - pay.spent, 0),
+                             shared_only(self.config.scopes))
+        return with_shared(state, shared, len(qw)), base_w, rewards_w
+
+    def _learn(self, qs: QuerySet, base: BaseRetrieval, rewards: Rewards,
+               pay: JudgePay | UnseenAtFloor, shared_pay: FloorOrPay | None, cap: int,
+               scopes: tuple[str, ...] | None = None) -> AdaptState | None:
+        """Method auto on ``qs`` (the window; with ``scopes``, the shared set's shared
+        part), its guard paid within ``cap``."""
+        from tttembed.ttt.distil import learn_auto
+
+        n_pairs = sum(len(r) for r in rewards.values())
+        return learn_auto([(qs, base, self.index)], rewards, pay, validate_cap=cap,
+                          scopes=scopes or self.config.scopes, seed=self.config.seed,
+                          provenance=self._provenance(n_pairs), shared_pay=shared_pay)
+
+    @staticmethod
+    def _rewards(qs: QuerySet, judged: TextRewards) -> Rewards:
+        return {k: judged[(t, q)] for k, t, q in zip(qs.keys, qs.tasks, qs.texts)}
+
+    def _shared_set(self, judged: TextRewards, window: TextRewards) -> TextRewards | None:
+        """The shared set's rewarded texts (:mod:`tttembed.loop.shared_set`) when it holds
+        more than the window and the loop learns a shared part; else None (the window's
+        learning gives the shared part)."""
+        if not shared_only(self.config.scopes) or len(judged) <= len(window):
+            return None
+        return {k: judged[k] for k in self.recent.latest(judged, SHARED_TEXTS, keep=list(window))}
 
     def _guard_cap(self, budget_left: int, new_pairs: int | None, n_pairs: int) -> int:
         """The guard's validation cap: ``validate_share`` of the pairs rewarded since the

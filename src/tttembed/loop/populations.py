@@ -177,14 +177,30 @@ class TwoChecks:
                 "kept_shared": self.kept_shared, "own_shared": self.own_shared}
 
 
+@dataclass(frozen=True)
+class NewSet:
+    """The questions the new check runs on when not the asked ones: their query set, base
+    vectors and what each is judged by."""
+
+    qs: QuerySet
+    x: np.ndarray
+    judged: Mapping[str, Mapping[str, float]]
+
+
+def _over(judged: Mapping[str, Mapping[str, float]], seen: Mapping[str, Mapping[str, float]]
+          ) -> dict[str, dict[str, float]]:
+    """``judged`` with what ``seen`` holds (the asked check's purchases) over it."""
+    return {k: {**judged.get(k, {}), **seen.get(k, {})} for k in {*judged, *seen}}
+
+
 def check_two(index: Index, qs: QuerySet, x: np.ndarray,
           judged: Mapping[str, Mapping[str, float]],
           served: Sequence[AdaptState], state: AdaptState | None, new_x: np.ndarray,
           pay: Pay, *, cap: Callable[[], int], seed: int = 0,
           min_queries: int = MIN_QUERIES,
           reach: int = 0, parent: str | None = None, split: str = "",
-          new_pay: Pay | None = None, new_cap: int | None = None
-          ) -> tuple[AdaptState | None, TwoChecks]:
+          new_pay: Pay | None = None, new_cap: int | None = None,
+          new_on: NewSet | None = None) -> tuple[AdaptState | None, TwoChecks]:
     """Both populations' checks of ``state`` (``new_x``: its shared part's view of each
     rewarded question held out by text, :func:`oof_shared`) against ``served``; when
     its shared part changes new questions' lists without being shown better for them
@@ -196,7 +212,10 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     rewards are click rates, :class:`tttembed.loop.nojudge.FloorOrPay`): it then judges
     by ``judged`` alone, not by what the asked check paid the judge for, and nothing it
     values is kept for the asked check; ``new_cap``: the new check's cap when not
-    ``cap()`` (a ``new_pay`` that pays nothing needs none). Returns the state to register and its checks."""
+    ``cap()`` (a ``new_pay`` that pays nothing needs none); ``new_on``: the questions the
+    new check runs on when not ``qs`` (the shared set: :mod:`tttembed.loop.shared_set`;
+    ``new_x`` then one row per question of it). Returns the state to register and its
+    checks."""
     seen = {k: dict(v) for k, v in judged.items()}
 
     def paying(pairs: list[Pair]) -> Rewards:
@@ -208,8 +227,11 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     candidate = [state] if state is not None and len(state.keys) else []
     asked = check_promotion(index, qs, x, seen, served, candidate, paying, cap=cap(),
                             seed=seed, min_queries=min_queries, reach=reach)
-    view = shared_view(x, qs.tasks, served)
-    new = check_lists(index, qs, view, new_x, seen if new_pay is None else judged,
+    nq, nx = (new_on.qs, new_on.x) if new_on is not None else (qs, x)
+    seen_new = seen if new_on is None else _over(new_on.judged, seen)
+    view = shared_view(nx, nq.tasks, served)
+    new = check_lists(index, nq, view, new_x, seen_new if new_pay is None else (
+                          judged if new_on is None else new_on.judged),
                       paying if new_pay is None else new_pay,
                       cap=cap() if new_cap is None else new_cap, seed=seed + 1,
                       min_queries=min_queries)  # new_pay: not the asked check's purchases
@@ -223,7 +245,7 @@ def check_two(index: Index, qs: QuerySet, x: np.ndarray,
     asked = check_promotion(index, qs, x, seen, served, [composite], paying, cap=cap(),
                             seed=seed, min_queries=min_queries)
     own = "it has none" if dropped else f"its own not shown better: {_one(two.new)}"
-    new = check_lists(index, qs, view, view, seen, paying, cap=0, min_queries=min_queries)
+    new = check_lists(index, nq, view, view, seen_new, paying, cap=0, min_queries=min_queries)
     kept = parent if parent and has_shared(served) else "raw"
     return composite, TwoChecks(asked, new, kept_shared=kept, split=split, own_shared=own)
 
@@ -276,5 +298,6 @@ def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
     return True, f"promoted: {_shown(two)}{kept}"
 
 
-__all__ = ["ALPHA_EACH", "FOLDS", "NOBODY", "TwoChecks", "better", "check_two", "compose", "decide",
+__all__ = ["ALPHA_EACH", "FOLDS", "NOBODY", "NewSet", "TwoChecks", "better", "check_two",
+           "compose", "decide",
            "has_shared", "oof_shared", "shared_view", "worse"]

@@ -5,11 +5,13 @@ The rule (fixed before any run): a cycle learns from at most :data:`WINDOW` rewa
 texts, those whose rewards changed most recently (:class:`RecentTexts`: a text is
 "changed" when its rewards differ from those the learner last saw for it; among texts
 that changed in the same cycle, the one learned least recently first, so that texts
-whose click rates move every cycle take turns). Method auto, the out-of-fold shared
-part and both promotion checks run on the window alone. A text outside the window keeps
-the query-wise vector the served version holds for it (:func:`keep_served`): it is served
-exactly as before, so the checks lose nothing by leaving it out. The shared part is
-learned from the window's texts: the most recent evidence.
+whose click rates move every cycle take turns). Method auto's query part and the asked
+questions' promotion check run on the window alone. A text outside the window keeps the
+query-wise vector the served version holds for it (:func:`keep_served`): it is served
+exactly as before, so the check loses nothing by leaving it out. The shared part and the
+new questions' check run on a larger set, bounded too (:mod:`tttembed.loop.shared_set`):
+the window's texts and the others changed most recently, up to
+:data:`~tttembed.loop.shared_set.SHARED_TEXTS`.
 """
 
 from __future__ import annotations
@@ -81,6 +83,20 @@ class RecentTexts(Generic[K]):
         for key in picked:
             self._learned[key] = self._cycle
         return picked
+
+    def latest(self, rewards: Mapping[K, Mapping[str, float]], n: int,
+               keep: Sequence[K] = ()) -> list[K]:
+        """The keys of ``rewards`` whose rewards changed most recently (as of the last
+        :meth:`pick`), at most ``n`` of them and every key of ``keep`` beside them, sorted
+        (the shared set: :mod:`tttembed.loop.shared_set`)."""
+        if len(rewards) <= n:
+            return sorted(rewards)
+        out = set(keep)
+        for key in sorted(rewards, key=lambda k: (-self._seen.get(k, ("", 0))[1], k)):
+            if len(out) >= n:
+                break
+            out.add(key)
+        return sorted(out)
 
 
 def keep_served(candidate: AdaptState | None, served: Sequence[AdaptState],
