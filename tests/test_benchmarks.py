@@ -26,7 +26,7 @@ DATA = ROOT.parent / "shared" / "data"
 #: benchmarks/ modules that are not scripts of their own (run_all.py has its own test)
 HELPERS = {"_support.py", "_loop_support.py", "_search_load.py", "_soak_setup.py",
            "_soak_report.py", "_chain_cost.py", "_chain_options.py",
-           "_chain_timed.py", "claims.py", "run_all.py"}
+           "_chain_timed.py", "_click_reference.py", "claims.py", "run_all.py"}
 MODULES = ("json", "csv", "re", "pathlib", "shutil", "functools")  # 141 docs, 14 queries
 SLOW_S = 240  # most seconds one script may take here before the test fails
 
@@ -608,6 +608,19 @@ def test_the_cycle_growth_benchmark_at_two_tiny_sizes(tmp_path, env, tiny):
     assert "window     8 texts (learned    4, shared part from    8)" in r.stdout, r.stdout
     assert "window-only     8 texts (learned    4, shared part from    4)" in r.stdout, r.stdout
     assert rows[0]["claim"].startswith("a cycle's time at the largest size"), rows
+
+
+def test_the_click_stats_benchmark_on_a_few_records(tmp_path, env):
+    """Both versions on 4,000 records: the same rows checked, the speed-up reported; bad
+    sizes are one-line errors."""
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_click_stats.py", ["--records", "4000", "--repeats", "1"], env,
+            claims)
+    rows = reported(r, claims, least=1)
+    assert "4,000 shown records" in r.stdout and rows[0]["claim"].startswith(
+        "the click view's passes"), r.stdout
+    bad = run(BENCH / "bench_click_stats.py", ["--records", "3"], env, claims)
+    assert bad.returncode == 2 and "--records must be >= 10" in bad.stderr, bad.stderr
 
 
 def test_the_durability_check_with_one_kill(tmp_path, env):

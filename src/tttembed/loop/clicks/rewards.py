@@ -72,40 +72,58 @@ class ClickRewards:
     cleaned: tuple[Shown, ...] = ()
 
 
-def _groups(shown: Sequence[Shown]) -> dict[Key, list[Shown]]:
-    out: dict[Key, list[Shown]] = {}
-    for s in shown:
-        out.setdefault((s.task, s.query, s.doc_id), []).append(s)
-    return out
+@dataclass(frozen=True)
+class _Columns:
+    """``shown`` as arrays: each record's pair (an index into ``keys``, the pairs in the
+    order first shown), θ at its rank (clipped) and its click."""
+
+    keys: tuple[Key, ...]
+    pair: np.ndarray
+    theta: np.ndarray
+    click: np.ndarray
+
+    @property
+    def impressions(self) -> np.ndarray:
+        return np.bincount(self.pair, minlength=len(self.keys))
+
+    def per_pair(self, values: np.ndarray) -> np.ndarray:
+        """The sum of ``values`` (one per record) over each pair's records."""
+        return np.bincount(self.pair, weights=values, minlength=len(self.keys))
 
 
-def _stat(key: Key, items: Sequence[Shown], prop: Propensities, clip: float,
-          prior: float, mean: float) -> ClickStat:
-    theta = np.array([prop.at(s.rank, clip) for s in items])
-    c = np.array([1.0 if s.clicked else 0.0 for s in items])
-    exposure = float(theta.sum())
-    raw = float(c.sum() / exposure)
-    variance = float(((c - raw * theta) ** 2).sum() / exposure ** 2)
-    shrunk = (c.sum() + prior * mean) / (exposure + prior)
-    return ClickStat(key[0], key[1], key[2], float(np.clip(shrunk, 0.0, 1.0)), len(items),
-                     int(c.sum()), exposure, variance, raw)
+def _columns(shown: Sequence[Shown], prop: Propensities, clip: float) -> _Columns:
+    """:class:`_Columns` of ``shown``: θ as :meth:`Propensities.at` gives it, in one pass."""
+    index: dict[Key, int] = {}
+    n = len(shown)
+    pair = np.fromiter((index.setdefault((s.task, s.query, s.doc_id), len(index))
+                        for s in shown), np.int64, n)
+    rank = np.fromiter((s.rank for s in shown), np.int64, n)
+    table = np.maximum(np.asarray(prop.theta, np.float64), clip)
+    theta = table[np.clip(rank, 1, len(table)) - 1] if n else np.zeros(0)
+    click = np.fromiter((1.0 if s.clicked else 0.0 for s in shown), np.float64, n)
+    return _Columns(tuple(index), pair, theta, click)
 
 
 def click_stats(shown: Sequence[Shown], propensities: Propensities, *, clip: float = CLIP,
                 prior: float = PRIOR) -> list[ClickStat]:
-    """One :class:`ClickStat` per (task, query, doc) of ``shown`` (already cleaned),
-    shrunk toward its task's mean rate Σ clicks / Σ exposure."""
+    """One :class:`ClickStat` per (task, query, doc) of ``shown`` (already cleaned), in the
+    order first shown, shrunk toward its task's mean rate Σ clicks / Σ exposure."""
     if not 0 < clip <= 1:
         raise ConfigError(f"the propensity clip must be in (0, 1], got {clip}")
-    groups = _groups(shown)
-    clicks: dict[str, float] = {}
-    exposure: dict[str, float] = {}
-    for s in shown:
-        clicks[s.task] = clicks.get(s.task, 0.0) + (1.0 if s.clicked else 0.0)
-        exposure[s.task] = exposure.get(s.task, 0.0) + propensities.at(s.rank, clip)
-    return [_stat(key, items, propensities, clip, prior,
-                  clicks[key[0]] / max(exposure[key[0]], 1e-12))
-            for key, items in groups.items()]
+    cols = _columns(shown, propensities, clip)
+    if not cols.keys:
+        return []
+    n, c, e = cols.impressions, cols.per_pair(cols.click), cols.per_pair(cols.theta)
+    raw = c / e
+    variance = cols.per_pair((cols.click - raw[cols.pair] * cols.theta) ** 2) / e ** 2
+    tasks = {t: i for i, t in enumerate(dict.fromkeys(k[0] for k in cols.keys))}
+    task_of = np.fromiter((tasks[k[0]] for k in cols.keys), np.int64, len(cols.keys))
+    per_task = task_of[cols.pair]
+    mean = np.bincount(per_task, cols.click) / np.maximum(np.bincount(per_task, cols.theta),
+                                                           1e-12)
+    shrunk = np.clip((c + prior * mean[task_of]) / (e + prior), 0.0, 1.0)
+    return [ClickStat(k[0], k[1], k[2], float(shrunk[i]), int(n[i]), int(c[i]), float(e[i]),
+                      float(variance[i]), float(raw[i])) for i, k in enumerate(cols.keys)]
 
 
 def click_rewards(shown: Sequence[Shown], propensities: Propensities, *,
@@ -146,17 +164,17 @@ def doubly_robust(shown: Sequence[Shown], propensities: Propensities,
     """γ̂_DR = j + mean_i (c_i − θ_i j) / θ_i per (task, query, doc) of ``shown`` that
     ``judge`` scored (pairs without a judge score are left out: use :func:`click_stats`
     for them), θ clipped at ``clip``, the reward clipped to [0, 1]."""
-    out = []
-    for key, items in _groups(shown).items():
-        if key not in judge:
-            continue
-        j = float(judge[key])
-        theta = np.array([propensities.at(s.rank, clip) for s in items])
-        c = np.array([1.0 if s.clicked else 0.0 for s in items])
-        dr = j + float(np.mean((c - theta * j) / theta))
-        out.append(DRStat(key[0], key[1], key[2], float(np.clip(dr, 0.0, 1.0)), j,
-                          dr - j, len(items)))
-    return out
+    cols = _columns(shown, propensities, clip)
+    scored = np.array([key in judge for key in cols.keys], dtype=bool)
+    if not scored.any():
+        return []
+    j = np.array([float(judge[key]) if ok else 0.0 for key, ok in zip(cols.keys, scored)])
+    n = cols.impressions
+    dr = j + cols.per_pair((cols.click - cols.theta * j[cols.pair]) / cols.theta) / \
+        np.maximum(n, 1)
+    return [DRStat(k[0], k[1], k[2], float(np.clip(dr[i], 0.0, 1.0)), float(j[i]),
+                   float(dr[i] - j[i]), int(n[i]))
+            for i, k in enumerate(cols.keys) if scored[i]]
 
 
 @dataclass(frozen=True)

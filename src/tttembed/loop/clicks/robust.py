@@ -78,28 +78,36 @@ def capped(shown: Sequence[Shown], cap: int) -> list[Shown]:
 def blindness(shown: Sequence[Shown], prop: Propensities,
               skip: frozenset[str] = frozenset()) -> dict[str, float]:
     """The document-dependence z-score of each session with enough clicks (the other
-    sessions', minus ``skip``, debiased click rate of each pair as the relevance)."""
-    pair_c: dict[tuple[str, str, str], float] = {}
-    pair_e: dict[tuple[str, str, str], float] = {}
-    own: dict[tuple[str, tuple[str, str, str]], list[float]] = {}
-    for s in shown:
-        sess, key = session_of(s), (s.task, s.query, s.doc_id)
-        c, e = (1.0 if s.clicked else 0.0), prop.at(s.rank, 0.1)
-        mine = own.setdefault((sess, key), [0.0, 0.0])
-        mine[0] += c
-        mine[1] += e
-        if sess not in skip:
-            pair_c[key] = pair_c.get(key, 0.0) + c
-            pair_e[key] = pair_e.get(key, 0.0) + e
-    mean = sum(pair_c.values()) / max(sum(pair_e.values()), 1e-12)
-    rows: dict[str, list[tuple[int, float, float]]] = {}
-    for s in shown:
-        sess, key = session_of(s), (s.task, s.query, s.doc_id)
-        mc, me = own[(sess, key)] if sess not in skip else (0.0, 0.0)
-        others = (pair_c.get(key, 0.0) - mc + mean) / (pair_e.get(key, 0.0) - me + 1.0)
-        rows.setdefault(sess, []).append((s.rank, others, 1.0 if s.clicked else 0.0))
-    return {sess: _z(np.array(r)) for sess, r in rows.items()
-            if sum(x[2] for x in r) >= MIN_SESSION_CLICKS}
+    sessions', minus ``skip``, debiased click rate of each pair as the relevance), over
+    arrays: each sum runs in the records' order, as one record at a time would."""
+    n = len(shown)
+    sessions: dict[str, int] = {}
+    pairs: dict[tuple[str, str, str], int] = {}
+    sess = np.fromiter((sessions.setdefault(session_of(s), len(sessions)) for s in shown),
+                       np.int64, n)
+    clicked = np.fromiter((1.0 if s.clicked else 0.0 for s in shown), np.float64, n)
+    live = np.bincount(sess, clicked, minlength=len(sessions)) >= MIN_SESSION_CLICKS
+    if not n or not live.any():
+        return {}
+    pair = np.fromiter((pairs.setdefault((s.task, s.query, s.doc_id), len(pairs))
+                        for s in shown), np.int64, n)
+    rank = np.fromiter((s.rank for s in shown), np.int64, n)
+    table = np.maximum(np.asarray(prop.theta, np.float64), 0.1)
+    e = table[np.clip(rank, 1, len(table)) - 1]
+    out = np.array([name in skip for name in sessions], dtype=bool)[sess]
+    pair_c = np.bincount(pair, np.where(out, 0.0, clicked), minlength=len(pairs))
+    pair_e = np.bincount(pair, np.where(out, 0.0, e), minlength=len(pairs))
+    seen = np.bincount(pair, (~out).astype(np.float64), minlength=len(pairs)) > 0
+    mean = sum(pair_c[seen].tolist()) / max(sum(pair_e[seen].tolist()), 1e-12)
+    _, own = np.unique(sess * len(pairs) + pair, return_inverse=True)
+    mc = np.where(out, 0.0, np.bincount(own, clicked)[own])
+    me = np.where(out, 0.0, np.bincount(own, e)[own])
+    others = (pair_c[pair] - mc + mean) / (pair_e[pair] - me + 1.0)
+    names, order = list(sessions), np.argsort(sess, kind="stable")  # each in record order
+    sizes = np.bincount(sess, minlength=len(sessions))
+    ends = np.cumsum(sizes)
+    rows = np.column_stack([rank, others, clicked])[order]
+    return {names[i]: _z(rows[ends[i] - sizes[i]:ends[i]]) for i in np.flatnonzero(live)}
 
 
 def _z(r: np.ndarray) -> float:
