@@ -623,6 +623,19 @@ def test_the_click_stats_benchmark_on_a_few_records(tmp_path, env):
     assert bad.returncode == 2 and "--records must be >= 10" in bad.stderr, bad.stderr
 
 
+def test_the_faiss_threads_benchmark_on_a_small_index(tmp_path, env):
+    """Both settings with one core held: p50 and p99 of each printed, the ratio claimed
+    (n/a where both are one thread); bad sizes are one-line errors."""
+    claims = tmp_path / "claims.jsonl"
+    r = run(BENCH / "bench_faiss_threads.py", ["--docs", "200", "--searches", "60"],
+            {k: v for k, v in env.items() if k != "TTTEMBED_THREADS"}, claims)
+    rows = reported(r, claims, least=2)
+    assert "default:" in r.stdout and "rule:" in r.stdout and "p99" in r.stdout, r.stdout
+    assert rows[0]["claim"].startswith("FAISS search p99"), rows
+    bad = run(BENCH / "bench_faiss_threads.py", ["--docs", "3"], env, claims)
+    assert bad.returncode == 2 and "--docs and --searches must be >= 10" in bad.stderr
+
+
 def test_the_durability_check_with_one_kill(tmp_path, env):
     r = run(TOOLS / "durability.py", [str(tmp_path / "dur"), "1", "--kills", "1"], env)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -155,3 +155,26 @@ print(json.dumps({"home": home, "before": before, "after": pools()}))
     assert all(got["after"][p] == 1 for p in mine), got
     others = [p for p in got["after"] if not p.startswith(got["home"])]
     assert others and all(got["after"][p] == got["before"][p] for p in others), got
+
+
+def test_a_faiss_search_runs_on_the_threads_the_rule_gives(monkeypatch):
+    """FAISS's OpenMP threads follow :func:`devices.thread_count` (here the environment's
+    count), set right before each search of a FAISS index."""
+    import numpy as np
+
+    faiss = pytest.importorskip("faiss")
+    from tttembed.index.faiss_backend import FaissIndex
+
+    before = faiss.omp_get_max_threads()
+    flat = faiss.IndexFlatIP(4)
+    flat.add(np.eye(4, dtype=np.float32))
+    index = FaissIndex(path="mem", manifest={"dim": 4}, doc_ids=["a", "b", "c", "d"],
+                       vectors=np.eye(4, dtype=np.float32), faiss_index=flat)
+    try:
+        for n in sorted({1, min(2, devices.usable_cpus())}):
+            monkeypatch.setenv(devices.THREADS_ENV, str(n))
+            faiss.omp_set_num_threads(3)
+            _, rows = index.search(np.eye(4, dtype=np.float32)[:1], 2)
+            assert rows[0][0] == 0 and faiss.omp_get_max_threads() == n
+    finally:
+        faiss.omp_set_num_threads(before)

@@ -228,5 +228,20 @@ def use_threads(threads: int | None = None) -> int:
     return n
 
 
+def use_faiss_threads(threads: int | None = None) -> int:
+    """Set FAISS's OpenMP threads to :func:`thread_count` (a no-op when unchanged) and
+    return it. Call it right before a FAISS search: its OpenMP threads spin and wait for
+    each other as torch's do, so one more than the free cores stretches the tail (a flat
+    search of 1-8 queries over 5,183 documents with one core held by another process:
+    p99 4.5-4.8 ms on FAISS's 2 threads, 0.8 ms on 1; ``benchmarks/bench_faiss_threads.py``)."""
+    import faiss
+
+    n = thread_count(threads)
+    if faiss.omp_get_max_threads() != n:
+        faiss.omp_set_num_threads(n)
+    return n
+
+
 __all__ = ["ENV", "THREADS_ENV", "cpu_threads", "free_cpus", "one_blas_thread", "pick_device",
-           "quiet_numpy_blas", "thread_count", "usable_cpus", "use_threads"]
+           "quiet_numpy_blas", "thread_count", "usable_cpus", "use_faiss_threads",
+           "use_threads"]

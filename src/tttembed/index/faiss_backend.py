@@ -107,8 +107,12 @@ class FaissIndex(ManifestFields):
     faiss_index: Any
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """FAISS contract: (D, I) of shape (nq, k); I = -1 where fewer than k exist."""
+        """FAISS contract: (D, I) of shape (nq, k); I = -1 where fewer than k exist. Its
+        OpenMP threads follow the free cores (:func:`~tttembed.core.devices.use_faiss_threads`)."""
+        from tttembed.core.devices import use_faiss_threads
+
         q, k = self.checked_queries(queries, k)
+        use_faiss_threads()
         return self.faiss_index.search(q, k)
 
     def get_vectors(self, rows: Any) -> np.ndarray:
