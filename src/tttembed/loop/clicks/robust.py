@@ -97,8 +97,7 @@ def blindness(shown: Sequence[Shown], prop: Propensities,
     out = np.array([name in skip for name in sessions], dtype=bool)[sess]
     pair_c = np.bincount(pair, np.where(out, 0.0, clicked), minlength=len(pairs))
     pair_e = np.bincount(pair, np.where(out, 0.0, e), minlength=len(pairs))
-    seen = np.bincount(pair, (~out).astype(np.float64), minlength=len(pairs)) > 0
-    mean = sum(pair_c[seen].tolist()) / max(sum(pair_e[seen].tolist()), 1e-12)
+    mean = sum(pair_c.tolist()) / max(sum(pair_e.tolist()), 1e-12)  # a skipped pair adds 0
     _, own = np.unique(sess * len(pairs) + pair, return_inverse=True)
     mc = np.where(out, 0.0, np.bincount(own, clicked)[own])
     me = np.where(out, 0.0, np.bincount(own, e)[own])
