@@ -14,6 +14,9 @@ from _chain_options import (
     ALPHAS,
     TitleSentence,
     choose_alpha,
+    choose_entity_words,
+    entity_passages,
+    entity_texts,
     time_composed,
     titles_and_texts,
     token_split,
@@ -37,9 +40,54 @@ def _text_option(timed: Any, limit: int) -> Any:
 
 def _title_option(timed: Any, docs: Any) -> Any:
     def make() -> Any:
+        timed.frozen = timed.base
         task = timed.loaded.task
         return TitleSentence(task.questions, docs, timed.loaded.embedder.model, REFERENCE)
     return make
+
+
+def _entity_option(timed: Any, docs: Any, n: int, encode: Any) -> Any:
+    """Entity states, run by ``encode`` (``--entity-encoder``: an encoder trained on such
+    states; default the one every other option runs)."""
+    passages = entity_passages(docs, n)
+
+    def make() -> Any:
+        timed.frozen = encode or timed.base
+        return entity_texts(timed.loaded.task.questions, passages,
+                            timed.loaded.embedder.model)
+    return make
+
+
+def _chosen(spec: str, known: list[str], default: str) -> set[str]:
+    """The options ``--options`` names (``all``: every one); the default and the
+    128-token reference always run, as the claim compares them."""
+    if spec == "all":
+        return set(known)
+    names = {n.strip() for n in spec.split(",") if n.strip()}
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise SystemExit(f"bench_chain.py: unknown --options {', '.join(unknown)}; "
+                         f"choose from {', '.join(known)} (or all)")
+    return names | {default, f"text-{REFERENCE}"}
+
+
+def _rules(args: Any, index: Path, encode: Any) -> dict[str, Any]:
+    """The composed state's alpha and the entity state's words, chosen on the training
+    split (or given, where the data has none)."""
+    from tttembed.chain import api
+
+    if (args.data / "chains_train.jsonl").is_file():
+        train = api.load(args.data, "train", index, max_questions=args.rule_questions)
+        alpha, by_alpha = choose_alpha(train, encode)
+        words, by_words = choose_entity_words(train, encode, args.data)
+        where = "the training split"
+    else:
+        alpha, by_alpha, words, by_words = args.alpha, {}, args.entity_words, {}
+        where = "--alpha and --entity-words (no training split here)"
+    print(f"composed state: alpha {alpha}, entity state: {words} words a passage, from "
+          f"{where} (C@5 by alpha: {by_alpha}; tokens / T single by words: {by_words})")
+    return {"alpha": alpha, "alphas_train_c5": by_alpha, "entity_words": words,
+            "entity_words_train_tokens": by_words}
 
 
 def _steps_split(timed: Any, texts: Any, steps: int, limit: int) -> list[dict[str, float]]:
@@ -63,7 +111,7 @@ def _tokens(timed: Any, texts: list[str]) -> int:
     return sum(len(i) for i in tok(texts, truncation=True, max_length=512)["input_ids"])
 
 
-def measure(timed: Any, options: dict[str, Any], composed: float, repeats: int
+def measure(timed: Any, options: dict[str, Any], composed: float | None, repeats: int
             ) -> dict[str, dict[str, float]]:
     """Per option: median chain seconds / (T x median single seconds), C@5, tokens
     encoded / tokens of T single searches."""
@@ -76,7 +124,8 @@ def measure(timed: Any, options: dict[str, Any], composed: float, repeats: int
     timed.reset(REFERENCE)
     single_shot(n, _Texts(timed), timed.encode, timed.search)   # warm-up
     singles: list[float] = []
-    times: dict[str, list[float]] = {name: [] for name in [*options, "composed"]}
+    times: dict[str, list[float]] = {name: [] for name in [*options, "composed"]
+                                     if name != "composed" or composed is not None}
     c5: dict[str, float] = {}
     tokens: dict[str, float] = {}
     for _ in range(repeats):
@@ -94,7 +143,10 @@ def measure(timed: Any, options: dict[str, Any], composed: float, repeats: int
             times[name].append(time.perf_counter() - t0)
             c5[name] = chain_metrics(run.ranking, task.golds)["all"]["C@5"]
             tokens[name] = _tokens(timed, timed.seen) / (steps * single_tokens)
+        if composed is None:
+            continue
         timed.seen = []
+        timed.frozen = timed.base
         seconds, ranking = time_composed(timed.loaded, timed.encode, steps, composed, 1)
         times["composed"].append(seconds)
         c5["composed"] = chain_metrics(ranking, task.golds)["all"]["C@5"]
@@ -120,21 +172,21 @@ def cost_report(args: Any, loaded: Any, index: Path) -> dict[str, Any]:
     timed = Timed(loaded, encode)
     task = loaded.task
     n, steps = len(task.golds), task.max_hops
-    if (args.data / "chains_train.jsonl").is_file():
-        train = api.load(args.data, "train", index, max_questions=args.rule_questions)
-        alpha, by_alpha = choose_alpha(train, encode)
-        where = "the training split"
-    else:
-        alpha, by_alpha, where = args.alpha, {}, "--alpha (no training split here)"
-    print(f"composed state: alpha {alpha} from {where} (C@5 by alpha: {by_alpha})")
+    rules = _rules(args, index, encode)
+    entity_encode = None if args.entity_encoder is None else api.query_encoder(
+        loaded, args.entity_encoder, DEFAULT_MAX_SEQ_LENGTH, transfer=True)
     docs = titles_and_texts(args.data, loaded.index.doc_ids)
     default = f"text-{DEFAULT_MAX_SEQ_LENGTH}"
     options = {default: _text_option(timed, DEFAULT_MAX_SEQ_LENGTH),
                f"text-{REFERENCE}": _text_option(timed, REFERENCE),
                f"text-{RULE}": _text_option(timed, RULE),
-               "title-sentence": _title_option(timed, docs)}
+               "title-sentence": _title_option(timed, docs),
+               "entities": _entity_option(timed, docs, rules["entity_words"], entity_encode)}
+    chosen = _chosen(args.options, [*options, "composed"], default)
+    options = {name: make for name, make in options.items() if name in chosen}
     t0 = time.perf_counter()
-    found = measure(timed, options, alpha, args.repeats)
+    found = measure(timed, options, rules["alpha"] if "composed" in chosen else None,
+                    args.repeats)
     timed.reset(REFERENCE)
     from _chain_timed import _Texts
 
@@ -144,12 +196,14 @@ def cost_report(args: Any, loaded: Any, index: Path) -> dict[str, Any]:
     split = {name: _steps_split(timed, options[name](), steps, limit)
              for name, limit in ((default, DEFAULT_MAX_SEQ_LENGTH),
                                  (f"text-{REFERENCE}", REFERENCE),
-                                 ("title-sentence", REFERENCE))}
+                                 ("title-sentence", REFERENCE), ("entities", REFERENCE))
+             if name in options}
     out = {"data": str(args.data), "encoder": str(args.encoder or "untrained"),
+           "entity_encoder": str(args.entity_encoder or args.encoder or "untrained"),
            "T": steps, "questions": n, "repeats": args.repeats,
            "ratio_default": found[default]["ratio"], "c5_default": found[default]["c5"],
            "c5_reference_128": found[f"text-{REFERENCE}"]["c5"],
-           "default": default, "alpha": alpha, "alphas_train_c5": by_alpha,
+           "default": default, **rules,
            "options": found, "token_split": split,
            "seconds": round(time.perf_counter() - t0, 1)}
     _print(out)

@@ -11,6 +11,14 @@ chosen on the training split, never on the test split.
 * ``composed``: no text re-read after the first step: the state vector is the question's
   vector plus ``alpha`` times the last picked passage's index vector, renormalised;
   ``alpha`` of ``ALPHAS`` with the best C@5 on the training split's questions.
+* ``entities``: each picked passage reduced to its capitalised words and four-digit
+  numbers (names, places, titles, months, years), in order, without repeats, stop words or
+  its own title's words, at most ``n`` of them; then today's state text at the 128-token
+  limit. The bridge a next hop needs (a director, a spouse, a birthplace, a date) is
+  mostly such a word; the rest of a passage is what the later states pay for. ``n`` is the
+  largest of ``ENTITY_WORDS`` whose greedy chain encodes at most ``ENTITY_TOKENS`` x the
+  tokens of T single searches on the training split's questions (a tokens rule, as the
+  old limit rule, with 0.1 left for the time that is not encoding).
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ import numpy as np
 
 #: The composed state's weights tried on the training split.
 ALPHAS = (0.1, 0.25, 0.5)
+#: The entity state's words per passage tried on the training split, and its tokens rule.
+ENTITY_WORDS = (16, 12, 8, 6, 4, 3, 2)
+ENTITY_TOKENS = 1.4
+_CAPITAL = re.compile(r"\b(?:[A-Z][\w'\-]*|\d{4})\b")
+_TITLE_WORD = re.compile(r"[\w'\-]+")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("a an and are as at be by did does for from had has have he her his in "
                   "is it its of on or she that the their this to was were what when where "
@@ -47,6 +60,65 @@ def titles_and_texts(data: Path, doc_ids: Sequence[str]) -> list[tuple[str, str]
             if doc["_id"] in want:
                 found[doc["_id"]] = (doc.get("title", ""), doc["text"])
     return [found[d] for d in doc_ids]
+
+
+def entity_words(title: str, text: str, n: int) -> str:
+    """A passage reduced to at most ``n`` of its capitalised words and four-digit numbers
+    (in order, each once, no stop words, none of its title's words)."""
+    skip = set(_TITLE_WORD.findall(title))
+    out: list[str] = []
+    for word in _CAPITAL.findall(text):
+        if word in skip or word.lower() in _STOP or word in out:
+            continue
+        out.append(word)
+        if len(out) >= n:
+            break
+    return " ".join(out)
+
+
+def entity_passages(docs: Sequence[tuple[str, str]], n: int) -> list[str]:
+    """Every index row's passage as ``entity_words`` reduces it (question-independent, so
+    built once per index, as the index itself is)."""
+    return [entity_words(title, text, n) for title, text in docs]
+
+
+def entity_texts(questions: Sequence[str], passages: Sequence[str], model: Any) -> Any:
+    """State texts over entity passages, at the 128-token limit."""
+    from tttembed.chain.states import StateTexts, TokenBudget
+
+    return StateTexts(list(questions), passages, budget=TokenBudget.for_model(model, 128))
+
+
+def choose_entity_words(train: Any, encode: Any, data: Path
+                        ) -> tuple[int, dict[int, float]]:
+    """The entity state's ``n``: the largest of ``ENTITY_WORDS`` whose greedy chain on the
+    training split encodes at most ``ENTITY_TOKENS`` x the tokens of T single searches
+    (the smallest when none does); with the tokens ratio of each."""
+    from tttembed.chain.search import greedy_chain
+
+    task, model = train.task, train.embedder.model
+    docs = titles_and_texts(data, train.index.doc_ids)
+    steps = task.max_hops
+    single = _count(model, task.questions) * steps
+    ratio: dict[int, float] = {}
+    seen: list[str] = []
+
+    def counted(batch: list[str]) -> Any:
+        seen.extend(batch)
+        return encode(batch)
+    for n in ENTITY_WORDS:
+        seen.clear()
+        greedy_chain(len(task.golds), entity_texts(task.questions, entity_passages(docs, n),
+                                                   model), counted, train.index.search, steps)
+        ratio[n] = round(_count(model, seen) / single, 3)
+        if ratio[n] <= ENTITY_TOKENS:
+            return n, ratio
+    return ENTITY_WORDS[-1], ratio
+
+
+def _count(model: Any, texts: Sequence[str]) -> int:
+    tok = model.tokenizer
+    return sum(len(i) for i in tok(list(texts), truncation=True, max_length=512)["input_ids"])
 
 
 class TitleSentence:
@@ -160,5 +232,6 @@ def token_split(tokenizer: Any, texts: Sequence[str], questions: Sequence[str],
             "passages": (sum(total) - sum(q) - sum(seps)) / n}
 
 
-__all__ = ["ALPHAS", "TitleSentence", "choose_alpha", "composed_chain", "time_composed",
-           "titles_and_texts", "token_split"]
+__all__ = ["ALPHAS", "ENTITY_TOKENS", "ENTITY_WORDS", "TitleSentence", "choose_alpha",
+           "choose_entity_words", "composed_chain", "entity_passages", "entity_texts",
+           "entity_words", "time_composed", "titles_and_texts", "token_split"]

@@ -16,6 +16,8 @@ class Timed:
 
         self.loaded = loaded
         self.frozen = encode or frozen_encode(loaded.embedder)
+        #: the encoder every option but one trained for its own states runs
+        self.base = self.frozen
         self.phase = {"encode": 0.0, "texts": 0.0, "search": 0.0}
         self.calls: list[float] = []
         self.seen: list[str] | None = None
@@ -24,6 +26,7 @@ class Timed:
     def reset(self, max_seq_length: int, prepared: bool = False) -> None:
         from tttembed.chain.setup import state_texts
 
+        self.frozen = self.base
         self.texts = state_texts(self.loaded.task, self.loaded.embedder.model, max_seq_length)
         if prepared:
             self.texts.prepare()

@@ -23,12 +23,17 @@
     python benchmarks/bench_chain.py [--data ../shared/data/2wikimultihopqa]
         [--questions 100] [--train-questions 60] [--rule-questions 100]
         [--max-seq-length 128] [--repeats 3] [--clients 32] [--duration 15]
-        [--skip-train] [--skip-serve] [--json OUT [--encoder CKPT]]
+        [--skip-train] [--skip-serve]
+        [--json OUT [--encoder CKPT] [--entity-encoder CKPT] [--entity-words N]
+                    [--options all|NAME,...]]
 
 5. ``--json OUT`` (then only this part runs): the greedy chain at the
    default settings (state token limit ``DEFAULT_MAX_SEQ_LENGTH``) and every cheaper
    state option of ``_chain_options`` against T single searches, each with its C@5, on
-   the test split, with the untrained encoder or ``--encoder CKPT``; where the tokens of
+   the test split, with the untrained encoder or ``--encoder CKPT`` (the entity states
+   with ``--entity-encoder CKPT`` where given: a checkpoint trained on them; their words
+   a passage by the training split's rule, or ``--entity-words`` where the data has no
+   training split); where the tokens of
    each step's states go; written to OUT with the keys ``ratio_default``, ``c5_default``,
    ``c5_reference_128``, ``T``, ``questions``, ``options`` (per option: ``ratio``,
    ``c5``, ``tokens``) and ``token_split``. Goal: the default <= 1.5x T single with C@5
@@ -257,6 +262,16 @@ def parse() -> argparse.Namespace:
                     help="a trained chain checkpoint (default: the untrained encoder)")
     ap.add_argument("--alpha", type=float, default=0.25,
                     help="the composed state's weight where the data has no training split")
+    ap.add_argument("--options", default="all",
+                    help="with --json: the state options to measure, a comma list of "
+                         "text-256, text-128, text-40, title-sentence, entities, composed "
+                         "(default all; the default and text-128 always run)")
+    ap.add_argument("--entity-encoder", type=Path, default=None,
+                    help="a chain checkpoint trained on entity states, for the entities "
+                         "option (default: --encoder)")
+    ap.add_argument("--entity-words", type=int, default=6,
+                    help="the entity state's words a passage where the data has no "
+                         "training split (2Wiki's training split chooses it elsewhere)")
     return ap.parse_args()
 
 

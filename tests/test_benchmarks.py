@@ -281,16 +281,34 @@ def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     assert got["questions"] == 3 and got["T"] >= 2
     options = got["options"]
     assert set(options) >= {"text-256", "text-128", "text-40", "title-sentence", "composed",
-                            "single"}
+                            "entities", "single"}
+    assert str(got["entity_words"]) in got["entity_words_train_tokens"] or \
+        not got["entity_words_train_tokens"]
     assert got["ratio_default"] == options["text-256"]["ratio"] > 0
     assert got["c5_reference_128"] == options["text-128"]["c5"]
     # the shorter the states, the fewer tokens encoded; one composed encode per question
     assert options["text-40"]["tokens"] <= options["text-128"]["tokens"] <= \
         options["text-256"]["tokens"]
+    assert options["entities"]["tokens"] <= options["text-128"]["tokens"]
     assert options["composed"]["tokens"] == pytest.approx(1 / got["T"])
     assert [s["question"] for s in got["token_split"]["text-128"]] == \
         [got["token_split"]["text-128"][0]["state"]] * got["T"]
     assert "closing note: default ratio" in r.stdout
+
+
+def test_the_chain_cost_benchmark_measures_only_the_options_named(tmp_path, env, chain_tiny):
+    """``--options entities``: the default and the 128-token reference run with it, the
+    rest (composed included) do not; an unknown name is a one-line error."""
+    out = tmp_path / "cost.json"
+    common = ["--data", str(chain_tiny), "--questions", "3", "--rule-questions", "1",
+              "--repeats", "1", "--json", str(out)]
+    r = run(BENCH / "bench_chain.py", [*common, "--options", "entities"], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert set(got["options"]) == {"text-256", "text-128", "entities", "single"}
+    assert set(got["token_split"]) == {"text-256", "text-128", "entities"}
+    bad = run(BENCH / "bench_chain.py", [*common, "--options", "entities,nosuch"], env)
+    assert bad.returncode != 0 and "unknown --options nosuch" in bad.stderr, bad.stderr
 
 
 def test_the_serve_benchmark(tmp_path, env):
