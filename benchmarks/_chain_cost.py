@@ -71,15 +71,15 @@ def _chosen(spec: str, known: list[str], default: str) -> set[str]:
     return names | {default, f"text-{REFERENCE}"}
 
 
-def _rules(args: Any, index: Path, encode: Any) -> dict[str, Any]:
-    """The composed state's alpha and the entity state's words, chosen on the training
-    split (or given, where the data has none)."""
+def _rules(args: Any, index: Path, encode: Any, entity_encode: Any) -> dict[str, Any]:
+    """The composed state's alpha and the entity state's words (with the encoder each
+    runs), chosen on the training split (or given, where the data has none)."""
     from tttembed.chain import api
 
     if (args.data / "chains_train.jsonl").is_file():
         train = api.load(args.data, "train", index, max_questions=args.rule_questions)
         alpha, by_alpha = choose_alpha(train, encode)
-        words, by_words = choose_entity_words(train, encode, args.data)
+        words, by_words = choose_entity_words(train, entity_encode, args.data)
         where = "the training split"
     else:
         alpha, by_alpha, words, by_words = args.alpha, {}, args.entity_words, {}
@@ -172,9 +172,9 @@ def cost_report(args: Any, loaded: Any, index: Path) -> dict[str, Any]:
     timed = Timed(loaded, encode)
     task = loaded.task
     n, steps = len(task.golds), task.max_hops
-    rules = _rules(args, index, encode)
     entity_encode = None if args.entity_encoder is None else api.query_encoder(
         loaded, args.entity_encoder, DEFAULT_MAX_SEQ_LENGTH, transfer=True)
+    rules = _rules(args, index, encode, entity_encode or encode)
     docs = titles_and_texts(args.data, loaded.index.doc_ids)
     default = f"text-{DEFAULT_MAX_SEQ_LENGTH}"
     options = {default: _text_option(timed, DEFAULT_MAX_SEQ_LENGTH),
