@@ -15,6 +15,7 @@ from _chain_options import (
     TitleSentence,
     choose_alpha,
     choose_entity_words,
+    count_tokens,
     entity_passages,
     entity_texts,
     time_composed,
@@ -107,8 +108,7 @@ def _steps_split(timed: Any, texts: Any, steps: int, limit: int) -> list[dict[st
 
 
 def _tokens(timed: Any, texts: list[str]) -> int:
-    tok = timed.loaded.embedder.model.tokenizer
-    return sum(len(i) for i in tok(texts, truncation=True, max_length=512)["input_ids"])
+    return count_tokens(timed.loaded.embedder.model, texts)
 
 
 def measure(timed: Any, options: dict[str, Any], composed: float | None, repeats: int

@@ -99,7 +99,7 @@ def choose_entity_words(train: Any, encode: Any, data: Path
     task, model = train.task, train.embedder.model
     docs = titles_and_texts(data, train.index.doc_ids)
     steps = task.max_hops
-    single = _count(model, task.questions) * steps
+    single = count_tokens(model, task.questions) * steps
     ratio: dict[int, float] = {}
     seen: list[str] = []
 
@@ -110,13 +110,14 @@ def choose_entity_words(train: Any, encode: Any, data: Path
         seen.clear()
         greedy_chain(len(task.golds), entity_texts(task.questions, entity_passages(docs, n),
                                                    model), counted, train.index.search, steps)
-        ratio[n] = round(_count(model, seen) / single, 3)
+        ratio[n] = round(count_tokens(model, seen) / single, 3)
         if ratio[n] <= ENTITY_TOKENS:
             return n, ratio
     return ENTITY_WORDS[-1], ratio
 
 
-def _count(model: Any, texts: Sequence[str]) -> int:
+def count_tokens(model: Any, texts: Sequence[str]) -> int:
+    """Tokens the model's tokenizer gives the texts, special tokens included."""
     tok = model.tokenizer
     return sum(len(i) for i in tok(list(texts), truncation=True, max_length=512)["input_ids"])
 
@@ -233,5 +234,6 @@ def token_split(tokenizer: Any, texts: Sequence[str], questions: Sequence[str],
 
 
 __all__ = ["ALPHAS", "ENTITY_TOKENS", "ENTITY_WORDS", "TitleSentence", "choose_alpha",
-           "choose_entity_words", "composed_chain", "entity_passages", "entity_texts",
-           "entity_words", "time_composed", "titles_and_texts", "token_split"]
+           "choose_entity_words", "composed_chain", "count_tokens", "entity_passages",
+           "entity_texts", "entity_words", "time_composed", "titles_and_texts",
+           "token_split"]

@@ -32,7 +32,7 @@ def test_stop_words_are_left_out_even_capitalised():
     assert got == ["Mary", "Poe"]
 
 
-def test_entity_passages_cut_every_row_and_a_state_reads_them():
+def test_entity_passages_cut_every_row():
     docs = [FILM, ("Theresa Connelly", "Theresa Connelly is an American director born "
                                        "in Philadelphia in 1959.")]
     rows = options.entity_passages(docs, 3)
