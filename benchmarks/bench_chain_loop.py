@@ -12,7 +12,10 @@ seeded noise (``--noise``, 0.15 as in the soak); after each round the chain lear
 warm-started from the served version, check it on the train questions held out by text,
 promote it only when better) runs one cycle. Then C@5 is measured with the gold chains on
 the test questions (never asked, never judged) for the untrained encoder and every
-registered version (T = the served T). JSON keys: ``c5_untrained``, ``c5_end`` (the last
+registered version, at the served setting: T = ``--max-hops`` (every search asks for it;
+default the served encoder's own) and the state token limit ``--max-seq-length``
+(``serve --chain-max-seq-length``, default 256). JSON keys: ``max_hops``,
+``max_seq_length``, ``c5_untrained``, ``c5_end`` (the last
 promoted version; the untrained encoder when none was), ``c5_per_version``,
 ``pairs_paid`` (the store's spend account), ``ledger_paid`` (rewards the ledger paid),
 ``drift_rescored`` (the drift check's fresh re-scores: paid, never in the ledger),
@@ -58,6 +61,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="the stand-in judge's noise (0.15 as in the soak)")
     p.add_argument("--work", type=Path, default=None,
                    help="keep the run's folder here (default: a temporary one)")
+    p.add_argument("--max-hops", type=int, default=0,
+                   help="the chain steps T every search asks for (0: the served encoder's)")
+    p.add_argument("--max-seq-length", type=int, default=256,
+                   help="the served state's token limit (serve --chain-max-seq-length)")
     return p.parse_args(argv)
 
 
@@ -111,18 +118,21 @@ def serving(app: Any):
         thread.join(30)
 
 
-def c5(index: Any, passages: list[str], path: Path | None, chains: list[Any]) -> float:
+def c5(index: Any, passages: list[str], path: Path | None, chains: list[Any],
+       served: tuple[int, int] = (0, 256)) -> float:
     """C@5 of the gold chains under the greedy chain of the encoder at ``path`` (None:
-    untrained), at its T and the served state token limit."""
+    untrained), at the served T (``served[0]``; 0: the encoder's own) and state token
+    limit (``served[1]``)."""
     from tttembed.chain.checkpoint import default_steps, load_encoder
     from tttembed.chain.online import chain_run
     from tttembed.chain.states import StateTexts, TokenBudget
 
-    enc = load_encoder(path, max_seq_length=256, index=index)
+    hops, limit = served
+    enc = load_encoder(path, max_seq_length=limit, index=index)
     texts = StateTexts([c.question for c in chains], passages,
-                       budget=TokenBudget.for_model(enc.model, 256))
-    run = chain_run(len(chains), texts, enc.encode, index.search, steps=default_steps(path),
-                    keep=K)
+                       budget=TokenBudget.for_model(enc.model, limit))
+    run = chain_run(len(chains), texts, enc.encode, index.search,
+                    steps=hops or default_steps(path), keep=K)
     ids = index.doc_ids
     done = [set(c.chain) <= {ids[int(r)] for r in row[:K] if r >= 0}
             for c, row in zip(chains, run.ranking)]
@@ -153,17 +163,21 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "base": DEFAULT_EMBEDDER})
     judge_data = judge_folder(args.data, train, work)
     count = work / "judge-pairs.txt"
-    out: dict[str, Any] = {"c5_untrained": c5(index, passages, None, tests),
+    served = (args.max_hops, args.max_seq_length)
+    ask = {"max_hops": args.max_hops} if args.max_hops else {}
+    out: dict[str, Any] = {"c5_untrained": c5(index, passages, None, tests, served),
+                           "max_hops": args.max_hops, "max_seq_length": args.max_seq_length,
                            "test_questions": len(tests), "train_questions": len(train),
                            "budget": args.budget, "rounds": args.rounds, "per_round": []}
     print(f"untrained C@5 on {len(tests)} test questions: {out['c5_untrained']}", flush=True)
     with judge_server(judge_data, args.noise, count) as judge_url:
         for r in range(args.rounds):
             app = create_app(index=str(work / "idx"), chain=str(work / "chain"),
-                             registry=str(work / "states"), corpus=str(args.data))
+                             registry=str(work / "states"), corpus=str(args.data),
+                             chain_max_seq_length=args.max_seq_length)
             with serving(app) as url, httpx.Client(timeout=120) as http:
                 for c in train:
-                    got = http.post(f"{url}/v1/chain/search", json={"question": c.question})
+                    got = http.post(f"{url}/v1/chain/search", json={"question": c.question, **ask})
                     got.raise_for_status()
             config = loop_config(work / "states", work / "idx", f"rerank:labels@{judge_url}",
                                  judge_budget=args.budget, judge_rpm=1e6, learn_every=10**9,
@@ -180,11 +194,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    "seconds": round(time.monotonic() - t0, 1)}
             out["per_round"].append(row)
             print(json.dumps(row), flush=True)
-    return finish(out, work, index, passages, tests, count, t0)
+    return finish(out, work, (index, passages, tests, served), count, t0)
 
 
-def finish(out: dict[str, Any], work: Path, index: Any, passages: list[str],
-           tests: list[Any], count: Path, t0: float) -> dict[str, Any]:
+def finish(out: dict[str, Any], work: Path, test: tuple[Any, list[str], list[Any], Any],
+           count: Path, t0: float) -> dict[str, Any]:
     from tttembed.loop.open import open_store
     from tttembed.registry.chain import FOLDER
     from tttembed.registry.open import open_registry
@@ -192,7 +206,8 @@ def finish(out: dict[str, Any], work: Path, index: Any, passages: list[str],
     reg = open_registry(work / "chain")
     per: dict[str, Any] = {}
     for v in reg.versions():
-        per[v.name] = {"c5": c5(index, passages, Path(v.path) / FOLDER, tests),
+        index, passages, tests, served = test
+        per[v.name] = {"c5": c5(index, passages, Path(v.path) / FOLDER, tests, served),
                        "promoted": v.promoted, "reason": v.manifest.get("reason")}
     promoted = [v.name for v in reg.versions() if v.promoted]
     store = open_store(None, work / "states")

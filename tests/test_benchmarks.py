@@ -253,11 +253,21 @@ def test_the_chain_loop_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     """``bench_chain_loop.py --json OUT``: the untrained chain served, its train questions
     asked as traffic, the chain learner run once; C@5 on the test questions (never asked)
     per version, and the judge pairs paid (the store's account, the ledger, the judge)."""
-    out = tmp_path / "loop.json"
+    out, work = tmp_path / "loop.json", tmp_path / "work"
     r = run(BENCH / "bench_chain_loop.py", ["--data", str(chain_tiny), "--budget", "40",
-                                            "--rounds", "1", "--json", str(out)], env)
+                                            "--rounds", "1", "--max-hops", "3",
+                                            "--max-seq-length", "64", "--work", str(work),
+                                            "--json", str(out)], env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(out.read_text())
+    assert (got["max_hops"], got["max_seq_length"]) == (3, 64)
+    from tttembed.loop.open import open_store
+
+    store = open_store(None, work / "states")
+    try:  # every question asked at the setting given: 3 hops, 64-token states
+        assert {s.kind for s in store.searches()} == {"chain:3:64"}
+    finally:
+        store.close()
     assert {"c5_untrained", "c5_end", "c5_per_version", "pairs_paid", "ledger_paid",
             "promotions", "test_questions"} <= set(got)
     assert got["test_questions"] == 3 and 0 <= got["c5_untrained"] <= 100
