@@ -23,7 +23,7 @@ computes it (``tail-mean``: the mean shrunk reward of the pairs at ranks 8-10) o
 their pooled rate (``pooled``: their clicks / their exposure, no shrinkage; a
 diagnostic). A question's own document (a corpus document whose text is the
 question's: ArguAna's questions are corpus arguments) is not learned from, as the loop
-does (:func:`tttembed.loop.learner.without_own`); ``--keep-own`` learns from it (the
+does (:func:`tttembed.loop.rewarded.without_own`); ``--keep-own`` learns from it (the
 rule before). Prints the rewards by kind of document, the guard's task evidence, the two
 checks, the new check's lists judged by the labels instead, and the test questions'
 nDCG@10 as the registered version serves them (paired sign-flip p).
@@ -170,7 +170,7 @@ def query_set(name: str, questions: dict[str, str], qids: list[str]) -> Any:
 
 def _without_own(rewards, qs, corpus):  # type: ignore[no-untyped-def]
     """The loop's rule (module docstring) on rewards keyed by query key."""
-    from tttembed.loop.learner import without_own
+    from tttembed.loop.rewarded import without_own
 
     docs = {}
     for line in corpus.read_text(encoding="utf-8").splitlines():

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 
 def _printed(capsys, evidence: dict) -> str:
-    from tttembed.cli.learn import print_selection
+    from tttembed.cli.learn_report import print_selection
     from tttembed.ttt.select import Selection
 
     sel = Selection(shared={"t": "raw"}, query={"t": "none"}, evidence={"t": evidence},

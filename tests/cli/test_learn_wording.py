@@ -22,7 +22,7 @@ def test_the_estimated_gain_says_what_it_estimates_where_it_is_printed():
     validation pairs (held-out queries for shared parts, the rewarded queries themselves for
     query parts), not the gain search measures on labels: said in the title, the column
     and a note."""
-    from tttembed.cli.learn import print_selection
+    from tttembed.cli.learn_report import print_selection
 
     state = SimpleNamespace(selection=_selection(), audit=None, scorer="qrels:x")
     with console.capture() as cap:

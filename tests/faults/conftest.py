@@ -5,7 +5,7 @@ Each test's docstring states the expected behaviour; ``benchmarks/fault_matrix.p
 the suite and prints one row per test (case, expected, observed, OK/FAIL). Helpers:
 
 - :func:`run_py`: run Python code in a fresh process (repo root on ``sys.path``), with
-  ``TTTEMBED_FAULT`` set to a named fault point (:func:`tttembed.core.io.fault_point`);
+  ``TTTEMBED_FAULT`` set to a named fault point (:func:`tttembed.core.faults.fault_point`);
 - :func:`killed`: whether a finished process died of SIGKILL;
 - fixture ``tmpfs``: a 2 MiB tmpfs mount (skipped with the reason where mounting fails).
 """

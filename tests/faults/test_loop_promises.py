@@ -248,7 +248,7 @@ def test_a_forced_learner_stop_exits_non_zero_and_a_clean_one_closes_the_store(w
     status (3) and says why; SIGTERM when idle: exit 0 with the store closed (SQLite's WAL
     checkpointed and removed)."""
     from tttembed.loop.open import open_store
-    from tttembed.loop.run import FORCED_EXIT
+    from tttembed.loop.process import FORCED_EXIT
 
     reg = tmp_path / "reg"
     reg.mkdir()

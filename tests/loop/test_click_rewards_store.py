@@ -19,8 +19,9 @@ from tests.pg import new_database
 from tttembed.loop.clicks.feed import ClickFeed, ClickView
 from tttembed.loop.clicks.propensity import flat
 from tttembed.loop.clicks.rewards import ClickStat
-from tttembed.loop.learner import Learner, collect
+from tttembed.loop.learner import Learner
 from tttembed.loop.open import open_store
+from tttembed.loop.rewarded import collect
 from tttembed.loop.store import ClickReward, Reward, Store
 
 

@@ -233,7 +233,7 @@ def test_validation_pairs_the_budget_no_longer_covers_come_back_unpaid(tmp_path)
     BudgetSpent out of the cycle (a CI run's two-learner budget test failed on it); now the
     pairs come back unpaid, as those another learner is paying do, and nothing is asked."""
     from tttembed.loop.judge import BackgroundJudge
-    from tttembed.loop.learner import JudgePay
+    from tttembed.loop.rewarded import JudgePay
     from tttembed.loop.sqlite import SQLiteStore
     from tttembed.ttt.queries import QuerySet
 

@@ -222,7 +222,7 @@ def test_the_state_learner_leaves_the_chain_learners_rewards_out(tmp_path):
     """A store the chain learner pays into too (``serve --learn --chain``): its rewards,
     under the task ``/chain`` (no task name holds a '/'), teach no state; read as a
     state's, they failed every state cycle (bad task name '/chain')."""
-    from tttembed.loop.learner import collect, judge_rewards
+    from tttembed.loop.rewarded import collect, judge_rewards
     from tttembed.loop.rows import CHAIN_TASK
     from tttembed.loop.store import Reward
 

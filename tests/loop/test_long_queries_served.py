@@ -95,7 +95,7 @@ def test_every_length_under_the_limit_is_served_stored_and_learned(
 
 
 def _learned_queries(loop: Any) -> set[tuple[str, str]]:
-    from tttembed.loop.learner import collect
+    from tttembed.loop.rewarded import collect
 
     judged, *_ = collect(loop.store, loop.learner.clicks)
     return set(judged)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tttembed.loop.clicks.feed import ClickView
 from tttembed.loop.clicks.propensity import flat
-from tttembed.loop.learner import collect, without_own
 from tttembed.loop.open import open_store
+from tttembed.loop.rewarded import collect, without_own
 from tttembed.loop.store import Reward
 
 QUESTION = "Being vegetarian helps the environment.  Becoming a vegetarian is good."

@@ -155,9 +155,9 @@ def test_chain_search_ids_take_events_and_feedback_stored_like_searches(chain_se
     """Clicks and labels on a chain search's final list are stored as a search's are;
     a refused request logs nothing; the state learner learns nothing from them today."""
     from tttembed.chain.traffic import logged_chain
-    from tttembed.loop.learner import collect
     from tttembed.loop.open import open_store
     from tttembed.loop.pending import PendingQueue, Traffic
+    from tttembed.loop.rewarded import collect
     from tttembed.loop.rows import CHAIN_TASK, START
 
     app = chain_app(chain_setup, minilm, registry=str(tmp_path / "reg"), registry_poll_s=0.1)

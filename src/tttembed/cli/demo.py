@@ -16,7 +16,7 @@ from tttembed.cli._common import (
     split_list,
 )
 from tttembed.cli._options import BudgetOpt, CacheOpt, EmbedderOpt, QuietOpt, TopKOpt
-from tttembed.cli.learn import print_selection
+from tttembed.cli.learn_report import print_selection
 from tttembed.embed.base import DEFAULT_EMBEDDER
 
 

@@ -14,8 +14,9 @@ a new one, and never nothing where an old one was.
 - :func:`writer_lock`: one writer per artifact (``fcntl.flock`` on ``.<name>.lock`` beside
   it); a second writer gets a ConfigError naming the path. Writers holding the lock clean
   the stale temporary and superseded folders that a killed run left.
-- :func:`fault_point`: ``TTTEMBED_FAULT=point[@name]`` makes the process SIGKILL itself at
-  that named point (the fault-injection tests use it; unset, it does nothing).
+
+Each write passes named crash points (:func:`tttembed.core.faults.fault_point`) that the
+fault-injection tests kill the process at.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tttembed.core.errors import ConfigError, DataError, named
+from tttembed.core.faults import fault_point
 from tttembed.core.locks import lock_path, writer_lock
 from tttembed.core.serial import (
     DISTRIBUTIONS,
@@ -49,24 +50,6 @@ from tttembed.core.serial import (
 from tttembed.types import PathLike
 
 MANIFEST = "manifest.json"
-
-
-# --- fault injection ----------------------------------------------------------------------
-
-FAULT_ENV = "TTTEMBED_FAULT"
-
-
-def fault_point(point: str, target: PathLike | None = None) -> None:
-    """SIGKILL this process when ``$TTTEMBED_FAULT`` names ``point`` (``point`` alone, or
-    ``point@NAME`` where NAME is the file name of ``target``; several comma-separated).
-    Used by the fault-injection tests; a no-op when the variable is unset."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    for want in spec.split(","):
-        name, _, on = want.strip().partition("@")
-        if name == point and (not on or (target is not None and Path(target).name == on)):
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --- atomic writes ------------------------------------------------------------------------
@@ -396,9 +379,8 @@ def write_manifest(folder: PathLike, manifest: Mapping[str, Any]) -> Path:
     return write_json(Path(folder) / MANIFEST, manifest)
 
 
-__all__ = ["DISTRIBUTIONS", "FAULT_ENV", "MANIFEST", "POINTER", "atomic_directory",
-           "atomic_file", "atomic_files", "clean", "dumps", "fault_point", "json_hash",
-           "lock_path", "now_utc", "read_json", "read_manifest", "recover_directory",
-           "refuse_existing", "resolve_version", "text_digest", "text_hash",
-           "versioned_directory", "versions", "write_bytes", "write_json", "write_manifest",
-           "write_text", "writer_lock"]
+__all__ = ["DISTRIBUTIONS", "MANIFEST", "POINTER", "atomic_directory", "atomic_file",
+           "atomic_files", "clean", "dumps", "json_hash", "lock_path", "now_utc", "read_json",
+           "read_manifest", "recover_directory", "refuse_existing", "resolve_version",
+           "text_digest", "text_hash", "versioned_directory", "versions", "write_bytes",
+           "write_json", "write_manifest", "write_text", "writer_lock"]

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from tttembed.core.errors import BackendError, DataError, TTTEmbedError
-from tttembed.core.io import fault_point
+from tttembed.core.faults import fault_point
 from tttembed.core.progress import Advance
 from tttembed.index.base import ManifestFields, normalise_rows
 from tttembed.index.manifest import BUILD_FIX, FORMAT, check_fields, check_identity

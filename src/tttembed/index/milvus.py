@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.core.errors import ConfigError, MissingDependency
-from tttembed.core.io import fault_point
+from tttembed.core.faults import fault_point
 from tttembed.index.base import split_collection
 from tttembed.index.collection import assemble_doc_ids, engine_errors
 

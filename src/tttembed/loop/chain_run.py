@@ -44,8 +44,9 @@ from tttembed.loop.failures import configure_log
 from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent
 from tttembed.loop.open import open_store
+from tttembed.loop.process import lower_priority
 from tttembed.loop.rows import CHAIN_TASK
-from tttembed.loop.run import STEP_PAIRS, kept_state, lower_priority
+from tttembed.loop.run import STEP_PAIRS, kept_state
 from tttembed.loop.status import read_status_checked, spend_from, write_status
 from tttembed.loop.store import Store
 

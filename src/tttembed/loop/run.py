@@ -10,7 +10,8 @@ the store's spend account first), the drift audit (:mod:`~tttembed.loop.auditor`
 freezing (:mod:`~tttembed.loop.freeze`) and the cycle (:mod:`~tttembed.loop.learner`).
 
 It runs at a lower CPU priority (``nice``) with one torch thread by default, so that on
-a small machine serving keeps its latency while a cycle runs.
+a small machine serving keeps its latency while a cycle runs; the priority and the stop
+(a grace, then a forced exit) are :mod:`~tttembed.loop.process`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -39,6 +39,7 @@ from tttembed.loop.nojudge import NoScorer
 from tttembed.loop.online import OnlineTest
 from tttembed.loop.open import open_store
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
+from tttembed.loop.process import lower_priority, stopper
 from tttembed.loop.status import (
     HEARTBEAT_S,
     LoopState,
@@ -332,64 +333,17 @@ def kept_state(record: LoopState | None, config: LoopConfig) -> LoopState:
     return state
 
 
-#: Seconds the step in flight gets after SIGTERM/SIGINT before the process exits anyway
-#: (a judge that stopped answering keeps its client retrying; every reward it answered is
-#: already committed, so an exit loses only the request in flight).
-GRACE_S = 5.0
-#: The exit status of a stop forced after :data:`GRACE_S` (the step in flight cut off).
-FORCED_EXIT = 3
-
-
-def _stopper(loop: Loop) -> Any:
-    def stop(*_: Any) -> None:
-        loop.stop.set()
-        timer = threading.Timer(GRACE_S, _force_exit, args=(loop,))
-        timer.daemon = True
-        timer.start()
-
-    return stop
-
-
-def _force_exit(loop: Loop) -> None:
-    """The step in flight did not finish within the grace: close the store (its lock
-    taken within a second: a transaction in flight is rolled back by the exit) and exit
-    non-zero."""
-    log.error("the step in flight did not finish within %.0f s of the stop; exiting "
-              "(every reward already answered is committed)", GRACE_S)
-    closer = threading.Thread(target=_quiet_close, args=(loop,), daemon=True)
-    closer.start()
-    closer.join(1.0)
-    sys.stderr.flush()
-    os._exit(FORCED_EXIT)
-
-
-def _quiet_close(loop: Loop) -> None:
-    try:
-        loop.close()
-    except Exception:  # noqa: BLE001  (exiting anyway)
-        pass
-
-
-def lower_priority(nice: int) -> None:
-    """A learner's CPU priority offset (``--nice``: serving first); where the system
-    refuses it, the learner runs at its parent's priority."""
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:
-            pass
-
-
 def run_loop(config: LoopConfig) -> None:
     """``tttembed loop``: run until SIGTERM/SIGINT (the step in flight gets
-    :data:`GRACE_S` seconds to finish; past them the process exits with
-    :data:`FORCED_EXIT`). The store is closed on every way out."""
+    :data:`~tttembed.loop.process.GRACE_S` seconds to finish; past them the process exits
+    with :data:`~tttembed.loop.process.FORCED_EXIT`). The store is closed on every way
+    out."""
     configure_log()
     lower_priority(config.nice)
     loop = Loop(config)
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, _stopper(loop))
+            signal.signal(sig, stopper(loop))
         with loop.coordination.learner_lock():  # one learner per registry
             loop.run()
         if loop.lost is not None:
@@ -398,4 +352,4 @@ def run_loop(config: LoopConfig) -> None:
         loop.close()
 
 
-__all__ = ["FORCED_EXIT", "GRACE_S", "Loop", "kept_state", "lower_priority", "run_loop"]
+__all__ = ["Loop", "kept_state", "run_loop"]

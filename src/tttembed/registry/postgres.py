@@ -36,7 +36,8 @@ from typing import Any
 
 from tttembed.adapt.state import AdaptState, save_state
 from tttembed.core.errors import ConfigError, DataError
-from tttembed.core.io import fault_point, now_utc
+from tttembed.core.faults import fault_point
+from tttembed.core.io import now_utc
 from tttembed.core.pg import Database, Dropped, Words, dead, reconnecting, retry
 from tttembed.registry.base import (
     FORMAT,
