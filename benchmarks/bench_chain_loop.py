@@ -7,8 +7,8 @@ FOLDER is shaped like ``../shared/data/2wikimultihopqa`` (``corpus.jsonl``,
 (``tttembed serve --chain CHAIN_REGISTRY`` on an empty chain registry, in this process on
 127.0.0.1); every train question is asked once per round (``--rounds``) as traffic; the
 stand-in judge (``examples/rerank_server.py``) answers from the train chains' labels with
-seeded noise (``--noise``, 0.15 as in the soak); after each round the chain learner
-(``tttembed loop --chain ... --once``: judge within the budget, train a candidate
+seeded noise (``--noise``, 0.15 as in the soak; ``--seed``, the draw); after each round
+the chain learner (``tttembed loop --chain ... --once``: judge within the budget, train a candidate
 warm-started from the served version, check it on the train questions held out by text,
 promote it only when better) runs one cycle. Then C@5 is measured with the gold chains on
 the test questions (never asked, never judged) for the untrained encoder and every
@@ -59,6 +59,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="held-out questions the promotion check needs at least")
     p.add_argument("--noise", type=float, default=0.15,
                    help="the stand-in judge's noise (0.15 as in the soak)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the stand-in judge's noise seed (another seed: another draw)")
     p.add_argument("--work", type=Path, default=None,
                    help="keep the run's folder here (default: a temporary one)")
     p.add_argument("--max-hops", type=int, default=0,
@@ -82,14 +84,14 @@ def judge_folder(data: Path, chains: list[Any], work: Path) -> Path:
 
 
 @contextmanager
-def judge_server(folder: Path, noise: float, count: Path):
+def judge_server(folder: Path, noise: float, count: Path, seed: int = 0):
     spec = importlib.util.spec_from_file_location("rerank_server",
                                                   ROOT / "examples" / "rerank_server.py")
     assert spec is not None and spec.loader is not None
     rerank = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rerank)
     server = ThreadingHTTPServer(("127.0.0.1", 0), rerank.handler(
-        rerank.Judge(folder, noise, 0, ("train",)), rerank.Drill(0.0, count)))
+        rerank.Judge(folder, noise, seed, ("train",)), rerank.Drill(0.0, count)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -167,10 +169,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     ask = {"max_hops": args.max_hops} if args.max_hops else {}
     out: dict[str, Any] = {"c5_untrained": c5(index, passages, None, tests, served),
                            "max_hops": args.max_hops, "max_seq_length": args.max_seq_length,
+                           "seed": args.seed,
                            "test_questions": len(tests), "train_questions": len(train),
                            "budget": args.budget, "rounds": args.rounds, "per_round": []}
     print(f"untrained C@5 on {len(tests)} test questions: {out['c5_untrained']}", flush=True)
-    with judge_server(judge_data, args.noise, count) as judge_url:
+    with judge_server(judge_data, args.noise, count, args.seed) as judge_url:
         for r in range(args.rounds):
             app = create_app(index=str(work / "idx"), chain=str(work / "chain"),
                              registry=str(work / "states"), corpus=str(args.data),

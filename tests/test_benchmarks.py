@@ -256,11 +256,12 @@ def test_the_chain_loop_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     out, work = tmp_path / "loop.json", tmp_path / "work"
     r = run(BENCH / "bench_chain_loop.py", ["--data", str(chain_tiny), "--budget", "40",
                                             "--rounds", "1", "--max-hops", "3",
-                                            "--max-seq-length", "64", "--work", str(work),
+                                            "--max-seq-length", "64", "--seed", "3",
+                                            "--work", str(work),
                                             "--json", str(out)], env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(out.read_text())
-    assert (got["max_hops"], got["max_seq_length"]) == (3, 64)
+    assert (got["max_hops"], got["max_seq_length"], got["seed"]) == (3, 64, 3)
     from tttembed.loop.open import open_store
 
     store = open_store(None, work / "states")
