@@ -207,9 +207,9 @@ def finish(out: dict[str, Any], work: Path, test: tuple[Any, list[str], list[Any
     from tttembed.registry.open import open_registry
 
     reg = open_registry(work / "chain")
+    index, passages, tests, served = test
     per: dict[str, Any] = {}
     for v in reg.versions():
-        index, passages, tests, served = test
         per[v.name] = {"c5": c5(index, passages, Path(v.path) / FOLDER, tests, served),
                        "promoted": v.promoted, "reason": v.manifest.get("reason")}
     promoted = [v.name for v in reg.versions() if v.promoted]
