@@ -146,6 +146,41 @@ def test_a_candidate_short_of_min_queries_is_kept_unpromoted_with_the_reason(tra
     assert v.manifest["parent"] is None and v.manifest["trained"]["states"] > 0
 
 
+def test_a_cycle_with_nothing_new_trains_nothing_and_says_which_version_answered(
+        traffic, fresh, tmp_path, monkeypatch):
+    from tttembed.chain import traffic_train
+    from tttembed.registry.open import open_registry
+
+    fits: list[int] = []
+    real_fit = traffic_train.fit_epoch
+
+    def counting(s, states, pos, neg, epoch, progress):
+        fits.append(epoch)
+        return real_fit(s, states, pos, neg, epoch, progress)
+
+    monkeypatch.setattr(traffic_train, "fit_epoch", counting)
+    cycles = []
+    with judge_server(traffic["data"], tmp_path / "pairs.txt") as (url, _):
+        for need in (500, 500, 2):     # the same inputs twice, then another --min-queries
+            loop = chain_loop(traffic, url, fresh, min_queries=need)
+            try:
+                loop.run(once=True)
+                cycles.append((loop.cycles[-1], len(fits)))
+            finally:
+                loop.close()
+    (first, trained), (second, again), (third, later) = cycles
+    assert first.version == "v2" and trained > 0
+    assert second.version is None and again == trained        # nothing trained
+    assert not second.promoted and "\n" not in second.reason
+    assert second.reason.startswith("nothing new to learn: v2 ") and "kept unpromoted" in \
+        second.reason and "--min-queries 500" in second.reason
+    assert third.version == "v3" and later > again            # --min-queries is an input
+    reg = open_registry(str(fresh / "chain"))
+    assert [v.name for v in reg.versions()] == ["v1", "v2", "v3"]
+    digests = [reg.get(n).manifest["trained"]["inputs_digest"] for n in ("v2", "v3")]
+    assert all(len(d) == 64 for d in digests) and digests[0] != digests[1]
+
+
 def test_the_promotion_follows_the_paired_test(traffic, fresh, tmp_path):
     from tttembed.loop.chain_promote import ALPHA
     from tttembed.registry.open import open_registry

@@ -11,10 +11,21 @@ nothing. The candidate is promoted only when at least ``--min-queries`` question
 and the paired test (exact one-sided sign test on the questions where the two differ) says
 better at p < :data:`ALPHA`; otherwise it is registered unpromoted with the reason, as a
 state version records a refusal.
+
+Nothing is trained twice: a cycle's inputs (the served version, T, the token limit, the
+training seed and base, ``--min-queries``, the training states with their relevant
+passages, the held-out questions with theirs, after the check has paid) are digested
+(:func:`inputs_digest`) into the candidate's record. A later cycle with the same digest
+would train the same candidate and reach the same decision, so it trains nothing and
+says which version already holds that answer (:func:`trained_before`); new chain searches,
+rewards or labels change the digest. A check the budget could not pay records none, so
+a raised ``--judge-budget`` checks again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import shutil
 import uuid
@@ -29,6 +40,7 @@ from tttembed.loop.judge import BudgetSpent
 from tttembed.loop.rows import CHAIN_TASK
 
 if TYPE_CHECKING:
+    from tttembed.chain.traffic_train import TrafficSet
     from tttembed.loop.chain_rows import ChainCycle, Served
 
 #: The paired test's level and the list depth C@K is judged at.
@@ -142,6 +154,41 @@ def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: in
             "reason": f"{said}: not better at p < {ALPHA}, kept unpromoted"}
 
 
+def inputs_digest(learner: Any, parent: str | None, steps: int, limit: int,
+                  data: TrafficSet, cfg: Any) -> str:
+    """The digest of everything a cycle's candidate and its check's decision follow from
+    (module docstring)."""
+    from tttembed.loop.chain_rows import held_out, judged_pairs, labels, relevant_rows
+
+    held = sorted({s.question for s in learner.last.searches if held_out(s.question)})
+    rel = relevant_rows(held, learner.last.searches, judged_pairs(learner.store),
+                        labels(learner.store), learner.row_of)
+    doc = {"parent": parent, "steps": steps, "limit": limit, "seed": cfg.seed,
+           "base": cfg.base, "min_queries": int(learner.config.min_queries),
+           "questions": data.questions, "relevant": data.relevant,
+           "states": [[q, list(h)] for q, h in data.states],
+           "held_out": [[q, sorted(rel.get(q, []))] for q in held]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def trained_before(registry: Any, parent: str | None, digest: str) -> Any:
+    """The latest version a cycle with these inputs registered (None: none)."""
+    same = [v for v in registry.versions() if v.manifest.get("parent") == parent
+            and v.manifest.get("trained", {}).get("inputs_digest") == digest]
+    return max(same, key=lambda v: v.number) if same else None
+
+
+def nothing_new(version: Any, parent: str | None, data: TrafficSet) -> str:
+    """The reason of a cycle that trains nothing because ``version`` answered its inputs."""
+    served = parent or "the untrained encoder"
+    then = ("was promoted and has since been rolled back" if version.promoted
+            else "was kept unpromoted")
+    return (f"nothing new to learn: {version.name} was trained from {served} on the same "
+            f"{len(data.states)} states and relevant passages and checked on the same "
+            f"held-out questions, and {then} ({version.manifest.get('reason', '')}); "
+            "nothing trained, waiting for new chain searches, rewards or labels")
+
+
 def register_candidate(registry: Any, checkpoint: Path, record: dict[str, Any]) -> Any:
     """Register the candidate checkpoint (checked as ``states add`` checks one) with the
     cycle's ``record`` in its manifest, not promoted."""
@@ -174,14 +221,22 @@ def train_and_check(learner: Any, train: list[Served],
     data = TrafficSet.build([(s.question, s.rows) for s in train], relevant)
     cfg = TrainConfig(base=learner.registry.manifest.get("base") or DEFAULT_EMBEDDER,
                       seed=int(learner.config.seed))
+    before = trained_before(learner.registry, parent,
+                            inputs_digest(learner, parent, steps, limit, data, cfg))
+    if before is not None:
+        return ChainCycle(None, False, nothing_new(before, parent, data))
     out = learner.work / f"candidate-{uuid.uuid4().hex[:8]}"
     try:
         manifest = train_traffic(data, learner.passages, learner.index, learner.frozen, cfg,
                                  out, warm=warm, steps=steps, max_seq_length=limit)
         check = held_out_check(learner, warm, out, steps, limit)
         promote = check["decision"] == "better"
+        # after the check paid; a check the budget could not pay is asked again
+        digest = (None if check["decision"] == "unpaid"
+                  else inputs_digest(learner, parent, steps, limit, data, cfg))
         record = {"parent": parent, "reason": check["reason"], "evidence": check,
                   "trained": {"questions": len(data.questions), "states": len(data.states),
+                              "inputs_digest": digest,
                               "searches": len(train), "max_seq_length": limit,
                               "loss": manifest["history"][-1]["loss"]},
                   "skipped": dict(learner.last.skipped)}
@@ -194,5 +249,6 @@ def train_and_check(learner: Any, train: list[Served],
                       int(check.get("validation_pairs", 0)), check)
 
 
-__all__ = ["ALPHA", "K", "chain_top_lists", "held_out_check", "register_candidate",
-           "served_checkpoint", "sign_test", "train_and_check"]
+__all__ = ["ALPHA", "K", "chain_top_lists", "held_out_check", "inputs_digest",
+           "nothing_new", "register_candidate", "served_checkpoint", "sign_test",
+           "trained_before", "train_and_check"]
