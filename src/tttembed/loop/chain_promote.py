@@ -109,11 +109,15 @@ def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: in
                    limit: int) -> dict[str, Any]:
     """The promotion check (module docstring): its record, ``decision`` one of
     ``better``, ``not better``, ``waiting``, ``unpaid``."""
-    from tttembed.loop.chain_rows import held_out, judged_pairs, labels, relevant_rows
+    from tttembed.loop.chain_rows import (
+        held_out_questions,
+        judged_pairs,
+        labels,
+        relevant_rows,
+    )
 
     need = int(learner.config.min_queries)
-    held = list(dict.fromkeys(s.question for s in learner.last.searches
-                              if held_out(s.question)))
+    held = held_out_questions(learner.last.searches)
     if len(held) < need:
         return {"decision": "waiting", "held_out": len(held), "reason": (
             f"{len(held)} held-out question(s) asked; the check needs --min-queries {need}: "
@@ -158,9 +162,14 @@ def inputs_digest(learner: Any, parent: str | None, steps: int, limit: int,
                   data: TrafficSet, cfg: Any) -> str:
     """The digest of everything a cycle's candidate and its check's decision follow from
     (module docstring)."""
-    from tttembed.loop.chain_rows import held_out, judged_pairs, labels, relevant_rows
+    from tttembed.loop.chain_rows import (
+        held_out_questions,
+        judged_pairs,
+        labels,
+        relevant_rows,
+    )
 
-    held = sorted({s.question for s in learner.last.searches if held_out(s.question)})
+    held = sorted(held_out_questions(learner.last.searches))
     rel = relevant_rows(held, learner.last.searches, judged_pairs(learner.store),
                         labels(learner.store), learner.row_of)
     doc = {"parent": parent, "steps": steps, "limit": limit, "seed": cfg.seed,

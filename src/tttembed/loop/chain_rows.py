@@ -28,6 +28,11 @@ def held_out(question: str) -> bool:
     return int(hashlib.sha256(question.encode("utf-8")).hexdigest()[:8], 16) % HOLD_OUT == 0
 
 
+def held_out_questions(searches: Sequence[Served]) -> list[str]:
+    """The held-out question texts among ``searches``, each once, in the order asked."""
+    return list(dict.fromkeys(s.question for s in searches if held_out(s.question)))
+
+
 @dataclass(frozen=True)
 class Served:
     """One stored chain search: its question, the version that served it, its chain (index
@@ -146,4 +151,5 @@ class ChainCycle:
 
 
 __all__ = ["HOLD_OUT", "RELEVANT", "ChainCycle", "ChainTraffic", "Served", "held_out",
-           "judged_pairs", "labels", "majority", "pending", "read_traffic", "relevant_rows"]
+           "held_out_questions", "judged_pairs", "labels", "majority", "pending",
+           "read_traffic", "relevant_rows"]
