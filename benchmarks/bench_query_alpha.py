@@ -1,6 +1,6 @@
 """What choosing the query part's alpha out of sample adds to ``learn --method auto``: the
 cross-validated learn of the query scope (each rewarded query's judged candidates in 5
-folds, one batched problem; :func:`tttembed.ttt.select.query_alphas`) against the rest
+folds, one batched problem; :func:`tttembed.ttt.choices.query_alphas`) against the rest
 of method auto on the same rewards, a ratio measured in one run.
 
 Goal: the choice adds at most half of what method auto took without it, with the loop's

@@ -178,7 +178,7 @@ def test_an_unknown_scope_is_refused(tmp_path):
 def test_a_shared_part_is_shrunk_to_the_alpha_its_evidence_shows():
     """The n/(n+1) rule generalised: the rule's alpha not shown above 0 but a smaller
     one is, so that one is kept (with its evidence); none shown: the rule's, as before."""
-    from tttembed.ttt.select import SHRINK, shrunk
+    from tttembed.ttt.choices import SHRINK, shrunk
 
     def e(gain, low):
         return {"gain": gain, "ci_low": low, "ci_high": gain + 0.1, "p": 0.01, "queries": 40}
@@ -305,7 +305,7 @@ def test_the_query_wise_alpha_is_chosen_out_of_sample_on_held_out_candidates():
     what they show, a smaller alpha shown to beat the rule's is kept. Rewards that follow
     nothing: no alpha beats the rule's, which is kept (weak evidence never moves it)."""
     from tttembed.adapt.crossval import ALPHA_GRID, cv_deltas
-    from tttembed.ttt.select import query_alphas
+    from tttembed.ttt.choices import query_alphas
 
     def choice(kind):
         return query_alphas(_candidate_table(kind), objective="kd", folds=5, seed=0)["t"]
@@ -326,7 +326,7 @@ def test_more_alpha_is_taken_on_one_sided_evidence_less_only_on_a_shown_gain():
     the paired test against the rule's cannot tell them apart; where the vectors' gain
     over raw is not shown at the larger alpha the rule stays."""
     from tttembed.adapt.crossval import ALPHA_GRID, cv_deltas
-    from tttembed.ttt.select import query_alphas
+    from tttembed.ttt.choices import query_alphas
 
     plain = _candidate_table("plain")
     d, _ = cv_deltas(plain.x, plain.zs, plain.rs, plain.qids, plain.tasks, "query")
@@ -418,7 +418,7 @@ def test_the_pooled_query_part_needs_its_own_queries_not_to_lose():
     """query_choices: a task of 3 queries takes the pooled query part unless its own mean
     gain for it is below 0; 6 queries of its own decide alone; with no pooled evidence
     (one task) nothing is taken."""
-    from tttembed.ttt.select import query_choices
+    from tttembed.ttt.choices import query_choices
 
     def ev(gain, lo, n):
         return {"gain": gain, "ci_low": lo, "ci_high": gain + 0.1, "p": 0.01, "queries": n}
@@ -458,7 +458,7 @@ def test_the_query_part_must_beat_in_mean_what_the_shared_part_gives_its_queries
     query part shown above raw serves them only where its mean is above the shared part's;
     a task whose shared part is raw (0) chooses as before; the pooled query part of a task
     with too few queries must not lose against it either."""
-    from tttembed.ttt.select import query_choices
+    from tttembed.ttt.choices import query_choices
 
     def ev(gain, lo, n):
         return {"gain": gain, "ci_low": lo, "ci_high": gain + 0.1, "p": 0.01, "queries": n}
