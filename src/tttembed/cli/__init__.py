@@ -22,6 +22,7 @@ from tttembed.cli.index import index
 from tttembed.cli.inspect import index_show, state_app
 from tttembed.cli.learn import learn, rerank
 from tttembed.cli.loop import loop, states_app
+from tttembed.cli.pairs import app as pairs_app
 from tttembed.cli.search import search
 from tttembed.cli.serve import serve
 
@@ -162,6 +163,7 @@ app.add_typer(state_app, name="state")
 app.command()(loop)
 app.add_typer(states_app, name="states")
 app.add_typer(chain.app, name="chain")
+app.add_typer(pairs_app, name="pairs")
 
 
 def _version(value: bool) -> None:
