@@ -307,6 +307,47 @@ def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     assert "closing note: default ratio" in r.stdout
 
 
+def test_the_finetune_benchmark_writes_every_row_and_its_runs(tmp_path, env, tiny,
+                                                              tiny_index):
+    """``bench_finetune.py --json OUT``: the four rows from one ledger's pairs, every key,
+    the run files beside the JSON; the exported triplets give the same full fine-tune."""
+    claims = tmp_path / "claims.jsonl"
+    out = tmp_path / "ft.json"
+    common = ["--data", str(tiny), "--index", str(tiny_index), "--budget", "3"]
+    r = run(BENCH / "bench_finetune.py", [*common, "--json", str(out)], env, claims)
+    reported(r, claims, least=2, miss_exits_1=True)
+    got = json.loads(out.read_text())
+    assert set(got) >= {"pairs", "raw", "methods", "hyperparameters", "runs"}
+    assert got["pairs"] > 0 and 0 < got["raw"]["ndcg10"] <= 1
+    assert set(got["methods"]) == {"states", "query-lora", "full-finetune",
+                                   "full-finetune+states"}
+    for name, row in got["methods"].items():
+        assert set(row) >= {"ndcg10", "delta", "p", "train_s", "reembed_s", "core_s",
+                            "bytes"}, name
+        assert row["delta"] == pytest.approx(row["ndcg10"] - got["raw"]["ndcg10"], abs=1e-9)
+        assert (tmp_path / got["runs"][name]).is_file()
+    assert got["methods"]["full-finetune"]["reembed_s"] > 0
+    assert got["methods"]["query-lora"]["reembed_s"] == 0
+    assert got["hyperparameters"]["query-lora"]["lora"]["r"] == 8
+    ledger = tmp_path / "ft.work" / "ledger.sqlite"
+    triplets = tmp_path / "triplets.jsonl"
+    e = subprocess.run([sys.executable, "-m", "tttembed", "pairs", "export", str(ledger),
+                        "--data", str(tiny), "--format", "triplets", "--out", str(triplets)],
+                       capture_output=True, text=True, env=env, timeout=SLOW_S)
+    assert e.returncode == 0, e.stdout + e.stderr
+    again = tmp_path / "again" / "ft.json"
+    r = run(BENCH / "bench_finetune.py", [*common, "--json", str(again), "--methods",
+                                          "full-finetune", "--triplets", str(triplets)], env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    redo = json.loads(again.read_text())
+    assert list(redo["methods"]) == ["full-finetune"]
+    assert redo["triplets"]["rows"] == got["triplets"]["rows"]
+    assert redo["methods"]["full-finetune"]["ndcg10"] == got["methods"]["full-finetune"]["ndcg10"]
+    bad = run(BENCH / "bench_finetune.py", [*common, "--json", str(again), "--methods", "nope"],
+              env)
+    assert bad.returncode == 2 and "unknown nope" in bad.stderr
+
+
 def test_the_chain_cost_benchmark_measures_only_the_options_named(tmp_path, env, chain_tiny):
     """``--options entities``: the default and the 128-token reference run with it, the
     rest (composed included) do not; an unknown name is a one-line error."""
