@@ -490,8 +490,33 @@ JUDGE_BATCH = 10  # pairs of one judge request: the learner's --judge-depth (def
 
 
 # -- goals ---------------------------------------------------------------------------------------
+#: Why a goal's value could not be measured (printed as "n/a (why)", not as a miss).
+UNMEASURED = {
+    "reach": "no promotion was followed by searches on both replicas (the traffic had "
+             "stopped, or none was made): soak longer",
+    "p99": "no p99 in quiet or promotion windows (too few searches answered in them)",
+    "rss": "no process lived long enough past the first minutes to measure its growth: "
+           "soak longer",
+    "ndcg_new": "no held-back test question was replayed on both versions",
+    "ndcg_new_p": "no held-back test question was replayed on both versions",
+    "ndcg_asked": "the most asked questions were not replayed on both versions",
+    "cycles": "no learner cycle in the first 5 minutes, or none at all: soak longer",
+    "learner_rss": "the judge budget was not spent before the end (or no RSS sample after "
+                   "it)",
+    "p99_tail": "too short for a first and a last third after minute 1: soak longer",
+}
+
+
+def _reach(f: dict[str, Any]) -> float | None:
+    """Promotions whose reach was measured (searches followed on both replicas) and that
+    did not reach both within 3 s; None when none was measured."""
+    measured = [x for x in f["detail"]["promotions"] if x["measured"]]
+    return float(sum(not x["reached_both"] for x in measured)) if measured else None
+
+
 def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, str]]:
-    """Per goal: (measured, op, target, what the ratio is)."""
+    """Per goal: (measured, op, target, what the ratio is); measured None: it could not
+    be (:data:`UNMEASURED` says why)."""
     growth = held_growth(f["rss_growth"])
     judge_gap = f["judge_answered"] - f["ledger_paid"]
     rec = f["detail"]["searches"]
@@ -511,13 +536,11 @@ def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, 
                  "/v1/loop paid - ledger paid"),
         "judge_gap": (float(judge_gap) if judge_gap >= 0 else float("inf"), "<=",
                       float(JUDGE_BATCH), "judge answered - ledger paid (one batch)"),
-        "reach": (float(f["promotions"] - f["promotions_unmeasured"]
-                        - f["promotions_reached_both"]), "==", 0.0,
+        "reach": (_reach(f), "==", 0.0,
                   "promotions not on both replicas within 3 s (of those searches followed)"),
         "refused": (float(f["refused_versions_served"]), "==", 0.0,
                     "answers by a never-promoted version"),
-        "p99": (f["p99_during_promotion_ms"] / f["p99_quiet_ms"]
-                if f["p99_quiet_ms"] == f["p99_quiet_ms"] and f["p99_quiet_ms"] > 0 else None,
+        "p99": (_ratio(f["p99_during_promotion_ms"], f["p99_quiet_ms"]),
                 "<=", 3.0, "p99 during promotion / quiet"),
         "rss": (max(growth) if growth else None, "<=", 0.10,
                 "largest RSS growth after the first minutes (PostgreSQL: its backends' "
@@ -558,18 +581,26 @@ def is_met(value: float | None, op: str, target: float) -> bool:
         value >= target
 
 
+def shown_goal(key: str, value: float | None, op: str, target: float) -> str:
+    """A goal's value and verdict as printed: ``0.5 (goal <= 3) met``, ``... MISSED``, or
+    ``n/a (why) (goal ...)`` for a value that could not be measured (never a miss)."""
+    if value is None:
+        return f"n/a ({UNMEASURED.get(key, 'not measured')}) (goal {op} {target:g})"
+    return (f"{round(value, 4)} (goal {op} {target:g}) "
+            f"{'met' if is_met(value, op, target) else 'MISSED'}")
+
+
 def goals(f: dict[str, Any]) -> bool:
-    """Print each goal as met or missed, with its measured ratio; all met?"""
+    """Print each goal as met, MISSED or n/a (why), with its measured value; none missed?
+    (a goal that could not be measured is not a miss: its line says why)"""
     from claims import Goal, emit
 
     ok = True
     claims: dict[str, Goal] = {}
     measured: dict[str, float | None] = {}
     for key, (value, op, target, what) in goal_values(f).items():
-        met = is_met(value, op, target)
-        ok &= met
-        print(f"goal {key}: {what} = {value if value is None else round(value, 4)} "
-              f"(goal {op} {target:g}) {'met' if met else 'MISSED'}", flush=True)
+        ok &= value is None or is_met(value, op, target)
+        print(f"goal {key}: {what} = {shown_goal(key, value, op, target)}", flush=True)
         claims[key] = Goal(f"soak: {what}", op, target)
         measured[key] = value
     emit(claims, measured, f"{f['minutes']:g} min")
@@ -595,10 +626,8 @@ def write_report(json_path: Path, f: dict[str, Any], load: str) -> None:
              "| key | value |", "|---|---|"]
     lines += [f"| `{k}` | {f[k]} |" for k in KEYS]
     lines += [f"| `rss_growth` | {json.dumps(f['rss_growth'])} |", "", "## Goals", ""]
-    for value, op, target, what in goal_values(f).values():
-        met = is_met(value, op, target)
-        lines.append(f"- {what}: {value if value is None else round(value, 4)} "
-                     f"(goal {op} {target:g}): {'met' if met else 'missed'}")
+    for key, (value, op, target, what) in goal_values(f).items():
+        lines.append(f"- {what}: {shown_goal(key, value, op, target)}")
     lines += ["", "## Faults and promotions", ""]
     t0 = f["timeline"]["t0"]
     lines += [f"- {e['time'] - t0:7.1f} s {e['event']}" + (

@@ -47,7 +47,7 @@ class Task:
         return f"qrels:{self.folder / 'qrels' / (self.stream_split + '.tsv')}"
 
 
-def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for line in path.read_text(encoding="utf-8").splitlines()[1:]:
         qid, did, grade = line.split("\t")[:3]
@@ -62,7 +62,7 @@ def _subset(data: Path, docs: int, out: Path) -> Path:
     if (folder / "corpus.jsonl").exists():
         return folder
     (folder / "qrels").mkdir(parents=True, exist_ok=True)
-    qrels = {s.stem: _read_qrels(s) for s in (data / "qrels").glob("*.tsv")}
+    qrels = {s.stem: read_qrels(s) for s in (data / "qrels").glob("*.tsv")}
     judged = {d for q in qrels.values() for g in q.values() for d in g}
     rows = [line for line in (data / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
             if line.strip()]
@@ -88,7 +88,7 @@ def prepare_task(data: Path, docs: int, work_dir: Path, index: Path | None = Non
     if index is None:
         index = _index(folder, work_dir / f"index-{data.name}-{docs or 'all'}", work_dir)
     splits = tuple(s for s in ("train", "test") if (folder / "qrels" / f"{s}.tsv").exists())
-    qrels_by = {s: _read_qrels(folder / "qrels" / f"{s}.tsv") for s in splits}
+    qrels_by = {s: read_qrels(folder / "qrels" / f"{s}.tsv") for s in splits}
     questions = {}
     for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():

@@ -29,7 +29,8 @@ The JSON keys are the issue's (see :mod:`_soak_report`); a markdown and a PNG ar
 beside it (latency p50/p99 and throughput per 10 s window per replica, the version each
 serves, the memory of every process: RSS; PostgreSQL's as its backends' private memory
 plus its shared buffers once). The goals are printed as met or missed, each with its
-measured value, and the exit status is 1 when one is missed. ``--docs N`` soaks a subset
+measured value, or as "n/a (why)" when this run could not measure it (too short, no
+promotion followed by traffic: not a miss), and the exit status is 1 when one is missed. ``--docs N`` soaks a subset
 (the judged documents first), ``--index`` reuses a built index (the CI variant in
 ``tests/test_benchmarks.py`` runs one minute on the tiny demo).
 """
@@ -37,6 +38,7 @@ measured value, and the exit status is 1 when one is missed. ``--docs N`` soaks 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
@@ -425,6 +427,21 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
     raise Interrupted(signum)
 
 
+def replay_questions(data: Path) -> int:
+    """How many questions the replay would ask: those of ``qrels/test.tsv`` judged
+    relevant that ``queries.jsonl`` holds (as :func:`_soak_setup.prepare_task` picks)."""
+    from _soak_setup import read_qrels
+
+    path = data / "qrels" / "test.tsv"
+    if not path.is_file():
+        return 0
+    judged = {q for q, gs in read_qrels(path).items() if any(g > 0 for g in gs.values())}
+    if not judged:
+        return 0
+    with open(data / "queries.jsonl", encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip() and json.loads(line)["_id"] in judged)
+
+
 def check_args(args: argparse.Namespace) -> str:
     """What is wrong with the command line, as one line with the fix ('' when nothing)."""
     import shutil
@@ -438,11 +455,29 @@ def check_args(args: argparse.Namespace) -> str:
         return f"--load {args.load:g}: give a share of the capacity in (0, 1]"
     if args.threads < 1:
         return f"--threads {args.threads}: give 1 or more connections per replica"
+    for name, value, low in (("--budget", args.budget, 0), ("--docs", args.docs, 0),
+                             ("--settle-s", args.settle_s, 0.0),
+                             ("--drain-s", args.drain_s, 0.0)):
+        if not value >= low or not math.isfinite(value):
+            return f"{name} {value:g}: give a number >= {low:g}"
+    if not args.rpm > 0 or not math.isfinite(args.rpm):
+        return f"--rpm {args.rpm:g}: give the judge's pairs per minute, above 0"
+    if args.learn_every < 1:
+        return f"--learn-every {args.learn_every}: give 1 or more rewarded pairs"
     if not (data / "queries.jsonl").is_file() or not (data / "corpus.jsonl").is_file():
         return (f"--data {data}: not a BEIR folder (no queries.jsonl and corpus.jsonl); give "
                 "one, e.g. --data ../shared/data/scifact (BEIR's scifact.zip unpacked)")
     if not any((data / "qrels" / f"{s}.tsv").is_file() for s in ("train", "test")):
         return f"--data {data}: no qrels/train.tsv or qrels/test.tsv; the judge needs labels"
+    try:
+        replayed = replay_questions(data)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return (f"--data {data}: its queries.jsonl or qrels/test.tsv cannot be read "
+                f"({type(exc).__name__}: {exc}); fix the folder")
+    if not replayed:
+        return (f"--data {data}: no test question (qrels/test.tsv judging a question of "
+                "queries.jsonl relevant): the replay needs them; split one with "
+                "benchmarks/split_by_text.py")
     if shutil.which("wrk") is None:
         return "wrk is not installed: apt-get install -y wrk"
     return ""

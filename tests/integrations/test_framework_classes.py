@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -193,8 +194,9 @@ def test_feedback_on_a_document_without_search_id_says_why(text_server):
 
 
 @pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A server that accepts connections and never answers."""
+def silent_server() -> Iterator[SimpleNamespace]:
+    """A server that accepts connections and never answers: its ``url`` and ``held`` (the
+    connections it accepted)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
@@ -212,7 +214,7 @@ def silent_server() -> Iterator[str]:
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield SimpleNamespace(url=f"http://127.0.0.1:{sock.getsockname()[1]}", held=held)
     finally:
         stop.set()
         thread.join(5)
@@ -231,11 +233,15 @@ def silent_server() -> Iterator[str]:
 ], ids=["lc-search", "lc-chain-async", "lc-embeddings", "li-search", "li-chain-async",
         "li-embedding"])
 def test_a_server_that_never_answers_fails_within_timeout_and_retries(silent_server, make):
-    started = time.monotonic()
+    """Two attempts (two connections), each ended by its timeout: read from the server and
+    the error, not a wall clock (a 2.6 s bound here failed under load: issue 77)."""
     with pytest.raises(BackendError) as err:
-        make(silent_server, timeout=0.3, max_retries=1)
-    took = time.monotonic() - started
-    assert took < 0.3 * 2 + 0.5 + 1.5, took  # two attempts, one backoff (<= 0.5 s)
+        make(silent_server.url, timeout=0.3, max_retries=1)
+    for _ in range(300):  # the accept thread polls every 0.1 s: let it catch up
+        if len(silent_server.held) >= 2:
+            break
+        time.sleep(0.05)
+    assert len(silent_server.held) == 2, silent_server.held
     message = str(err.value)
     assert "failed after 2 attempts: timed out after 0.3 s" in message, message
     assert "(timeout=..., max_retries=...): now timeout=0.3 s per attempt, max_retries=1" \

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -127,11 +128,20 @@ def test_learner_cycle_times_are_read_from_its_log(tmp_path):
     (["--load", "0"], "--load 0: give a number above 0"),
     (["--data", "nosuch"], "--data nosuch: not a BEIR folder"),
     (["--ports", "9-3", "--data", "DATA"], "--ports 9-3: give a range LO-HI"),
+    # issue 77 trust round 6: refused at the start, not after a whole soak
+    (["--budget", "-5"], "--budget -5: give a number >= 0"),
+    (["--rpm", "0"], "--rpm 0: give the judge's pairs per minute, above 0"),
+    (["--learn-every", "0"], "--learn-every 0: give 1 or more rewarded pairs"),
+    (["--settle-s", "-1"], "--settle-s -1: give a number >= 0"),
+    (["--data", "TRAIN-ONLY"], "no test question (qrels/test.tsv judging a question"),
 ])
 def test_bad_arguments_are_one_line_errors(args, said, tmp_path):
     if shutil.which("wrk") is None and "--ports" in args:
         pytest.skip("wrk is not installed: the arguments before it are checked first")
-    args = [str(_folder(tmp_path)) if a == "DATA" else a for a in args]
+    if "TRAIN-ONLY" in args:  # a folder with no test split: "0 test questions replayed"
+        (_folder(tmp_path) / "qrels" / "test.tsv").unlink()
+    args = [str(_folder(tmp_path)) if a == "DATA" else
+            str(tmp_path / "toy") if a == "TRAIN-ONLY" else a for a in args]
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_soak.py"), *args],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode != 0 and said in r.stderr, r.stdout + r.stderr
@@ -310,3 +320,51 @@ def test_books_that_never_settle_are_said_so():
                                       timeout_s=10.0, sleep=naps.append,
                                       clock=lambda: float(len(naps)))
     assert not settled and len(naps) == 10
+
+
+def _reconciled(**over: object) -> dict:
+    """The figures of a 30-second soak whose every account reconciles: one promotion that
+    reached both replicas but that no search followed (unmeasured), and nothing timed or
+    learned to measure (no quiet p99, no RSS growth, no replay, no cycle)."""
+    f = {"minutes": 0.5, "rss_growth": {"a#1": None}, "judge_answered": 10,
+         "ledger_paid": 10, "loop_paid": 10, "searches_dropped_said": 0,
+         "errors_other_replica": 0, "searches_answered": 50, "searches_logged": 50,
+         "clicks_sent": 5, "clicks_stored": 5, "promotions": 1, "promotions_unmeasured": 1,
+         "promotions_reached_both": 1, "refused_versions_served": 0,
+         "p99_during_promotion_ms": math.nan, "p99_quiet_ms": math.nan,
+         "p99_first_ms": math.nan, "p99_last_ms": math.nan,
+         "served_ndcg10_new": {"raw": None, "end": None, "p": None},
+         "served_ndcg10_asked": {"raw": None, "end": None},
+         "learner_cycle_s": {"first": None, "median_first_5min": None, "last": None},
+         "learner_rss_growth_after_budget": None,
+         "detail": {"searches": {"answered_not_logged": 0, "logged_not_answered": 0,
+                                 "logged_not_answered_at_kill": 0},
+                    "promotions": [{"measured": False, "reached_both": True}]}}
+    f.update(over)
+    return f
+
+
+def test_a_goal_that_cannot_be_measured_reads_n_a_with_why_not_missed(capsys):
+    """issue 77 trust round 6: a 30-second soak that reconciles every account printed
+    "goal reach = -1.0 MISSED" (an unmeasured promotion that reached both was taken off
+    twice) and "None MISSED"; each such goal now reads "n/a (why)" and is not a miss."""
+    assert rep.goals(_reconciled())
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("goal ")]
+    assert len(lines) == len(rep.goal_values(_reconciled())), out
+    bad = [line for line in lines if re.search(r"MISSED|None|-1\.0|\bnan\b", line)]
+    assert not bad, bad
+    reach = next(line for line in lines if line.startswith("goal reach:"))
+    assert "= n/a (no promotion was followed by searches on both replicas" in reach, reach
+    assert all(line.endswith(" met") or "= n/a (" in line for line in lines), lines
+    assert sum("= n/a (" in line for line in lines) == 9, lines
+
+
+def test_a_measured_promotion_that_missed_its_reach_is_still_missed(capsys):
+    late = {"measured": True, "reached_both": False}
+    f = _reconciled(promotions=2, detail={**_reconciled()["detail"],
+                            "promotions": [late, {"measured": False, "reached_both": True}]})
+    assert not rep.goals(f)
+    reach = next(line for line in capsys.readouterr().out.splitlines()
+                 if line.startswith("goal reach:"))
+    assert reach.endswith("= 1.0 (goal == 0) MISSED"), reach

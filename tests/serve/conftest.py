@@ -119,3 +119,19 @@ def state_copy(setup: dict[str, Any], name: str, dest: Path) -> None:
     tmp = dest.with_name(dest.name + ".tmp")
     tmp.write_bytes(src.read_bytes())
     os.replace(tmp, dest)
+
+
+class WaitLog(threading.Condition):
+    """A merging worker's queue condition that records each bounded wait for company as
+    (timeout in s, whether company came): the batching policy checked without a clock.
+    Set it as ``worker._queued`` before the first request."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock())
+        self.waits: list[tuple[float, bool]] = []
+
+    def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
+        came = super().wait_for(predicate, timeout)
+        if timeout is not None:
+            self.waits.append((timeout, bool(came)))
+        return came

@@ -5,6 +5,7 @@ identical search rankings, atomic reloads, auth, errors and metrics."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import threading
 
@@ -336,3 +337,20 @@ def test_a_method_auto_state_is_served_as_search_applies_it(setup, minilm, tmp_p
     for row, qid in zip(resp["data"], ("a", "b")):
         assert row["ids"] == [d for d, _ in sorted(run[qid].items(), key=lambda kv: -kv[1])]
     assert listed[0]["scope"] == "mixed"
+
+
+@pytest.mark.parametrize("body, name", [
+    ({"query": "\ud800 a dog"}, "'query'"), ({"query": "  "}, "'query'"),
+    ({"queries": ["a dog", "\ud800"]}, "'queries[1]'"), ({"queries": ["a dog", ""]},
+                                                         "'queries[1]'"),
+], ids=["surrogate", "empty", "list-surrogate", "list-empty"])
+def test_a_bad_search_query_is_a_400_naming_the_field_the_route_takes(server, body, name):
+    """issue 77 trust round 6: /v1/search named 'input[0]' (the embeddings route's field)
+    for a lone surrogate or an empty query; it names 'query' / 'queries[i]' (param too)."""
+    raw = json.dumps({**body, "task": TASK}).encode()  # "\ud800" as JSON escapes it
+    r = httpx.post(server + "/v1/search", content=raw,
+                   headers={"content-type": "application/json"})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["code"] == "invalid_input", r.text
+    assert err["message"].startswith(name) and "input" not in err["message"], err
+    assert err["param"] == name.strip("'").split("[")[0], err

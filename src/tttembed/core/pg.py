@@ -52,16 +52,21 @@ def nul_safe_dumper() -> type:
     return NulSafeStrDumper
 
 
-def mask_url(url: str) -> str:
-    """``url`` with any password (in the user part or the query) written as ``***``."""
+def mask_url(url: str, *, lone_user: bool = False) -> str:
+    """``url`` with any password (in the user part or the query) written as ``***``;
+    ``lone_user``: a user name given without a password too (an HTTP client sends it as
+    basic auth, so it is a credential there)."""
     try:
         parts = urlsplit(url)
     except ValueError:
-        return re.sub(r"(//[^:/@]*):[^@/]*@", r"\1:***@", url)
+        return re.sub(r"//[^/@]*@", "//***@", url) if lone_user \
+            else re.sub(r"(//[^:/@]*):[^@/]*@", r"\1:***@", url)
     netloc = parts.netloc
     userinfo, at, hosts = netloc.rpartition("@")
     if at and ":" in userinfo:
         netloc = userinfo.partition(":")[0] + ":***@" + hosts
+    elif at and lone_user:
+        netloc = "***@" + hosts
     query = parts.query
     pairs = parse_qsl(query, keep_blank_values=True)
     if any(k.lower() in _SECRET_KEYS for k, _ in pairs):

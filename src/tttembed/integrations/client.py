@@ -11,30 +11,39 @@
 * ``click`` / ``aclick``, ``label`` / ``alabel``: ``POST /v1/events`` (a click of a
   served document, by its ``search_id``) and ``POST /v1/feedback`` (a label in [0, 1]).
 
-Each attempt is bounded by ``timeout`` seconds; a timeout, a connection error, a 429 or
-a 5xx is retried ``max_retries`` times with full-jitter backoff (``Retry-After``
-honoured, capped at 30 s); any other 4xx fails at once with the server's reason. Errors
-are :class:`~tttembed.core.errors.BackendError` s that name the class and its own
-parameters (``TTTEmbedRetriever(timeout=..., max_retries=...)``). The API key is read
-from the variable named by ``api_key_env`` and never appears in an error.
+Each attempt is bounded by ``timeout`` seconds in all (connecting, sending, waiting and
+reading the answer; httpx's own timeout bounds each read only, so a server that trickles
+its answer would hold an attempt for as long as it trickles): the async calls end the
+attempt at its deadline, the sync ones at the first read past it (at most one read
+timeout later). A timeout, a connection error, a 429 or a 5xx is retried
+``max_retries`` times with full-jitter backoff (``Retry-After`` honoured, capped at
+30 s); any other 4xx fails at once with the server's reason. Errors are
+:class:`~tttembed.core.errors.BackendError` s that name the class and its own parameters
+(``TTTEmbedRetriever(timeout=..., max_retries=...)``). The API key is read from the
+variable named by ``api_key_env`` and never appears in an error; user-info in ``url``
+(``http://user:secret@host``, sent as basic auth) is shown masked (``user:***@``) in
+errors and reprs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 
 from tttembed.core.errors import BackendError, ConfigError
 from tttembed.core.http import excerpt
 from tttembed.core.limits import RETRY_STATUSES, RetryPolicy, retry_after_seconds
+from tttembed.core.pg import mask_url
 
 #: Defaults of every client class: seconds per attempt, retries after the first attempt.
 DEFAULT_TIMEOUT = 30.0
@@ -45,14 +54,56 @@ EMBED_BATCH = 256
 INCLUDE_FIELDS = ("title", "text")
 
 
+def shown_url(url: str) -> str:
+    """``url`` as errors and reprs show it: its user-info masked (a credential)."""
+    return mask_url(url, lone_user=True)
+
+
+def masked_repr_args(args: Iterable[tuple[str | None, Any]]
+                     ) -> Iterable[tuple[str | None, Any]]:
+    """A pydantic model's repr fields with the user-info of ``url`` masked."""
+    return [(name, shown_url(value) if name == "url" and isinstance(value, str) else value)
+            for name, value in args]
+
+
 def base_url(url: str, owner: str) -> str:
     """The server's root: ``url`` without a trailing ``/`` or ``/v1``."""
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        shown = repr(shown_url(url)) if isinstance(url, str) else repr(url)
         raise ConfigError(f"{owner}(url=...) must start with http:// or https://, got "
-                          f"{url!r}: give the tttembed server's address, e.g. "
+                          f"{shown}: give the tttembed server's address, e.g. "
                           "http://127.0.0.1:8000")
     root = url.rstrip("/")
     return root[:-3] if root.endswith("/v1") else root
+
+
+def check_timeout(timeout: Any, owner: str) -> float:
+    """``timeout`` as seconds (ConfigError unless a finite number > 0)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not math.isfinite(timeout) or timeout <= 0:
+        raise ConfigError(f"{owner}(timeout=...) must be a finite number of seconds > 0 "
+                          f"(each attempt's bound), got {timeout!r}")
+    return float(timeout)
+
+
+def check_max_retries(max_retries: Any, owner: str) -> int:
+    """``max_retries`` (ConfigError unless an integer >= 0)."""
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ConfigError(f"{owner}(max_retries=...) must be an integer >= 0, got "
+                          f"{max_retries!r}")
+    return max_retries
+
+
+class Answer(NamedTuple):
+    """One attempt's answer, read whole within its deadline."""
+
+    status: int
+    headers: httpx.Headers
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -141,27 +192,27 @@ class ServerClient:
     def __init__(self, url: str, *, owner: str, api_key_env: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT,
                  max_retries: int = DEFAULT_MAX_RETRIES) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigError(f"{owner}(timeout=...) must be a number of seconds > 0, got "
-                              f"{timeout!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) \
-                or max_retries < 0:
-            raise ConfigError(f"{owner}(max_retries=...) must be an integer >= 0, got "
-                              f"{max_retries!r}")
+        timeout, max_retries = check_timeout(timeout, owner), \
+            check_max_retries(max_retries, owner)
         self.owner, self.url = owner, base_url(url, owner)
+        self.shown = shown_url(self.url)
         self.api_key_env = api_key_env
         self.key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not self.key:
             raise ConfigError(f"{owner}(api_key_env={api_key_env!r}): ${api_key_env} is not "
                               "set; export the server's key there, or leave api_key_env "
                               "out for a server started without --api-key-env")
+        parts = urlsplit(self.url)
+        #: what an error never shows: the key, the URL's password (or a lone user name)
+        self._secrets = [self.key, parts.password if parts.password is not None
+                         else parts.username]
         self.timeout, self.max_retries = float(timeout), int(max_retries)
         self.policy = RetryPolicy(max_retries=self.max_retries, timeout=self.timeout)
         self._rng = random.Random()
         self._sync: httpx.Client | None = None
 
     def __repr__(self) -> str:
-        return (f"ServerClient(url={self.url!r}, owner={self.owner!r}, "
+        return (f"ServerClient(url={self.shown!r}, owner={self.owner!r}, "
                 f"api_key_env={self.api_key_env!r}, timeout={self.timeout:g}, "
                 f"max_retries={self.max_retries})")
 
@@ -173,21 +224,22 @@ class ServerClient:
 
     # -- one request: attempts, waits, the verdict ---------------------------------------
 
-    def _verdict(self, url: str, response: httpx.Response | None, error: str,
+    def _verdict(self, path: str, response: Answer | None, error: str,
                  attempt: int) -> tuple[Any, float | None, str]:
         """(body, None, "") on success, (None, delay, reason) to retry; raises when the
         answer is final (a 4xx other than 429, malformed JSON, retries spent)."""
-        if response is not None and response.status_code < 300:
+        url = self.shown + path
+        if response is not None and response.status < 300:
             try:
                 return json.loads(response.content), None, ""
             except (ValueError, UnicodeDecodeError):
                 raise BackendError(f"POST {url} returned malformed JSON (HTTP "
-                                   f"{response.status_code}): is {self.url} a tttembed "
+                                   f"{response.status}): is {self.shown} a tttembed "
                                    f"server? ({self.owner}(url=...))") from None
         delay = None
         if response is not None:
-            text = excerpt(response.text, [self.key]) or "(empty body)"
-            status = response.status_code
+            text = excerpt(response.text, self._secrets) or "(empty body)"
+            status = response.status
             if status not in RETRY_STATUSES:
                 raise BackendError(f"POST {url} returned HTTP {status}: {text} "
                                    f"(not retried; {self._fix(status)})")
@@ -198,7 +250,7 @@ class ServerClient:
             tries = attempt + 1
             raise BackendError(
                 f"POST {url} failed after {tries} attempt{'s' if tries > 1 else ''}: "
-                f"{error} (is the server running at {self.url}? if it is slow, raise "
+                f"{error} (is the server running at {self.shown}? if it is slow, raise "
                 f"{self.owner}(timeout=..., max_retries=...): now timeout="
                 f"{self.timeout:g} s per attempt, max_retries={self.max_retries})")
         return None, self.policy.backoff(attempt, self._rng) if delay is None else delay, \
@@ -214,38 +266,57 @@ class ServerClient:
         return "the server's reason says what to change"
 
     def _error(self, exc: Exception) -> str:
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, (httpx.TimeoutException, TimeoutError, asyncio.TimeoutError)):
             return f"timed out after {self.timeout:g} s"
-        return "connection failed: " + (excerpt(str(exc), [self.key]) or type(exc).__name__)
+        return "connection failed: " + (excerpt(str(exc), self._secrets)
+                                        or type(exc).__name__)
+
+    def _attempt(self, client: httpx.Client, url: str, body: dict[str, Any]) -> Answer:
+        """One POST read whole, ended (TimeoutError) at the first read past ``timeout``
+        seconds after it began."""
+        deadline = time.monotonic() + self.timeout
+        with client.stream("POST", url, json=body, headers=self._headers()) as response:
+            chunks = []
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(url)
+            return Answer(response.status_code, response.headers, b"".join(chunks))
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST ``body`` as JSON; the decoded answer."""
         if self._sync is None:
             self._sync = httpx.Client(timeout=self.timeout)
-        url = self.url + path
         for attempt in range(self.max_retries + 1):
             response, error = None, ""
             try:
-                response = self._sync.post(url, json=body, headers=self._headers())
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                response = self._attempt(self._sync, self.url + path, body)
+            except (httpx.TimeoutException, httpx.TransportError, TimeoutError) as exc:
                 error = self._error(exc)
-            answer, delay, _ = self._verdict(url, response, error, attempt)
+            answer, delay, _ = self._verdict(path, response, error, attempt)
             if delay is None:
                 return answer
             time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _aattempt(self, client: httpx.AsyncClient, url: str,
+                        body: dict[str, Any]) -> Answer:
+        response = await client.post(url, json=body, headers=self._headers())
+        return Answer(response.status_code, response.headers, response.content)
+
     async def apost(self, path: str, body: dict[str, Any]) -> Any:
-        """``post`` on the running event loop (``httpx.AsyncClient``)."""
-        url = self.url + path
+        """``post`` on the running event loop (``httpx.AsyncClient``); each attempt is
+        cancelled at its deadline."""
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for attempt in range(self.max_retries + 1):
                 response, error = None, ""
                 try:
-                    response = await client.post(url, json=body, headers=self._headers())
-                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    response = await asyncio.wait_for(
+                        self._aattempt(client, self.url + path, body), self.timeout)
+                except (httpx.TimeoutException, httpx.TransportError, TimeoutError,
+                        asyncio.TimeoutError) as exc:  # one class from Python 3.11 on
                     error = self._error(exc)
-                answer, delay, _ = self._verdict(url, response, error, attempt)
+                answer, delay, _ = self._verdict(path, response, error, attempt)
                 if delay is None:
                     return answer
                 await asyncio.sleep(delay)
@@ -305,6 +376,7 @@ def _vectors(answer: Mapping[str, Any]) -> list[list[float]]:
     return [[float(x) for x in d["embedding"]] for d in rows]
 
 
-__all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "INCLUDE_FIELDS", "Hit", "ServerClient",
-           "base_url", "chain_hits", "check_include", "click_event", "label_body",
-           "search_hits"]
+__all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "INCLUDE_FIELDS", "Answer", "Hit",
+           "ServerClient", "base_url", "chain_hits", "check_include", "check_max_retries",
+           "check_timeout", "click_event", "label_body", "masked_repr_args", "search_hits",
+           "shown_url"]

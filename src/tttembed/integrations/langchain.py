@@ -23,6 +23,7 @@ it. Every class takes ``timeout`` (seconds per attempt, default 30) and ``max_re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from tttembed.core.errors import ConfigError, MissingDependency
@@ -33,8 +34,11 @@ from tttembed.integrations.client import (
     ServerClient,
     chain_hits,
     check_include,
+    check_max_retries,
+    check_timeout,
     click_event,
     label_body,
+    masked_repr_args,
     search_hits,
 )
 
@@ -46,7 +50,7 @@ try:
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
-    from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+    from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 except ImportError:  # pragma: no cover - the extra is missing
     raise MissingDependency("langchain-core", "langchain") from None
 
@@ -60,6 +64,20 @@ def _k(value: Any, owner: str) -> int:
         raise ConfigError(f"{owner}: k must be an integer >= 1 (the documents to return), "
                           f"got {value!r}")
     return value
+
+
+def _strict_k(cls: type, value: Any) -> int:
+    """``k`` as given to a constructor: refused as ``invoke`` refuses it (no ``"3"``, no
+    ``True``), before pydantic would coerce it."""
+    return _k(value, cls.__name__)
+
+
+def _strict_timeout(cls: type, value: Any) -> float:
+    return check_timeout(value, cls.__name__)
+
+
+def _strict_max_retries(cls: type, value: Any) -> int:
+    return check_max_retries(value, cls.__name__)
 
 
 def _no_extra(kwargs: dict[str, Any], owner: str, takes: str) -> None:
@@ -125,6 +143,12 @@ class TTTEmbedRetriever(_Feedback, BaseRetriever):
     """Retries of a timeout, connection error, 429 or 5xx."""
 
     _client: ServerClient = PrivateAttr()
+    _check_k = field_validator("k", mode="before")(_strict_k)
+    _check_timeout = field_validator("timeout", mode="before")(_strict_timeout)
+    _check_retries = field_validator("max_retries", mode="before")(_strict_max_retries)
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
     def _body(self, query: str, k: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         _no_extra(kwargs, type(self).__name__, "k")
@@ -162,6 +186,12 @@ class TTTEmbedChainRetriever(_Feedback, BaseRetriever):
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
 
     _client: ServerClient = PrivateAttr()
+    _check_k = field_validator("k", mode="before")(_strict_k)
+    _check_timeout = field_validator("timeout", mode="before")(_strict_timeout)
+    _check_retries = field_validator("max_retries", mode="before")(_strict_max_retries)
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
     def _body(self, question: str, k: int | None, max_hops: int | None, beam: int | None,
               kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +232,11 @@ class TTTEmbedEmbeddings(BaseModel, Embeddings):
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
 
     _client: ServerClient = PrivateAttr()
+    _check_timeout = field_validator("timeout", mode="before")(_strict_timeout)
+    _check_retries = field_validator("max_retries", mode="before")(_strict_max_retries)
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
     def model_post_init(self, context: Any) -> None:
         self._client = ServerClient(self.url, owner=type(self).__name__,

@@ -26,7 +26,7 @@ grade)`` (and ``arecord_*``) post what the user did with a returned node to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tttembed.core.errors import ConfigError, MissingDependency
@@ -39,6 +39,7 @@ from tttembed.integrations.client import (
     check_include,
     click_event,
     label_body,
+    masked_repr_args,
     search_hits,
 )
 
@@ -177,6 +178,9 @@ class TTTEmbedEmbedding(BaseEmbedding):
     model_name: str = Field(default="tttembed", description="The name LlamaIndex shows.")
 
     _client: ServerClient = PrivateAttr()
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
     def model_post_init(self, context: Any) -> None:
         self._client = ServerClient(self.url, owner=type(self).__name__,

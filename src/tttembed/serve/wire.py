@@ -52,29 +52,33 @@ class EmbeddingsRequest:
     dimensions: int | None = None
 
 
-def _texts(value: Any, max_inputs: int) -> list[str]:
+def _texts(value: Any, max_inputs: int, param: str = "input",
+           single: bool = False) -> list[str]:
+    """The texts of field ``param`` (a string when ``single``: errors name ``param``, else
+    ``param[i]``), each non-empty and valid Unicode."""
     if isinstance(value, str):
         texts = [value]
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         texts = list(value)
     elif isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
-        raise ApiError(400, "token arrays are not supported: send 'input' as text (a string "
-                       "or a list of strings)", param="input", code="unsupported_input")
+        raise ApiError(400, f"token arrays are not supported: send '{param}' as text (a "
+                       "string or a list of strings)", param=param, code="unsupported_input")
     else:
-        raise ApiError(400, "'input' must be a non-empty string or a non-empty list of "
-                       "strings", param="input", code="invalid_input")
+        raise ApiError(400, f"'{param}' must be a non-empty string or a non-empty list of "
+                       "strings", param=param, code="invalid_input")
     if len(texts) > max_inputs:
-        raise ApiError(400, f"'input' has {len(texts)} items; at most {max_inputs} per "
-                       "request", param="input", code="too_many_inputs")
+        raise ApiError(400, f"'{param}' has {len(texts)} items; at most {max_inputs} per "
+                       "request", param=param, code="too_many_inputs")
     for i, t in enumerate(texts):
+        name = param if single else f"{param}[{i}]"
         if not t.strip():
-            raise ApiError(400, f"'input[{i}]' is empty; every input must hold text",
-                           param="input", code="invalid_input")
+            raise ApiError(400, f"'{name}' is empty; send text to embed or search for",
+                           param=param, code="invalid_input")
         try:
             t.encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") parses from JSON
-            raise ApiError(400, f"'input[{i}]' is not valid Unicode (a lone surrogate at "
-                           f"character {exc.start}); send UTF-8 text", param="input",
+            raise ApiError(400, f"'{name}' is not valid Unicode (a lone surrogate at "
+                           f"character {exc.start}); send UTF-8 text", param=param,
                            code="invalid_input") from None
     return texts
 
@@ -191,7 +195,7 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int,
     if not single and not isinstance(value, list):
         raise ApiError(400, "'queries' must be a list of strings", param="queries",
                        code="invalid_input")
-    texts = _texts(value, max_inputs)
+    texts = _texts(value, max_inputs, "query" if single else "queries", single)
     _queries(texts, max_query_chars, "query" if single else "queries", single)
     task = valid_task(body["task"], "task") if body.get("task") is not None else None
     k = body.get("k", 10)
