@@ -42,3 +42,55 @@ def test_a_loop_store_beside_the_registry_is_counted(tmp_path):
     finally:
         store.close()
     assert "rewards in the ledger: 1" in _list(reg.root)
+
+
+def _chain_registry(root):
+    from tttembed.registry.versions import Registry
+
+    return Registry(root, create=True, index={"kind": "chain", "identity": "st:test",
+                                              "corpus_fingerprint": "fp", "base": "b"})
+
+
+def test_a_chain_registry_says_where_its_rewards_are_and_counts_them_there(tmp_path):
+    """Trust round 6 (issue 77, d): `states list` of a chain registry said "rewards in the
+    ledger: none" while its learner's rewards were in its --registry store: it counts the
+    chain rewards in the store the chain learner recorded, and names that store."""
+    from tttembed.loop.coordination import open_coordination
+    from tttembed.loop.open import open_store
+    from tttembed.loop.rows import CHAIN_TASK
+    from tttembed.loop.status import LoopState, write_status
+    from tttembed.loop.store import Reward
+
+    chain = _chain_registry(tmp_path / "chain")
+    states = tmp_path / "states"
+    states.mkdir()
+    store = open_store(None, states)
+    try:
+        store.add_rewards([Reward(CHAIN_TASK, "q1", "d1", 0.5, 1.0),
+                           Reward(CHAIN_TASK, "q2", "d2", 0.0, 1.0),
+                           Reward("stdlib-docs", "q3", "d3", 1.0, 1.0)])
+    finally:
+        store.close()
+    write_status(open_coordination(chain), LoopState(pairs_judged=3, judge_budget=100,
+                                                     store=str(states)))
+    out = _list(chain.root)
+    assert "rewards in the ledger: none" not in out, out
+    assert f"chain rewards: 2 in the chain learner's store {states}" in out, out
+
+
+def test_a_chain_registry_no_learner_ran_on_says_where_rewards_would_be(tmp_path):
+    out = _list(_chain_registry(tmp_path / "chain").root)
+    assert "rewards in the ledger: none" not in out, out
+    assert "chain rewards: none kept in a chain registry" in out
+    assert "keeps them in its --registry store" in out
+
+
+def test_the_chain_learner_records_its_store_with_the_password_masked(tmp_path):
+    from tttembed.cli.loop import loop_config
+    from tttembed.loop.chain_run import store_location
+
+    (tmp_path / "states").mkdir()
+    folder = loop_config(str(tmp_path / "states"), "idx", "bm25")
+    assert store_location(folder) == str((tmp_path / "states").resolve())
+    url = loop_config("postgresql://u:SECRET@db:5432/reg", "idx", "bm25")
+    assert store_location(url) == "postgresql://u:***@db:5432/reg"

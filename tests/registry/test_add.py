@@ -145,3 +145,20 @@ def _added_twice(registry: str, tmp_path) -> None:
                                   dim=4, corpus_fingerprint="fp-docs", scorer="qrels:labels",
                                   budget=40))
     assert "as v2" in _add(registry, other).output
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_missing_state_or_checkpoint_is_named_not_the_registry(tmp_path, folder, existing):
+    """Trust round 6 (issue 77, b): ``states add NEWDIR ckpt/gold`` with no such
+    checkpoint named the missing checkpoint nowhere ("NEWDIR: not a state registry");
+    the path that is missing is named, with what to give instead, whether or not the
+    registry exists yet, and nothing is created."""
+    reg = folder if existing else str(tmp_path / "newdir")
+    missing = tmp_path / "ckpt" / "gold"
+    res = CliRunner().invoke(app, ["states", "add", reg, str(missing)])
+    assert res.exit_code == 1, res.output
+    line = res.output.strip()
+    assert "\n" not in line and line.startswith(f"error: {missing}: no such "), line
+    assert "not a state registry" not in line
+    assert "tttembed learn -o" in line and "tttembed chain train" in line
+    assert existing or not (tmp_path / "newdir").exists()

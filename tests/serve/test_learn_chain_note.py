@@ -53,3 +53,40 @@ def test_what_is_not_learned_is_one_line_and_states_are_learned_still(registry, 
 def test_without_learn_or_chain_there_is_nothing_to_say(registry):
     assert _learned(str(registry), None) == (None, "")
     assert _learned(None, _learner()) == (None, "")
+
+
+def test_a_learning_server_naming_no_task_says_a_typo_becomes_a_new_task():
+    """Trust round 6 (issue 77, a): a learning server with no --query-source accepts
+    every task until a state names one (by design: an empty registry learns its first
+    tasks from traffic); it says so at start-up, with the option that refuses typos."""
+    from tttembed.serve.config import ServeConfig
+    from tttembed.serve.run import open_tasks_note
+
+    note = open_tasks_note(ServeConfig(index="idx"), _learner())
+    assert "\n" not in note and note.startswith("note: no --query-source names")
+    assert "a typo'd task becomes a new task" in note and "--query-source" in note
+    assert "404" in note
+    named = ServeConfig(index="idx", queries=("data/stdlib-docs",))
+    assert open_tasks_note(named, _learner()) == ""
+    assert open_tasks_note(ServeConfig(index="idx", unknown_task="raw"), _learner()) == ""
+    assert open_tasks_note(ServeConfig(index="idx"), None) == ""
+
+
+def test_a_server_knowing_no_task_serves_any_and_one_knowing_a_task_refuses_a_typo():
+    """The two sides of serving.md's promise: no state or query file names a task ->
+    every task is served (nothing to fall back from, and a learner must see a task to
+    learn it); once one is named, a typo is a 404 listing the known tasks."""
+    from tttembed.serve.config import ServeConfig
+    from tttembed.serve.routes import served_task
+    from tttembed.serve.wire import ApiError
+    from tttembed.ttt.snapshot import Snapshot
+
+    class _Svc:
+        config = ServeConfig(index="idx")
+
+    empty = Snapshot(generation=0, states=(), mtimes=(), qids={})
+    assert served_task(_Svc(), empty, "stdlib-doc") == "stdlib-doc"
+    named = Snapshot(generation=0, states=(), mtimes=(), qids={"stdlib-docs": {}})
+    with pytest.raises(ApiError, match="unknown task 'stdlib-doc'.*stdlib-docs") as err:
+        served_task(_Svc(), named, "stdlib-doc")
+    assert err.value.status == 404

@@ -123,3 +123,26 @@ def test_a_click_on_a_search_not_written_yet_is_a_retryable_503(setup, minilm, t
     with _app(setup, minilm, reg) as c:
         assert c.post("/v1/events", json=bogus).status_code == 404  # an old or foreign id
 
+
+
+class _Hung(_Failing):
+    """The upstream embedder timing out as the HTTP client reports it (its hint included)."""
+
+    def encode(self, texts: Any, kind: str = "document", progress: Any = None) -> Any:
+        from tttembed.core.http import SLOW_HINT
+
+        if not any("hang" in t for t in texts):
+            return self._inner.encode(texts, kind)
+        raise BackendError("POST http://127.0.0.1:9/v1/embeddings failed after 6 attempts; "
+                           f"last error: timed out ({SLOW_HINT})")
+
+
+def test_a_hung_upstreams_502_names_no_option_serve_lacks(setup, minilm):
+    """Trust round 6 (issue 77, g): the 502 said to raise --timeout / --max-retries,
+    which `tttembed serve` does not have; it names the fixed bounds and what to check."""
+    with _app(setup, _Hung(minilm)) as client:
+        answer = client.post("/v1/search", json={"query": "hang here", "task": TASK})
+    message = answer.json()["error"]["message"]
+    assert answer.status_code == 502 and "--timeout" not in message, message
+    assert "--max-retries" not in message and "upstream embedder" in message
+    assert "waits at most 60 s an attempt and 210 s a request" in message

@@ -180,9 +180,12 @@ def _budget_line(reg: Any, spec: str) -> str:
     from tttembed.loop.coordination import open_coordination
     from tttembed.loop.open import open_store
     from tttembed.loop.status import read_status
+    from tttembed.registry.chain import is_chain
 
     st = read_status(open_coordination(reg))
     paid = f"{st.pairs_judged} of {st.judge_budget}" if st else "none"
+    if is_chain(reg.manifest):
+        return f"judge pairs paid by this loop: {paid}; {_chain_rewards(st)}"
     root = getattr(reg, "root", None)
     ledger = (f"none (no loop has stored any in {root}: a loop started with --store keeps "
               "its rewards in that store)")
@@ -193,6 +196,29 @@ def _budget_line(reg: Any, spec: str) -> str:
         finally:
             store.close()
     return f"judge pairs paid by this loop: {paid}; rewards in the ledger: {ledger}"
+
+
+def _chain_rewards(st: Any) -> str:
+    """Where a chain registry's rewards are: a chain registry keeps none; its learner's
+    are in its --registry (or --store) store, counted there when this machine can open
+    it (a folder's loop.sqlite)."""
+    from tttembed.loop.open import open_store
+    from tttembed.loop.rows import CHAIN_TASK
+
+    where = st.store if st is not None else ""
+    if not where:
+        return ("chain rewards: none kept in a chain registry (the chain learner, "
+                "`tttembed loop --chain`, keeps them in its --registry store: "
+                "`tttembed states list STATE_REGISTRY` counts them)")
+    if not (Path(where) / "loop.sqlite").is_file():
+        return (f"chain rewards: in the chain learner's store {where} (not counted here: "
+                f"`tttembed states list {where}` counts every reward there)")
+    store = open_store(None, where)
+    try:
+        n = sum(r.task == CHAIN_TASK for r in store.rewards(trusted_only=False))
+    finally:
+        store.close()
+    return f"chain rewards: {n} in the chain learner's store {where}"
 
 
 def _replica_line(r: dict[str, Any], served: str | None) -> str:

@@ -112,6 +112,26 @@ SLOW_HINT = ("is the server running at that URL? if it is slow, raise --timeout 
              "--max-retries (API options timeout, max_retries, deadline)")
 
 
+#: what the upstream is, per command whose HTTP limits are fixed (no --timeout there)
+_UPSTREAM = {"serve": "the upstream embedder (the index's)", "loop": "the judge (--judge)"}
+
+
+def for_command(exc: Exception, command: str) -> Exception:
+    """``exc`` with :data:`SLOW_HINT` (flags of the commands that have them) replaced by
+    the hint true of ``command`` (``serve``, ``loop``: no ``--timeout`` or
+    ``--max-retries``; their backends use the default :class:`RetryPolicy`); any other
+    error is ``exc`` itself."""
+    text = str(exc)
+    if not isinstance(exc, BackendError) or SLOW_HINT not in text:
+        return exc
+    p = RetryPolicy()
+    hint = (f"check that {_UPSTREAM[command]} at that URL is running and answers: "
+            f"`tttembed {command}` waits at most {p.timeout:g} s an attempt and "
+            f"{p.total_deadline:g} s a request with its {p.max_retries} retries, bounds it "
+            "has no option for")
+    return BackendError(text.replace(SLOW_HINT, hint))
+
+
 def _one_line(text: str, limit: int = EXCERPT_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "..."

@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from tttembed.core.errors import ConfigError
+from tttembed.core.http import for_command
 from tttembed.core.io import now_utc
 from tttembed.loop.auditor import Auditor
 from tttembed.loop.chain_learn import ChainLearner
@@ -53,6 +54,27 @@ from tttembed.loop.store import Store
 log = logging.getLogger("tttembed.loop")
 
 
+def check_chain_spec(spec: str) -> None:
+    """A one-line ConfigError when ``spec`` cannot be a chain registry to learn into: a
+    pinned ``REGISTRY@vN`` (a learner learns into the registry it follows) or a folder
+    that does not exist (the registry is made by ``tttembed states add``)."""
+    import re
+    from pathlib import Path
+
+    from tttembed.registry.postgres import is_url
+
+    root, sep, version = spec.rpartition("@")
+    if sep and re.fullmatch(r"v\d+", version):
+        raise ConfigError(f"--chain {spec}: pins {version}, and a pin is not accepted "
+                          "here: a learner learns into the registry it follows; give "
+                          f"--chain {root} (to serve {version}, `tttembed states promote "
+                          f"{root} {version}`)")
+    if not is_url(spec) and not Path(spec).exists():
+        raise ConfigError(f"--chain {spec}: no such folder; make the chain registry with "
+                          f"`tttembed states add {spec} CHECKPOINT` (a checkpoint folder "
+                          "`tttembed chain train` wrote)")
+
+
 def open_chain_registry(spec: str, index: Any) -> Any:
     """The chain registry ``spec`` (made for ``index``); a state registry or a missing
     one is a one-line ConfigError."""
@@ -60,6 +82,7 @@ def open_chain_registry(spec: str, index: Any) -> Any:
     from tttembed.registry.chain import is_chain
     from tttembed.registry.open import open_registry
 
+    check_chain_spec(spec)
     registry = open_registry(spec)
     if not is_chain(registry.manifest):
         raise ConfigError(f"--chain {spec}: this registry holds learned states, not chain "
@@ -67,6 +90,18 @@ def open_chain_registry(spec: str, index: Any) -> Any:
                           "FOLDER CHECKPOINT` makes one) and --registry the state registry")
     registry.check_index(index_record(index))
     return registry
+
+
+def store_location(config: LoopConfig) -> str:
+    """Where the chain learner keeps its rewards, as ``states list`` can name it: its
+    ``--store``, or its ``--registry``'s (that folder, or that URL with the password
+    masked)."""
+    from pathlib import Path
+
+    from tttembed.core.pg import mask_url
+
+    where = str(config.store or config.registry or "")
+    return str(Path(where).resolve()) if where and Path(where).exists() else mask_url(where)
 
 
 def unreachable(config: LoopConfig) -> str:
@@ -94,6 +129,7 @@ class ChainLoop:
         from tttembed.ttt.rewards import corpus_for_index
         from tttembed.ttt.scorer import load_scorer
 
+        check_chain_spec(chain)  # before the index and the judge are loaded
         if not config.has_judge or uses_labels(config.judge):
             raise ConfigError(f"--chain with --judge {config.judge}: chain learning pays a "
                               "judge that scores texts (a reranker, an LLM judge, bm25 or a "
@@ -124,6 +160,7 @@ class ChainLoop:
                         "its audit history starts anew", broken)
         self.state = kept_state(found, config)  # a freeze survives a restart
         self.state.audit_share = config.audit_share
+        self.state.store = store_location(config)
         self.bucket = Bucket(config.judge_rpm)
         if never := unreachable(config):
             log.warning("%s", never)
@@ -224,11 +261,14 @@ class ChainLoop:
                 if self.step(once=once) is not None and once:
                     return
             except Exception as exc:  # noqa: BLE001  (keep learning; say why, once a step)
+                told = for_command(exc, "loop")  # loop has no --timeout: the true hint
                 if once:
-                    raise
+                    if told is exc:
+                        raise
+                    raise told from None
                 log.error("chain learner: %s (tried again in %g s; nothing answered is "
                           "lost or paid twice)", " ".join(f"{type(exc).__name__}: "
-                                                          f"{exc}".split()), wait)
+                                                          f"{told}".split()), wait)
             self.stop.wait(wait)
 
     def close(self) -> None:

@@ -276,6 +276,29 @@ def _kept_note(two: TwoChecks) -> str:
     return f" (the shared part of {two.kept_shared} kept; the candidate's: {two.own_shared})"
 
 
+def _undecided(two: TwoChecks) -> str:
+    """Why neither population was found better: not better, or (a check with changes
+    short of ``--min-queries``) nothing decided there, with how many more it needs."""
+    named = (("asked", two.asked), ("new", two.new))
+    short = [(n, c) for n, c in named if c.changed and c.queries < c.min_queries]
+    if not short:
+        return f"better on neither population at alpha {ALPHA_EACH} each"
+
+    def has(c: PromotionCheck) -> str:
+        return (f"{c.queries} rewarded quer{'y' if c.queries == 1 else 'ies'} and needs "
+                f"--min-queries {c.min_queries} ({c.min_queries - c.queries} more)")
+
+    if len(short) == 2:
+        return (f"nothing decided: the asked check has {has(two.asked)}, the new "
+                f"questions' check {has(two.new)}")
+    name, c = short[0]
+    decided = [n for n, d in named if d.changed and n != name]
+    if decided:
+        return (f"not better on the {decided[0]} questions at alpha {ALPHA_EACH}, and "
+                f"nothing decided on the {name}: it has {has(c)}")
+    return f"nothing decided: the {name} check has {has(c)}"
+
+
 def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
            ) -> tuple[bool, str]:
     """Promote or not, and why (module docstring): both populations' figures shown."""
@@ -288,11 +311,7 @@ def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
             return False, (f"refused: worse on the {name} questions at alpha {ALPHA_EACH} "
                            f"({_shown(two)}){kept}")
     if not (better(two.asked) or better(two.new)):
-        short = [c for c in (two.asked, two.new) if c.changed and c.queries < c.min_queries]
-        few = (f": fewer than --min-queries {short[0].min_queries} queries decide nothing"
-               if short else "")
-        return False, (f"refused: better on neither population at alpha {ALPHA_EACH} each "
-                       f"({_shown(two)}){kept}{few}")
+        return False, f"refused: {_undecided(two)} ({_shown(two)}){kept}"
     if frozen:
         return False, f"refused: promotions are frozen ({_shown(two)}){kept}"
     return True, f"promoted: {_shown(two)}{kept}"

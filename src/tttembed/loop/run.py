@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from tttembed.core.errors import ConfigError, TTTEmbedError
+from tttembed.core.http import for_command
 from tttembed.core.io import now_utc
 from tttembed.loop.auditor import Auditor
 from tttembed.loop.clicks.feed import ClickFeed
@@ -286,8 +287,9 @@ class Loop:
                 self.state.error = ""
                 self.failures.ok()
             except Exception as exc:  # noqa: BLE001  (keep learning; say why in the status)
-                self.state.error = " ".join(f"{type(exc).__name__}: {exc}".split())
-                wait = self.failures.failed(exc, self.config.poll_s)
+                told = for_command(exc, "loop")  # loop has no --timeout: the true hint
+                self.state.error = " ".join(f"{type(exc).__name__}: {told}".split())
+                wait = self.failures.failed(told, self.config.poll_s)
                 try:
                     self.save()
                 except (TTTEmbedError, OSError) as why:  # the store (or registry) is down

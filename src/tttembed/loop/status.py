@@ -85,6 +85,9 @@ class LoopState:
     #: what the promotion test lacks to decide (empty: nothing), said once in the log
     promotion_waiting: dict[str, Any] = field(default_factory=dict)
     min_queries: int = 0
+    #: where this learner's rewards are (a chain learner's: its --store, or its
+    #: --registry's store; a password masked), for ``states list`` of a chain registry
+    store: str = ""
     updated: str = ""
     error: str = ""
 

@@ -39,6 +39,10 @@ def open_for(spec: str | Path, path: str | Path) -> StateRegistry:
     from tttembed.core.errors import DataError
     from tttembed.registry.chain import checkpoint_record, is_checkpoint, registry_record
 
+    if not Path(path).exists():  # named before the registry (which may not exist yet)
+        raise DataError("no such state file or chain checkpoint folder", path=path,
+                        fix="give the vectors.npz `tttembed learn -o` wrote, or the "
+                            "checkpoint folder `tttembed chain train` wrote")
     if not is_checkpoint(path):
         return open_registry(spec)
     try:

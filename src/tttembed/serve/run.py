@@ -144,6 +144,20 @@ def chain_to_learn(config: ServeConfig, learner: Any) -> tuple[str | None, str]:
     return found[0], ""
 
 
+def open_tasks_note(config: ServeConfig, learner: Any) -> str:
+    """The one-line note a learning server with no ``--query-source`` gives at start-up:
+    until a state names a task, it accepts every task and learns it under the name sent
+    (by design: an empty registry learns its first tasks from traffic), so a typo'd task
+    is logged as a new one; ``--query-source`` names the tasks and makes a typo a 404
+    from the first request. Empty when there is nothing to say."""
+    if learner is None or config.queries or config.unknown_task is not None:
+        return ""
+    return ("note: no --query-source names this server's tasks: until a promoted version "
+            "names one, every task is accepted and learned under the name sent (a typo'd "
+            "task becomes a new task); give --query-source DIR|FILE (one per task) to "
+            "answer an unknown task with a 404 from the first request")
+
+
 def with_learner(config: ServeConfig, learner: Any, *, announce: str = "") -> None:
     """``serve --learn``: the learner (``python -m tttembed loop ...``, niced, one torch
     thread) runs as a child process beside the server, and with ``--chain`` naming a
@@ -157,8 +171,9 @@ def with_learner(config: ServeConfig, learner: Any, *, announce: str = "") -> No
 
     check_serve_states(config)
     chain, note = chain_to_learn(config, learner)
-    if note:
-        _say(note)
+    for line in (note, open_tasks_note(config, learner)):
+        if line:
+            _say(line)
     argvs = [learner.argv(), *([[*learner.argv(), "--chain", chain]] if chain else [])]
     # the server already warned about an unaudited judge: its learner children say it once
     env = {**os.environ, SERVED_LEARNER_ENV: str(os.getpid())}
