@@ -1,5 +1,6 @@
 """``tttembed pairs export``: the judged pairs of a reward ledger or a feedback store as
-JSONL, for a fine-tune (the work is :mod:`tttembed.tune.export`)."""
+JSONL, for a fine-tune (the work is :mod:`tttembed.tune.export`); ``tttembed pairs train``:
+the full fine-tune on exported triplets (:mod:`tttembed.tune.train`, :mod:`tttembed.tune.model`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from tttembed.cli._common import console, handle_errors
-from tttembed.cli._options import OverwriteOpt
+from tttembed.cli._common import console, handle_errors, progress_group
+from tttembed.cli._options import OverwriteOpt, QuietOpt
 
 app = typer.Typer(help="Judged (query, document) pairs as training data.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -90,3 +91,58 @@ def export(
     if got.missing:
         print(f"note: {got.missing:,} pairs recorded without a reward (the scorer gave "
               "none) left out", file=sys.stderr)
+
+
+TripletsArg = Annotated[Path, typer.Argument(
+    metavar="TRIPLETS", show_default=False,
+    help="A triplet file: 'tttembed pairs export ... --format triplets' (anchor, positive, "
+         "negative JSONL rows).")]
+ModelOutOpt = Annotated[Path, typer.Option(
+    "--out", "-o", show_default=False,
+    help="The model folder to write (a sentence-transformers folder: index a corpus with "
+         "it by --embedder st:FOLDER); refused when it exists, unless --overwrite.")]
+BaseOpt = Annotated[str, typer.Option(
+    "--base", help="The embedder to fine-tune (an st: spec); the corpus must be re-embedded "
+    "with the result.")]
+EpochsOpt = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the triplets.")]
+LrOpt = Annotated[float, typer.Option("--lr", min=0.0, help="AdamW learning rate "
+                                      "(10% linear warm-up, then linear decay).")]
+BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="Triplets per step; each "
+                                       "query is scored against every positive and negative "
+                                       "of its batch.")]
+TrainSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the batches and of torch: "
+                                           "the same triplets and seed give the same model.")]
+
+
+@app.command("train")
+@handle_errors
+def train(
+    triplets_file: TripletsArg,
+    out: ModelOutOpt,
+    base: BaseOpt = "st:bundled:all-MiniLM-L6-v2",
+    epochs: EpochsOpt = 1,
+    lr: LrOpt = 2e-5,
+    batch_size: BatchOpt = 16,
+    seed: TrainSeedOpt = 0,
+    overwrite: OverwriteOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Fine-tune the whole embedder on judged triplets (MultipleNegativesRankingLoss with
+    the judged hard negatives) and write it as a model folder. Then re-index with it
+    ('tttembed index DATA --embedder st:FOLDER') and learn states again on that index."""
+    from tttembed.core.io import refuse_existing
+    from tttembed.tune.export import read_triplets
+    from tttembed.tune.model import save_tuned
+    from tttembed.tune.train import TuneSettings, fine_tune
+
+    settings = TuneSettings(mode="full", epochs=epochs, lr=lr, batch_size=batch_size,
+                            seed=seed, base=base).check()
+    refuse_existing(out, overwrite, "model folder")  # before the work, not after
+    rows = read_triplets(triplets_file)
+    with progress_group(not quiet) as stage:
+        advance = stage(f"fine-tuning on {len(rows):,} triplets", None)
+        tuned = fine_tune(rows, settings, progress=lambda step, steps, loss: advance(1))
+    path = save_tuned(tuned, rows, out, source=str(triplets_file), overwrite=overwrite)
+    console.print(f"fine-tuned {base} on {len(rows):,} triplets ({len(tuned.losses):,} steps, "
+                  f"loss {tuned.losses[0]:.3f} -> {tuned.losses[-1]:.3f}, "
+                  f"{tuned.train_s:.0f} s) -> {path}; index with --embedder st:{path}")

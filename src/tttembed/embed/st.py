@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,24 @@ def bundled_model_path(name: str = "all-MiniLM-L6-v2") -> str:
     except ImportError as exc:
         raise MissingDependency(package, "st") from exc
     return str(mod.get_model_path())
+
+
+#: The manifest ``tttembed pairs train`` writes beside a fine-tuned model's weights.
+TUNED_MANIFEST = "tttembed-tune.json"
+
+
+def tuned_fingerprint(rest: str) -> str | None:
+    """For a model folder ``tttembed pairs train`` wrote, a digest of its manifest (settings,
+    triplets, time): part of the identity, so that a folder trained again under the same path
+    is never served the embeddings the cache holds for the earlier weights. None otherwise."""
+    import hashlib
+
+    manifest = Path(rest) / TUNED_MANIFEST
+    try:
+        data = manifest.read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def resolve_model(rest: str) -> str:
@@ -96,7 +115,8 @@ class SentenceTransformerEmbedder:
         if model is None:
             resolve_model(rest)  # fail fast on a bad spec or a missing bundled package
         self.identity = identity(
-            self.spec, query_prompt=repr(query_prompt) if query_prompt else None,
+            self.spec, tuned=tuned_fingerprint(rest),
+            query_prompt=repr(query_prompt) if query_prompt else None,
             document_prompt=repr(document_prompt) if document_prompt else None,
             max_seq_length=None if max_seq_length is None else int(max_seq_length))
         self.calls = 0

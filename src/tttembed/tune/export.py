@@ -46,7 +46,15 @@ from tttembed.core.io import atomic_file, refuse_existing, text_digest
 from tttembed.data.beir import LAYOUT, doc_text, load_beir_queries, load_corpus
 from tttembed.loop.rows import Store, query_hash
 from tttembed.score.ledger import SCHEMA_VERSION, sqlite_problem
-from tttembed.tune.pairs import THRESHOLD, JudgedPair, Triplets, check_threshold, triplets
+from tttembed.tune.pairs import (
+    THRESHOLD,
+    JudgedPair,
+    Triplet,
+    Triplets,
+    check_threshold,
+    triplet_from_row,
+    triplets,
+)
 from tttembed.types import PathLike
 
 #: The layouts ``tttembed pairs export --format`` writes.
@@ -334,5 +342,21 @@ def write_pairs(out: PathLike, pairs: Sequence[JudgedPair], *, layout: str = "pa
     return Written(path, layout, n, made)
 
 
+def read_triplets(path: PathLike) -> list[Triplet]:
+    """The rows of a triplet file (``pairs export --format triplets``), in file order; a
+    row without the three texts is a DataError naming its line."""
+    from tttembed.data.jsonl import iter_objects
+
+    out = []
+    for line, obj in iter_objects(Path(path), what="triplets",
+                                  missing_fix="write it with 'tttembed pairs export "
+                                              "--format triplets'"):
+        try:
+            out.append(triplet_from_row(obj))
+        except DataError as exc:
+            raise DataError(f"{path}:{line}: {exc}") from exc
+    return out
+
+
 __all__ = ["LABEL_SOURCE", "PAIR_FORMATS", "Exported", "PairTexts", "Written", "judged_kind",
-           "ledger_pairs", "read_judged", "store_pairs", "write_pairs"]
+           "ledger_pairs", "read_judged", "read_triplets", "store_pairs", "write_pairs"]
