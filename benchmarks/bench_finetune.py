@@ -373,6 +373,22 @@ def _choice(state: Any) -> Any:
     return sel.get("choice", sel) if isinstance(sel, dict) else str(sel)
 
 
+def results(args: argparse.Namespace, bench: Bench, raw: float) -> dict[str, Any]:
+    """The JSON of the rows measured so far."""
+    return {"data": str(args.data), "budget": args.budget, "seed": args.seed,
+            "pairs": bench.pairs.get("paid", 0) + bench.pairs.get("cached", 0),
+            "pair_counts": bench.pairs, "triplets": getattr(bench, "triplet_info", None),
+            "raw": {"ndcg10": raw, "n": len(bench.per_query["raw"])},
+            "methods": {m: bench.rows[m] for m in args.methods if m in bench.rows},
+            "hyperparameters": {"states": {"method": "auto", "budget": args.budget,
+                                           "alpha": "rule", "seed": args.seed},
+                                **{k: v.record() for k, v in bench.settings.items()},
+                                "chosen": str(args.hyperparameters) if args.hyperparameters
+                                else "the defaults: sentence-transformers' (full) and the "
+                                     "chain adapter's (LoRA)"},
+            "runs": bench.runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.select:
@@ -384,24 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'raw':>22}: nDCG@10 {raw:.4f} on {len(bench.per_query['raw'])} test questions",
           flush=True)
     bench.states(index)  # always: its learn pays the pairs every row learns from
+    save = lambda: write_json(args.json, results(args, bench, raw))  # noqa: E731
+    save()  # after every row: a run killed later keeps the rows it measured
     rows = bench.triplets() if set(args.methods) - {"states"} else []
     if "query-lora" in args.methods:
         bench.query_lora(index, rows)
+        save()
     if {"full-finetune", "full-finetune+states"} & set(args.methods):
         bench.full(rows, "full-finetune+states" in args.methods)
-    out = {"data": str(args.data), "budget": args.budget, "seed": args.seed,
-           "pairs": bench.pairs.get("paid", 0) + bench.pairs.get("cached", 0),
-           "pair_counts": bench.pairs, "triplets": getattr(bench, "triplet_info", None),
-           "raw": {"ndcg10": raw, "n": len(bench.per_query["raw"])},
-           "methods": {m: bench.rows[m] for m in args.methods if m in bench.rows},
-           "hyperparameters": {"states": {"method": "auto", "budget": args.budget,
-                                          "alpha": "rule", "seed": args.seed},
-                               **{k: v.record() for k, v in bench.settings.items()},
-                               "chosen": str(args.hyperparameters) if args.hyperparameters
-                               else "the defaults: sentence-transformers' (full) and the "
-                                    "chain adapter's (LoRA)"},
-           "runs": bench.runs}
-    write_json(args.json, out)
+    save()
     print(f"wrote {args.json}")
     tuned = {m: r for m, r in bench.rows.items() if m != "states" and m != "full-finetune+states"}
     if "states" in bench.rows and tuned:

@@ -18,7 +18,7 @@ GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
 PAGES = [README, *GUIDES, ROOT / "docs" / "performance.md", ROOT / "docs" / "architecture.md"]
 MODULES = "json,csv,re,pathlib,functools,itertools,collections,shutil,os,os.path"
 MARKERS = ("usage", "vectordb", "python", "eval", "loop", "freeze", "states", "chain-serve",
-           "chain-learn")
+           "chain-learn", "finetune")
 MAX_README_LINES = 220
 
 
@@ -115,9 +115,10 @@ def run_block(marker: str, cwd: Path, venv: Path) -> list[str]:
 
 
 def test_readme_usage_runs_in_the_venv_of_its_set_up_line(tmp_path):
-    """The Usage block, and the evaluation and vector-database guides' blocks after it,
-    each in a virtual environment built by exactly the install line its page states (not
-    the dev environment): an extra a command needs but the line lacks fails here."""
+    """The Usage block, and the evaluation (its fine-tune block too) and vector-database
+    guides' blocks after it, each in a virtual environment built by exactly the install
+    line its page states (not the dev environment): an extra a command needs but the line
+    lacks fails here."""
     guide = {"eval": "evaluation.md", "vectordb": "vector-databases.md"}
     run_block("usage", tmp_path, page_venv(install_line(README)))
     assert (tmp_path / "runs/adapted.trec").is_file()
@@ -125,6 +126,9 @@ def test_readme_usage_runs_in_the_venv_of_its_set_up_line(tmp_path):
     run_block("eval", tmp_path, page_venv(install_line(ROOT / "docs/guides" / guide["eval"])))
     assert (tmp_path / "reports/demo/report.md").is_file()
     assert list((tmp_path / "reports/demo").glob("*.png")), "the plots: matplotlib"
+    run_block("finetune", tmp_path, page_venv(install_line(ROOT / "docs/guides" / guide["eval"])))
+    assert (tmp_path / "ft/model/tttembed-tune.json").is_file()
+    assert (tmp_path / "ft/adapted.trec").read_text().count("\n") > 0
     run_block("vectordb", tmp_path,
               page_venv(install_line(ROOT / "docs/guides" / guide["vectordb"])))
     assert (tmp_path / "runs/adapted-milvus.trec").read_text().count("\n") > 0
@@ -259,7 +263,8 @@ def test_what_the_pages_write_is_ignored_by_git(tmp_path):
                "query.npz", "query.json", "auto.npz", "auto.json", "bm25.npz",
                "task-milvus.npz", "py-demo-task.json",
                "ckpt/gold/adapter/adapter_config.json", "reg/stdlib-docs/served.json",
-               "reg/stdlib-docs/v1/version.json"]
+               "reg/stdlib-docs/v1/version.json", "ft/model/tttembed-tune.json",
+               "ft/triplets.jsonl"]
     proc = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
                           capture_output=True, text=True)
     assert sorted(proc.stdout.split()) == sorted(written), proc.stdout
