@@ -60,6 +60,21 @@ def _load_adapter(peft: Any, base: Any, path: Path, trainable: bool) -> Any:
             "train'") from exc
 
 
+def sentence_vectors(model: Any, texts: Sequence[str]) -> Any:
+    """Unit sentence vectors of ``texts`` by a SentenceTransformer, as a torch tensor (n, d)
+    with gradient (train or eval mode as the caller set it)."""
+    import torch
+
+    from tttembed.core.devices import use_threads
+
+    use_threads()
+    features = model.tokenize(list(texts))
+    features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v
+                for k, v in features.items()}
+    out = model(features)["sentence_embedding"]
+    return torch.nn.functional.normalize(out, dim=-1)
+
+
 class LoraQueryEncoder:
     """A SentenceTransformer whose transformer carries a LoRA adapter.
 
@@ -100,16 +115,7 @@ class LoraQueryEncoder:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def forward(self, texts: Sequence[str]) -> Any:
-        import torch
-
-        from tttembed.core.devices import use_threads
-
-        use_threads()
-        features = self.model.tokenize(list(texts))
-        features = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v
-                    for k, v in features.items()}
-        out = self.model(features)["sentence_embedding"]
-        return torch.nn.functional.normalize(out, dim=-1)
+        return sentence_vectors(self.model, texts)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         import torch
@@ -160,4 +166,4 @@ def load_base_model(spec: str, *, max_seq_length: int = 256, device: str | None 
     return model
 
 
-__all__ = ["LoraQueryEncoder", "LoraSettings", "load_base_model"]
+__all__ = ["LoraQueryEncoder", "LoraSettings", "load_base_model", "sentence_vectors"]

@@ -29,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
+from tttembed.chain.encoder import (
+    LoraQueryEncoder,
+    LoraSettings,
+    load_base_model,
+    sentence_vectors,
+)
 from tttembed.core.errors import ConfigError, DataError
 from tttembed.embed.base import DEFAULT_EMBEDDER
 from tttembed.tune.pairs import Triplet
@@ -191,19 +196,9 @@ def _step_loss(model: Any, encoder: LoraQueryEncoder | None, frozen: dict[str, A
         q = encoder.forward([r.anchor for r in batch])
         d = torch.stack([frozen[t] for t in docs])
     else:
-        q = _forward(model, [r.anchor for r in batch])
-        d = _forward(model, docs)
+        q = sentence_vectors(model, [r.anchor for r in batch])
+        d = sentence_vectors(model, docs)
     return mnrl(q, d, scale)
-
-
-def _forward(model: Any, texts: Sequence[str]) -> Any:
-    import torch
-
-    features = model.tokenize(list(texts))
-    features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v
-                for k, v in features.items()}
-    out = model(features)["sentence_embedding"]
-    return torch.nn.functional.normalize(out, dim=-1)
 
 
 __all__ = ["FULL", "MODES", "QUERY_LORA", "TuneSettings", "Tuned", "batches", "fine_tune",
