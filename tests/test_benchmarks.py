@@ -25,7 +25,7 @@ TOOLS = ROOT / "tools"
 DATA = ROOT.parent / "shared" / "data"
 #: benchmarks/ modules that are not scripts of their own (run_all.py has its own test)
 HELPERS = {"_support.py", "_loop_support.py", "_search_load.py", "_soak_setup.py",
-           "_soak_report.py", "_chain_cost.py", "_chain_options.py",
+           "_soak_store.py", "_soak_report.py", "_chain_cost.py", "_chain_options.py",
            "_chain_timed.py", "_click_reference.py", "claims.py", "run_all.py"}
 MODULES = ("json", "csv", "re", "pathlib", "shutil", "functools")  # 141 docs, 14 queries
 SLOW_S = 240  # most seconds one script may take here before the test fails
@@ -393,8 +393,9 @@ def test_the_soak_benchmark_accounts_for_every_search_click_and_pair(tmp_path, e
     claims, out = tmp_path / "claims.jsonl", tmp_path / "soak.json"
     r = run(BENCH / "bench_soak.py",
             ["--data", str(tiny), "--index", str(tiny_index), "--work-dir", str(tmp_path),
-             "--minutes", "1", "--capacity-s", "8", "--threads", "2", "--settle-s", "5",
-             "--learn-every", "20", "--json", str(out)], env, claims, timeout=420)
+             "--minutes", "1.5", "--capacity-s", "8", "--threads", "2", "--settle-s", "5",
+             "--learn-every", "20", "--retain", "75s", "--keep-versions", "3",
+             "--json", str(out)], env, claims, timeout=480)
     reported(r, claims, least=8, miss_exits_1=True)
     f = json.loads(out.read_text())
     searches = f["detail"]["searches"]
@@ -413,7 +414,37 @@ def test_the_soak_benchmark_accounts_for_every_search_click_and_pair(tmp_path, e
     assert set(f["served_ndcg10_asked"]) == {"raw", "end"}, f["served_ndcg10_asked"]
     assert set(f["learner_cycle_s"]) == {"first", "median_first_5min", "last"}, f
     assert {"learner_rss_growth_after_budget", "p99_first_ms", "p99_last_ms"} <= set(f)
+    # issue 76: a 75 s window turned over (the capacity phase's searches and the first
+    # of the soak's were pruned) and the books above still balance, counting them
+    assert set(f["store_bytes"]) == {"after_first_window", "end"}, f["store_bytes"]
+    assert f["store_bytes"]["end"] > 0, f["store_bytes"]
+    assert f["pruned_rows"].get("searches", 0) > 0, f["pruned_rows"]
+    # (read after the replay, whose searches are logged too: at least the soak's)
+    assert f["store_rows"]["searches"] + f["pruned_rows"]["searches"] >= \
+        f["searches_logged"], (f["store_rows"], f["pruned_rows"])
+    assert isinstance(f["versions_kept"], int) and f["versions_kept"] >= 1, f
     json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+
+
+def test_the_store_bytes_benchmark_sizes_a_search_a_click_and_a_version(tmp_path, env,
+                                                                       tiny):
+    """``bench_store_bytes.py``: bytes per logged search and click from the store's own
+    count, versions by their query rows, the disk-per-day table; bad input refused."""
+    out = tmp_path / "bytes.json"
+    r = run(BENCH / "bench_store_bytes.py", ["--data", str(tiny), "--searches", "600",
+                                             "--backends", "sqlite", "--json", str(out)], env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(out.read_text())
+    row = got["backends"]["sqlite"]
+    assert row["searches"] == 600 and 0 < row["clicks"] < 600, row
+    # a search holds its text and ten ids at least; a click row less than a search
+    assert row["bytes_per_search"] > row["query_chars_mean"] + 10, row
+    assert 0 < row["bytes_per_click"], row
+    sizes = [got["version_bytes_by_query_rows"][n] for n in ("100", "1000", "10000")]
+    assert sizes[0] < sizes[1] < sizes[2] and sizes[2] > 10_000 * 384 * 2, sizes
+    assert "disk per day" in r.stdout
+    bad = run(BENCH / "bench_store_bytes.py", ["--data", str(tmp_path / "nosuch")], env)
+    assert bad.returncode == 2 and "not a BEIR folder" in bad.stderr, bad.stderr
 
 
 def _descendants(pid: int) -> set[int]:

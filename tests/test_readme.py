@@ -18,7 +18,7 @@ GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md"))
 PAGES = [README, *GUIDES, ROOT / "docs" / "performance.md", ROOT / "docs" / "architecture.md"]
 MODULES = "json,csv,re,pathlib,functools,itertools,collections,shutil,os,os.path"
 MARKERS = ("usage", "vectordb", "python", "eval", "loop", "freeze", "states", "chain-serve",
-           "chain-learn", "finetune")
+           "chain-learn", "finetune", "retention")
 MAX_README_LINES = 220
 
 

@@ -25,6 +25,7 @@ from tttembed.cli.loop import loop, states_app
 from tttembed.cli.pairs import app as pairs_app
 from tttembed.cli.search import search
 from tttembed.cli.serve import serve
+from tttembed.cli.store import app as store_app
 
 #: command -> {old spelling: new spelling, or None for "now the positional argument"}
 ALIASES: dict[str, dict[str, str | None]] = {
@@ -164,6 +165,7 @@ app.command()(loop)
 app.add_typer(states_app, name="states")
 app.add_typer(chain.app, name="chain")
 app.add_typer(pairs_app, name="pairs")
+app.add_typer(store_app, name="store")
 
 
 def _version(value: bool) -> None:

@@ -32,7 +32,20 @@ LoopInterleaveOpt = Annotated[float, typer.Option("--interleave", min=0.0, max=1
 AuditShareOpt = Annotated[float, typer.Option("--audit-share", min=0.0, max=1.0, help="The share of --judge-budget all audits together may pay (the drift re-scores and the --audit set's pairs the ledger does not hold yet; pairs it holds are free to re-read). 0.2: a fifth.")]
 ChainLearnOpt = Annotated[Optional[str], typer.Option("--chain", help="Learn chain encoder versions into this chain registry (a folder or postgresql:// URL that `tttembed states add` made) from the stored chain searches (POST /v1/chain/search), instead of learned states: their served states, judged through --judge within --judge-budget, a candidate warm-started from the served version, promoted only when better on questions held out by text (--min-queries, p < 0.05).")]
 OnceOpt = Annotated[bool, typer.Option("--once", help="With --chain: judge what the budget allows, run one learning cycle, and exit.")]
+RetainOpt = Annotated[str, typer.Option("--retain", help="How long logged traffic is kept: searches, impressions, interventions and click events older than this are pruned in small batches in the background (30s, 5m, 2h, 7d, 1w; forever: nothing is pruned). Paid judgments, people's labels and click rewards are never pruned. It must cover the clicks' settle time twice (--click-settle-s).")]
+KeepVersionsOpt = Annotated[int, typer.Option("--keep-versions", min=2, help="Registry versions kept besides the served one and the pinned ones (`tttembed states pin`): the newest, the one a rollback returns to, then the last promoted, then the candidates refused within --retain, as room remains; the learner drops the rest after each prune.")]
 MinQueriesOpt = Annotated[int, typer.Option("--min-queries", min=2, help="Rewarded queries the promotion's paired test needs at least (it promotes only when that test says better at alpha 0.05); fewer decide nothing.")]
+
+
+def retention(retain: str, keep_versions: int, settle_s: float | None = None) -> Any:
+    """The Retention of ``--retain`` and ``--keep-versions`` (``settle_s``: checked
+    against that click-settle time, as a learner's config checks it)."""
+    from tttembed.loop.retention import Retention
+
+    kept = Retention.parse(retain, keep_versions)
+    if settle_s is not None:
+        kept.check(settle_s)
+    return kept
 
 
 def loop_config(registry: str | Path | None, index: Path, judge: str | None, **kw: Any) -> Any:
@@ -73,6 +86,8 @@ def loop(
     registry_cache: RegistryCacheOpt = None,
     chain: ChainLearnOpt = None,
     once: OnceOpt = False,
+    retain: RetainOpt = "7d",
+    keep_versions: KeepVersionsOpt = 20,
 ) -> None:
     """Run the closed loop's learner: judge served pairs, learn, validate, promote."""
     quiet_libraries()
@@ -89,7 +104,8 @@ def loop(
                          min_queries=min_queries, seed=seed,
                          nice=nice, clicks=clicks, click_settle_s=click_settle_s,
                          interleave=interleave,
-                         registry_cache=str(registry_cache) if registry_cache else None)
+                         registry_cache=str(registry_cache) if registry_cache else None,
+                         retention=retention(retain, keep_versions))
     check_specs(config)
     warn_unaudited(config)
     from tttembed.core.pg import mask_url
@@ -382,3 +398,28 @@ def _change(c: dict[str, Any]) -> str:
         line += f"  map {c['map']}" + (f" |map delta| {c['map_delta']:.4g}"
                                         if c.get("map_delta") is not None else "")
     return line
+
+
+@states_app.command("pin")
+@handle_errors
+def states_pin(folder: DirArg, version: Annotated[str, typer.Argument(metavar="VERSION", help="The version to pin (v1, v2, ...): retention never drops a pinned version.", show_default=False)]) -> None:
+    """Pin VERSION: keep it whatever the retention rule (--keep-versions) says."""
+    reg = _registry(folder)
+    if reg.pin(version):
+        typer.echo(f"{reg.location}: pinned {version} (never dropped; `tttembed states "
+                   f"unpin {reg.location} {version}` releases it)")
+    else:
+        typer.echo(f"{reg.location}: {version} was pinned already: nothing changed")
+
+
+@states_app.command("unpin")
+@handle_errors
+def states_unpin(folder: DirArg, version: Annotated[str, typer.Argument(metavar="VERSION", help="The pinned version to release (v1, v2, ...): retention may drop it again.", show_default=False)]) -> None:
+    """Unpin VERSION: the retention rule (--keep-versions) decides on it again."""
+    reg = _registry(folder)
+    if reg.unpin(version):
+        typer.echo(f"{reg.location}: unpinned {version} (retention may drop it when no "
+                   "other reason keeps it)")
+    else:
+        typer.echo(f"{reg.location}: {version} was not pinned: nothing changed "
+                   f"(pinned: {', '.join(reg.pins()) or 'none'})")

@@ -21,13 +21,16 @@ from tttembed.cli.loop import (
     JudgeBudgetOpt,
     JudgeDepthOpt,
     JudgeRpmOpt,
+    KeepVersionsOpt,
     LearnEveryOpt,
     LoopCorpusOpt,
     LoopScopeOpt,
     MinQueriesOpt,
     RegistryCacheOpt,
+    RetainOpt,
     StoreOpt,
     loop_config,
+    retention,
     warn_unaudited,
 )
 
@@ -59,34 +62,30 @@ def serve(
     registry_cache: RegistryCacheOpt = None, chain: ChainOpt = None, chain_max_seq_length: ChainSeqOpt = 256,
     learn: Annotated[bool, typer.Option("--learn", help="Also run the learner (a low-priority child process): judge served pairs, learn, validate, promote into --registry; with --chain CHAIN_REGISTRY (a chain registry, not pinned) also a chain learner (a second child) that learns chain versions into it from the chain searches, both within the one --judge-budget (one spend account in the store).")] = False,
     judge: Annotated[Optional[str], typer.Option("--judge", help="With --learn: the background judge's scorer spec (rerank:MODEL@URL, llm:MODEL@URL, bm25, ...).")] = None,
-    judge_budget: JudgeBudgetOpt = 1000,
-    judge_rpm: JudgeRpmOpt = 600.0,
-    learn_every: LearnEveryOpt = 100,
-    scope: LoopScopeOpt = "query,task",
-    store: StoreOpt = None,
-    corpus: LoopCorpusOpt = None,
-    audit: AuditOpt = None,
-    audit_min_auc: AuditMinAucOpt = 0.6,
-    audit_share: AuditShareOpt = 0.2,
-    judge_depth: JudgeDepthOpt = 10,
-    drift_sample: DriftSampleOpt = 20,
-    drift_threshold: DriftThresholdOpt = 0.3,
-    min_queries: MinQueriesOpt = 20,
-    clicks: ClicksOpt = "ips",
+    judge_budget: JudgeBudgetOpt = 1000, judge_rpm: JudgeRpmOpt = 600.0,
+    learn_every: LearnEveryOpt = 100, scope: LoopScopeOpt = "query,task",
+    store: StoreOpt = None, corpus: LoopCorpusOpt = None,
+    audit: AuditOpt = None, audit_min_auc: AuditMinAucOpt = 0.6,
+    audit_share: AuditShareOpt = 0.2, judge_depth: JudgeDepthOpt = 10,
+    drift_sample: DriftSampleOpt = 20, drift_threshold: DriftThresholdOpt = 0.3,
+    min_queries: MinQueriesOpt = 20, clicks: ClicksOpt = "ips",
     click_settle_s: ClickSettleOpt = 300.0,
     explore: Annotated[float, typer.Option("--explore", min=0.0, max=1.0, help="RandPair exploration (needs --registry): on this fraction P of searches swap one random adjacent pair of the top 10 before returning it, logged as an intervention for the position-bias estimate. Traffic cost: P of searches show one pair in the other order (0: none).")] = 0.0,
     interleave: Annotated[float, typer.Option("--interleave", min=0.0, max=1.0, help="Interleaving as the online promotion test (needs --registry): while the registry names a candidate version, serve this fraction P of searches as a team-draft interleaving of the served version and the candidate; the learner promotes the candidate only when the clicks on them say it is better (a sequential test at alpha 0.05). Traffic cost: up to half of each interleaved list comes from the unpromoted candidate, and those searches run the search twice (0: off).")] = 0.0,
+    retain: RetainOpt = "7d", keep_versions: KeepVersionsOpt = 20,
 ) -> None:
     """Serve OpenAI-compatible embeddings: raw for documents, adapted for queries."""
     quiet_libraries()
     from tttembed.serve.config import Batching, Listen, RequestLimits, ServeConfig, ServeLoop
     cache = _str(registry_cache)
+    kept = retention(retain, keep_versions, click_settle_s if registry else None)
     learner = _learner(learn, registry, index, judge, store=store, corpus=corpus, scope=scope,
                        judge_budget=judge_budget, judge_rpm=judge_rpm, learn_every=learn_every,
                        audit=audit, audit_min_auc=audit_min_auc, audit_share=audit_share,
                        judge_depth=judge_depth, drift_sample=drift_sample, clicks=clicks,
                        drift_threshold=drift_threshold, min_queries=min_queries,
-                       click_settle_s=click_settle_s, interleave=interleave, registry_cache=cache)
+                       click_settle_s=click_settle_s, interleave=interleave, registry_cache=cache,
+                       retention=kept)
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()), split=split,
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), corpus=_str(corpus),
@@ -95,7 +94,8 @@ def serve(
         limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs, max_query_chars=max_query_chars),
         batching=Batching(cache_size=cache_size, max_batch=max_batch, max_wait_ms=max_wait_ms),
         loop=ServeLoop(registry=str(registry) if registry else None, store=store,
-                       registry_cache=cache, explore=explore, interleave=interleave))
+                       registry_cache=cache, explore=explore, interleave=interleave,
+                       retention=kept))
     _start(config, learner)
 
 

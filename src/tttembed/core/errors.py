@@ -19,6 +19,11 @@ class StoreUnavailable(ConfigError):
     with a 503 and ``Retry-After`` instead of a 500."""
 
 
+class VersionInUse(ConfigError):
+    """A registry version that cannot be dropped now: served, pinned, or the newest (whose
+    number the next version would take again). Retention skips it; a user is told why."""
+
+
 class StoreRefused(TTTEmbedError):
     """The feedback store answered but refused a write (a row over one of its limits, a
     constraint, a full disk): nothing of the call was kept. Not the request's fault and

@@ -189,6 +189,24 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def move_aside(path: PathLike) -> Path | None:
+    """Rename the folder ``path`` to a hidden name beside it (``.NAME.dropped-XXXX``) in
+    one step, so no reader ever lists half of it while it is removed: the new path (None
+    when ``path`` was gone). The caller removes it (:func:`remove_tree`)."""
+    path = Path(path)
+    trash = path.with_name(f".{path.name}.dropped-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return None
+    return trash
+
+
+def remove_tree(path: PathLike) -> None:
+    """Remove a file or folder, whatever is left of it."""
+    _remove(Path(path))
+
+
 def recover_directory(out: PathLike) -> Path:
     """Repair what a killed :func:`atomic_directory` left beside ``out``: when ``out`` is
     missing but its previous version was moved aside, put it back; then remove the stale

@@ -46,6 +46,7 @@ from tttembed.loop.freeze import apply_audit, thawed_by_user
 from tttembed.loop.judge import BackgroundJudge, Bucket, BudgetSpent
 from tttembed.loop.open import open_store
 from tttembed.loop.process import lower_priority
+from tttembed.loop.pruner import Pruner
 from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.run import STEP_PAIRS, kept_state
 from tttembed.loop.status import read_status_checked, spend_from, write_status
@@ -165,6 +166,11 @@ class ChainLoop:
         if never := unreachable(config):
             log.warning("%s", never)
         self.stop = threading.Event()
+        # the chain registry's versions kept by --keep-versions (and the store by
+        # --retain): a chain version holds an encoder's adapter files
+        self.pruner = Pruner(lambda: open_store(config.store, config.registry),
+                             config.retention, name="chain-pruner",
+                             open_registry=lambda: open_chain_registry(chain, self.index))
         self.new = 0        # pairs paid since the last cycle
         self.cycles: list[ChainCycle] = []
 
@@ -249,12 +255,15 @@ class ChainLoop:
         record: frozen, why, the audits, the last cycle, the spend)."""
         s = self.state
         spend_from(self.store, s)
+        s.retention = self.pruner.status()
         s.pid, s.updated = os.getpid(), now_utc()
         write_status(self.coordination, s)
 
     def run(self, *, once: bool = False) -> None:
         """Until stopped (``once``: until the first cycle ran)."""
         self.save()
+        if not once:
+            self.pruner.start()
         while not self.stop.is_set():
             wait = self.config.poll_s
             try:
@@ -272,6 +281,7 @@ class ChainLoop:
             self.stop.wait(wait)
 
     def close(self) -> None:
+        self.pruner.close()
         self.store.close()
         self.registry.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tttembed.core.errors import ConfigError
+from tttembed.loop.retention import Retention
 
 #: Scopes a learning cycle may use (``--scope``), and its default.
 LOOP_SCOPES = ("global", "task", "query")
@@ -63,6 +64,8 @@ class LoopConfig:
     nice: int = 10
     #: a database registry's local copy (``--registry-cache``; None: the default)
     registry_cache: str | None = None
+    #: how long traffic and versions are kept (``--retain``, ``--keep-versions``)
+    retention: Retention = Retention()
 
     @property
     def has_judge(self) -> bool:
@@ -109,6 +112,7 @@ class LoopConfig:
                               f"got {self.audit_share:g} (0.2: a fifth of the budget)")
         if not 0 < self.drift_threshold <= 1 or self.drift_sample < 0:
             raise ConfigError("--drift-threshold must be in (0, 1] and --drift-sample >= 0")
+        self.retention.check(self.click_settle_s if self.clicks != "off" else 0.0)
 
     def argv(self) -> list[str]:
         """The ``tttembed loop`` command line of this config (``serve --learn`` starts it)."""
@@ -121,7 +125,7 @@ class LoopConfig:
                "--min-queries", str(self.min_queries), "--clicks", self.clicks,
                "--click-settle-s", str(self.click_settle_s),
                "--interleave", str(self.interleave), "--seed", str(self.seed),
-               "--nice", str(self.nice)]
+               "--nice", str(self.nice), *self.retention.argv()]
         for flag, value in (("--store", self.store), ("--corpus", self.corpus),
                             ("--audit", self.audit), ("--registry-cache", self.registry_cache)):
             if value:

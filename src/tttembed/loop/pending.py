@@ -18,7 +18,7 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tttembed.adapt.active import query_priority
 from tttembed.loop.rows import (
@@ -143,6 +143,20 @@ class PendingQueue:
             if key in self._lw:
                 self._refresh(key)
 
+    def forget(self, digests: set[str]) -> int:
+        """Drop the queries whose text's digest is in ``digests``: the count dropped."""
+        from tttembed.loop.rows import query_hash
+
+        keys = [k for k in set(self._lw) | set(self.judged) if query_hash(k[1]) in digests]
+        for key in keys:
+            self._lw.pop(key, None)
+            self._served.pop(key, None)
+            self._best.pop(key, None)
+            self._stamp.pop(key, None)
+            self.judged.pop(key, None)
+            self.total -= self._count.pop(key, 0)
+        return len(keys)
+
     def _evict(self, keep: set[QueryKey]) -> None:
         while len(self._lw) > self.max_queries:
             key = next(iter(self._lw))
@@ -245,8 +259,13 @@ class Traffic:
                                               lambda s: (s.created, s.search_id))
         self.feedback: Tail[Feedback] = Tail(store.feedback_after, _feedback_key)
         self.rewards: Tail[Reward] = Tail(store.rewards_after, _reward_key)
+        self.forgotten: Tail[Any] = Tail(store.forgotten_after,
+                                         lambda f: (f.created, f.search_id))
 
     def update(self) -> None:
+        gone = {f.qhash for page in self.forgotten.pages() for f in page}
+        if gone:  # ``store forget``: the user's questions leave the judge's queue
+            self.queue.forget(gone)
         for rewards in self.rewards.pages():
             self.queue.add_judged(((r.task, r.query, r.doc_id), r.reward) for r in rewards)
         for labels in self.feedback.pages():

@@ -32,6 +32,8 @@ SCHEMA_LOCK = 0x7474_7465_6D62_6564
 SPEND_LOCK = 0x7370_656E_64
 #: The advisory lock that serialises event writes, so the per-session caps hold ("events").
 EVENTS_LOCK = 0x6576_656E_7473
+#: The advisory lock one pruner holds per batch ("prune"): another skips, never waits.
+PRUNE_LOCK = 0x7072_756E_65
 CONNECT_TIMEOUT_S = 10
 WORDS = Words(
     invalid="feedback store {url} is not a valid PostgreSQL URL: {error} (write "
@@ -109,6 +111,35 @@ class PostgresStore(SQLStore):
     def _serialize(self, cur: Any, what: str = "spend") -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)",
                     (EVENTS_LOCK if what == "events" else SPEND_LOCK,))
+
+    def _try_prune_lock(self, cur: Any) -> bool:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", (PRUNE_LOCK,))
+        return bool(cur.fetchone()[0])
+
+    def _table_bytes(self, cur: Any) -> dict[str, int]:
+        """Each table's bytes with its indexes and TOAST (``pg_total_relation_size``)."""
+        from tttembed.loop.prune import TABLES
+
+        out = {}
+        for table in TABLES:
+            cur.execute("SELECT pg_total_relation_size(to_regclass(%s))", (table,))
+            size = cur.fetchone()[0]
+            if size is not None:
+                out[table] = int(size)
+        return out
+
+    def vacuum(self) -> None:
+        """``VACUUM`` the pruned tables on a connection of its own (autocommit: VACUUM
+        cannot run in a transaction), so no search waits on the store's connection."""
+        from tttembed.loop.prune import PRUNED
+
+        conn = self._connect()
+        try:
+            conn.autocommit = True
+            conn.execute(f"VACUUM (ANALYZE) {', '.join(PRUNED)}")
+        finally:
+            with suppress(Exception):
+                conn.close()
 
     def _init_schema(self) -> None:
         with super()._tx() as cur:

@@ -41,6 +41,7 @@ from tttembed.loop.online import OnlineTest
 from tttembed.loop.open import open_store
 from tttembed.loop.pending import LRU, MAX_QUERIES, PendingQueue, Traffic
 from tttembed.loop.process import lower_priority, stopper
+from tttembed.loop.pruner import Pruner
 from tttembed.loop.status import (
     HEARTBEAT_S,
     LoopState,
@@ -120,6 +121,7 @@ class Loop:
         self._base: LRU[tuple[str, ...]] = LRU(BASE_CACHE)
         self._written: dict[str, Any] = {}
         self._written_at = 0.0
+        self.pruner = learner_pruner(config)
         self.traffic = Traffic(self.store, PendingQueue(depth=config.judge_depth,
                                                         max_queries=MAX_QUERIES),
                                self._served_list)
@@ -139,6 +141,7 @@ class Loop:
         spend_from(self.store, s)
         s.caches = {**self.traffic.sizes(), "base_lists": len(self._base)}
         s.clicks = self._click_status()
+        s.retention = self.pruner.status()
         s.pid = os.getpid()
         same = {**s.as_dict(), "updated": "", "caches": {}}
         if not force and same == self._written and \
@@ -280,6 +283,7 @@ class Loop:
         through_outage(self.save, "start-up")
         heart = threading.Thread(target=self._heartbeat, name="loop-heartbeat", daemon=True)
         heart.start()
+        self.pruner.start()
         while not self.stop.is_set():
             wait = self.config.poll_s
             try:
@@ -313,8 +317,18 @@ class Loop:
             self.stop.wait(HEARTBEAT_S)
 
     def close(self) -> None:
+        self.pruner.close()
         self.store.close()
         self.registry.close()
+
+
+def learner_pruner(config: LoopConfig) -> Pruner:
+    """The learner's pruner: the store by ``--retain``, the registry by
+    ``--keep-versions``, each on a connection of its own."""
+    return Pruner(lambda: open_store(config.store, config.registry), config.retention,
+                  name="learner-pruner",
+                  open_registry=lambda: open_registry(config.registry,
+                                                      cache=config.registry_cache))
 
 
 #: What a restarted learner takes over from ``loop.json`` (the rest is measured anew;

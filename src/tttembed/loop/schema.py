@@ -31,7 +31,8 @@ TABLES = (
     """CREATE TABLE IF NOT EXISTS searches (
         search_id TEXT PRIMARY KEY, task TEXT NOT NULL, query TEXT NOT NULL,
         created DOUBLE PRECISION NOT NULL, version TEXT, ids TEXT NOT NULL,
-        kind TEXT NOT NULL, replica TEXT NOT NULL)""",
+        kind TEXT NOT NULL, replica TEXT NOT NULL,
+        session_id TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL DEFAULT '')""",
     """CREATE TABLE IF NOT EXISTS feedback (
         fkey TEXT NOT NULL, doc_id TEXT NOT NULL, task TEXT NOT NULL, query TEXT NOT NULL,
         qhash TEXT NOT NULL, search_id TEXT NOT NULL, label DOUBLE PRECISION NOT NULL,
@@ -74,6 +75,10 @@ TABLES = (
         ordinal INTEGER NOT NULL, dwell_ms DOUBLE PRECISION NOT NULL,
         event_time DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (search_id, doc_id, session_id, action))""",
+    # the search ids ``store forget`` removed and their texts' digests (no text): a
+    # running learner drops them from its click window and its judge queue (:mod:`tttembed.loop.forget`)
+    """CREATE TABLE IF NOT EXISTS forgotten (
+        search_id TEXT PRIMARY KEY, qhash TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
     tallies.TABLE,
 )
 INDEXES = (
@@ -87,7 +92,20 @@ INDEXES = (
     "CREATE INDEX IF NOT EXISTS events_created ON events (created)",
     # the per-query click cap (clickstore.py): by the query's digest, never its text
     "CREATE INDEX IF NOT EXISTS events_query ON events (session_id, task, qhash)",
+    # retention prunes by time (:mod:`tttembed.loop.prune`)
+    "CREATE INDEX IF NOT EXISTS impressions_created ON impressions (created)",
+    "CREATE INDEX IF NOT EXISTS interventions_created ON interventions (created)",
+    "CREATE INDEX IF NOT EXISTS forgotten_created ON forgotten (created)",
+    # ``store forget``: a user's searches and events, indexed only where an id is given
+    "CREATE INDEX IF NOT EXISTS searches_session ON searches (session_id) "
+    "WHERE session_id <> ''",
+    "CREATE INDEX IF NOT EXISTS searches_client ON searches (client_id) "
+    "WHERE client_id <> ''",
+    "CREATE INDEX IF NOT EXISTS events_client ON events (client_id) WHERE client_id <> ''",
 )
+#: Columns a later release added to a table (an earlier store gains them on opening).
+ADDED = {"searches": ("session_id TEXT NOT NULL DEFAULT ''",
+                      "client_id TEXT NOT NULL DEFAULT ''")}
 #: The tables whose rows a query keys, and the columns an earlier release gave them.
 KEYED = {
     "feedback": ("fkey", "doc_id", "task", "query", "search_id", "label", "created"),
@@ -112,10 +130,45 @@ def create_schema(cur: Any, sql: Callable[[str], str]) -> dict[str, int]:
     for table, columns in KEYED.items():
         if not _has_digest(cur, table):
             migrated[table] = _migrate(cur, sql, table, columns)
+    for table, columns in ADDED.items():
+        _add_columns(cur, table, columns)
+    _check_version(cur, sql)
     for statement in INDEXES:
         cur.execute(statement)
     tallies.backfill(cur, sql)
     return migrated
+
+
+#: The schema this release writes (kept in ``tallies`` as kind "schema"): 2 added
+#: retention (``searches.session_id``/``client_id``, ``forgotten``). A store a later
+#: release made (a higher number) is refused, never written by rules it does not know.
+SCHEMA_VERSION = 2
+
+
+def _check_version(cur: Any, sql: Callable[[str], str]) -> None:
+    from tttembed.core.errors import StoreRefused
+
+    cur.execute(sql("SELECT MAX(n) FROM tallies WHERE kind = ? AND tkey = ?"),
+                ("schema", "version"))
+    row = cur.fetchone()
+    found = int(row[0]) if row and row[0] is not None else 0
+    if found > SCHEMA_VERSION:
+        raise StoreRefused(f"this feedback store was made by a later tttembed (schema "
+                           f"{found}; this release knows {SCHEMA_VERSION}): upgrade "
+                           "tttembed to read or prune it (nothing was changed)")
+    if found < SCHEMA_VERSION:
+        cur.execute(sql("DELETE FROM tallies WHERE kind = ? AND tkey = ?"),
+                    ("schema", "version"))
+        cur.execute(sql("INSERT INTO tallies (kind, tkey, shard, n) VALUES (?, ?, ?, ?)"),
+                    ("schema", "version", "", SCHEMA_VERSION))
+
+
+def _add_columns(cur: Any, table: str, columns: tuple[str, ...]) -> None:
+    cur.execute(f"SELECT * FROM {table} LIMIT 0")
+    have = {str(d[0]).lower() for d in cur.description}
+    for column in columns:
+        if column.split()[0] not in have:
+            cur.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
 
 def _has_digest(cur: Any, table: str) -> bool:
@@ -144,4 +197,4 @@ def _migrate(cur: Any, sql: Callable[[str], str], table: str,
     return len(rows)
 
 
-__all__ = ["INDEXES", "KEYED", "TABLES", "create_schema"]
+__all__ = ["ADDED", "INDEXES", "SCHEMA_VERSION", "KEYED", "TABLES", "create_schema"]

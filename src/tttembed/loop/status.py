@@ -72,6 +72,9 @@ class LoopState:
     caches: dict[str, int] = field(default_factory=dict)
     clicks: dict[str, Any] = field(default_factory=dict)
     online: dict[str, Any] = field(default_factory=dict)
+    #: what the store and the registry keep (``--retain``, ``--keep-versions``) and the
+    #: learner's prunes so far (:class:`tttembed.loop.pruner.Pruner`)
+    retention: dict[str, Any] = field(default_factory=dict)
     #: False under ``--judge none`` (clicks and labels only: nothing to audit)
     has_judge: bool = True
     #: ``--click-settle-s`` (-1: the learner reads no clicks, ``--clicks off``)
@@ -242,6 +245,19 @@ def _audit_budget(learner: LoopState) -> dict[str, Any]:
             "audit_pairs": learner.spend.get("audit", 0) + learner.spend.get("drift", 0)}
 
 
+def _retention(learner: LoopState, store: Store | None) -> dict[str, Any]:
+    """What is kept (the learner's ``--retain``, ``--keep-versions``), and the rows
+    pruned and forgotten so far by every pruner (the store's tallies)."""
+    out: dict[str, Any] = dict(learner.retention)
+    if store is not None:
+        from tttembed.loop.forget import FORGOTTEN_KIND
+        from tttembed.loop.prune import PRUNED_KIND
+
+        out["store_pruned"] = store.tally(PRUNED_KIND)
+        out["store_forgotten"] = store.tally(FORGOTTEN_KIND)
+    return out
+
+
 def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
     learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
@@ -288,6 +304,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "clicks_waiting": clicks_waiting(store, learner.click_settle_s),
         "propensities": learner.clicks.get("propensities"),
         "online_test": learner.online or None,
+        "retention": _retention(learner, store),
         **_candidate(coordination, survey),
         "learner": {"running": running, "pid": learner.pid or None,
                     "updated": learner.updated or None, "error": learner.error,

@@ -50,6 +50,8 @@ from typing import Any
 from tttembed.core.errors import StoreRefused
 from tttembed.loop import schema, tallies
 from tttembed.loop.clickstore import ClickSQL
+from tttembed.loop.forget import ForgetSQL
+from tttembed.loop.prune import PruneSQL
 from tttembed.loop.rows import (
     PAGE,
     SPEND_SOURCES,
@@ -85,6 +87,9 @@ _CLICK_UPSERT = (
     "judge = excluded.judge, source = excluded.source, created = excluded.created, "
     "trusted = CASE WHEN excluded.trusted = 1 AND (click_rewards.trusted = 1 OR "
     "excluded.impressions > click_rewards.impressions) THEN 1 ELSE 0 END")
+#: A table's rows that still have their text (``store forget`` blanks the text of a
+#: forgotten user's questions in rows it keeps: :mod:`tttembed.loop.forget`).
+_LEARNABLE = "(SELECT * FROM {0} WHERE query <> '') AS {0}"
 #: A search row as :func:`_search` reads it (with its intervention, "" when none).
 _SEARCH = ("SELECT s.search_id, s.task, s.query, s.created, s.version, s.ids, s.kind, "
            "s.replica, COALESCE(v.kind, '') FROM searches s "
@@ -92,7 +97,7 @@ _SEARCH = ("SELECT s.search_id, s.task, s.query, s.created, s.version, s.ids, s.
 
 
 
-class SQLStore(ClickSQL, SpendSQL):
+class SQLStore(ClickSQL, SpendSQL, PruneSQL, ForgetSQL):
     """The SQL both backends run; subclasses give ``_connect`` and the placeholder (the
     click tables' SQL is :class:`~tttembed.loop.clickstore.ClickSQL`'s, the spend
     account's :class:`~tttembed.loop.spend.SpendSQL`'s)."""
@@ -162,13 +167,14 @@ class SQLStore(ClickSQL, SpendSQL):
         if not rows:
             return
         insert = self._sql("INSERT INTO searches (search_id, task, query, created, version, "
-                           "ids, kind, replica) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                           "ON CONFLICT DO NOTHING")
+                           "ids, kind, replica, session_id, client_id) VALUES (?, ?, ?, ?, ?, "
+                           "?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
         with self._tx() as cur:
             new = []
             for r in rows:  # one by one: the tallies count what was inserted, not retried
                 cur.execute(insert, (r.search_id, r.task, r.query, r.created, r.version,
-                                     json.dumps(list(r.ids)), r.kind, r.replica))
+                                     json.dumps(list(r.ids)), r.kind, r.replica,
+                                     r.session, r.client))
                 if int(cur.rowcount or 0) > 0:
                     new.append((r.version, r.replica))
             tallies.add(cur, self._sql, tallies.SEARCHES, tallies.searches_of(new).items())
@@ -211,7 +217,8 @@ class SQLStore(ClickSQL, SpendSQL):
             cur.execute("SELECT task, query, doc_id, label, search_id, created FROM feedback "
                         "ORDER BY created")
             rows = cur.fetchall()
-        return [Feedback(r[0], r[1], r[2], float(r[3]), r[4], float(r[5])) for r in rows]
+        return [Feedback(r[0], r[1], r[2], float(r[3]), r[4], float(r[5])) for r in rows
+                if r[1]]  # a forgotten text: not learnable
 
     # -- rewards ----------------------------------------------------------------------
     def add_rewards(self, rows: Sequence[Reward]) -> None:
@@ -232,7 +239,7 @@ class SQLStore(ClickSQL, SpendSQL):
             cur.execute("SELECT task, query, doc_id, reward, created, source, paid, trusted "
                         f"FROM rewards{where} ORDER BY created")
             rows = cur.fetchall()
-        return [_reward(r) for r in rows]
+        return [_reward(r) for r in rows if r[1]]  # a forgotten text: not learnable
 
     def distrust(self, since: float) -> int:
         """Clear ``trusted`` on every reward judged, and every click reward estimated, at
@@ -292,14 +299,15 @@ class SQLStore(ClickSQL, SpendSQL):
     def feedback_after(self, cursor: Cursor, limit: int = PAGE) -> list[Feedback]:
         """Labels after ``cursor`` (by created, then their key and document)."""
         rows = self._after("SELECT task, query, doc_id, label, search_id, created FROM "
-                           "feedback", "fkey || ? || doc_id", 1, cursor, limit)
+                           f"{_LEARNABLE.format('feedback')}", "fkey || ? || doc_id", 1,
+                           cursor, limit)
         return [Feedback(r[0], r[1], r[2], float(r[3]), r[4], float(r[5])) for r in rows]
 
     def rewards_after(self, cursor: Cursor, limit: int = PAGE) -> list[Reward]:
         """Rewards (trusted or not) after ``cursor`` (by created, then the pair)."""
         rows = self._after("SELECT task, query, doc_id, reward, created, source, paid, "
-                           "trusted FROM rewards", "task || ? || query || ? || doc_id", 2,
-                           cursor, limit)
+                           f"trusted FROM {_LEARNABLE.format('rewards')}",
+                           "task || ? || query || ? || doc_id", 2, cursor, limit)
         return [_reward(r) for r in rows]
 
     def _after(self, select: str, key: str, seps: int, cursor: Cursor, limit: int) -> list[Any]:

@@ -106,6 +106,18 @@ def promotions(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if isinstance(h, dict) and h.get("action") == "promote" and h.get("version")}
 
 
+def rollback_target(history: list[dict[str, Any]], current: str | None) -> str | None:
+    """The version ``rollback()`` with no argument returns to while ``current`` is served:
+    what ``current``'s last promotion replaced (None: raw vectors, or nothing served)."""
+    if current is None:
+        return None
+    before = [h.get("from") for h in history
+              if isinstance(h, dict) and h.get("action") == "promote"
+              and h.get("version") == current]
+    target = before[-1] if before else None
+    return target if isinstance(target, str) else None
+
+
 class StateRegistry(Protocol):
     """A registry of one index's state versions (folder or database)."""
 
@@ -128,6 +140,12 @@ class StateRegistry(Protocol):
     def added_as(self, path: str | Path) -> Version | None: ...
     def diff(self, a: str, b: str) -> dict[str, Any]: ...
     def check_index(self, index: Mapping[str, Any]) -> None: ...
+    # retention (:mod:`tttembed.registry.retention`)
+    def drop(self, name: str) -> int: ...
+    def version_bytes(self) -> dict[str, int]: ...
+    def pins(self) -> list[str]: ...
+    def pin(self, name: str) -> bool: ...
+    def unpin(self, name: str) -> bool: ...
     # following the served pointer
     def mark(self) -> tuple[Any, ...]: ...
     def wait_change(self, timeout: float) -> None: ...
@@ -190,9 +208,7 @@ class RegistryBase:
                 raise ConfigError(f"registry {self.location} serves raw vectors: nothing to "
                                   "roll back (give a version: `tttembed states rollback "
                                   "REGISTRY v1`)")
-            before = [h.get("from") for h in record.get("history", [])
-                      if h.get("action") == "promote" and h.get("version") == current]
-            to = before[-1] if before else None  # what its promotion replaced
+            to = rollback_target(record.get("history", []), current)  # what it replaced
         if to is not None:
             self.get(to)
         return self._serve(to, "rollback", by, "")
@@ -283,6 +299,29 @@ class RegistryBase:
     def versions(self) -> list[Version]:
         raise NotImplementedError
 
+    # -- retention: what a backend stores, :mod:`tttembed.registry.retention` decides --
+    def drop(self, name: str) -> int:
+        """Remove version ``name`` for good; the bytes it freed (0: already gone, another
+        process dropped it first). The served, a pinned and the newest version are refused
+        (:class:`VersionInUse`), a name never registered too (ConfigError)."""
+        raise NotImplementedError
+
+    def version_bytes(self) -> dict[str, int]:
+        """Each stored version's name -> the bytes it holds."""
+        raise NotImplementedError
+
+    def pins(self) -> list[str]:
+        """The pinned versions (never dropped), in number order."""
+        raise NotImplementedError
+
+    def pin(self, name: str) -> bool:
+        """Pin version ``name`` (it must exist); False when it was pinned already."""
+        raise NotImplementedError
+
+    def unpin(self, name: str) -> bool:
+        """Unpin ``name``; False when it was not pinned."""
+        raise NotImplementedError
+
     def add_chain(self, path: str | Path, *, by: str = "user") -> Version:
         """Register the chain encoder checkpoint at ``path`` (its manifest and adapter) as
         a new version of this chain registry, not promoted; an encoder trained against
@@ -342,4 +381,4 @@ def iter_names(names: Iterator[str]) -> list[str]:
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "STATE_FILE",
            "RegistryBase", "StateRegistry", "Survey", "Version", "index_record",
-           "iter_names", "promotions", "version_number"]
+           "iter_names", "promotions", "rollback_target", "version_number"]

@@ -4,6 +4,9 @@ database. No key holds free text a user sends: names, content ids and sequence n
 
 from __future__ import annotations
 
+#: The advisory lock a write holds: numbering a new version, dropping one ("regwrite").
+WRITE_LOCK = 0x7265_6777_7269_7465
+
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS registry_manifest (key TEXT PRIMARY KEY, doc TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS registry_versions (number INTEGER PRIMARY KEY, "
@@ -13,6 +16,9 @@ SCHEMA = (
     "generation BIGINT NOT NULL, candidate TEXT, updated DOUBLE PRECISION NOT NULL)",
     "CREATE TABLE IF NOT EXISTS registry_history (seq BIGSERIAL PRIMARY KEY, "
     "entry TEXT NOT NULL)",
+    # pinned versions (by number): retention never drops them
+    "CREATE TABLE IF NOT EXISTS registry_pins (number INTEGER PRIMARY KEY, "
+    "pinned TEXT NOT NULL)",
     "INSERT INTO registry_pointer (key, served, generation, candidate, updated) "
     "VALUES ('served', NULL, 0, NULL, 0) ON CONFLICT (key) DO NOTHING",
     # a version row never changes: the database refuses an UPDATE of one
@@ -26,4 +32,4 @@ SCHEMA = (
 )
 
 
-__all__ = ["SCHEMA"]
+__all__ = ["SCHEMA", "WRITE_LOCK"]

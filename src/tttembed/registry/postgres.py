@@ -14,6 +14,10 @@ Tables (beside the feedback store's, in the same database by default):
                         at commit). Its ``candidate`` column is the loop's (the version
                         under an online test, :mod:`tttembed.loop.coordination.postgres`)
     registry_history    every promotion and rollback
+    registry_pins       the pinned versions (by number): retention never drops them
+
+Retention (:mod:`tttembed.registry.retention`) deletes a version's row (the immutability
+trigger refuses an UPDATE only) and this machine's cached copy of it.
 
 Each process keeps a local read-only cache (``--registry-cache DIR``, default
 ``$TTTEMBED_CACHE_DIR/registry/<host-port-db>``) of the versions it read, each verified
@@ -51,13 +55,13 @@ from tttembed.registry.base import (
 )
 from tttembed.registry.cache import VersionCache, content_id, default_cache
 from tttembed.registry.chain import pack
-from tttembed.registry.pg_schema import SCHEMA
+from tttembed.registry.pg_retention import PgRetention
+from tttembed.registry.pg_schema import SCHEMA, WRITE_LOCK
 
 log = logging.getLogger("tttembed.registry")
 CHANNEL = "tttembed_registry"
 #: Advisory locks: creating the schema, numbering a new version.
 SCHEMA_LOCK = 0x7265_6769_7374_7279  # "registry"
-WRITE_LOCK = 0x7265_6777_7269_7465  # "regwrite"
 CONNECT_TIMEOUT_S = 5
 #: Tries (and the first pause, doubled each time) of a write the database dropped.
 WRITE_TRIES, WRITE_PAUSE_S = 4, 0.5
@@ -91,7 +95,7 @@ def from_spec(rest: str, **options: Any) -> PostgresRegistry:
     return PostgresRegistry("postgresql:" + rest, **options)
 
 
-class PostgresRegistry(RegistryBase):
+class PostgresRegistry(PgRetention, RegistryBase):
     """One index's state versions in the database at ``url``. ``offline_ok``: when the
     database cannot be reached but ``cache`` holds the registry's manifest, open
     anyway (``offline`` true: reads come from the cache until the database answers)."""
@@ -310,6 +314,13 @@ class PostgresRegistry(RegistryBase):
                 cur.execute("SELECT served FROM registry_pointer WHERE key = 'served' "
                             "FOR UPDATE")
                 row = cur.fetchone()
+                if name is not None:  # dropped since it was looked up: never serve a gap
+                    cur.execute("SELECT 1 FROM registry_versions WHERE number = %s",
+                                (version_number(name),))
+                    if cur.fetchone() is None:
+                        raise ConfigError(f"registry {self.location} has no version {name!r} "
+                                          "any more (dropped meanwhile): `tttembed states "
+                                          "list REGISTRY` lists what it holds")
                 entry = {"action": action, "version": name, "from": row[0] if row else None,
                          "at": now_utc(), "time": time.time(), "by": by, "reason": reason}
                 cur.execute("INSERT INTO registry_history (entry) VALUES (%s)",

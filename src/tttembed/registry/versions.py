@@ -13,6 +13,10 @@ Layout of ``DIR``::
                            the learner's verdict and why
     served.json            the version served now and the history of promotions and
                            rollbacks (replaced in one rename: a reader sees old or new)
+    pins.json              the pinned versions, never dropped (written whole)
+
+Retention (:mod:`tttembed.registry.retention`) drops a version by renaming its folder to
+a hidden ``.vN.dropped-*`` name first (no reader ever lists half of it), then removing it.
 
 Beside them the closed loop keeps its own files (the learner's record, heartbeat and
 lock, the replicas' reports, the candidate: :mod:`tttembed.loop.coordination.folder`)
@@ -35,8 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from tttembed.adapt.state import AdaptState, save_state
-from tttembed.core.errors import ConfigError, DataError
-from tttembed.core.io import atomic_directory, now_utc, read_json, write_json
+from tttembed.core.errors import ConfigError, DataError, VersionInUse
+from tttembed.core.io import (
+    atomic_directory,
+    move_aside,
+    now_utc,
+    read_json,
+    remove_tree,
+    write_json,
+)
 from tttembed.core.locks import writer_lock
 from tttembed.registry.base import (
     FORMAT,
@@ -93,7 +104,15 @@ class Registry(RegistryBase):
         names = [p.name for p in folder.iterdir()
                  if _NAME.fullmatch(p.name) and (p / "version.json").is_file()]
         promoted = self._promotions()
-        return sorted((self._version(n, promoted) for n in names), key=lambda v: v.number)
+        out = []
+        for n in names:
+            try:
+                out.append(self._version(n, promoted))
+            except (DataError, OSError):
+                if (folder / n / "version.json").is_file():
+                    raise
+                # dropped between the listing and the read: not a version any more
+        return sorted(out, key=lambda v: v.number)
 
     def _version(self, name: str, promoted: Mapping[str, Mapping[str, Any]]) -> Version:
         path = self.root / "versions" / name
@@ -131,6 +150,8 @@ class Registry(RegistryBase):
                                     path=v.path / "version.json")
                 out.append(v)
             except (DataError, OSError) as exc:
+                if not (folder / n / "version.json").is_file():
+                    continue  # dropped between the listing and the read
                 line = " ".join(str(exc).split())
                 problems.append(line)
                 last = promoted.get(n, {})
@@ -188,12 +209,89 @@ class Registry(RegistryBase):
     def _serve(self, name: str | None, action: str, by: str, reason: str) -> dict[str, Any]:
         path = self.root / "served.json"
         with writer_lock(path, wait=True):
+            if name is not None and not (self.root / "versions" / name /
+                                         "version.json").is_file():
+                raise ConfigError(f"registry {self.root} has no version {name!r} any more "
+                                  "(dropped meanwhile): `tttembed states list REGISTRY` "
+                                  "lists what it holds")
             record = self.served_record()
             entry = {"action": action, "version": name, "from": record.get("served"),
                      "at": _now(), "time": time.time(), "by": by, "reason": reason}
             record = {"served": name, "history": [*record.get("history", []), entry]}
             write_json(path, record)
         return record
+
+    # -- retention --------------------------------------------------------------------
+    def version_bytes(self) -> dict[str, int]:
+        """Each listed version's name -> the bytes of the files in its folder."""
+        folder = self.root / "versions"
+        if not folder.is_dir():
+            return {}
+        return {p.name: _bytes(p) for p in folder.iterdir()
+                if _NAME.fullmatch(p.name) and (p / "version.json").is_file()}
+
+    def drop(self, name: str) -> int:
+        """Remove version ``name`` (under the writer lock, the served record's lock held
+        too so that no promotion serves it meanwhile): its folder is renamed to a hidden
+        name in one step, then removed. The bytes freed; 0 when it is gone already."""
+        number = version_number(name)
+        path = self.root / "versions" / name
+        with writer_lock(self.root / "registry.json", wait=True), \
+                writer_lock(self.root / "served.json", wait=True):
+            newest = max((version_number(p.name) for p in path.parent.iterdir()
+                          if _NAME.fullmatch(p.name)), default=0) \
+                if path.parent.is_dir() else 0
+            if not path.is_dir():
+                if number > newest:
+                    raise ConfigError(f"registry {self.root} has no version {name!r} "
+                                      "(`tttembed states list REGISTRY` lists them)")
+                return 0  # dropped before (by another process, or earlier)
+            self._check_droppable(name, number, newest)
+            freed = _bytes(path)
+            move_aside(path)
+        _remove_trash(path.parent)
+        return freed
+
+    def _check_droppable(self, name: str, number: int, newest: int) -> None:
+        if self.served() == name:
+            raise VersionInUse(f"{name} is served by registry {self.root}: serve another "
+                               "version first (`tttembed states promote` or `rollback`)")
+        if name in self.pins():
+            raise VersionInUse(f"{name} is pinned in registry {self.root}: unpin it first "
+                               f"(`tttembed states unpin {self.root} {name}`)")
+        if number == newest:
+            raise VersionInUse(f"{name} is the newest version of registry {self.root}: it "
+                               "is kept (the next version would take its number again)")
+
+    def pins(self) -> list[str]:
+        path = self.root / PINS_FILE
+        if not path.is_file():
+            return []
+        doc = read_json(path, what="pinned versions", fix=_PINS_FIX)
+        names = doc.get("pins") if isinstance(doc, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise DataError("corrupt pinned-versions record (no list of names under "
+                            "\"pins\")", path=path, fix=_PINS_FIX)
+        return sorted(set(names), key=version_number)
+
+    def pin(self, name: str) -> bool:
+        with writer_lock(self.root / "registry.json", wait=True):
+            self.get(name)
+            pins = self.pins()
+            if name in pins:
+                return False
+            write_json(self.root / PINS_FILE, {"pins": sorted([*pins, name],
+                                                              key=version_number)})
+        return True
+
+    def unpin(self, name: str) -> bool:
+        version_number(name)
+        with writer_lock(self.root / "registry.json", wait=True):
+            pins = self.pins()
+            if name not in pins:
+                return False
+            write_json(self.root / PINS_FILE, {"pins": [n for n in pins if n != name]})
+        return True
 
     # -- following --------------------------------------------------------------------
     def mark(self) -> tuple[Any, ...]:
@@ -223,5 +321,30 @@ def _now() -> str:
     return now_utc()
 
 
-__all__ = ["DIFF_TOL", "FORMAT", "STATE_FILE", "Registry", "Survey", "Version", "index_record",
+PINS_FILE = "pins.json"
+_PINS_FIX = "rewrite it as {\"pins\": [\"v1\", ...]} or remove it (no version pinned)"
+_TRASH = re.compile(r"\.v\d+\.dropped-[0-9a-f]+")
+
+
+def _bytes(folder: Path) -> int:
+    """The bytes of the files under ``folder`` (0 for what vanished meanwhile)."""
+    total = 0
+    for p in folder.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _remove_trash(folder: Path) -> None:
+    """Remove the hidden folders of dropped versions (this drop's, and any a killed
+    drop left behind)."""
+    for p in folder.iterdir():
+        if _TRASH.fullmatch(p.name):
+            remove_tree(p)
+
+
+__all__ = ["DIFF_TOL", "FORMAT", "PINS_FILE", "STATE_FILE", "Registry", "Survey", "Version", "index_record",
            "key_change", "version_number"]

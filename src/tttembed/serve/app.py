@@ -137,6 +137,7 @@ ROUTES: tuple[tuple[str, str, Any, list[str], bool], ...] = (
     ("/v1/models", "models", routes.models, ["GET"], True),
     ("/t/{task}/v1/models", "models", routes.models, ["GET"], True),
     ("/admin/reload", "reload", routes.reload, ["POST"], True),
+    ("/admin/forget", "forget", loop_routes.forget_route, ["POST"], True),
     ("/v1/feedback", "feedback", loop_routes.feedback, ["POST"], True),
     ("/v1/events", "events", events.events_route, ["POST"], True),
     ("/v1/loop", "loop", loop_routes.loop_route, ["GET"], True),

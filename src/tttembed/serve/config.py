@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tttembed.core.errors import ConfigError
+from tttembed.loop.retention import Retention
 from tttembed.loop.rows import ClickCaps
 
 #: What ``unknown_task`` may be (None: refuse with a 404).
@@ -61,7 +62,7 @@ class ServeLoop:
     intervention for the propensity estimate. ``interleave`` (``--interleave``): the
     fraction of searches served as a team-draft interleaving of the served version and
     the registry's candidate (while there is one), the online promotion test. Both need
-    ``registry``."""
+    ``registry``; ``retention``: what the store keeps (``--retain``)."""
 
     registry: str | None = None
     store: str | None = None
@@ -69,6 +70,13 @@ class ServeLoop:
     registry_poll_s: float = 1.0
     explore: float = 0.0
     interleave: float = 0.0
+    #: how long the store keeps traffic (``--retain``; each replica prunes in the
+    #: background: :mod:`tttembed.loop.pruner`)
+    retention: Retention = Retention()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.retention, dict):  # read back from ServeConfig.to_json
+            object.__setattr__(self, "retention", Retention(**self.retention))
 
 
 #: The groups of a :class:`ServeConfig`, by field name; the flat keywords (CLI flags,

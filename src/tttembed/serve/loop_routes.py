@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from tttembed.loop.forget import MAX_ID_CHARS
 from tttembed.serve.routes import json_response, read_body
 from tttembed.serve.wire import ApiError, check_query_length, valid_task
 
@@ -89,6 +90,36 @@ async def feedback(svc: Service, request: Request, info: dict[str, Any]) -> Resp
                           "duplicates": received - stored}, 202)
 
 
+async def forget_route(svc: Service, request: Request, info: dict[str, Any]) -> Response:
+    """``POST /admin/forget`` ``{"session_id" | "client_id": str, "dry_run": bool?}``: as
+    ``tttembed store forget`` (:mod:`tttembed.loop.forget`); only on a server started with
+    ``--api-key-env`` (an open server deletes nothing on request)."""
+    _need_loop(svc)
+    if svc._key is None:
+        raise ApiError(403, "/admin/forget deletes a user's data: it is enabled only on a "
+                       "server started with --api-key-env (or run `tttembed store forget "
+                       "STORE --session ID`)", type="permission_error", code="admin_disabled")
+    body = await read_body(request, svc.config.limits.max_body_bytes)
+    if not isinstance(body, dict) or ("session_id" in body) == ("client_id" in body):
+        raise ApiError(400, "give exactly one of 'session_id' and 'client_id' (a string)",
+                       code="invalid_input")
+    name = "session_id" if "session_id" in body else "client_id"
+    value, dry = body[name], body.get("dry_run", False)
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
+        raise ApiError(400, f"'{name}' must be a non-empty string of at most {MAX_ID_CHARS} "
+                       "characters", param=name, code="invalid_input")
+    if not isinstance(dry, bool):
+        raise ApiError(400, "'dry_run' must be true or false", param="dry_run",
+                       code="invalid_input")
+    who = {"session": value} if name == "session_id" else {"client": value}
+    report = await run_in_threadpool(lambda: svc.store.forget(**who, dry_run=dry))
+    if not report.found:
+        raise ApiError(404, f"no search or event of that {name} is in the store (nothing "
+                       "was deleted)", param=name, code="unknown_user")
+    info.update(forgot=report.searches, dry_run=dry)
+    return json_response({"object": "forget", **report.to_dict()})
+
+
 def _status(svc: Service) -> dict[str, Any]:
     """The loop's status and what this replica serves. While the registry cannot be
     read, the status says so (``registry_error``) beside what is served: never a 500."""
@@ -116,6 +147,8 @@ def _status(svc: Service) -> dict[str, Any]:
         from tttembed.loop.status import chain_learner
 
         status["chain_learner"] = chain_learner(chain)
+    if svc.pruner is not None:  # what this replica keeps, and its prunes so far
+        status["serving"]["retention"] = svc.pruner.status()
     held = svc.store_status()  # the dropped count stays once the store is back
     status["serving"].update({k: v for k, v in held.items() if v})
     return status

@@ -199,7 +199,7 @@ async def search_route(svc: Service, request: Request, info: dict[str, Any]) -> 
             sids = [new_search_id() for _ in req.texts]
             marks = interleave_results(svc, snap, task, req, body["data"], sids)
             log_traffic(svc, snap, name, req.texts, [d["ids"] for d in body["data"]],
-                        body["data"], sids=sids, marks=marks)
+                        body["data"], sids=sids, marks=marks, who=(req.session, req.client))
         return _render(body), res
 
     inline = found is not None and svc.store is None and not req.include
@@ -237,12 +237,13 @@ def interleave_results(svc: Service, snap: Snapshot, task: str, req: SearchReque
 
 def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
                 lists: Sequence[Sequence[str]] | None, data: list[dict[str, Any]] | None,
-                *, sids: Sequence[str] | None = None, marks: Sequence[str] | None = None
-                ) -> None:
+                *, sids: Sequence[str] | None = None, marks: Sequence[str] | None = None,
+                who: tuple[str, str] = ("", "")) -> None:
     """Log each served query in the store (the closed loop's traffic); a search's
     results gain their ``search_id``. Embeddings traffic logs no list (the learner runs
     the base retrieval itself). ``marks``: interventions already made (interleaving);
-    RandPair (``--explore``) may swap the others."""
+    RandPair (``--explore``) may swap the others. ``who``: the (session id, client id)
+    the request carried, logged with each search."""
     from tttembed.loop.store import SearchLog
     from tttembed.serve.explore import apply_randpair
 
@@ -255,7 +256,7 @@ def log_traffic(svc: Service, snap: Snapshot, task: str, texts: Sequence[str],
     rows = [SearchLog(sids[i], task, text, now + 1e-6 * i, snap.version,
                       tuple(shown[i]) if shown is not None else (),
                       "search" if lists is not None else "embeddings", svc.replica,
-                      marks[i] if marks else "")
+                      marks[i] if marks else "", *who)
             for i, text in enumerate(texts)]
     svc.log_searches(rows)
     for row, item in zip(rows, data or ()):

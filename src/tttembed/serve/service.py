@@ -58,6 +58,7 @@ class Service:
         self.follow = Follow()
         self._doc_ids: frozenset[str] | None = None
         self.traffic = TrafficLog(self.store) if self.store is not None else None
+        self.pruner = self._start_pruner()
         self.chain = self._open_chain()
         if self.traffic is not None:
             self.traffic.probe()  # unreachable: said (/healthz degraded), tried again
@@ -69,6 +70,18 @@ class Service:
 
         # lazy: a replica may start while the database is down
         return open_store(self.config.loop.store, self.config.loop.registry, lazy=True)
+
+    def _start_pruner(self) -> Any:
+        """The replica's background pruner (``--retain``; :mod:`tttembed.loop.pruner`),
+        on a store connection of its own; None without a store."""
+        if self.store is None:
+            return None
+        from tttembed.loop.open import open_store
+        from tttembed.loop.pruner import Pruner
+
+        loop = self.config.loop
+        return Pruner(lambda: open_store(loop.store, loop.registry, lazy=True),
+                      loop.retention, name="replica-pruner").start()
 
     def _open_chain(self) -> Any:
         """``--chain``'s route parts (:mod:`tttembed.serve.chain_engine`), or None."""
@@ -118,6 +131,8 @@ class Service:
         """On shutdown: what the traffic log holds is written once more."""
         if self.traffic is not None:
             self.traffic.close()
+        if self.pruner is not None:
+            self.pruner.close()
 
     @property
     def doc_ids(self) -> frozenset[str]:

@@ -177,12 +177,16 @@ class SearchRequest:
     single: bool
     #: document fields each hit carries (``"include"``; empty: ids and scores only)
     include: tuple[str, ...] = ()
+    #: who asks (``"session_id"``, ``"client_id"``, as UBI's query events carry them; ""
+    #: when not given): logged with the search, what ``tttembed store forget`` finds
+    session: str = ""
+    client: str = ""
 
 
 def parse_search(body: Any, *, max_inputs: int, max_k: int,
                  max_query_chars: int = MAX_QUERY_CHARS) -> SearchRequest:
     """``{"query": str | "queries": [str], "task": str?, "k": int = 10, "include":
-    ["text", "title"]?}``."""
+    ["text", "title"]?, "session_id": str?, "client_id": str?}``."""
     if not isinstance(body, Mapping):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_body")
     if ("query" in body) == ("queries" in body):
@@ -202,7 +206,22 @@ def parse_search(body: Any, *, max_inputs: int, max_k: int,
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
         raise ApiError(400, f"'k' must be an integer from 1 to {max_k}", param="k",
                        code="invalid_k")
-    return SearchRequest(texts, task, k, single, parse_include(body.get("include", [])))
+    return SearchRequest(texts, task, k, single, parse_include(body.get("include", [])),
+                         _user_id(body, "session_id"), _user_id(body, "client_id"))
+
+
+#: The longest ``session_id`` / ``client_id`` a search may carry.
+MAX_USER_ID_CHARS = 256
+
+
+def _user_id(body: Mapping[str, Any], name: str) -> str:
+    value = body.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_USER_ID_CHARS:
+        raise ApiError(400, f"'{name}' must be a non-empty string of at most "
+                       f"{MAX_USER_ID_CHARS} characters", param=name, code="invalid_input")
+    return value
 
 
 #: The document fields ``/v1/search`` may include in its hits.

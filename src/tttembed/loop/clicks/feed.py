@@ -39,6 +39,7 @@ from tttembed.loop.clicks.rewards import (
     doubly_robust,
     judge_gap,
 )
+from tttembed.loop.forget import Forgotten, forgotten_key
 from tttembed.loop.pending import Tail
 from tttembed.loop.rows import CLICK_SETTLE_S, ClickReward, Shown, Store
 from tttembed.ttt.judged import text_folds
@@ -128,18 +129,22 @@ class ClickFeed:
     seed: int = 0
     window: deque[Shown] = field(init=False)
     _tail: Tail[Shown] = field(init=False)
+    _forgotten: Tail[Forgotten] = field(init=False)
     _clicks_seen: int = field(init=False, default=0)
     _outcomes: dict[str, list[int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.window = deque(maxlen=self.max_shown)
         self._tail = Tail(self._read, lambda s: (s.created, _shown_key(s)))
+        self._forgotten: Tail[Forgotten] = Tail(self.store.forgotten_after, forgotten_key)
 
     def _read(self, cursor: Any, limit: int) -> list[Shown]:
         return self.store.shown_after(cursor, limit, before=time.time() - self.settle_s)
 
     def refresh(self) -> int:
-        """Read the settled searches not read before; the clicks among them."""
+        """Read the settled searches not read before; the clicks among them. Searches
+        forgotten since the last read (``tttembed store forget``) leave the window."""
+        self._drop_forgotten()
         new = 0
         for page in self._tail.pages():
             self.window.extend(page)
@@ -148,6 +153,12 @@ class ClickFeed:
                 self._outcomes.setdefault(test, []).append(outcome)
         self._clicks_seen += new
         return new
+
+    def _drop_forgotten(self) -> None:
+        gone = {f.search_id for page in self._forgotten.pages() for f in page}
+        if gone:
+            kept = [s for s in self.window if s.search_id not in gone]
+            self.window = deque(kept, maxlen=self.max_shown)
 
     def outcomes(self, candidate: str) -> list[int]:
         """The interleaving outcomes of ``candidate`` read so far, oldest first."""
