@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _soak_store import goal_values as kept_goals
 
 #: A promotion must be served by both replicas within the registry poll (1 s) + 2 s.
 REACH_S = 3.0
@@ -66,14 +67,28 @@ def inside(t: float, windows: list[tuple[float, float]]) -> bool:
 
 
 # -- counts from the store, the ledger, the judge ---------------------------------------------
-def counts(db_url: str, ledger: Path, judge_file: Path) -> dict[str, Any]:
+#: Rows retention pruned or a forget removed from ``table`` (the store's tallies), as SQL.
+GONE = ("(SELECT COALESCE(SUM(n), 0) FROM tallies WHERE kind IN ('pruned', 'forgotten') "
+        "AND tkey = '{}')")
+
+
+def counts(db_url: str, ledger: Path, judge_file: Path,
+           seen: dict[str, tuple[str, float]] | None = None) -> dict[str, Any]:
+    """The books at the end. Searches and clicks count the rows kept and those pruned
+    (one statement: one snapshot, while the pruners go on); ``seen``: the search ids
+    the soak read from the store as it ran (:class:`_soak_store.StoreWatch`: retention
+    pruned the older ones), merged with those left."""
     import psycopg
 
     out: dict[str, Any] = {}
     with psycopg.connect(db_url, autocommit=True) as conn:
         for key, sql in (
-                ("searches", "SELECT count(*) FROM searches WHERE kind = 'search'"),
-                ("clicks", "SELECT count(*) FROM events WHERE action = 'click'"),
+                # the soak's traffic is searches and clicks only: the pruned searches and
+                # events are its searches and clicks
+                ("searches", "SELECT (SELECT count(*) FROM searches WHERE kind = 'search') "
+                             f"+ {GONE.format('searches')}"),
+                ("clicks", "SELECT (SELECT count(*) FROM events WHERE action = 'click') "
+                           f"+ {GONE.format('events')}"),
                 ("feedback", "SELECT count(*) FROM feedback"),
                 ("drift", "SELECT COALESCE(SUM(pairs), 0) FROM spend WHERE source = 'drift'"),
                 ("spend", "SELECT COALESCE(SUM(pairs), 0) FROM spend"),
@@ -101,7 +116,8 @@ def counts(db_url: str, ledger: Path, judge_file: Path) -> dict[str, Any]:
     with psycopg.connect(db_url, autocommit=True) as conn:
         rows = conn.execute("SELECT search_id, replica, created FROM searches "
                             "WHERE kind = 'search'").fetchall()
-    out["logged_ids"] = {str(sid): (str(r), float(t)) for sid, r, t in rows}
+    out["logged_ids"] = {**(seen or {}),
+                         **{str(sid): (str(r), float(t)) for sid, r, t in rows}}
     out["judge_answered"] = sum(int(x) for x in judge_file.read_text().split()) \
         if judge_file.exists() else 0
     return out
@@ -452,6 +468,7 @@ def figures(got: dict[str, Any], args: Any) -> dict[str, Any]:
             spent),
         "p99_first_ms": p99_first, "p99_last_ms": p99_last,
     }
+    out.update(got.get("kept") or {})  # --retain: issue 76's keys (_soak_store.figures)
     out["detail"] = {
         "searches": reconcile(searches, c["logged_ids"], faults.get("kill")),
         "clicks": clicks, "feedback": {**feedback, "stored": c["feedback"]},
@@ -504,6 +521,8 @@ UNMEASURED = {
     "learner_rss": "the judge budget was not spent before the end (or no RSS sample after "
                    "it)",
     "p99_tail": "too short for a first and a last third after minute 1: soak longer",
+    "store_bytes": "no store sample one window (plus a prune interval) into the soak: soak "
+                   "longer than --retain",
 }
 
 
@@ -558,6 +577,7 @@ def goal_values(f: dict[str, Any]) -> dict[str, tuple[float | None, str, float, 
                         "learner RSS growth from the budget spent to the end"),
         "p99_tail": (_ratio(f["p99_last_ms"], f["p99_first_ms"]), "<=", 1.5,
                      "p99 last third / first third (after minute 1, faults left out)"),
+        **kept_goals(f),
     }
 
 

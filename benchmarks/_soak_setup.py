@@ -256,6 +256,8 @@ class Stack:
     settle_s: float
     judge_port: int = 0
     procs: dict[str, Proc] = field(default_factory=dict)
+    #: ``--retain D --keep-versions K`` for the replicas and the learner (empty: defaults)
+    retention: tuple[str, ...] = ()
     ports: Ports = field(default_factory=Ports)
 
     @property
@@ -270,7 +272,8 @@ class Stack:
         port = self.ports.take()
         cmd = cli("serve", "--index", str(self.task.index), "--registry", self.url,
                   "--registry-cache", str(self.work / f"cache-{name}"), "--port", str(port),
-                  "--log-level", "warning")
+                  "--log-level", "warning", "--click-settle-s", f"{self.settle_s:g}",
+                  *self.retention)
         return Proc(f"replica-{name}", cmd, self.work / f"replica-{name}.log",
                     self.env(), url=f"http://127.0.0.1:{port}")
 
@@ -280,7 +283,7 @@ class Stack:
                   "--corpus", str(self.task.folder), "--audit", self.task.audit,
                   "--judge-budget", str(self.budget), "--judge-rpm", f"{self.rpm:g}",
                   "--learn-every", str(self.learn_every), "--click-settle-s",
-                  f"{self.settle_s:g}")
+                  f"{self.settle_s:g}", *self.retention)
         env = {**self.env(), "TTTEMBED_CACHE_DIR": str(self.work / "learner-cache")}
         return Proc("learner", cmd, self.work / "learner.log", env)
 

@@ -50,6 +50,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -275,8 +276,25 @@ def parse() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def check_args(args: argparse.Namespace) -> str:
+    """What is wrong with the command line, as one line with the fix ('' when nothing)."""
+    if not (args.data / "corpus.jsonl").is_file():
+        return (f"--data {args.data}: no corpus.jsonl; give a folder shaped like "
+                "../shared/data/2wikimultihopqa")
+    for name, path in (("--encoder", args.encoder), ("--entity-encoder", args.entity_encoder),
+                       ("--index", args.index)):
+        if path is not None and not path.is_dir():
+            return (f"{name} {path}: no such folder (a checkpoint `tttembed chain train` "
+                    "wrote)" if name != "--index" else f"{name} {path}: no such index folder")
+    return ""
+
+
 def main() -> int:
     args = parse()
+    bad = check_args(args)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
     from tttembed.chain import api
 
     loaded = api.load(args.data, "test", args.index, max_questions=args.questions)

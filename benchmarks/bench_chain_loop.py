@@ -158,7 +158,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     passages = loaded.task.passages
     _, train = load_multihop(args.data, "train")
     train = train[:args.train_questions] if args.train_questions else train
-    assert not {c.question for c in train} & {c.question for c in tests}
+    shared = {c.question for c in train} & {c.question for c in tests}
+    if shared:
+        raise SystemExit(f"error: --data {args.data}: {len(shared)} train questions are test "
+                         "questions too (the held-out check would read what it learned "
+                         "from); split the folder by text (benchmarks/split_by_text.py)")
     open_registry(work / "chain", create=True, index={
         "kind": "chain", "identity": index.identity,
         "corpus_fingerprint": index.manifest.get("corpus_fingerprint") or "",
@@ -232,8 +236,26 @@ def finish(out: dict[str, Any], work: Path, test: tuple[Any, list[str], list[Any
     return out
 
 
+def check_args(args: argparse.Namespace) -> str:
+    """What is wrong with the command line, as one line with the fix ('' when nothing)."""
+    data = args.data
+    if not data.is_dir():
+        return f"--data {data}: no such folder (give one shaped like ../shared/data/2wikimultihopqa)"
+    missing = [n for n in ("corpus.jsonl", "queries.jsonl") if not (data / n).is_file()]
+    if missing:
+        return (f"--data {data}: no {' or '.join(missing)}; give a folder shaped like "
+                "../shared/data/2wikimultihopqa")
+    if args.budget < 1 or args.rounds < 1 or args.min_queries < 2:
+        return "--budget and --rounds must be >= 1 and --min-queries >= 2"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    bad = check_args(args)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
     import torch
 
     torch.set_num_threads(1)

@@ -54,6 +54,7 @@ sys.path.insert(0, str(HERE))
 import _soak_report as rep  # noqa: E402
 from _loop_support import CHILDREN  # noqa: E402
 from _soak_setup import Ports, Stack, Task, prepare_task, start_wrk, write_lua_data  # noqa: E402
+from _soak_store import StoreWatch  # noqa: E402
 from _support import DATA, ROOT, cli, proc_status, write_json  # noqa: E402
 
 FAULTS = (  # (fraction of the soak, what)
@@ -65,9 +66,12 @@ class Sampler(threading.Thread):
     """Every second: each replica's ``/v1/loop`` (what it serves); every 5 s the RSS of
     every process."""
 
-    def __init__(self, stack: Stack, extra: dict[str, Any]) -> None:
+    def __init__(self, stack: Stack, extra: dict[str, Any],
+                 watch: StoreWatch | None = None) -> None:
         super().__init__(daemon=True)
         self.stack, self.extra = stack, extra
+        #: the store's bytes and every search id it held (retention prunes the older)
+        self.watch = watch or StoreWatch(stack.url)
         self.loops: list[tuple[float, str, str | None, int]] = []
         self.rss: dict[str, list[tuple[float, float]]] = {}
         #: every 5 s, each process's CPU seconds so far (user + system; PostgreSQL's with
@@ -96,6 +100,8 @@ class Sampler(threading.Thread):
                 n += 1
                 if n % 5 == 0:
                     self.sample_rss()
+                if self.watch.due():
+                    self.watch.sample()
 
     def sample_rss(self) -> None:
         now = time.time()
@@ -340,14 +346,14 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
     write_lua_data(task, data, args.seed)
     budget = args.budget or int(args.rpm * args.minutes)
     stack = Stack(task, work, db, budget, args.learn_every, args.rpm, args.settle_s,
-                  ports=ports)
+                  ports=ports, retention=retention_argv(args))
     print(f"task {task.name}: {len(task.stream)} stream questions (Zipf), {len(task.test)} "
           f"test questions replayed; index {task.index}; judge budget {budget} pairs at "
           f"{args.rpm:g}/min", flush=True)
     stack.start()
     if args.profile is not None:
         profile(stack, args.profile, args.capacity_s + args.minutes * 60, args.capacity_s)
-    sampler = Sampler(stack, {})
+    sampler = Sampler(stack, {}, StoreWatch(stack.url, watch_every(args)))
     try:
         sampler.start()
         cap, cap_rows, cap_err = capacity(stack, work, args.capacity_s, args.threads, data)
@@ -360,7 +366,7 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
             lambda: [httpx.get(stack.procs[n].url + "/v1/loop", timeout=30).json()
                      for n in "ab"],
             lambda: rep.counts(stack.url, work / "learner-cache" / "ledger.sqlite",
-                               work / "judge-pairs.txt"))
+                               work / "judge-pairs.txt", seen=sampler.watch.ids))
         got["settled"] = settled
         sampler.halt.set()
         wait_following(stack)
@@ -370,14 +376,49 @@ def measure(args: argparse.Namespace, work: Path, db: Any, ports: Ports) -> dict
 
         reg = open_registry(stack.url, cache=work / "bench-registry-cache")
         history = reg.survey().history
+        kept = store_figures(args, sampler, stack, reg, run)
         reg.close()
         return {"task": task, "stack": stack, "cap": cap, "offered": offered, "run": run,
-                "final": final, "counts": got, "history": history,
+                "final": final, "counts": got, "history": history, "kept": kept,
                 "ndcg": (raw, raw_versions, end, end_versions), "cap_rows": cap_rows,
                 "cap_errors": cap_err, "sampler": sampler}
     finally:
         sampler.halt.set()
         stack.stop_all()
+
+
+def retention_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--retain`` and ``--keep-versions`` for the replicas and the learner."""
+    out: tuple[str, ...] = ()
+    if args.retain:
+        out += ("--retain", args.retain)
+    if args.keep_versions:
+        out += ("--keep-versions", str(args.keep_versions))
+    return out
+
+
+def watch_every(args: argparse.Namespace) -> float:
+    """Seconds between the store's samples: 30, or a quarter of a shorter window."""
+    from _soak_store import EVERY_S
+
+    from tttembed.loop.retention import parse_duration
+
+    return min(EVERY_S, parse_duration(args.retain) / 4) if args.retain else EVERY_S
+
+
+def store_figures(args: argparse.Namespace, sampler: Sampler, stack: Stack, reg: Any,
+                  run: dict[str, Any]) -> dict[str, Any]:
+    """With ``--retain``: the issue's keys (:func:`_soak_store.figures`); else none."""
+    if not args.retain:
+        return {}
+    from _soak_store import figures as kept_figures
+
+    from tttembed.loop.retention import Retention
+
+    kept = Retention.parse(args.retain, args.keep_versions or 20)
+    sampler.watch.sample()
+    return kept_figures(sampler.watch, stack.url, reg, run["t0"], run["t1"], kept.retain_s,
+                        kept.keep_versions, kept.interval_s)
 
 
 def profile(stack: Stack, out: Path, seconds: float, warm: float = 0.0) -> None:
@@ -480,6 +521,21 @@ def check_args(args: argparse.Namespace) -> str:
                 "benchmarks/split_by_text.py")
     if shutil.which("wrk") is None:
         return "wrk is not installed: apt-get install -y wrk"
+    return check_retention(args)
+
+
+def check_retention(args: argparse.Namespace) -> str:
+    """``--retain`` and ``--keep-versions`` as the tool reads them ('' when fine)."""
+    from tttembed.core.errors import ConfigError
+    from tttembed.loop.retention import Retention
+
+    if args.keep_versions and not args.retain:
+        return "--keep-versions needs --retain (the window the soak's goals are about)"
+    if args.retain:
+        try:
+            Retention.parse(args.retain, args.keep_versions or 20).check(args.settle_s)
+        except ConfigError as exc:
+            return str(exc)
     return ""
 
 
@@ -514,6 +570,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--keep", type=Path, help="keep the run's folder (logs) here")
     ap.add_argument("--profile", type=Path, help="py-spy the learner and the replicas into "
                     "this folder (collapsed stacks; needs pip install py-spy)")
+    ap.add_argument("--retain", default="", help="the replicas' and the learner's "
+                    "--retain (e.g. 5m: a window that turns over several times in the run); "
+                    "adds store_bytes, store_rows, versions_kept and pruned_rows to the "
+                    "JSON and their goals (default: the tool's default, 7d)")
+    ap.add_argument("--keep-versions", type=int, default=0, help="with --retain: the "
+                    "replicas' and the learner's --keep-versions (0: the tool's, 20)")
     ap.add_argument("--ports", default="", help="LO-HI: the TCP ports PostgreSQL, the "
                     "judge and the replicas listen on (default: any free ones)")
     return ap

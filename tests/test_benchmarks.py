@@ -785,3 +785,20 @@ DOCS = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "gu
 def test_the_scripts_a_page_names_exist(page):
     named = set(re.findall(r"\b((?:benchmarks|tools)/[\w.]+\.py)\b", page.read_text()))
     assert not [n for n in sorted(named) if not (ROOT / n).is_file()], named
+
+
+def test_the_chain_benchmarks_refuse_a_missing_path_in_one_line(tmp_path, env, chain_tiny):
+    """``bench_chain.py --encoder`` / ``--entity-encoder`` with a missing folder and
+    ``bench_chain_loop.py --data`` a missing folder: exit 2 with one line naming it, no
+    traceback (issue 77, trust round 6)."""
+    gone = str(tmp_path / "nosuch")
+    for script, args, words in (
+            ("bench_chain.py", ["--data", str(chain_tiny), "--encoder", gone], "--encoder"),
+            ("bench_chain.py", ["--data", str(chain_tiny), "--json", str(tmp_path / "o.json"),
+                                "--entity-encoder", gone], "--entity-encoder"),
+            ("bench_chain_loop.py", ["--data", gone, "--json", str(tmp_path / "o.json")],
+             "--data")):
+        r = run(BENCH / script, args, env)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1, (script, r.stderr)
+        assert lines[0].startswith(f"error: {words} ") and "Traceback" not in r.stderr
