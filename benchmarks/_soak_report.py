@@ -639,13 +639,20 @@ KEYS = ("minutes", "capacity_qps", "offered_qps", "achieved_qps", "searches_answ
         "learner_rss_growth_after_budget")
 
 
+#: ``--retain``'s keys (issue 76), in the report when the run had them.
+RETENTION_KEYS = ("store_bytes", "store_rows", "pruned_rows", "versions_kept",
+                  "versions_kept_by_reason", "version_bytes")
+
+
 def write_report(json_path: Path, f: dict[str, Any], load: str) -> None:
     """``OUT.md`` (the keys, the goals, the faults) and ``OUT.png`` beside ``OUT``."""
     md, png = json_path.with_suffix(".md"), json_path.with_suffix(".png")
     lines = [f"# Soak run: {f['minutes']:g} minutes", "", f"Machine load: {load}", "",
              "| key | value |", "|---|---|"]
     lines += [f"| `{k}` | {f[k]} |" for k in KEYS]
-    lines += [f"| `rss_growth` | {json.dumps(f['rss_growth'])} |", "", "## Goals", ""]
+    lines += [f"| `rss_growth` | {json.dumps(f['rss_growth'])} |"]
+    lines += [f"| `{k}` | {json.dumps(f[k])} |" for k in RETENTION_KEYS if k in f]
+    lines += ["", "## Goals", ""]
     for key, (value, op, target, what) in goal_values(f).items():
         lines.append(f"- {what}: {shown_goal(key, value, op, target)}")
     lines += ["", "## Faults and promotions", ""]

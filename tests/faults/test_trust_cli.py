@@ -62,6 +62,13 @@ def world(tmp_path_factory, minilm) -> dict[str, Path]:
     state = load_state(root / "s.npz")
     reg.register(state, parent=None, reason="one")
     reg.register(state, parent="v1", reason="two")
+    from tttembed.loop.open import open_store
+    from tttembed.loop.rows import SearchLog
+
+    store = open_store(None, root / "reg")  # the registry's feedback store, one search
+    store.log_searches([SearchLog("s1", "t", "a question", 1.0, None, ("d1",),
+                                  session="s-1")])
+    store.close()
     write_dataset(root / "chain")
     return {"root": root, "data": data, "idx": root / "idx", "state": root / "s.npz",
             "run": root / "a.trec", "reg": root / "reg",
@@ -101,11 +108,18 @@ def _cases(w: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]]:
                         str(w["root"] / "chainidx"), "--max-seq-length", "48", "--quiet",
                         "--out", str(w["root"] / "chainrep"), "--overwrite"],
                        ["chain", "eval", nope, "--out", str(w["root"] / "r2"), "--quiet"]),
+        "store stats": (["store", "stats", str(w["reg"]), "--registry", str(w["reg"])],
+                        ["store", "stats", nope]),
+        "store prune": (["store", "prune", str(w["reg"]), "--dry-run"],
+                        ["store", "prune", str(w["reg"]), "--older-than", "soon"]),
+        "store forget": (["store", "forget", str(w["reg"]), "--session", "s-1", "--dry-run"],
+                         ["store", "forget", str(w["reg"]), "--session", "nobody"]),
     }
 
 
 CASES = ("search", "learn", "rerank", "eval", "compare", "index-show", "state show",
-         "states list", "states show", "states diff", "chain search", "chain eval")
+         "states list", "states show", "states diff", "chain search", "chain eval",
+         "store stats", "store prune", "store forget")
 
 
 def test_every_command_with_json_has_its_cases_here():
