@@ -241,7 +241,8 @@ def check_args(args: argparse.Namespace) -> str:
     data = args.data
     if not data.is_dir():
         return f"--data {data}: no such folder (give one shaped like ../shared/data/2wikimultihopqa)"
-    missing = [n for n in ("corpus.jsonl", "queries.jsonl") if not (data / n).is_file()]
+    missing = [n for n in ("corpus.jsonl", "chains_test.jsonl", "chains_train.jsonl")
+               if not (data / n).is_file()]
     if missing:
         return (f"--data {data}: no {' or '.join(missing)}; give a folder shaped like "
                 "../shared/data/2wikimultihopqa")
