@@ -398,28 +398,3 @@ def _change(c: dict[str, Any]) -> str:
         line += f"  map {c['map']}" + (f" |map delta| {c['map_delta']:.4g}"
                                         if c.get("map_delta") is not None else "")
     return line
-
-
-@states_app.command("pin")
-@handle_errors
-def states_pin(folder: DirArg, version: Annotated[str, typer.Argument(metavar="VERSION", help="The version to pin (v1, v2, ...): retention never drops a pinned version.", show_default=False)]) -> None:
-    """Pin VERSION: keep it whatever the retention rule (--keep-versions) says."""
-    reg = _registry(folder)
-    if reg.pin(version):
-        typer.echo(f"{reg.location}: pinned {version} (never dropped; `tttembed states "
-                   f"unpin {reg.location} {version}` releases it)")
-    else:
-        typer.echo(f"{reg.location}: {version} was pinned already: nothing changed")
-
-
-@states_app.command("unpin")
-@handle_errors
-def states_unpin(folder: DirArg, version: Annotated[str, typer.Argument(metavar="VERSION", help="The pinned version to release (v1, v2, ...): retention may drop it again.", show_default=False)]) -> None:
-    """Unpin VERSION: the retention rule (--keep-versions) decides on it again."""
-    reg = _registry(folder)
-    if reg.unpin(version):
-        typer.echo(f"{reg.location}: unpinned {version} (retention may drop it when no "
-                   "other reason keeps it)")
-    else:
-        typer.echo(f"{reg.location}: {version} was not pinned: nothing changed "
-                   f"(pinned: {', '.join(reg.pins()) or 'none'})")

@@ -13,6 +13,7 @@ import typer
 
 from tttembed.cli._common import console, emit_json, handle_errors
 from tttembed.cli._options import JsonOpt
+from tttembed.cli.loop import DirArg, _registry, states_app
 
 app = typer.Typer(help="The feedback store: what it holds, retention, forgetting a user.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -215,3 +216,34 @@ def forget(
     console.print(f"{verb} the {report.by}'s {report.searches} searches ({rows})"
                   + (f"; texts blanked, digests and rewards kept: {blanked}" if blanked
                      else ""))
+
+
+# -- pins: `tttembed states pin|unpin` (retention's exception, beside its commands) ------
+VersionPinArg = Annotated[str, typer.Argument(
+    metavar="VERSION", show_default=False,
+    help="The version (v1, v2, ...): retention never drops a pinned version.")]
+
+
+@states_app.command("pin")
+@handle_errors
+def states_pin(folder: DirArg, version: VersionPinArg) -> None:
+    """Pin VERSION: keep it whatever the retention rule (--keep-versions) says."""
+    reg = _registry(folder)
+    if reg.pin(version):
+        console.print(f"{reg.location}: pinned {version} (never dropped; `tttembed states "
+                      f"unpin {reg.location} {version}` releases it)")
+    else:
+        console.print(f"{reg.location}: {version} was pinned already: nothing changed")
+
+
+@states_app.command("unpin")
+@handle_errors
+def states_unpin(folder: DirArg, version: VersionPinArg) -> None:
+    """Unpin VERSION: the retention rule (--keep-versions) decides on it again."""
+    reg = _registry(folder)
+    if reg.unpin(version):
+        console.print(f"{reg.location}: unpinned {version} (retention may drop it when no "
+                      "other reason keeps it)")
+    else:
+        console.print(f"{reg.location}: {version} was not pinned: nothing changed (pinned: "
+                      f"{', '.join(reg.pins()) or 'none'})")
