@@ -13,7 +13,7 @@ import typer
 
 from tttembed.cli._common import console, emit_json, handle_errors
 from tttembed.cli._options import JsonOpt
-from tttembed.cli.loop import DirArg, _registry, states_app
+from tttembed.cli.loop import DirArg, states_app
 
 app = typer.Typer(help="The feedback store: what it holds, retention, forgetting a user.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -218,6 +218,12 @@ def forget(
                      else ""))
 
 
+def _open_registry(spec: str) -> Any:
+    from tttembed.registry.open import open_registry
+
+    return open_registry(spec)
+
+
 # -- pins: `tttembed states pin|unpin` (retention's exception, beside its commands) ------
 VersionPinArg = Annotated[str, typer.Argument(
     metavar="VERSION", show_default=False,
@@ -228,7 +234,7 @@ VersionPinArg = Annotated[str, typer.Argument(
 @handle_errors
 def states_pin(folder: DirArg, version: VersionPinArg) -> None:
     """Pin VERSION: keep it whatever the retention rule (--keep-versions) says."""
-    reg = _registry(folder)
+    reg: Any = _open_registry(folder)
     if reg.pin(version):
         console.print(f"{reg.location}: pinned {version} (never dropped; `tttembed states "
                       f"unpin {reg.location} {version}` releases it)")
@@ -240,7 +246,7 @@ def states_pin(folder: DirArg, version: VersionPinArg) -> None:
 @handle_errors
 def states_unpin(folder: DirArg, version: VersionPinArg) -> None:
     """Unpin VERSION: the retention rule (--keep-versions) decides on it again."""
-    reg = _registry(folder)
+    reg: Any = _open_registry(folder)
     if reg.unpin(version):
         console.print(f"{reg.location}: unpinned {version} (retention may drop it when no "
                       "other reason keeps it)")
