@@ -32,22 +32,19 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.chain.forms import STOP_WORDS, entity_words
+
 #: The composed state's weights tried on the training split.
 ALPHAS = (0.1, 0.25, 0.5)
 #: The entity state's words per passage tried on the training split, and its tokens rule.
 ENTITY_WORDS = (16, 12, 8, 6, 4, 3, 2)
 ENTITY_TOKENS = 1.4
-_CAPITAL = re.compile(r"\b(?:[A-Z][\w'\-]*|\d{4})\b")
-_TITLE_WORD = re.compile(r"[\w'\-]+")
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an and are as at be by did does for from had has have he her his in "
-                  "is it its of on or she that the their this to was were what when where "
-                  "which who whom whose why with".split())
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def _words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+    return {w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
 
 
 def titles_and_texts(data: Path, doc_ids: Sequence[str]) -> list[tuple[str, str]]:
@@ -60,20 +57,6 @@ def titles_and_texts(data: Path, doc_ids: Sequence[str]) -> list[tuple[str, str]
             if doc["_id"] in want:
                 found[doc["_id"]] = (doc.get("title", ""), doc["text"])
     return [found[d] for d in doc_ids]
-
-
-def entity_words(title: str, text: str, n: int) -> str:
-    """A passage reduced to at most ``n`` of its capitalised words and four-digit numbers
-    (in order, each once, no stop words, none of its title's words)."""
-    skip = set(_TITLE_WORD.findall(title))
-    out: list[str] = []
-    for word in _CAPITAL.findall(text):
-        if word in skip or word.lower() in _STOP or word in out:
-            continue
-        out.append(word)
-        if len(out) >= n:
-            break
-    return " ".join(out)
 
 
 def entity_passages(docs: Sequence[tuple[str, str]], n: int) -> list[str]:

@@ -13,14 +13,19 @@ warm-started from the served version, check it on the train questions held out b
 promote it only when better) runs one cycle. Then C@5 is measured with the gold chains on
 the test questions (never asked, never judged) for the untrained encoder and every
 registered version, at the served setting: T = ``--max-hops`` (every search asks for it;
-default the served encoder's own) and the state token limit ``--max-seq-length``
-(``serve --chain-max-seq-length``, default 256). JSON keys: ``max_hops``,
-``max_seq_length``, ``c5_untrained``, ``c5_end`` (the last
+default the served encoder's own), the state token limit ``--max-seq-length`` (``serve
+--chain-max-seq-length``) and the state form ``--chain-state`` (``serve --chain-state``),
+each by default the encoder's own as the server serves it (the untrained encoder: 128
+tokens, entity states; a version: what its checkpoint records). JSON keys: ``max_hops``,
+``max_seq_length``, ``chain_state`` (null: each encoder's own), ``c5_untrained``,
+``c5_end`` (the last
 promoted version; the untrained encoder when none was), ``c5_per_version``,
 ``pairs_paid`` (the store's spend account), ``ledger_paid`` (rewards the ledger paid),
 ``drift_rescored`` (the drift check's fresh re-scores: paid, never in the ledger),
 ``judge_answered`` (pairs the judge server answered), ``promotions``,
-``test_questions``, ``rounds``, ``seconds``.
+``test_questions``, ``rounds``, ``seconds``, ``peak_rss_mb`` (the benchmark process's
+peak: the server, the judge and the learner share it) and ``learner_peak_rss_mb`` (the
+largest RSS sampled while a learning cycle ran).
 
 Goal: the last promoted version >= untrained + 10 C@5 points on 2Wiki test.
 """
@@ -65,8 +70,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="keep the run's folder here (default: a temporary one)")
     p.add_argument("--max-hops", type=int, default=0,
                    help="the chain steps T every search asks for (0: the served encoder's)")
-    p.add_argument("--max-seq-length", type=int, default=256,
-                   help="the served state's token limit (serve --chain-max-seq-length)")
+    p.add_argument("--max-seq-length", type=int, default=None,
+                   help="the served state's token limit (serve --chain-max-seq-length; "
+                        "default each encoder's own: 128 untrained, a version's record)")
+    p.add_argument("--chain-state", default=None, choices=("text", "entities"),
+                   help="the served state form (serve --chain-state; default each "
+                        "encoder's own: entities untrained, a version's record)")
     return p.parse_args(argv)
 
 
@@ -120,25 +129,58 @@ def serving(app: Any):
         thread.join(30)
 
 
-def c5(index: Any, passages: list[str], path: Path | None, chains: list[Any],
-       served: tuple[int, int] = (0, 256)) -> float:
+def c5(index: Any, task: Any, path: Path | None, chains: list[Any],
+       served: tuple[int, int | None, str | None] = (0, None, None)) -> float:
     """C@5 of the gold chains under the greedy chain of the encoder at ``path`` (None:
-    untrained), at the served T (``served[0]``; 0: the encoder's own) and state token
-    limit (``served[1]``)."""
-    from tttembed.chain.checkpoint import default_steps, load_encoder
+    untrained), at the served T (``served[0]``; 0: the encoder's own), state token limit
+    and form (``served[1:]``; None: the encoder's own, as the server serves it)."""
+    from tttembed.chain.checkpoint import default_steps, load_encoder, state_settings
     from tttembed.chain.online import chain_run
     from tttembed.chain.states import StateTexts, TokenBudget
 
-    hops, limit = served
-    enc = load_encoder(path, max_seq_length=limit, index=index)
-    texts = StateTexts([c.question for c in chains], passages,
-                       budget=TokenBudget.for_model(enc.model, limit))
+    hops, limit, form = served
+    own = state_settings(path, limit, form)
+    enc = load_encoder(path, max_seq_length=own.max_seq_length, index=index)
+    texts = StateTexts([c.question for c in chains], task.state_passages(own.form),
+                       budget=TokenBudget.for_model(enc.model, own.max_seq_length))
     run = chain_run(len(chains), texts, enc.encode, index.search,
                     steps=hops or default_steps(path), keep=K)
     ids = index.doc_ids
     done = [set(c.chain) <= {ids[int(r)] for r in row[:K] if r >= 0}
             for c, row in zip(chains, run.ranking)]
     return round(100.0 * sum(done) / max(len(done), 1), 2)
+
+
+def _rss_mb() -> float:
+    """This process's resident memory now (MB), from /proc (0 where there is none)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+@contextmanager
+def peak_rss(every_s: float = 0.2):
+    """The largest RSS (MB) sampled while the block runs (``peak[0]`` after it): the
+    learner's cycle is what runs then (the server and the judge wait idle)."""
+    peak = [_rss_mb()]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(every_s):
+            peak[0] = max(peak[0], _rss_mb())
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        thread.join(5)
+        peak[0] = round(max(peak[0], _rss_mb()), 1)
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -148,14 +190,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from tttembed.cli.loop import loop_config
     from tttembed.data.chains import load_multihop
     from tttembed.embed.base import DEFAULT_EMBEDDER
-    from tttembed.loop.chain_run import ChainLoop
+    from tttembed.loop.chain.run import ChainLoop
     from tttembed.registry.open import open_registry
     from tttembed.serve import create_app
 
     t0 = time.monotonic()
     loaded = load(args.data, "test", work / "idx")
     index, tests = loaded.index, loaded.task.chains
-    passages = loaded.task.passages
+    task = loaded.task
     _, train = load_multihop(args.data, "train")
     train = train[:args.train_questions] if args.train_questions else train
     shared = {c.question for c in train} & {c.question for c in tests}
@@ -169,10 +211,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "base": DEFAULT_EMBEDDER})
     judge_data = judge_folder(args.data, train, work)
     count = work / "judge-pairs.txt"
-    served = (args.max_hops, args.max_seq_length)
+    served = (args.max_hops, args.max_seq_length, args.chain_state)
     ask = {"max_hops": args.max_hops} if args.max_hops else {}
-    out: dict[str, Any] = {"c5_untrained": c5(index, passages, None, tests, served),
+    out: dict[str, Any] = {"c5_untrained": c5(index, task, None, tests, served),
                            "max_hops": args.max_hops, "max_seq_length": args.max_seq_length,
+                           "chain_state": args.chain_state,
                            "seed": args.seed,
                            "test_questions": len(tests), "train_questions": len(train),
                            "budget": args.budget, "rounds": args.rounds, "per_round": []}
@@ -181,7 +224,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for r in range(args.rounds):
             app = create_app(index=str(work / "idx"), chain=str(work / "chain"),
                              registry=str(work / "states"), corpus=str(args.data),
-                             chain_max_seq_length=args.max_seq_length)
+                             chain_max_seq_length=args.max_seq_length,
+                             chain_state=args.chain_state)
             with serving(app) as url, httpx.Client(timeout=120) as http:
                 for c in train:
                     got = http.post(f"{url}/v1/chain/search", json={"question": c.question, **ask})
@@ -191,7 +235,10 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                  min_queries=args.min_queries, corpus=args.data, poll_s=0.01)
             loop = ChainLoop(config, str(work / "chain"))
             try:
-                loop.run(once=True)
+                with peak_rss() as peak:
+                    loop.run(once=True)
+                out["learner_peak_rss_mb"] = max(out.get("learner_peak_rss_mb", 0.0),
+                                                 peak[0])
                 cycle = loop.cycles[-1]
                 spent = sum(loop.store.spent().values())
             finally:
@@ -201,20 +248,20 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    "seconds": round(time.monotonic() - t0, 1)}
             out["per_round"].append(row)
             print(json.dumps(row), flush=True)
-    return finish(out, work, (index, passages, tests, served), count, t0)
+    return finish(out, work, (index, task, tests, served), count, t0)
 
 
-def finish(out: dict[str, Any], work: Path, test: tuple[Any, list[str], list[Any], Any],
+def finish(out: dict[str, Any], work: Path, test: tuple[Any, Any, list[Any], Any],
            count: Path, t0: float) -> dict[str, Any]:
     from tttembed.loop.open import open_store
     from tttembed.registry.chain import FOLDER
     from tttembed.registry.open import open_registry
 
     reg = open_registry(work / "chain")
-    index, passages, tests, served = test
+    index, task, tests, served = test
     per: dict[str, Any] = {}
     for v in reg.versions():
-        per[v.name] = {"c5": c5(index, passages, Path(v.path) / FOLDER, tests, served),
+        per[v.name] = {"c5": c5(index, task, Path(v.path) / FOLDER, tests, served),
                        "promoted": v.promoted, "reason": v.manifest.get("reason")}
     promoted = [v.name for v in reg.versions() if v.promoted]
     store = open_store(None, work / "states")
@@ -233,6 +280,9 @@ def finish(out: dict[str, Any], work: Path, test: tuple[Any, list[str], list[Any
     out["gain"] = round(out["c5_end"] - out["c5_untrained"], 2)
     out["goal_met"] = out["gain"] >= 10.0
     out["seconds"] = round(time.monotonic() - t0, 1)
+    import resource
+
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return out
 
 
@@ -259,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
+    from tttembed.cli._common import quiet_libraries
+
+    quiet_libraries()  # no screens of the tokenizer's "longer than the maximum" warning
     torch.set_num_threads(1)
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
@@ -277,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if out['goal_met'] else 'missed'}); judge pairs paid {out['pairs_paid']} "
           f"(ledger {out['ledger_paid']}, drift re-scores {out['drift_rescored']}, judge "
           f"answered {out['judge_answered']}) of "
-          f"{out['budget']}; {out['seconds']:.0f} s")
+          f"{out['budget']}; {out['seconds']:.0f} s; peak RSS {out['peak_rss_mb']:.0f} MB "
+          f"(during the learner's cycles {out.get('learner_peak_rss_mb', 0):.0f} MB)")
     return 0
 
 

@@ -262,16 +262,19 @@ def test_the_chain_loop_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(out.read_text())
     assert (got["max_hops"], got["max_seq_length"], got["seed"]) == (3, 64, 3)
+    assert got["chain_state"] is None  # each encoder's own: entities for the untrained
     from tttembed.loop.open import open_store
 
     store = open_store(None, work / "states")
-    try:  # every question asked at the setting given: 3 hops, 64-token states
-        assert {s.kind for s in store.searches()} == {"chain:3:64"}
+    try:  # every question asked at the setting given: 3 hops, 64-token entity states
+        assert {s.kind for s in store.searches()} == {"chain:3:64:entities"}
     finally:
         store.close()
     assert {"c5_untrained", "c5_end", "c5_per_version", "pairs_paid", "ledger_paid",
             "promotions", "test_questions"} <= set(got)
     assert got["test_questions"] == 3 and 0 <= got["c5_untrained"] <= 100
+    # the memory the learner's cycle held, and the whole process's peak
+    assert 0 < got["learner_peak_rss_mb"] <= got["peak_rss_mb"]
     paid = got["ledger_paid"] + got["drift_rescored"]  # re-scores: paid, not in the ledger
     assert got["pairs_paid"] == paid == got["judge_answered"] <= 40, got
     assert got["c5_end"] == (got["c5_per_version"][got["promotions"][-1]]["c5"]
@@ -292,10 +295,15 @@ def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     assert got["questions"] == 3 and got["T"] >= 2
     options = got["options"]
     assert set(options) >= {"text-256", "text-128", "text-40", "title-sentence", "composed",
-                            "entities", "single"}
+                            "entities", "entities-3", "single"}
     assert str(got["entity_words"]) in got["entity_words_train_tokens"] or \
         not got["entity_words_train_tokens"]
-    assert got["ratio_default"] == options["text-256"]["ratio"] > 0
+    # the untrained encoder's default is the entity state, at the product's 3 words
+    assert got["default"] == "entities-3"
+    assert got["ratio_default"] == options["entities-3"]["ratio"] > 0
+    # the best measured chain state and the default's cost beside it
+    best = max(v["c5"] for k, v in options.items() if k != "single")
+    assert got["c5_best"] == best and options[got["best"]]["c5"] == best
     assert got["c5_reference_128"] == options["text-128"]["c5"]
     # the shorter the states, the fewer tokens encoded; one composed encode per question
     assert options["text-40"]["tokens"] <= options["text-128"]["tokens"] <= \
@@ -305,6 +313,7 @@ def test_the_chain_cost_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     assert [s["question"] for s in got["token_split"]["text-128"]] == \
         [got["token_split"]["text-128"][0]["state"]] * got["T"]
     assert "closing note: default ratio" in r.stdout
+    assert "the default (entities-3): C@5" in r.stdout and "the best measured" in r.stdout
 
 
 def test_the_finetune_benchmark_writes_every_row_and_its_runs(tmp_path, env, tiny,
@@ -349,16 +358,17 @@ def test_the_finetune_benchmark_writes_every_row_and_its_runs(tmp_path, env, tin
 
 
 def test_the_chain_cost_benchmark_measures_only_the_options_named(tmp_path, env, chain_tiny):
-    """``--options entities``: the default and the 128-token reference run with it, the
-    rest (composed included) do not; an unknown name is a one-line error."""
+    """``--options entities``: the default (the untrained encoder's: entities-3) and the
+    128-token reference run with it, the rest (composed included) do not; an unknown name
+    is a one-line error."""
     out = tmp_path / "cost.json"
     common = ["--data", str(chain_tiny), "--questions", "3", "--rule-questions", "1",
               "--repeats", "1", "--json", str(out)]
     r = run(BENCH / "bench_chain.py", [*common, "--options", "entities"], env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(out.read_text())
-    assert set(got["options"]) == {"text-256", "text-128", "entities", "single"}
-    assert set(got["token_split"]) == {"text-256", "text-128", "entities"}
+    assert set(got["options"]) == {"entities-3", "text-128", "entities", "single"}
+    assert set(got["token_split"]) == {"entities-3", "text-128", "entities"}
     bad = run(BENCH / "bench_chain.py", [*common, "--options", "entities,nosuch"], env)
     assert bad.returncode != 0 and "unknown --options nosuch" in bad.stderr, bad.stderr
 

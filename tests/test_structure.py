@@ -429,3 +429,39 @@ def test_tests_mirror_the_source():
     loose = sorted(p.name for p in tests.glob("test_*.py"))
     assert loose == ["test_benchmarks.py", "test_readme.py", "test_structure.py",
                      "test_tiers.py"], loose
+
+
+def _imported(path: Path) -> set[str]:
+    """The modules ``path`` imports (absolute names; a relative import resolved)."""
+    tree = ast.parse(path.read_text())
+    package = ".".join(("tttembed", *path.relative_to(SRC).parent.parts))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def test_the_chain_learner_has_a_folder_of_its_own():
+    """The loop's two learners: the chain learner lives in ``loop/chain/`` (no
+    ``loop/chain_*.py`` beside the state learner's modules), each of its modules under 400
+    lines; what both share (judge, spend, store, audit) stays in ``loop/`` and no module
+    there imports the chain learner (no arrow back up; only the CLI starts it)."""
+    loop = SRC / "loop"
+    assert not sorted(p.name for p in loop.glob("chain_*.py"))
+    own = sorted((loop / "chain").glob("*.py"))
+    assert {p.stem for p in own} >= {"run", "learn", "promote", "rows"}
+    big = [f"{p.name} ({n})" for p in own if (n := len(p.read_text().splitlines())) > 400]
+    assert not big, big
+    back = [str(p.relative_to(SRC)) for p in loop.rglob("*.py")
+            if "chain" not in p.relative_to(loop).parts[:1]
+            and any(m == "tttembed.loop.chain" or m.startswith("tttembed.loop.chain.")
+                    for m in _imported(p))]
+    assert not back, back

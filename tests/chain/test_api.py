@@ -32,7 +32,8 @@ def test_public_names_and_defaults_match_the_cli():
                                 "ChainSearchResult"}
     search = inspect.signature(api.chain_search).parameters
     assert search["split"].default == "test" and search["beam"].default == 1
-    assert search["steps"].default is None and search["max_seq_length"].default == 256
+    assert search["steps"].default is None and search["max_seq_length"].default is None
+    assert search["state"].default is None  # each: the encoder's own record
     train = inspect.signature(api.chain_train).parameters
     assert (train["regime"].default, train["split"].default, train["epochs"].default,
             train["batch_size"].default, train["lr"].default, train["n_neg"].default) == \

@@ -20,7 +20,7 @@ def test_rebuilt_states_equal_the_served_ones_token_for_token(chain_setup, minil
     from tttembed.chain.states import TokenBudget
     from tttembed.chain.traffic import hop_rows, served_states
 
-    app = chain_app(chain_setup, minilm, chain_max_seq_length=limit)
+    app = chain_app(chain_setup, minilm, chain_max_seq_length=limit, chain_state="text")
     source = app.state.service.chain.source
     seen: list[list[str]] = []
     inner = source.current.encode
@@ -41,7 +41,7 @@ def test_rebuilt_states_equal_the_served_ones_token_for_token(chain_setup, minil
                              json={"question": question, "max_hops": 3}, timeout=60).json()
             served = [batch[0] for batch in seen]          # one question per batch here
             rows = hop_rows([h["id"] for h in got["hops"]], row_of, got["search_id"])
-            rebuilt = served_states(question, rows, worker.texts.passages,
+            rebuilt = served_states(question, rows, worker.passages,
                                     TokenBudget.for_model(minilm.model, limit))
             assert rebuilt == served and len(served) == 3
             assert [tok(t)["input_ids"] for t in rebuilt] == \

@@ -87,7 +87,7 @@ def test_a_chain_registry_no_learner_ran_on_says_where_rewards_would_be(tmp_path
 
 def test_the_chain_learner_records_its_store_with_the_password_masked(tmp_path):
     from tttembed.cli.loop import loop_config
-    from tttembed.loop.chain_run import store_location
+    from tttembed.loop.chain.run import store_location
 
     (tmp_path / "states").mkdir()
     folder = loop_config(str(tmp_path / "states"), "idx", "bm25")

@@ -75,7 +75,7 @@ def test_a_killed_chain_learner_pays_nothing_twice_and_keeps_its_registry_whole(
     the budget holds, no half-written version is seen and the served version loads."""
     from tttembed.chain.checkpoint import load_encoder
     from tttembed.index.store import load_index
-    from tttembed.loop.chain_promote import served_checkpoint
+    from tttembed.loop.chain.promote import served_checkpoint
     from tttembed.loop.open import open_store
     from tttembed.loop.status import read_status
     from tttembed.registry.open import open_registry

@@ -106,13 +106,13 @@ def answered(count_file: Path) -> int:
 
 
 def serve_traffic(setup: dict[str, Any], minilm: Any, chain: str, states: str,
-                  asked: list[str]) -> list[str]:
-    """Ask every question of ``asked`` once (the server's default hops); the texts the
-    server encoded, in order."""
+                  asked: list[str], chain_state: str | None = None) -> list[str]:
+    """Ask every question of ``asked`` once (the server's default hops; ``chain_state``:
+    its ``--chain-state``); the texts the server encoded, in order."""
     from tttembed.serve import create_app
 
     app = create_app(index=str(setup["index"]), chain=chain, registry=states,
-                     embedder=minilm, registry_poll_s=0.1)
+                     embedder=minilm, registry_poll_s=0.1, chain_state=chain_state)
     source = app.state.service.chain.source
     seen: list[str] = []
     inner = source.current.encode
@@ -132,7 +132,7 @@ def serve_traffic(setup: dict[str, Any], minilm: Any, chain: str, states: str,
 def chain_loop(setup: dict[str, Any], judge_url: str, work: Path, **options: Any) -> Any:
     """A ChainLoop over the served traffic (the state registry's store)."""
     from tttembed.cli.loop import loop_config
-    from tttembed.loop.chain_run import ChainLoop
+    from tttembed.loop.chain.run import ChainLoop
 
     kw = {"judge_budget": 1000, "judge_rpm": 100000.0, "learn_every": 10000,
           "min_queries": 2, "corpus": setup["data"], "poll_s": 0.01, **options}

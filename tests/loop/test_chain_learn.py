@@ -34,7 +34,8 @@ from tests.loop.chain_traffic import (
 @pytest.fixture(scope="module")
 def traffic(tmp_path_factory, minilm, gold_checkpoint):
     """A served untrained chain (a chain registry holding the gold checkpoint as v1, not
-    promoted) asked every question once; the texts it encoded."""
+    promoted) on text states (``--chain-state text``; the learner trains text states)
+    asked every question once; the texts it encoded."""
     from tttembed.chain.setup import load
     from tttembed.registry.open import open_for
 
@@ -49,7 +50,8 @@ def traffic(tmp_path_factory, minilm, gold_checkpoint):
     ckpt, _ = gold_checkpoint
     open_for(str(work / "chain"), ckpt).add(ckpt, by="user")
     asked = [q for _, q, _ in questions()]
-    seen = serve_traffic(setup, minilm, str(work / "chain"), str(work / "states"), asked)
+    seen = serve_traffic(setup, minilm, str(work / "chain"), str(work / "states"), asked,
+                         chain_state="text")
     return {**setup, "work": work, "seen": seen, "asked": asked}
 
 
@@ -69,7 +71,7 @@ def test_trains_only_on_served_states_token_for_token_never_on_held_out(traffic,
                                                                          tmp_path):
     from tttembed.chain import traffic_train
     from tttembed.chain.states import SEP
-    from tttembed.loop.chain_rows import held_out
+    from tttembed.loop.chain.rows import held_out
 
     trained: list[str] = []
     real_fit = traffic_train.fit_epoch
@@ -101,6 +103,52 @@ def test_trains_only_on_served_states_token_for_token_never_on_held_out(traffic,
     # the judge was paid for the held-out questions only by the promotion check
     assert not [r for r in rewards if r.source == "judge" and held_out(r.query)]
     assert {r.query for r in rewards if r.source == "validation"} <= set(held)
+
+
+def test_entity_served_traffic_is_checked_as_served_and_learned_as_text(
+        traffic, minilm, monkeypatch, tmp_path):
+    """The untrained encoder's default (entity states): the held-out check runs the served
+    side on the entity states the server answered with (its top lists are the served
+    ones), the candidate learns and is checked on the text states of the chains the served
+    encoder reached, and records text."""
+    from tttembed.chain.checkpoint import trained_settings
+    from tttembed.chain.traffic import logged_chain
+    from tttembed.loop.chain import promote as chain_promote
+    from tttembed.loop.chain.rows import held_out
+    from tttembed.registry.open import open_registry
+
+    work = tmp_path / "w"
+    shutil.copytree(traffic["work"], work)
+    for old in (work / "states").glob("loop.sqlite*"):  # a store of this traffic alone
+        old.unlink()
+    serve_traffic(traffic, minilm, str(work / "chain"), str(work / "states"),
+                  traffic["asked"])  # the default: entity states
+    lists: dict[str, dict[str, list[str]]] = {}
+    real = chain_promote.chain_top_lists
+
+    def recording(learner, path, questions, steps, limit, what, form="text"):
+        got = real(learner, path, questions, steps, limit, what, form)
+        lists[what] = {**dict(zip(questions, got)), "form": form}  # type: ignore[dict-item]
+        return got
+
+    monkeypatch.setattr(chain_promote, "chain_top_lists", recording)
+    with judge_server(traffic["data"], tmp_path / "pairs.txt") as (url, _):
+        loop = chain_loop(traffic, url, work)
+        try:
+            served = {s.query: s.ids[:chain_promote.K] for s in loop.store.searches()}
+            kinds = {logged_chain(s.kind).form for s in loop.store.searches()}  # type: ignore[union-attr]
+            loop.run(once=True)
+            [cycle] = loop.cycles
+        finally:
+            loop.close()
+    assert kinds == {"entities"}
+    assert cycle.version == "v2", cycle.reason
+    assert lists["served"]["form"] == "entities" and lists["candidate"]["form"] == "text"
+    held = [q for q in traffic["asked"] if held_out(q)]
+    assert held and all(list(served[q]) == lists["served"][q] for q in held)
+    version = open_registry(str(work / "chain")).get("v2")
+    assert version.manifest["trained"]["served_state"] == "entities"
+    assert trained_settings(version.path / "chain").form == "text"
 
 
 def test_each_pair_is_paid_once_within_the_budget(traffic, fresh, tmp_path):
@@ -182,7 +230,7 @@ def test_a_cycle_with_nothing_new_trains_nothing_and_says_which_version_answered
 
 
 def test_the_promotion_follows_the_paired_test(traffic, fresh, tmp_path):
-    from tttembed.loop.chain_promote import ALPHA
+    from tttembed.loop.chain.promote import ALPHA
     from tttembed.registry.open import open_registry
 
     with judge_server(traffic["data"], tmp_path / "pairs.txt") as (url, _):
@@ -202,7 +250,7 @@ def test_the_promotion_follows_the_paired_test(traffic, fresh, tmp_path):
 
 
 def test_sign_test():
-    from tttembed.loop.chain_promote import sign_test
+    from tttembed.loop.chain.promote import sign_test
 
     assert sign_test([False] * 6, [True] * 6) == (6, 0, 1 / 64)
     assert sign_test([True, False], [True, False]) == (0, 0, 1.0)
@@ -340,3 +388,51 @@ def test_loop_cli_refuses_once_without_chain_and_a_state_registry_as_chain(traff
     r = runner.invoke(app, [*base, "--chain", str(fresh / "states"), "--once"])
     assert r.exit_code == 1 and "holds learned states, not chain encoders" in r.output
     assert "Traceback" not in r.output
+
+
+def test_a_second_chain_learner_on_one_chain_registry_is_refused(traffic, fresh, tmp_path,
+                                                                 monkeypatch):
+    """Trust round 6: two chain learners on one store paid nothing twice, but each trained
+    and registered its own candidate with the same verdict. One chain learner per chain
+    registry now: the second is refused in one line naming the first, nothing paid."""
+    import subprocess
+    import sys
+
+    from tttembed.core.errors import ConfigError
+    from tttembed.loop.chain import run as chain_run
+    from tttembed.registry.open import open_registry
+
+    code = ("import sys, time\nfrom tttembed.loop.coordination.folder import "
+            "FolderCoordination\nwith FolderCoordination(sys.argv[1]).learner_lock():\n"
+            "    print('held', flush=True)\n    time.sleep(600)\n")
+    monkeypatch.setattr(chain_run, "lower_priority", lambda nice: None)  # not the tests'
+    monkeypatch.setattr(chain_run, "configure_log", lambda: None)
+    first = subprocess.Popen([sys.executable, "-c", code, str(fresh / "chain")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "held"
+        with judge_server(traffic["data"], tmp_path / "pairs.txt") as (url, _):
+            loop = chain_loop(traffic, url, fresh)
+            config = loop.config
+            loop.close()
+            with pytest.raises(ConfigError, match="another learner runs on registry"):
+                chain_run.run_chain_loop(config, str(fresh / "chain"), once=True)
+        assert answered(tmp_path / "pairs.txt") == 0  # the refused learner paid nothing
+    finally:
+        first.kill()
+        first.wait(30)
+    assert [v.name for v in open_registry(str(fresh / "chain")).versions()] == ["v1"]
+
+
+def test_the_check_says_what_traffic_it_needs_before_it_runs():
+    """Trust round 6: a check that cannot reach p < 0.05 on its held-out set says so
+    before it is run, and a waiting one says how many asked questions it waits for (with
+    what was measured), not only the --min-queries it lacks."""
+    from tttembed.loop.chain.promote import SIGN_MIN, asked_needed, cannot_promote
+
+    assert 0.5 ** SIGN_MIN < 0.05 <= 0.5 ** (SIGN_MIN - 1)  # the fewest that can decide
+    assert "can never reach p < 0.05 (it needs at least 5 that differ)" in cannot_promote(4)
+    assert cannot_promote(SIGN_MIN) == ""
+    said = asked_needed(19, 20)
+    assert said.startswith("about 100 distinct questions asked (one in 5 is held out; 19")
+    assert "150 asked reached p 0.06" in said and asked_needed(1, 2).startswith("about 25 ")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tttembed.core.errors import ConfigError
-from tttembed.loop.chain_run import open_chain_registry
+from tttembed.loop.chain.run import open_chain_registry
 
 
 def _said(spec: str) -> str:

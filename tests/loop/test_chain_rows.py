@@ -5,7 +5,7 @@ pairs are not judged again."""
 
 from __future__ import annotations
 
-from tttembed.loop.chain_rows import held_out, pending, read_traffic, relevant_rows
+from tttembed.loop.chain.rows import held_out, pending, read_traffic, relevant_rows
 from tttembed.loop.rows import CHAIN_TASK, SearchLog
 
 ROWS = {"p1": 0, "p2": 1, "p3": 2}
@@ -58,7 +58,7 @@ def test_pending_skips_held_out_questions_and_judged_pairs(tmp_path):
 
 
 def test_relevant_rows_follow_the_served_rank_and_labels_win():
-    from tttembed.loop.chain_rows import Served
+    from tttembed.loop.chain.rows import Served
 
     searches = [Served("a", "q", None, [2, 0], ("p3", "p1", "p2"), 256)]
     judged = {(CHAIN_TASK, "q", "p1"): 0.9, (CHAIN_TASK, "q", "p3"): 0.8,
@@ -70,7 +70,7 @@ def test_relevant_rows_follow_the_served_rank_and_labels_win():
 
 def test_a_min_queries_the_budget_cannot_reach_is_said_in_one_line():
     from tttembed.cli.loop import loop_config
-    from tttembed.loop.chain_run import unreachable
+    from tttembed.loop.chain.run import unreachable
 
     never = unreachable(loop_config("reg", "idx", "bm25", judge_budget=50, min_queries=20))
     assert "\n" not in never and "--min-queries 20 cannot be reached" in never

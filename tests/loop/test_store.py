@@ -118,7 +118,7 @@ def test_rewards_and_distrust(store: Store) -> None:
 
 def test_counts(store: Store) -> None:
     assert store.counts() == {"searches": 0, "feedback": 0, "rewards": 0, "paid": 0,
-                              "untrusted": 0, "by_version": {}}
+                              "untrusted": 0, "reasked": 0, "by_version": {}}
     store.log_searches([_search("s1", 1.0, "v1"), _search("s2", 2.0, "v1"),
                         _search("s3", 3.0, None), _search("s4", 4.0, "v2")])
     store.add_feedback([Feedback("pets", "q", "d1", 1.0, "s1"),
@@ -127,7 +127,8 @@ def test_counts(store: Store) -> None:
                        Reward("pets", "q", "d2", 0.5, 2.0, paid=False),
                        Reward("pets", "q", "d3", 0.0, 3.0, trusted=False)])
     assert store.counts() == {"searches": 4, "feedback": 2, "rewards": 3, "paid": 2,
-                              "untrusted": 1, "by_version": {"v1": 2, "v2": 1, "raw": 1}}
+                              "untrusted": 1, "reasked": 0,
+                              "by_version": {"v1": 2, "v2": 1, "raw": 1}}
 
 
 def test_reopened_store_keeps_its_rows(spec: str) -> None:
@@ -331,3 +332,5 @@ def test_a_reservation_left_open_by_a_kill_is_recovered(store: Store) -> None:
     store.settle([("t", "q", "d2")])
     assert store.prepaid(pairs) == set() and store.recover(lambda t: False) == {
         "given_back": 0, "spent": 0, "lost": 0}
+    # the lost pair was asked again: counted where the operator reads the spend (once)
+    assert store.counts()["reasked"] == 1

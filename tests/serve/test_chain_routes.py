@@ -79,13 +79,34 @@ def test_served_chains_equal_chain_search_on_a_whole_split(chain_setup, chain_se
 def test_a_smaller_state_token_limit_serves_as_chain_search_runs_it(chain_setup, minilm,
                                                                      tmp_path):
     want = offline(chain_setup, tmp_path / "run.jsonl", "--steps", "2",
-                   "--max-seq-length", "24")
-    default = offline(chain_setup, tmp_path / "default.jsonl", "--steps", "2")
+                   "--max-seq-length", "24", "--chain-state", "text")
+    default = offline(chain_setup, tmp_path / "default.jsonl", "--steps", "2",
+                      "--chain-state", "text")
     assert want != default  # the limit cuts the states here
-    with running(chain_app(chain_setup, minilm, chain_max_seq_length=24)) as url:
+    with running(chain_app(chain_setup, minilm, chain_max_seq_length=24,
+                           chain_state="text")) as url:
         for qid, question, _ in CHAINS:
             got = httpx.post(f"{url}/v1/chain/search", json={"question": question,
                                                             "top_k": 12}, timeout=60).json()
+            assert [(d["id"], d["score"]) for d in got["data"]] == want[qid]
+
+
+def test_the_entity_state_serves_as_chain_search_runs_it(chain_setup, minilm, tmp_path):
+    """``serve --chain base`` answers each question as ``chain search`` does with the
+    untrained encoder's default, the entity state (``--chain-state entities`` on both
+    sides says the same); text states answer otherwise."""
+    want = offline(chain_setup, tmp_path / "run.jsonl", "--steps", "3")
+    assert want == offline(chain_setup, tmp_path / "e.jsonl", "--steps", "3",
+                           "--chain-state", "entities")
+    text = offline(chain_setup, tmp_path / "text.jsonl", "--steps", "3",
+                   "--chain-state", "text")
+    assert want != text  # the entity state reads other passages than the text state
+    with running(chain_app(chain_setup, minilm)) as url:
+        health = httpx.get(f"{url}/healthz", timeout=30).json()["chain"]
+        assert (health["state"], health["max_seq_length"]) == ("entities", 128)
+        for qid, question, _ in CHAINS:
+            got = httpx.post(f"{url}/v1/chain/search", json={
+                "question": question, "max_hops": 3, "top_k": 12}, timeout=60).json()
             assert [(d["id"], d["score"]) for d in got["data"]] == want[qid]
 
 
@@ -181,7 +202,7 @@ def test_chain_search_ids_take_events_and_feedback_stored_like_searches(chain_se
     try:
         [logged] = store.searches()  # the two refused requests logged nothing
         assert (logged.search_id, logged.task, logged.query, logged.kind) == \
-            (sid, CHAIN_TASK, question, f"chain:{len(got['hops'])}:256")
+            (sid, CHAIN_TASK, question, f"chain:{len(got['hops'])}:128:entities")
         # the hops the chain ran and the state token limit: what rebuilding its states needs
         assert logged_chain(logged.kind) is not None and len(got["hops"]) == 2
         assert logged_chain("chain") is None  # a search logged before: readable, no hops

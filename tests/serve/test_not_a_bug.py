@@ -145,4 +145,26 @@ def test_a_hung_upstreams_502_names_no_option_serve_lacks(setup, minilm):
     message = answer.json()["error"]["message"]
     assert answer.status_code == 502 and "--timeout" not in message, message
     assert "--max-retries" not in message and "upstream embedder" in message
-    assert "waits at most 60 s an attempt and 210 s a request" in message
+    # serve's own bound (--upstream-deadline, default 30 s), not the client default 210 s
+    assert "waits at most 30 s an attempt and 30 s a request" in message
+    assert "(--upstream-deadline sets the second)" in message
+
+
+def test_serve_bounds_an_http_embedders_wait_by_its_upstream_deadline():
+    """Trust round 6: a hung upstream embedder held each search 210 s (the HTTP client's
+    default) before the 502; ``serve --upstream-deadline S`` gives the index's HTTP
+    embedder a policy whose whole request (attempts and waits) ends within S."""
+    from types import SimpleNamespace
+
+    from tttembed.serve.service import Service
+
+    def upstream(spec: str, deadline: float) -> dict:
+        me = SimpleNamespace(index=SimpleNamespace(manifest={"embedder_spec": spec}),
+                             config=SimpleNamespace(upstream_deadline_s=deadline))
+        return Service._upstream(me)  # type: ignore[arg-type]
+
+    policy = upstream("openai:m@http://127.0.0.1:9/v1", 2.0)["retry"]
+    assert policy.total_deadline == 2.0 and policy.timeout == 2.0
+    assert policy.max_delay <= 0.5  # no backoff wait past a quarter of the deadline
+    assert upstream("openai:m@http://127.0.0.1:9/v1", 30.0)["retry"].timeout == 30.0
+    assert upstream("st:sentence-transformers/all-MiniLM-L6-v2", 2.0) == {}  # local model

@@ -25,7 +25,13 @@ from types import MappingProxyType
 from typing import Any
 
 from tttembed.chain.analysis import evaluate_chain
-from tttembed.chain.checkpoint import default_steps, read_checkpoint_manifest
+from tttembed.chain.checkpoint import (
+    default_steps,
+    read_checkpoint_manifest,
+    state_settings,
+    trained_settings,
+)
+from tttembed.chain.forms import TEXT, StateSettings
 from tttembed.chain.online import chain_run
 from tttembed.chain.regimes import NEEDS_RUN, REGIMES
 from tttembed.chain.report import write_chain_report
@@ -75,7 +81,7 @@ class ChainSearchResult:
 
 # --- lower-level helpers (also used by benchmarks/bench_chain.py) ---------------------------
 
-def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int,
+def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int | None,
                   transfer: bool = False) -> Encode:
     """The frozen model's query side (``encoder`` None) or a trained checkpoint's encoder
     (trained against this index; ``transfer``: against any corpus of the same embedder)."""
@@ -89,10 +95,11 @@ def query_encoder(loaded: Loaded, encoder: PathLike | None, max_seq_length: int,
 
 def run_search(loaded: Loaded, encode: Encode, *, steps: int | None = None, beam: int = 1,
                max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, depth: int = 100,
-               progress: Advance | None = None) -> ChainRun:
-    """Greedy (``beam`` 1) or beam chain search of every question of ``loaded``."""
+               progress: Advance | None = None, form: str = TEXT) -> ChainRun:
+    """Greedy (``beam`` 1) or beam chain search of every question of ``loaded``, its states
+    of ``form`` cut to ``max_seq_length`` tokens."""
     task = loaded.task
-    texts = state_texts(task, loaded.embedder.model, max_seq_length)
+    texts = state_texts(task, loaded.embedder.model, max_seq_length, form)
     return chain_run(len(task.golds), texts, encode, loaded.index.search,
                      steps=steps or task.max_hops, beam=beam, depth=depth, keep=depth,
                      progress=progress)
@@ -109,18 +116,36 @@ def _check_names(names: Sequence[str], wanted: Sequence[str]) -> None:
 def run_chain_eval(loaded: Loaded, encoders: Sequence[tuple[str, PathLike | None]], *,
                    steps: int | None = None, beam: int = 4, beam_encoders: Sequence[str] = (),
                    reference: str | None = None, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
-                   progress: Progress | None = None) -> dict[str, Any]:
-    """Evaluate named encoders ((name, checkpoint folder or None for the untrained model))."""
+                   progress: Progress | None = None, form: str = TEXT) -> dict[str, Any]:
+    """Evaluate named encoders ((name, checkpoint folder or None for the untrained model)),
+    every one on the same states (``form``, ``max_seq_length``)."""
     names = [n for n, _ in encoders]
     _check_names(names, [*beam_encoders, *([reference] if reference else [])])
     # an evaluation may measure transfer: an encoder trained on another corpus (same
     # embedder) is evaluated here, and chain_eval records which were
     fns = {name: query_encoder(loaded, path, max_seq_length, transfer=True)
            for name, path in encoders}
-    texts = state_texts(loaded.task, loaded.embedder.model, max_seq_length)
+    texts = state_texts(loaded.task, loaded.embedder.model, max_seq_length, form)
     return evaluate_chain(loaded.task.golds, texts, loaded.index.search, fns,
                           steps=steps or loaded.task.max_hops, reference=reference,
                           beam_width=beam, beam_encoders=beam_encoders, progress=progress)
+
+
+def eval_settings(encoders: Sequence[tuple[str, PathLike | None]],
+                  max_seq_length: int | None, form: str | None) -> StateSettings:
+    """The one state setting an evaluation runs every encoder on: the one asked for, else
+    the one the trained encoders record (refused when they record different ones), else
+    the untrained encoder's."""
+    trained = {name: trained_settings(path) for name, path in encoders if path is not None}
+    found = set(trained.values()) or {trained_settings(None)}
+    if len(found) > 1 and (max_seq_length is None or form is None):
+        said = ", ".join(f"{n}: {s.form} at {s.max_seq_length} tokens"
+                         for n, s in trained.items())
+        raise ConfigError(f"the encoders were trained on different states ({said}); an "
+                          "evaluation reads one: give --max-seq-length and --chain-state")
+    own = next(iter(found))
+    return state_settings(None, own.max_seq_length if max_seq_length is None
+                          else max_seq_length, own.form if form is None else form)
 
 
 def _check_common(steps: int, max_questions: int | None, max_seq_length: int) -> None:
@@ -138,7 +163,7 @@ def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None 
                  embedder: str = DEFAULT_EMBEDDER, encoder: PathLike | None = None,
                  steps: int | None = None, beam: int = 1,
                  max_questions: int | None = None,
-                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
+                 max_seq_length: int | None = None, state: str | None = None,
                  progress: Progress | None = None) -> ChainSearchResult:
     """Chain retrieval for every question of a split of a multi-hop folder.
 
@@ -146,7 +171,10 @@ def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None 
     index folder (built there when absent; default: in the cache); ``encoder`` a trained
     checkpoint folder (None: the untrained model); ``steps`` the chain steps T (None:
     the encoder's T, as ``serve --chain`` answers: the checkpoint's, 2 for the untrained
-    model; 0: the data's max hops); ``beam`` the beam width (1: greedy). Metrics are percentages.
+    model; 0: the data's max hops); ``beam`` the beam width (1: greedy);
+    ``max_seq_length`` and ``state`` (the state form, ``text`` or ``entities``) None: those
+    the encoder was trained with (the untrained model: 128 and text). Metrics are
+    percentages.
 
         >>> from tttembed import api
         >>> res = api.chain_search("data/2wiki", encoder="ckpt/gold", beam=4)
@@ -156,14 +184,16 @@ def chain_search(data: PathLike, *, split: str = "test", index: PathLike | None 
         raise ConfigError("beam must be at least 1")
     if steps is None:
         steps = default_steps(encoder)
-    _check_common(steps, max_questions, max_seq_length)
+    settings = state_settings(encoder, max_seq_length, state)
+    _check_common(steps, max_questions, settings.max_seq_length)
     loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
                   progress=progress)
-    encode = query_encoder(loaded, encoder, max_seq_length)
+    encode = query_encoder(loaded, encoder, settings.max_seq_length)
     total = steps or loaded.task.max_hops
     advance = stage(progress, "chain steps", total * len(loaded.task.golds))
-    run = run_search(loaded, encode, steps=total, beam=beam, max_seq_length=max_seq_length,
-                     progress=advance)
+    run = run_search(loaded, encode, steps=total, beam=beam,
+                     max_seq_length=settings.max_seq_length, progress=advance,
+                     form=settings.form)
     return ChainSearchResult(run, chain_metrics(run.ranking, loaded.task.golds),
                              tuple(c.qid for c in loaded.task.chains), loaded.index.doc_ids,
                              total, beam)
@@ -175,8 +205,8 @@ def chain_train(data: PathLike, out: PathLike, *, regime: str = "gold",
                 epochs: int = 3, batch_size: int = 32, lr: float = 2e-4, n_neg: int = 32,
                 shared_negatives: bool = False, steps: int = 0, seed: int = 0,
                 max_questions: int | None = None,
-                max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, overwrite: bool = False,
-                progress: Progress | None = None) -> TrainResult:
+                max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, state: str = TEXT,
+                overwrite: bool = False, progress: Progress | None = None) -> TrainResult:
     """Train (or resume) the LoRA query encoder of the chain retriever into ``out``.
 
     ``regime`` is one of ``REGIMES`` (gold, synthetic, synthetic-resampled, static,
@@ -198,7 +228,8 @@ def chain_train(data: PathLike, out: PathLike, *, regime: str = "gold",
         read_checkpoint_manifest(states_from)
     _check_common(steps, max_questions, max_seq_length)
     cfg = TrainConfig(regime=regime, epochs=epochs, batch_size=batch_size, lr=lr,
-                      n_neg=n_neg, steps=steps, max_seq_length=max_seq_length, seed=seed,
+                      n_neg=n_neg, steps=steps, max_seq_length=max_seq_length,
+                      state=state, seed=seed,
                       shared_negatives=shared_negatives, base=embedder)
     cfg.check()
     loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
@@ -231,8 +262,8 @@ def chain_eval(data: PathLike, out: PathLike, *,
                split: str = "test", index: PathLike | None = None,
                embedder: str = DEFAULT_EMBEDDER, steps: int = 0,
                max_questions: int | None = None,
-               max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, overwrite: bool = False,
-               progress: Progress | None = None) -> dict[str, Any]:
+               max_seq_length: int | None = None, state: str | None = None,
+               overwrite: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Evaluate trained encoders (``{name: checkpoint folder}``) against the untrained model
     (always included as "untrained") and write the report folder ``out``.
 
@@ -254,17 +285,19 @@ def chain_eval(data: PathLike, out: PathLike, *,
     _check_names([n for n, _ in named], [*beams, ref])
     if beam < 1:
         raise ConfigError("beam must be at least 1 (1: no beam baseline)")
-    _check_common(steps, max_questions, max_seq_length)
+    settings = eval_settings(named, max_seq_length, state)
+    _check_common(steps, max_questions, settings.max_seq_length)
     refuse_existing(out, overwrite, "report folder")
     loaded = load(data, split, index, embedder=embedder, max_questions=max_questions,
                   progress=progress)
     total = steps or loaded.task.max_hops
     results = run_chain_eval(loaded, named, steps=total, beam=beam, beam_encoders=beams,
-                             reference=ref, max_seq_length=max_seq_length, progress=progress)
+                             reference=ref, max_seq_length=settings.max_seq_length,
+                             progress=progress, form=settings.form)
     config = {"data": str(data), "split": split, "embedder": embedder, "steps": total,
               "beam": beam, "encoders": {n: None if p is None else str(p) for n, p in named},
               "reference": ref, "n_questions": len(loaded.task.golds),
-              "max_seq_length": max_seq_length,
+              "max_seq_length": settings.max_seq_length, "state": settings.form,
               "transfer": _transfer(named, loaded),   # trained against another corpus
               "device": str(loaded.embedder.model.device)}   # the latencies depend on it
     write_chain_report(out, config, results)

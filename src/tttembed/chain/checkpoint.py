@@ -4,11 +4,13 @@ folder layout)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tttembed.chain.encoder import LoraQueryEncoder, load_base_model
-from tttembed.chain.setup import ChainTask
+from tttembed.chain.forms import TEXT, UNTRAINED_FORM, StateSettings, check_form
+from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH, ChainTask
 from tttembed.core.errors import ConfigError, StateMismatch
 from tttembed.core.io import MANIFEST, json_hash, recover_directory
 from tttembed.core.io import read_manifest as _read_manifest
@@ -19,6 +21,10 @@ if TYPE_CHECKING:
     from tttembed.index.base import Index
 
 FORMAT = "tttembed-chain-encoder"
+#: The state token limit of a checkpoint that records none (the default it was trained at).
+LEGACY_MAX_SEQ_LENGTH = 256
+log = logging.getLogger("tttembed.chain")
+_SAID: set[str] = set()  # the checkpoints whose missing limit was said
 TRAIN_FIX = "train one with 'tttembed chain train DATA --out FOLDER'"
 
 
@@ -38,13 +44,45 @@ def default_steps(path: PathLike | None) -> int:
     return int(read_checkpoint_manifest(path).get("steps") or DEFAULT_STEPS)
 
 
+def trained_settings(path: PathLike | None) -> StateSettings:
+    """The state settings ``path`` was trained with (its manifest's config), read as the
+    defaults of every reader (``chain search | eval``, ``serve --chain``, the learner).
+    The untrained encoder (None): ``DEFAULT_MAX_SEQ_LENGTH`` and ``UNTRAINED_FORM`` (the
+    entity state, measured best with it). A checkpoint that records no limit was trained at
+    256, the default before limits were recorded: it keeps 256, said once in the log; one
+    that records no form was trained on text states."""
+    if path is None:
+        return StateSettings(DEFAULT_MAX_SEQ_LENGTH, UNTRAINED_FORM)
+    config = read_checkpoint_manifest(path).get("config") or {}
+    limit = config.get("max_seq_length")
+    if limit is None:
+        if str(path) not in _SAID:
+            _SAID.add(str(path))
+            log.warning("chain checkpoint %s records no state token limit (trained before "
+                        "limits were recorded): it reads %d-token states, as it was "
+                        "trained; give --max-seq-length to choose another", path,
+                        LEGACY_MAX_SEQ_LENGTH)
+        limit = LEGACY_MAX_SEQ_LENGTH
+    return StateSettings(int(limit), str(config.get("state") or TEXT))
+
+
+def state_settings(path: PathLike | None, max_seq_length: int | None = None,
+                   form: str | None = None) -> StateSettings:
+    """The settings a reader uses: those asked for, else those ``path`` records."""
+    own = trained_settings(path)
+    return StateSettings(own.max_seq_length if max_seq_length is None else int(max_seq_length),
+                         own.form if form is None else check_form(form))
+
+
 def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
-                 max_seq_length: int = 256, trainable: bool = False,
+                 max_seq_length: int | None = None, trainable: bool = False,
                  index: Index | None = None, transfer: bool = False) -> LoraQueryEncoder:
     """A query encoder: the checkpoint's adapter on a fresh base model, or (path None) a
     fresh adapter, which encodes exactly like the frozen model. With ``index`` the
     checkpoint must have been trained against the same passage index (embedder and
-    corpus; ``transfer``: the same embedder, any corpus, as a transfer evaluation asks)."""
+    corpus; ``transfer``: the same embedder, any corpus, as a transfer evaluation asks).
+    ``max_seq_length`` None: the limit the checkpoint was trained with."""
+    max_seq_length = state_settings(path, max_seq_length).max_seq_length
     if path is None:
         return LoraQueryEncoder(load_base_model(base, max_seq_length=max_seq_length))
     manifest = read_checkpoint_manifest(path)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tttembed.chain.forms import DEFAULT_MAX_SEQ_LENGTH, TEXT, form_passages
 from tttembed.chain.search import Encode
 from tttembed.chain.states import StateTexts, TokenBudget
 from tttembed.core.errors import ConfigError, StateMismatch
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from tttembed.embed.st import SentenceTransformerEmbedder
     from tttembed.index.base import Index
 
-DEFAULT_MAX_SEQ_LENGTH = 256
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class ChainTask:
     chains: list[Chain]
     golds: list[list[int]]          # gold rows in chain order, per question
     passages: list[str]             # doc_text of each index row
+    titles: Sequence[str] = ()      # the title of each index row (the entity state's)
 
     @property
     def questions(self) -> list[str]:
@@ -47,7 +48,11 @@ class ChainTask:
     def subset(self, n: int | None) -> ChainTask:
         if n is None or n >= len(self.chains):
             return self
-        return ChainTask(self.chains[:n], self.golds[:n], self.passages)
+        return ChainTask(self.chains[:n], self.golds[:n], self.passages, self.titles)
+
+    def state_passages(self, form: str = TEXT) -> Sequence[str]:
+        """The passages a state of ``form`` re-reads (:mod:`tttembed.chain.forms`)."""
+        return form_passages(self.passages, self.titles, form)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,8 @@ def chain_task(chains: Sequence[Chain], corpus: dict[str, dict[str, str]], doc_i
         raise StateMismatch(f"gold passage {missing[0]!r} is not in the index; rebuild the "
                             "index from this dataset's corpus")
     passages = [doc_text(corpus[d]) for d in doc_ids]
-    return ChainTask(list(chains), [[row[d] for d in c.chain] for c in chains], passages)
+    return ChainTask(list(chains), [[row[d] for d in c.chain] for c in chains], passages,
+                     [corpus[d].get("title", "") for d in doc_ids])
 
 
 def frozen_embedder(spec: str = DEFAULT_EMBEDDER) -> SentenceTransformerEmbedder:
@@ -125,10 +131,11 @@ def frozen_embedder(spec: str = DEFAULT_EMBEDDER) -> SentenceTransformerEmbedder
     return emb
 
 
-def state_texts(task: ChainTask, model: Any, max_seq_length: int) -> StateTexts:
-    """State texts of the task's questions, cut to the token budget of ``model`` (a
-    SentenceTransformer)."""
-    return StateTexts(task.questions, task.passages,
+def state_texts(task: ChainTask, model: Any, max_seq_length: int,
+                form: str = TEXT) -> StateTexts:
+    """State texts of the task's questions in ``form``, cut to the token budget of
+    ``model`` (a SentenceTransformer)."""
+    return StateTexts(task.questions, task.state_passages(form),
                       budget=TokenBudget.for_model(model, max_seq_length))
 
 

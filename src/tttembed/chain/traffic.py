@@ -15,36 +15,44 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tttembed.chain.forms import FORMS, TEXT
 from tttembed.chain.states import StateTexts, TokenBudget
 from tttembed.core.errors import DataError
 
 #: The kind a chain search is logged under: ``chain:HOPS:MAX_SEQ_LENGTH`` (the hops its
-#: chain ran, the server's state token limit), what rebuilding its states needs. A search
-#: logged before these were recorded has the kind ``chain`` alone (:func:`logged_chain`:
-#: None; it stays readable, its states cannot be rebuilt).
+#: chain ran, the server's state token limit), what rebuilding its states needs, and
+#: ``:FORM`` after them for a state form other than text (``chain:2:128:entities``). A
+#: search logged before these were recorded has the kind ``chain`` alone
+#: (:func:`logged_chain`: None; it stays readable, its states cannot be rebuilt).
 KIND = "chain"
 
 
-def chain_kind(hops: int, max_seq_length: int) -> str:
+def chain_kind(hops: int, max_seq_length: int, form: str = TEXT) -> str:
     """The kind a chain search of ``hops`` hops at the state token limit is logged under."""
-    return f"{KIND}:{int(hops)}:{int(max_seq_length)}"
+    kind = f"{KIND}:{int(hops)}:{int(max_seq_length)}"
+    return kind if form == TEXT else f"{kind}:{form}"
 
 
 @dataclass(frozen=True)
 class Logged:
-    """What a logged chain search's kind records: its hops and state token limit."""
+    """What a logged chain search's kind records: its hops, state token limit and form."""
 
     hops: int
     max_seq_length: int
+    form: str = TEXT
 
 
 def logged_chain(kind: str) -> Logged | None:
-    """The hops and token limit a chain search's kind records (None: a search logged
-    before they were, or not a chain search)."""
+    """The hops, token limit and form a chain search's kind records (None: a search
+    logged before they were, or not a chain search)."""
     parts = kind.split(":")
+    if len(parts) == 4 and parts[3] in FORMS:
+        parts, form = parts[:3], parts[3]
+    else:
+        form = TEXT
     if len(parts) != 3 or parts[0] != KIND or not all(p.isdigit() for p in parts[1:]):
         return None
-    return Logged(int(parts[1]), int(parts[2]))
+    return Logged(int(parts[1]), int(parts[2]), form)
 
 
 def served_states(question: str, hops: Sequence[int], passages: Sequence[str],

@@ -44,6 +44,7 @@ from tttembed.chain.checkpoint import (
     save_optimizer,
 )
 from tttembed.chain.encoder import LoraQueryEncoder, LoraSettings, load_base_model
+from tttembed.chain.forms import TEXT, check_form
 from tttembed.chain.regimes import (
     NEEDS_RUN,
     check_regime,
@@ -58,7 +59,7 @@ from tttembed.chain.regimes import (
     wrong_passages,
 )
 from tttembed.chain.search import Encode, Search, greedy_chain
-from tttembed.chain.setup import ChainTask, StateTexts, state_texts
+from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH, ChainTask, StateTexts, state_texts
 from tttembed.chain.states import gold_states, reached_states
 from tttembed.core.errors import ConfigError
 from tttembed.core.io import (
@@ -91,7 +92,8 @@ class TrainConfig:
     n_neg: int = 32
     neg_depth: int = 100
     steps: int = 0                   # chain steps T for runs; 0 = the data's max hops
-    max_seq_length: int = 256
+    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
+    state: str = TEXT                # the state form (tttembed.chain.forms) trained on
     seed: int = 0
     shared_negatives: bool = False
     base: str = DEFAULT_EMBEDDER
@@ -99,6 +101,7 @@ class TrainConfig:
 
     def check(self) -> None:
         check_regime(self.regime)
+        check_form(self.state, "state")
         for name in ("epochs", "batch_size", "n_neg", "neg_depth", "max_seq_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
@@ -182,7 +185,8 @@ def _open_session(task: ChainTask, index: Index, frozen: Encode, cfg: TrainConfi
         load_optimizer(opt, params, out / "optimizer.safetensors")
     vecs = torch.from_numpy(index.get_vectors(np.arange(len(index)))).to(encoder.device)
     return TrainSession(task, index, frozen, cfg, cfg.steps or task.max_hops, states_from,
-                    encoder, opt, params, state_texts(task, encoder.model, cfg.max_seq_length),
+                    encoder, opt, params,
+                    state_texts(task, encoder.model, cfg.max_seq_length, cfg.state),
                     vecs, gold_states(task.golds))
 
 

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from tttembed import api
+from tttembed.chain.forms import DEFAULT_MAX_SEQ_LENGTH
 from tttembed.chain.regimes import REGIMES
 from tttembed.cli._common import (
     console,
@@ -46,8 +47,21 @@ ChainEmbedderOpt = Annotated[str, typer.Option(
     "--embedder", "-e", help="Frozen passage encoder (an st: spec).")]
 StepsOpt = Annotated[int, typer.Option(help="Chain steps T (0 = the data's max hops).", min=0)]
 MaxQOpt = Annotated[Optional[int], typer.Option(help="Use only the first N questions.", min=1)]
-SeqLenOpt = Annotated[int, typer.Option(help="State token limit of the query encoder.",
-                                        min=8)]
+SeqLenOpt = Annotated[Optional[int], typer.Option(
+    help="State token limit (question plus the passages found). Default: the limit the "
+         "encoder was trained with (its checkpoint records it); 128 for the untrained "
+         "model.", min=8)]
+TrainSeqLenOpt = Annotated[int, typer.Option(
+    help="State token limit to train at (recorded in the checkpoint; every reader uses "
+         "it).", min=8)]
+StateOpt = Annotated[Optional[str], typer.Option(
+    "--chain-state", help="State form: text (the passages' title and text) or entities "
+    "(each passage's first 3 names and years: cheaper, and as good or better with the "
+    "untrained model). Default: the form the encoder was trained on; entities for the "
+    "untrained model.")]
+TrainStateOpt = Annotated[str, typer.Option(
+    "--chain-state", help="State form to train on: text or entities (recorded in the "
+    "checkpoint; every reader uses it).")]
 
 
 def _fraction(value: Any) -> str:
@@ -119,7 +133,8 @@ def search(data: DataArg, split: ChainSplitOpt = "test", index: ChainIndexOpt = 
                     "the checkpoint's, 2 for the untrained model; 0 = the data's max "
                     "hops).", min=0)] = None,
            beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).", min=1)] = 1,
-           max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
+           max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = None,
+           chain_state: StateOpt = None,
            out: Annotated[Optional[Path], typer.Option(
                "--out", "-o", help="Write the final rankings here as a run file (.trec, "
                "or .jsonl / .json for JSON lines).")] = None,
@@ -134,7 +149,8 @@ def search(data: DataArg, split: ChainSplitOpt = "test", index: ChainIndexOpt = 
         result = api.chain_search(data, split=split, index=index, embedder=embedder,
                                   encoder=checkpoint, steps=steps, beam=beam,
                                   max_questions=max_questions,
-                                  max_seq_length=max_seq_length, progress=progress)
+                                  max_seq_length=max_seq_length, state=chain_state,
+                                  progress=progress)
         kind = "greedy" if beam == 1 else f"beam {beam}"
         _metrics_table(f"chain search ({kind}, T={result.steps}) on {data.name}/{split}",
                        result.metrics)
@@ -168,7 +184,9 @@ def train(data: DataArg,
               help="One negative pool per question (the question's frozen top-100).")] = False,
           steps: StepsOpt = 0,
           seed: Annotated[int, typer.Option(help="Seed of sampling, order and init.")] = 0,
-          max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
+          max_questions: MaxQOpt = None,
+          max_seq_length: TrainSeqLenOpt = DEFAULT_MAX_SEQ_LENGTH,
+          chain_state: TrainStateOpt = "text",
           overwrite: OverwriteOpt = False, quiet: QuietOpt = False) -> None:
     """Train the LoRA query encoder on gold, synthetic or reached states."""
     quiet_libraries()
@@ -178,8 +196,8 @@ def train(data: DataArg,
                                  batch_size=batch_size, lr=lr, n_neg=n_neg,
                                  shared_negatives=shared_negatives, steps=steps, seed=seed,
                                  max_questions=max_questions,
-                                 max_seq_length=max_seq_length, overwrite=overwrite,
-                                 progress=progress)
+                                 max_seq_length=max_seq_length, state=chain_state,
+                                 overwrite=overwrite, progress=progress)
     for row in result.history:
         secs = ", ".join(f"{k} {v:.1f}" for k, v in row["seconds"].items())
         console.print(f"epoch {row['epoch']}: {row['gold_states']} gold + "
@@ -207,7 +225,8 @@ def eval_(data: DataArg,
               help="Encoder run with beam search; repeat (default: the reference).")] = None,
           split: ChainSplitOpt = "test", index: ChainIndexOpt = None,
           embedder: ChainEmbedderOpt = DEFAULT_EMBEDDER,
-          steps: StepsOpt = 0, max_questions: MaxQOpt = None, max_seq_length: SeqLenOpt = 256,
+          steps: StepsOpt = 0, max_questions: MaxQOpt = None,
+          max_seq_length: SeqLenOpt = None, chain_state: StateOpt = None,
           overwrite: OverwriteOpt = False, quiet: QuietOpt = False,
           as_json: JsonOpt = False) -> None:
     """C@k / recall@k, state mismatch, recovery and deletion analyses, latency."""
@@ -218,8 +237,8 @@ def eval_(data: DataArg,
                                  beam=beam, beam_encoders=beam_encoder, split=split,
                                  index=index, embedder=embedder, steps=steps,
                                  max_questions=max_questions,
-                                 max_seq_length=max_seq_length, overwrite=overwrite,
-                                 progress=progress)
+                                 max_seq_length=max_seq_length, state=chain_state,
+                                 overwrite=overwrite, progress=progress)
         n = next(iter(results["systems"].values()))["all"]["n"]
         _systems_table(f"chain eval on {data.name}/{split} ({n} questions)", results)
         console.print(f"report written to {out}")

@@ -129,7 +129,7 @@ def _check_once(once: bool, chain: str | None) -> None:
 def _learn_chain(config: Any, chain: str, once: bool) -> None:
     """``loop --chain``: learn chain encoder versions from the stored chain searches."""
     from tttembed.core.pg import mask_url
-    from tttembed.loop.chain_run import run_chain_loop
+    from tttembed.loop.chain.run import run_chain_loop
 
     typer.echo(f"learning chain versions into {mask_url(chain)} (Ctrl-C stops after the "
                "step in flight)", err=True)
@@ -325,13 +325,21 @@ def states_promote(folder: DirArg, version: VersionArg) -> None:
 
 @states_app.command("add")
 @handle_errors
-def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FILE", help="A state learned offline: the vectors.npz `tttembed learn -o` wrote (its .json manifest beside it); or a chain encoder checkpoint folder (`tttembed chain train`), added to a chain registry (made for its index when REGISTRY holds none yet).", show_default=False)]) -> None:
+def states_add(folder: DirArg, file: Annotated[Path, typer.Argument(metavar="FILE", help="A state learned offline: the vectors.npz `tttembed learn -o` wrote (its .json manifest beside it); or a chain encoder checkpoint folder (`tttembed chain train`), added to a chain registry (made for its index when REGISTRY holds none yet); or base: a chain registry for --index serving the untrained encoder, for `loop --chain` to learn into.", show_default=False)], index: Annotated[Optional[str], typer.Option("--index", help="With FILE base: the passage index the chain registry serves (the one `tttembed chain search --index` built).")] = None) -> None:
     """Register a state learned offline, or a chain encoder, as a new version (checked
     against the registry's embedder, corpus and base model like every version; not
     promoted: `states promote` serves it). The same state added again is said, with the
-    version that holds it, and not added twice."""
-    from tttembed.registry.open import open_for
+    version that holds it, and not added twice. `states add FOLDER base --index INDEX`
+    makes a chain registry that serves the untrained encoder until one is promoted."""
+    from tttembed.registry.open import open_for, open_for_base
 
+    if str(file) == "base":
+        reg = open_for_base(folder, index)
+        typer.echo(f"{reg.location}: a chain registry for {index}, serving the untrained "
+                   f"encoder (base) until a version is promoted (serve it with `tttembed "
+                   f"serve --index {index} --chain {reg.location}`; `tttembed loop --chain "
+                   f"{reg.location}` learns into it)")
+        return
     reg = open_for(folder, file)
     same = reg.added_as(file)
     if same is not None:

@@ -36,7 +36,9 @@ from tttembed.cli.loop import (
 
 ChainOpt = Annotated[Optional[str], typer.Option("--chain", help="Serve POST /v1/chain/search (multi-hop chain retrieval) with this encoder: base (the index's model, untrained), a checkpoint folder `tttembed chain train` wrote, or a chain registry (a folder or postgresql:// URL made by `tttembed states add REGISTRY CHECKPOINT`: its promoted version, followed like --registry; REGISTRY@vN pins one). With --learn, a chain registry (not pinned) is also learned into: a chain learner (`tttembed loop --chain`) runs beside the state learner, on the same store, ledger and --judge-budget; with base, a checkpoint folder or REGISTRY@vN, --learn learns states only (a note at start-up says so).")]
 MaxQueryCharsOpt = Annotated[int, typer.Option("--max-query-chars", min=1, help="Most characters in one query (search, query embeddings, chain search, feedback by query): 413 beyond, naming the limit.")]
-ChainSeqOpt = Annotated[int, typer.Option("--chain-max-seq-length", min=8, help="With --chain: the state token limit of the chain encoder (question plus the passages found; as `tttembed chain search --max-seq-length`).")]
+ChainSeqOpt = Annotated[Optional[int], typer.Option("--chain-max-seq-length", min=8, help="With --chain: the state token limit of the chain encoder (question plus the passages found; as `tttembed chain search --max-seq-length`). Default: the limit each served checkpoint was trained with; 128 for base.")]
+UpstreamDeadlineOpt = Annotated[float, typer.Option("--upstream-deadline", min=0.1, help="Seconds a search waits for an HTTP embedder (an index built with openai:), all attempts and waits together, before it answers 502 (a hung upstream holds no search longer).")]
+ChainStateOpt = Annotated[Optional[str], typer.Option("--chain-state", help="With --chain: the state form, text or entities (each passage's first 3 names and years: cheaper, and as good or better with the untrained model; as `tttembed chain search --chain-state`). Default: the form each served checkpoint was trained on; entities for base.")]
 
 
 @handle_errors
@@ -59,7 +61,7 @@ def serve(
     max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", min=0, max=1000, help="How long a request waits for others to join its model batch (0: never).")] = 2.0,
     log_level: Annotated[str, typer.Option(help="debug, info (one JSON access line per request), warning or error.")] = "info",
     registry: Annotated[Optional[str], typer.Option("--registry", help="Serve the promoted version of this state registry, a folder or postgresql://USER@HOST:PORT/DB (PG* variables read as psycopg reads them; replicas on several machines then share nothing but the database): reloaded within a second of a promotion or rollback (at once on PostgreSQL: LISTEN/NOTIFY); log every query and take POST /v1/feedback into its store.")] = None,
-    registry_cache: RegistryCacheOpt = None, chain: ChainOpt = None, chain_max_seq_length: ChainSeqOpt = 256,
+    registry_cache: RegistryCacheOpt = None, chain: ChainOpt = None, chain_max_seq_length: ChainSeqOpt = None, chain_state: ChainStateOpt = None, upstream_deadline: UpstreamDeadlineOpt = 30.0,
     learn: Annotated[bool, typer.Option("--learn", help="Also run the learner (a low-priority child process): judge served pairs, learn, validate, promote into --registry; with --chain CHAIN_REGISTRY (a chain registry, not pinned) also a chain learner (a second child) that learns chain versions into it from the chain searches, both within the one --judge-budget (one spend account in the store).")] = False,
     judge: Annotated[Optional[str], typer.Option("--judge", help="With --learn: the background judge's scorer spec (rerank:MODEL@URL, llm:MODEL@URL, bm25, ...).")] = None,
     judge_budget: JudgeBudgetOpt = 1000, judge_rpm: JudgeRpmOpt = 600.0,
@@ -89,7 +91,7 @@ def serve(
     config = ServeConfig(
         index=str(index), states=tuple(str(s) for s in state or ()), split=split,
         queries=tuple(str(q) for q in queries or ()), tasks=tuple(task or ()), corpus=_str(corpus),
-        api_key_env=api_key_env, allow_foreign_state=allow_foreign_state, unknown_task=unknown_task, chain=chain, chain_max_seq_length=chain_max_seq_length,
+        api_key_env=api_key_env, allow_foreign_state=allow_foreign_state, unknown_task=unknown_task, chain=chain, chain_max_seq_length=chain_max_seq_length, chain_state=chain_state, upstream_deadline_s=upstream_deadline,
         listen=Listen(host=host, port=port, workers=workers, log_level=log_level.lower()),
         limits=RequestLimits(max_body_bytes=max_body_bytes, max_inputs=max_inputs, max_query_chars=max_query_chars),
         batching=Batching(cache_size=cache_size, max_batch=max_batch, max_wait_ms=max_wait_ms),

@@ -116,20 +116,29 @@ SLOW_HINT = ("is the server running at that URL? if it is slow, raise --timeout 
 _UPSTREAM = {"serve": "the upstream embedder (the index's)", "loop": "the judge (--judge)"}
 
 
-def for_command(exc: Exception, command: str) -> Exception:
+def for_command(exc: Exception, command: str, policy: RetryPolicy | None = None) -> Exception:
     """``exc`` with :data:`SLOW_HINT` (flags of the commands that have them) replaced by
-    the hint true of ``command`` (``serve``, ``loop``: no ``--timeout`` or
-    ``--max-retries``; their backends use the default :class:`RetryPolicy`); any other
-    error is ``exc`` itself."""
+    the hint true of ``command`` (``serve``: its ``--upstream-deadline``, ``policy`` the
+    one its embedder runs; ``loop``: no option, the default :class:`RetryPolicy`); any
+    other error is ``exc`` itself."""
     text = str(exc)
     if not isinstance(exc, BackendError) or SLOW_HINT not in text:
         return exc
-    p = RetryPolicy()
-    hint = (f"check that {_UPSTREAM[command]} at that URL is running and answers: "
-            f"`tttembed {command}` waits at most {p.timeout:g} s an attempt and "
-            f"{p.total_deadline:g} s a request with its {p.max_retries} retries, bounds it "
-            "has no option for")
+    p = policy or RetryPolicy()
+    bounds = (f"`tttembed {command}` waits at most {p.timeout:g} s an attempt and "
+              f"{p.total_deadline:g} s a request with its {p.max_retries} retries")
+    hint = (f"check that {_UPSTREAM[command]} at that URL is running and answers: {bounds}"
+            + (" (--upstream-deadline sets the second)" if command == "serve"
+               else ", bounds it has no option for"))
     return BackendError(text.replace(SLOW_HINT, hint))
+
+
+def upstream_policy(deadline: float) -> RetryPolicy:
+    """The retry policy of ``serve --upstream-deadline``: a search waits at most
+    ``deadline`` s for the upstream embedder, all attempts and waits together (each
+    attempt at most that too), instead of the default 210 s."""
+    return RetryPolicy(timeout=min(RetryPolicy.timeout, deadline), deadline=deadline,
+                       max_delay=min(RetryPolicy.max_delay, deadline / 4))
 
 
 def _one_line(text: str, limit: int = EXCERPT_CHARS) -> str:

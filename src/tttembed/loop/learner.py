@@ -178,7 +178,7 @@ class Learner:
             split=f"clicks of 1 session in {HOLD_OUT} held out of learning (by session id)"
             if self.hold_out else "")
         candidate, check = ([state] if state is not None and len(state.keys) else []), two.asked
-        ok, reason = decide(two, frozen=frozen, candidate=candidate)
+        ok, reason = decide(two, frozen=frozen, candidate=candidate, clicks=view)
         test = self.online is not None and bool(candidate) and not frozen and \
             (ok or not self.config.has_judge or (_not_worse(check) and not worse(two.new)))
         if test:

@@ -36,6 +36,7 @@ import numpy as np
 
 from tttembed.adapt.state import AdaptState
 from tttembed.index.base import Index
+from tttembed.loop.clicks.feed import ClickView, clicks_note
 from tttembed.loop.promote import (
     ALPHA,
     MIN_QUERIES,
@@ -299,11 +300,14 @@ def _undecided(two: TwoChecks) -> str:
     return f"nothing decided: the {name} check has {has(c)}"
 
 
-def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState]
-           ) -> tuple[bool, str]:
-    """Promote or not, and why (module docstring): both populations' figures shown."""
+def decide(two: TwoChecks, *, frozen: bool, candidate: Sequence[AdaptState],
+           clicks: ClickView | None = None) -> tuple[bool, str]:
+    """Promote or not, and why (module docstring): both populations' figures shown; with
+    no candidate, why the ``clicks`` could not carry one yet (when they could not)."""
     ok, why = verdict(two.asked, frozen=frozen, candidate=candidate)
-    if not candidate or (not two.asked.changed and not two.new.changed):
+    if not candidate:
+        return False, why + clicks_note(clicks)
+    if not two.asked.changed and not two.new.changed:
         return False, why
     kept = _kept_note(two)
     for name, c in (("asked", two.asked), ("new", two.new)):

@@ -1,5 +1,5 @@
 """The learner process's life on the system, shared by ``tttembed loop``
-(:mod:`tttembed.loop.run`) and ``tttembed loop --chain`` (:mod:`tttembed.loop.chain_run`):
+(:mod:`tttembed.loop.run`) and ``tttembed loop --chain`` (:mod:`tttembed.loop.chain.run`):
 its CPU priority (:func:`lower_priority`: ``--nice``, so that on a small machine serving
 keeps its latency while a cycle runs) and the stop of ``tttembed loop``: SIGTERM/SIGINT
 give the step in flight :data:`GRACE_S` seconds, past them the process exits with

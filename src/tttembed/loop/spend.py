@@ -41,9 +41,12 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from tttembed.core.locks import process_alive, process_name
+from tttembed.loop import tallies
 from tttembed.loop.rows import SPEND_SOURCES, Claimed, Share, query_hash
 from tttembed.types import Triple
 
+#: The tallies kind of pairs a kill lost the answer of (key: the source): asked again.
+REASKED_KIND = "reasked"
 
 class SpendSQL:
     """Reserve, count and open the account; needs the host's ``_tx``, ``_sql`` and
@@ -186,6 +189,7 @@ class SpendSQL:
                         "WHERE r.sent < 2")
             rows = cur.fetchall()
             back: dict[str, int] = {}
+            lost: dict[str, int] = {}
             for source, task, query, doc, sent, stored in rows:
                 t = (str(task), str(query), str(doc))
                 if _keyed(t) in busy:
@@ -197,6 +201,7 @@ class SpendSQL:
                     back[str(source)] = back.get(str(source), 0) + 1
                 else:
                     kind, sql = "lost", "UPDATE reserved SET sent = 2"
+                    lost[str(source)] = lost.get(str(source), 0) + 1
                 out[kind] += 1
                 cur.execute(self._sql(f"{sql} WHERE task = ? AND qhash = ? AND doc_id = ?"),
                             _keyed(t))
@@ -204,6 +209,9 @@ class SpendSQL:
                 cur.execute(self._sql(
                     "INSERT INTO spend (id, source, pairs, created) VALUES (?, ?, ?, ?)"),
                     (uuid.uuid4().hex, source, -n, time.time()))
+            # the lost ones are asked again (not charged again): the operator sees them
+            tallies.add(cur, self._sql, REASKED_KIND, [((src, ""), n)
+                                                      for src, n in lost.items()])
             self._release_claims(cur)
         return out
 

@@ -258,6 +258,17 @@ def _retention(learner: LoopState, store: Store | None) -> dict[str, Any]:
     return out
 
 
+def _budget(learner: LoopState, counts: dict[str, Any]) -> dict[str, Any]:
+    """``/v1/loop``'s ``budget``: the spend, the ledger and what is left."""
+    return {"paid_by_this_loop": learner.pairs_judged,
+            "rewards_in_ledger": int(counts.get("rewards", 0)),
+            "judge_budget": learner.judge_budget, "left": learner.judge_budget_left,
+            # pairs a kill lost the answer of: the judge was asked them again, not
+            # charged again (the spend counts each pair once)
+            "reasked_after_kill": int(counts.get("reasked", 0)),
+            **_audit_budget(learner)}
+
+
 def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
     """The status JSON (fields named by the closed-loop issue: version, versions,
     learning, idle, pairs_judged, judge_budget_left, feedback_received, frozen, reason).
@@ -280,11 +291,7 @@ def loop_status(registry: StateRegistry, store: Store | None) -> dict[str, Any]:
         "pairs_judged": learner.pairs_judged,
         "judge_budget": learner.judge_budget,
         "judge_budget_left": learner.judge_budget_left,
-        "budget": {"paid_by_this_loop": learner.pairs_judged,
-                   "rewards_in_ledger": int(counts.get("rewards", 0)),
-                   "judge_budget": learner.judge_budget,
-                   "left": learner.judge_budget_left,
-                   **_audit_budget(learner)},
+        "budget": _budget(learner, counts),
         "rewards_in_ledger": int(counts.get("rewards", 0)),
         "spend": learner.spend,
         "feedback_received": int(counts.get("feedback", 0)),

@@ -70,7 +70,7 @@ from tttembed.loop.rows import (
     cursor_floor,
     query_hash,
 )
-from tttembed.loop.spend import SpendSQL
+from tttembed.loop.spend import REASKED_KIND, SpendSQL
 
 _CLICK_REWARD_COLUMNS = ("task, query, doc_id, reward, clicks, impressions, exposure, "
                          "variance, raw, mode, basis, interventions, judge, source, created, "
@@ -328,7 +328,8 @@ class SQLStore(ClickSQL, SpendSQL, PruneSQL, ForgetSQL):
         the rest counted (they grow with labels and the judge budget, not with traffic)."""
         with self._tx() as cur:
             by_version = tallies.read(cur, self._sql, tallies.SEARCHES)
-            out: dict[str, Any] = {"searches": sum(by_version.values())}
+            out: dict[str, Any] = {"searches": sum(by_version.values()), "reasked": sum(
+                tallies.read(cur, self._sql, REASKED_KIND).values())}
             for name, sql in (("feedback", "SELECT COUNT(*) FROM feedback"),
                               ("rewards", "SELECT COUNT(*) FROM rewards"),
                               ("paid", "SELECT COALESCE(SUM(paid), 0) FROM rewards"),

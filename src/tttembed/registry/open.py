@@ -52,6 +52,39 @@ def open_for(spec: str | Path, path: str | Path) -> StateRegistry:
                              index=registry_record(checkpoint_record(path)))
 
 
+def open_for_base(spec: str | Path, index_spec: str | Path | None) -> StateRegistry:
+    """A chain registry at ``spec`` made for the passage index ``index_spec``, serving
+    the untrained encoder (``base``) until the learner promotes a version (``tttembed
+    states add FOLDER base --index INDEX``); one that exists already is opened and
+    checked against the index."""
+    from tttembed.core.errors import ConfigError, DataError
+    from tttembed.index.store import load_index
+    from tttembed.registry.base import index_record
+    from tttembed.registry.chain import KIND, is_chain
+
+    if index_spec is None:
+        raise ConfigError("`states add FOLDER base` makes a chain registry serving the "
+                          "untrained encoder: give the passage index it serves with --index "
+                          "(the one `tttembed chain search --index` built)")
+    index = load_index(index_spec)
+    if not str(index.manifest.get("embedder_spec", "")).startswith("st:"):
+        raise ConfigError(f"--index {index_spec}: the chain needs an index built with a "
+                          f"sentence-transformers model (st:), this one's is "
+                          f"{index.identity!r}")
+    try:
+        reg = open_registry(spec)
+    except DataError:  # none there yet
+        return open_registry(spec, create=True, index={
+            "kind": KIND, "identity": index.identity,
+            "corpus_fingerprint": index.manifest.get("corpus_fingerprint") or "",
+            "base": index.manifest["embedder_spec"]})
+    if not is_chain(reg.manifest):
+        raise ConfigError(f"{spec} holds learned states, not chain encoders: give `states "
+                          "add` a new folder for the chain registry")
+    reg.check_index(index_record(index))
+    return reg
+
+
 def cached_at_start(registry: Any, exc: Exception) -> Version | None:
     """What a server serves when, at its start, its database registry cannot be reached
     (``exc``): the version this machine's cache served last (None: raw, or the base
@@ -70,4 +103,4 @@ def cached_at_start(registry: Any, exc: Exception) -> Version | None:
     return v
 
 
-__all__ = ["cached_at_start", "open_for", "open_registry"]
+__all__ = ["cached_at_start", "open_for", "open_for_base", "open_registry"]

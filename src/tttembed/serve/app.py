@@ -32,7 +32,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tttembed.core.errors import BackendError, StoreRefused, StoreUnavailable
-from tttembed.core.http import for_command
+from tttembed.core.http import for_command, upstream_policy
 from tttembed.embed.base import Embedder
 from tttembed.serve import chain_routes, events, loop_routes, routes
 from tttembed.serve.config import ServeConfig
@@ -88,7 +88,8 @@ _warned: dict[str, float] = {}
 def _not_a_bug(svc: Service, route: str, exc: Exception) -> Response:
     status, kind, code, advice = next(v for t, v in _NOT_A_BUG.items() if isinstance(exc, t))
     svc.metrics.error(route, code)
-    reason = " ".join(str(for_command(exc, "serve")).split())  # serve has no --timeout
+    reason = " ".join(str(for_command(exc, "serve", upstream_policy(
+        svc.config.upstream_deadline_s))).split())  # serve's own bounds, not --timeout
     if time.monotonic() - _warned.get(code, -STORE_WARN_S) >= STORE_WARN_S:
         _warned[code] = time.monotonic()
         log.error("%s: %d, %s", route, status, reason)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tttembed.chain.forms import TEXT, StateSettings, check_form, form_passages
 from tttembed.chain.online import DEFAULT_STEPS, QuestionTexts, chain_run
 from tttembed.chain.search import Encode
 from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH
@@ -42,12 +43,15 @@ BASE = "base"
 class ChainEncoder:
     """The encoder in force: what answers name it (``name``: ``base``, the checkpoint
     folder or the registry), its registry ``version`` (None outside a registry), its chain
-    steps T and its ``encode``."""
+    steps T, its ``encode`` and the states it reads."""
 
     name: str
     version: str | None
     steps: int
     encode: Encode
+    #: the states it reads: its token limit and form (what it was trained with, unless
+    #: ``--chain-max-seq-length`` / ``--chain-state`` say otherwise)
+    settings: StateSettings = StateSettings(DEFAULT_MAX_SEQ_LENGTH, TEXT)
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,11 @@ class ChainSource:
     when a followed registry serves another version."""
 
     def __init__(self, spec: str, index: Index, engine: Engine,
-                 registry_cache: str | None = None,
-                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH) -> None:
+                 registry_cache: str | None = None, max_seq_length: int | None = None,
+                 form: str | None = None) -> None:
         self.spec, self.index, self.engine = spec, index, engine
-        self.max_seq_length = int(max_seq_length)
+        #: what ``--chain-max-seq-length`` / ``--chain-state`` ask (None: each encoder's)
+        self.max_seq_length, self.form = max_seq_length, form
         self.registry: Any = None
         self.pinned: str | None = None
         self.error: str | None = None
@@ -126,7 +131,10 @@ class ChainSource:
             def encode(texts: list[str]) -> np.ndarray:
                 return batcher.encode(list(texts), "query")
 
-            self._base = ChainEncoder(BASE, None, DEFAULT_STEPS, encode)
+            from tttembed.chain.checkpoint import state_settings
+
+            self._base = ChainEncoder(BASE, None, DEFAULT_STEPS, encode,
+                                      state_settings(None, self.max_seq_length, self.form))
         return self._base
 
     def _load(self, first: bool = False) -> ChainEncoder:
@@ -167,14 +175,15 @@ class ChainSource:
             return cached_at_start(self.registry, exc)
 
     def _checkpoint(self, path: Path, name: str, version: str | None) -> ChainEncoder:
-        from tttembed.chain.checkpoint import default_steps, load_encoder
+        from tttembed.chain.checkpoint import default_steps, load_encoder, state_settings
 
         if not path.is_dir():
             raise ConfigError(f"--chain {self.spec}: not base, a checkpoint folder or a "
                               "registry (no such folder); give --chain base, a folder "
                               "`tttembed chain train` wrote, or a chain registry")
-        encoder = load_encoder(path, max_seq_length=self.max_seq_length, index=self.index)
-        return ChainEncoder(name, version, default_steps(path), encoder.encode)
+        settings = state_settings(path, self.max_seq_length, self.form)
+        encoder = load_encoder(path, max_seq_length=settings.max_seq_length, index=self.index)
+        return ChainEncoder(name, version, default_steps(path), encoder.encode, settings)
 
     # -- following a registry ---------------------------------------------------------
     def watch(self, poll_s: float, replica: str | None = None) -> None:
@@ -229,22 +238,34 @@ class ChainSource:
         self._watching.clear()
 
     def status(self) -> dict[str, Any]:
-        """What ``/healthz`` says of the chain encoder: its name, version, T, the state
-        token limit in use (``max_seq_length``), and the error that keeps a followed registry's version from being served (None: none)."""
+        """What ``/healthz`` says of the chain encoder: its name, version, T, the states
+        it reads (``max_seq_length``, ``state``: the form), and the error that keeps a
+        followed registry's version from being served (None: none)."""
         now = self.current
         return {"encoder": now.name, "version": now.version, "steps": now.steps,
-                "max_seq_length": self.max_seq_length, "error": self.error}
+                "max_seq_length": now.settings.max_seq_length, "state": now.settings.form,
+                "error": self.error}
 
 
 class ChainWorker(MergingWorker[list[Ask], ChainKey, list[Found]]):
     """Concurrent chain requests merged into one chain search per (encoder, T, beam)
     (the batching policy of :class:`~tttembed.serve.worker.MergingWorker`)."""
 
-    def __init__(self, index: Index, engine: Engine, budget: TokenBudget,
-                 passages: Sequence[str], max_batch: int, max_wait_ms: float) -> None:
+    def __init__(self, index: Index, engine: Engine, model: Any, passages: Sequence[str],
+                 titles: Sequence[str], max_batch: int, max_wait_ms: float) -> None:
         super().__init__("tttembed-chain", max_batch, max_wait_ms)
-        self.index, self.engine = index, engine
-        self.texts = QuestionTexts(passages, budget)
+        self.index, self.engine, self.model = index, engine, model
+        self.passages, self.titles = passages, titles
+        self._texts: dict[StateSettings, QuestionTexts] = {}
+
+    def texts(self, settings: StateSettings) -> QuestionTexts:
+        """The state texts of ``settings`` (built on first use: the chain thread's)."""
+        found = self._texts.get(settings)
+        if found is None:
+            passages = form_passages(self.passages, self.titles, settings.form)
+            found = self._texts[settings] = QuestionTexts(
+                passages, TokenBudget.for_model(self.model, settings.max_seq_length))
+        return found
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.engine.searcher.search(queries, min(int(k), len(self.index)))
@@ -252,7 +273,8 @@ class ChainWorker(MergingWorker[list[Ask], ChainKey, list[Found]]):
     def answer(self, key: ChainKey, slots: list[Slot[list[Ask], ChainKey, list[Found]]]) -> None:
         encoder, steps, beam = key
         asks = [a for s in slots for a in s.payload]
-        run = chain_run(len(asks), self.texts.of([a.question for a in asks]), encoder.encode,
+        texts = self.texts(encoder.settings).of([a.question for a in asks])
+        run = chain_run(len(asks), texts, encoder.encode,
                         self.search, steps=steps, beam=beam,
                         keep=max(a.top_k for a in asks))
         at = 0
@@ -273,7 +295,7 @@ class ChainService:
 
     def __init__(self, spec: str, index: Index, engine: Engine, corpus: str | None,
                  max_batch: int, max_wait_ms: float, registry_cache: str | None = None,
-                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH) -> None:
+                 max_seq_length: int | None = None, form: str | None = None) -> None:
         from tttembed.data.beir import doc_text
         from tttembed.serve.documents import read_documents
 
@@ -283,11 +305,14 @@ class ChainService:
                               f"model (st:), this one's is {index.identity!r}")
         docs = read_documents(index, corpus)  # the read include shares
         passages = [doc_text(docs[d]) for d in index.doc_ids]
-        if max_seq_length < 8:
+        if max_seq_length is not None and max_seq_length < 8:
             raise ConfigError("--chain-max-seq-length must be at least 8")
-        self.source = ChainSource(spec, index, engine, registry_cache, max_seq_length)
-        self.worker = ChainWorker(index, engine, TokenBudget.for_model(model, max_seq_length),
-                                  passages, max_batch, max_wait_ms)
+        if form is not None:
+            check_form(form)
+        self.source = ChainSource(spec, index, engine, registry_cache, max_seq_length, form)
+        self.worker = ChainWorker(index, engine, model, passages,
+                                  [docs[d].get("title", "") for d in index.doc_ids],
+                                  max_batch, max_wait_ms)
 
 
 __all__ = ["BASE", "Ask", "ChainEncoder", "ChainService", "ChainSource", "ChainWorker",

@@ -129,12 +129,13 @@ def _body(svc: Service, found: Found, encoder: ChainEncoder, sid: str) -> dict[s
             "encoder": encoder.name, "version": encoder.version, "search_id": sid}
 
 
-def _log(svc: Service, req: ChainRequest, body: dict[str, Any]) -> None:
+def _log(svc: Service, req: ChainRequest, body: dict[str, Any],
+         encoder: ChainEncoder) -> None:
     from tttembed.chain.traffic import chain_kind
     from tttembed.loop.rows import CHAIN_TASK, SearchLog
 
-    assert svc.chain is not None
-    kind = chain_kind(len(body["hops"]), svc.chain.source.max_seq_length)
+    kind = chain_kind(len(body["hops"]), encoder.settings.max_seq_length,
+                      encoder.settings.form)
     svc.log_searches([SearchLog(body["search_id"], CHAIN_TASK, req.question, time.time(),
                                 body["version"], tuple(d["id"] for d in body["data"]),
                                 kind, svc.replica)])
@@ -160,7 +161,7 @@ async def chain_search_route(svc: Service, request: Request, info: dict[str, Any
         for item, doc in zip(out["data"], texts):
             item.update({f: doc[f] for f in req.include})
     if svc.store is not None:
-        await run_in_threadpool(_log, svc, req, out)
+        await run_in_threadpool(_log, svc, req, out, encoder)
     info.update(max_hops=req.max_hops, beam=req.beam, top_k=req.top_k,
                 version=encoder.version)
     return json_response(out)

@@ -116,8 +116,15 @@ class ServeConfig:
     #: registry or ``REGISTRY@vN``); None: no ``/v1/chain/search``
     chain: str | None = None
     #: ``--chain-max-seq-length``: the state token limit of the chain encoder (as
-    #: ``tttembed chain search --max-seq-length``)
-    chain_max_seq_length: int = 256
+    #: ``tttembed chain search --max-seq-length``); None: each encoder's own (the limit
+    #: its checkpoint records, 128 for base)
+    chain_max_seq_length: int | None = None
+    #: ``--chain-state``: the chain's state form (text or entities); None: each
+    #: encoder's own (its checkpoint's record, entities for base)
+    chain_state: str | None = None
+    #: ``--upstream-deadline``: seconds a search waits for an HTTP embedder (the index's
+    #: ``openai:`` upstream), every attempt and wait together, before its 502
+    upstream_deadline_s: float = 30.0
     listen: Listen = field(default_factory=Listen)
     limits: RequestLimits = field(default_factory=RequestLimits)
     batching: Batching = field(default_factory=Batching)

@@ -35,7 +35,7 @@ class Service:
         self.config = config
         self.index = load_index(config.index)
         if embedder is None:
-            embedder = embedder_for_index(self.index, cache=False)
+            embedder = embedder_for_index(self.index, cache=False, **self._upstream())
         elif embedder.identity != self.index.identity:
             raise StateMismatch(f"embedder {embedder.identity!r} is not the index's "
                                 f"{self.index.identity!r}")
@@ -83,6 +83,16 @@ class Service:
         return Pruner(lambda: open_store(loop.store, loop.registry, lazy=True),
                       loop.retention, name="replica-pruner").start()
 
+    def _upstream(self) -> dict[str, Any]:
+        """The index's HTTP embedder's retry policy: ``--upstream-deadline`` bounds a
+        search's wait (none for a local model)."""
+        from tttembed.core.http import HTTP_SCHEMES, upstream_policy
+
+        spec = str(self.index.manifest.get("embedder_spec", ""))
+        if spec.partition(":")[0] not in HTTP_SCHEMES:
+            return {}
+        return {"retry": upstream_policy(self.config.upstream_deadline_s)}
+
     def _open_chain(self) -> Any:
         """``--chain``'s route parts (:mod:`tttembed.serve.chain_engine`), or None."""
         if not self.config.chain:
@@ -92,7 +102,7 @@ class Service:
         b = self.config.batching
         return ChainService(self.config.chain, self.index, self.engine, self.config.corpus,
                             b.max_batch, b.max_wait_ms, self.config.loop.registry_cache,
-                            self.config.chain_max_seq_length)
+                            self.config.chain_max_seq_length, self.config.chain_state)
 
     def log_searches(self, rows: list[Any]) -> None:
         """Log served queries in the store (:class:`~tttembed.serve.traffic.TrafficLog`:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tttembed.loop.clicks.interleave import Interleaving, credit
-from tttembed.loop.clicks.propensity import Propensities, estimate, flat
+from tttembed.loop.clicks.propensity import MIN_INTERVENTIONS, Propensities, estimate, flat
 from tttembed.loop.clicks.rewards import (
     GAP_BASES,
     ClickStat,
@@ -242,5 +242,22 @@ def _shown_key(s: Shown) -> str:
     return f"{s.search_id}\x1f{s.session}\x1f{s.rank:04d}"
 
 
-__all__ = ["CLICK_MODES", "MAX_ESTIMATE", "MAX_SHOWN", "TAIL_RANKS", "ClickFeed", "ClickTextRewards", "ClickView",
-           "unseen_floors"]
+
+def clicks_note(view: ClickView | None) -> str:
+    """Why a cycle's clicks could not carry a candidate yet ('' when their position bias
+    is harvested, or no clicks are read): the clicks and the click rewards of the window,
+    and how many more (query, document) pairs seen at two ranks harvesting needs. Added to
+    a refusal "no part helps", so a clicks-fed app's first cycles say what they wait for."""
+    if view is None or view.mode == "off" or view.propensities.method == "harvest":
+        return ""
+    clicks = sum(s.clicks for s in view.stats)
+    got = view.propensities.interventions
+    return (f"; the clicks could not be used yet: {clicks} click(s) in the window gave "
+            f"{view.pairs} click reward(s), their position bias only estimated "
+            f"({view.propensities.method}) from {got} of the {MIN_INTERVENTIONS} (query, "
+            f"document) pairs seen at two ranks that harvesting it needs "
+            f"({MIN_INTERVENTIONS - got} more: a document a served version change, "
+            "interleaving or an exploration swap shows at another rank)")
+
+__all__ = ["CLICK_MODES", "MAX_ESTIMATE", "MAX_SHOWN", "TAIL_RANKS", "ClickFeed",
+           "ClickTextRewards", "ClickView", "clicks_note", "unseen_floors"]

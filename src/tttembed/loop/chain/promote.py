@@ -1,9 +1,9 @@
 """A chain candidate's training, promotion check and registration (one cycle of
-:class:`tttembed.loop.chain_learn.ChainLearner`).
+:class:`tttembed.loop.chain.learn.ChainLearner`).
 
 The check: the served version and the candidate each run the served greedy chain (the
 served T and state token limit) on the questions held out by text from training
-(:func:`tttembed.loop.chain_rows.held_out`); the top :data:`K` of both final lists are
+(:func:`tttembed.loop.chain.rows.held_out`); the top :data:`K` of both final lists are
 judged through the same judge, ledger and budget (source ``validation``: a pair already
 judged is free), and a question counts complete when every passage judged relevant for it
 is in the top K (C@5 under the judge). Questions with no relevant passage judged decide
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import shutil
 import uuid
@@ -33,19 +34,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tttembed.chain.forms import TEXT, form_passages
 from tttembed.chain.online import DEFAULT_STEPS, chain_run
 from tttembed.chain.states import StateTexts, TokenBudget
 from tttembed.core.errors import DataError, TTTEmbedError
+from tttembed.loop.chain.rows import HOLD_OUT
 from tttembed.loop.judge import BudgetSpent
 from tttembed.loop.rows import CHAIN_TASK
 
 if TYPE_CHECKING:
     from tttembed.chain.traffic_train import TrafficSet
-    from tttembed.loop.chain_rows import ChainCycle, Served
+    from tttembed.loop.chain.rows import ChainCycle, Served
 
 #: The paired test's level and the list depth C@K is judged at.
 ALPHA = 0.05
 K = 5
+#: The fewest discordant questions with which the one-sided sign test can reach ALPHA
+#: (0.5 ** 5 = 0.031; 0.5 ** 4 = 0.0625).
+SIGN_MIN = 5
+log = logging.getLogger("tttembed.loop")
 #: What can go wrong while loading a chain version's files (besides our own errors).
 LOAD_ERRORS = (TTTEmbedError, OSError, ValueError, RuntimeError, KeyError)
 
@@ -94,10 +101,12 @@ def _encoder(path: Path | None, limit: int, index: Any, what: str) -> Any:
 
 
 def chain_top_lists(learner: Any, path: Path | None, questions: list[str], steps: int,
-              limit: int, what: str) -> list[list[str]]:
-    """The top :data:`K` of the served greedy chain's final list for each question."""
+                    limit: int, what: str, form: str = TEXT) -> list[list[str]]:
+    """The top :data:`K` of the served greedy chain's final list for each question, its
+    states of ``form`` cut to ``limit`` tokens."""
     encoder = _encoder(path, limit, learner.index, what)
-    texts = StateTexts(questions, learner.passages,
+    passages = form_passages(learner.passages, learner.titles, form)
+    texts = StateTexts(questions, passages,
                        budget=TokenBudget.for_model(encoder.model, limit))
     run = chain_run(len(questions), texts, encoder.encode, learner.index.search,
                     steps=steps, keep=max(K, steps))
@@ -105,11 +114,31 @@ def chain_top_lists(learner: Any, path: Path | None, questions: list[str], steps
     return [[ids[int(r)] for r in row[:K] if r >= 0] for row in run.ranking]
 
 
+def asked_needed(held: int, need: int) -> str:
+    """How many asked questions a check of ``need`` held-out ones waits for, with what was
+    measured: the operator's answer to "how much traffic before it can promote"."""
+    want = max(need, SIGN_MIN)
+    return (f"about {want * HOLD_OUT} distinct questions asked (one in {HOLD_OUT} is held "
+            f"out; {held} held out so far; on 2WikiMultihopQA 150 asked reached p 0.06, 500 "
+            "asked twice promoted +14.6 C@5)")
+
+
+def cannot_promote(held: int) -> str:
+    """Why a check on ``held`` held-out questions can never promote ('' when it can), said
+    before it is run: the one-sided sign test needs :data:`SIGN_MIN` that differ."""
+    if held >= SIGN_MIN:
+        return ""
+    return (f"a one-sided sign test on {held} held-out question(s) can never reach p < "
+            f"{ALPHA} (it needs at least {SIGN_MIN} that differ)")
+
+
 def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: int,
-                   limit: int) -> dict[str, Any]:
+                   limit: int, served_form: str = TEXT) -> dict[str, Any]:
     """The promotion check (module docstring): its record, ``decision`` one of
-    ``better``, ``not better``, ``waiting``, ``unpaid``."""
-    from tttembed.loop.chain_rows import (
+    ``better``, ``not better``, ``waiting``, ``unpaid``. The served version runs the
+    states it was served with (``served_form``), the candidate the text states it was
+    trained on."""
+    from tttembed.loop.chain.rows import (
         held_out_questions,
         judged_pairs,
         labels,
@@ -121,8 +150,12 @@ def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: in
     if len(held) < need:
         return {"decision": "waiting", "held_out": len(held), "reason": (
             f"{len(held)} held-out question(s) asked; the check needs --min-queries {need}: "
-            "kept unpromoted until more chain searches come")}
-    old = chain_top_lists(learner, parent, held, steps, limit, "served")
+            f"kept unpromoted until {asked_needed(len(held), need)}")}
+    never = cannot_promote(len(held))
+    if never:  # said before the check pays: it runs for its figures only
+        log.warning("chain check: %s; it runs for its figures and cannot promote until %s",
+                    never, asked_needed(len(held), need))
+    old = chain_top_lists(learner, parent, held, steps, limit, "served", served_form)
     new = chain_top_lists(learner, candidate, held, steps, limit, "candidate")
     judged = judged_pairs(learner.store)
     todo = list(dict.fromkeys((CHAIN_TASK, q, d) for q, a, b in zip(held, old, new)
@@ -152,6 +185,9 @@ def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: in
         return {**record, "decision": "waiting", "reason": (
             f"{said}; only {n} held-out question(s) have a passage judged relevant, the "
             f"check needs --min-queries {need}: kept unpromoted")}
+    if never:
+        return {**record, "decision": "not better", "reason": (
+            f"{said}: {never}, kept unpromoted until {asked_needed(len(held), need)}")}
     if better > worse and p < ALPHA:
         return {**record, "decision": "better", "reason": f"{said}: better, promoted"}
     return {**record, "decision": "not better",
@@ -159,10 +195,10 @@ def held_out_check(learner: Any, parent: Path | None, candidate: Path, steps: in
 
 
 def inputs_digest(learner: Any, parent: str | None, steps: int, limit: int,
-                  data: TrafficSet, cfg: Any) -> str:
+                  data: TrafficSet, cfg: Any, form: str = TEXT) -> str:
     """The digest of everything a cycle's candidate and its check's decision follow from
     (module docstring)."""
-    from tttembed.loop.chain_rows import (
+    from tttembed.loop.chain.rows import (
         held_out_questions,
         judged_pairs,
         labels,
@@ -173,6 +209,7 @@ def inputs_digest(learner: Any, parent: str | None, steps: int, limit: int,
     rel = relevant_rows(held, learner.last.searches, judged_pairs(learner.store),
                         labels(learner.store), learner.row_of)
     doc = {"parent": parent, "steps": steps, "limit": limit, "seed": cfg.seed,
+           **({} if form == TEXT else {"served_form": form}),
            "base": cfg.base, "min_queries": int(learner.config.min_queries),
            "questions": data.questions, "relevant": data.relevant,
            "states": [[q, list(h)] for q, h in data.states],
@@ -216,14 +253,14 @@ def register_candidate(registry: Any, checkpoint: Path, record: dict[str, Any]) 
                                    **rec, **record)
 
 
-def train_and_check(learner: Any, train: list[Served],
-                    relevant: dict[str, list[int]], limit: int) -> ChainCycle:
+def train_and_check(learner: Any, train: list[Served], relevant: dict[str, list[int]],
+                    limit: int, form: str = TEXT) -> ChainCycle:
     """Train a candidate warm-started from the served version on ``train``'s states, check
     it, register it and promote it when the check says better."""
     from tttembed.chain.traffic_train import TrafficSet, train_traffic
     from tttembed.chain.train import TrainConfig
     from tttembed.embed.base import DEFAULT_EMBEDDER
-    from tttembed.loop.chain_rows import ChainCycle, majority
+    from tttembed.loop.chain.rows import ChainCycle, majority
 
     parent, warm = served_checkpoint(learner.registry)
     steps = majority([len(s.rows) for s in train], DEFAULT_STEPS)
@@ -231,22 +268,23 @@ def train_and_check(learner: Any, train: list[Served],
     cfg = TrainConfig(base=learner.registry.manifest.get("base") or DEFAULT_EMBEDDER,
                       seed=int(learner.config.seed))
     before = trained_before(learner.registry, parent,
-                            inputs_digest(learner, parent, steps, limit, data, cfg))
+                            inputs_digest(learner, parent, steps, limit, data, cfg, form))
     if before is not None:
         return ChainCycle(None, False, nothing_new(before, parent, data))
     out = learner.work / f"candidate-{uuid.uuid4().hex[:8]}"
     try:
         manifest = train_traffic(data, learner.passages, learner.index, learner.frozen, cfg,
                                  out, warm=warm, steps=steps, max_seq_length=limit)
-        check = held_out_check(learner, warm, out, steps, limit)
+        check = held_out_check(learner, warm, out, steps, limit, form)
         promote = check["decision"] == "better"
         # after the check paid; a check the budget could not pay is asked again
         digest = (None if check["decision"] == "unpaid"
-                  else inputs_digest(learner, parent, steps, limit, data, cfg))
+                  else inputs_digest(learner, parent, steps, limit, data, cfg, form))
         record = {"parent": parent, "reason": check["reason"], "evidence": check,
                   "trained": {"questions": len(data.questions), "states": len(data.states),
                               "inputs_digest": digest,
                               "searches": len(train), "max_seq_length": limit,
+                              "served_state": form,
                               "loss": manifest["history"][-1]["loss"]},
                   "skipped": dict(learner.last.skipped)}
         version = register_candidate(learner.registry, out, record)

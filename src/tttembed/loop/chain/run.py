@@ -1,6 +1,6 @@
 """The chain learner's process (``tttembed loop --chain CHAIN_REGISTRY``): judge the
 stored chain searches' lists within the budget and the rate, run a chain learning cycle
-(:mod:`tttembed.loop.chain_learn`) every ``--learn-every`` new rewards or when the judge
+(:mod:`tttembed.loop.chain.learn`) every ``--learn-every`` new rewards or when the judge
 has nothing left to pay, until SIGTERM/SIGINT (``--once``: until the first cycle).
 
 It shares the state loop's parts: the feedback store (``--store``, default the state
@@ -37,8 +37,8 @@ from tttembed.core.errors import ConfigError
 from tttembed.core.http import for_command
 from tttembed.core.io import now_utc
 from tttembed.loop.auditor import Auditor
-from tttembed.loop.chain_learn import ChainLearner
-from tttembed.loop.chain_rows import ChainCycle
+from tttembed.loop.chain.learn import ChainLearner
+from tttembed.loop.chain.rows import ChainCycle
 from tttembed.loop.config import LoopConfig
 from tttembed.loop.coordination import open_coordination
 from tttembed.loop.failures import configure_log
@@ -108,7 +108,7 @@ def store_location(config: LoopConfig) -> str:
 def unreachable(config: LoopConfig) -> str:
     """Why ``--min-queries`` cannot be reached by the promotion check's share of the
     budget (each held-out question needs at least one pair), or "" when it can."""
-    from tttembed.loop.chain_rows import HOLD_OUT
+    from tttembed.loop.chain.rows import HOLD_OUT
 
     share = config.judge_budget // HOLD_OUT
     if share >= config.min_queries:
@@ -150,7 +150,8 @@ class ChainLoop:
 
         passages = [doc_text(corpus[d]) for d in self.index.doc_ids]
         self.learner = ChainLearner(config, self.registry, self.store, self.index,
-                                    self.judge, frozen, passages)
+                                    self.judge, frozen, passages, titles=[
+                                        corpus[d].get("title", "") for d in self.index.doc_ids])
         self.auditor = Auditor(config, scorer, corpus, self.store, self.index, embedder,
                                task=CHAIN_TASK)
         self.auditor.prepare()  # a wrong --audit fails here, before paying
@@ -176,11 +177,11 @@ class ChainLoop:
 
     def budget_left(self) -> int:
         """Pairs the training's judging may still pay: the budget but the promotion
-        check's share (one pair in :data:`~tttembed.loop.chain_rows.HOLD_OUT`, as one
+        check's share (one pair in :data:`~tttembed.loop.chain.rows.HOLD_OUT`, as one
         question in that many is held out for it) and room for the next drift audit's
         re-scores (within the audits' share), less what was paid."""
         from tttembed.loop.auditor import AUDIT_SOURCES
-        from tttembed.loop.chain_rows import HOLD_OUT
+        from tttembed.loop.chain.rows import HOLD_OUT
 
         spent = self.store.spent()
         budget = self.config.judge_budget
@@ -287,14 +288,17 @@ class ChainLoop:
 
 
 def run_chain_loop(config: LoopConfig, chain: str, *, once: bool = False) -> None:
-    """``tttembed loop --chain``: run until SIGTERM/SIGINT (``once``: one cycle)."""
+    """``tttembed loop --chain``: run until SIGTERM/SIGINT (``once``: one cycle). One
+    chain learner per chain registry: a second one is refused, naming the first (two
+    would pay nothing twice, but each would train and register its own candidate)."""
     configure_log()
     lower_priority(config.nice)
     loop = ChainLoop(config, chain)
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: loop.stop.set())
-        loop.run(once=once)
+        with loop.coordination.learner_lock():
+            loop.run(once=once)
     finally:
         loop.close()
 

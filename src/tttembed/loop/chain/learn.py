@@ -2,7 +2,7 @@
 stored chain searches (``POST /v1/chain/search``, task ``/chain``) read back as the
 states the served encoder reached, their lists judged through the loop's judge, ledger and
 budget, a LoRA candidate trained on them warm-started from the served version, checked on
-questions held out by text (:mod:`tttembed.loop.chain_promote`) and registered, promoted
+questions held out by text (:mod:`tttembed.loop.chain.promote`) and registered, promoted
 only when that check says better.
 
 * **States**: a search's kind records its hops and the server's state token limit
@@ -26,12 +26,13 @@ only when that check says better.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tttembed.chain.forms import DEFAULT_MAX_SEQ_LENGTH, TEXT
 from tttembed.core.errors import TTTEmbedError
-from tttembed.loop.chain_rows import (
+from tttembed.loop.chain.rows import (
     ChainCycle,
     ChainTraffic,
     held_out,
@@ -52,9 +53,11 @@ class ChainLearner:
 
     def __init__(self, config: Any, registry: Any, store: Store, index: Any,
                  judge: BackgroundJudge, frozen: Callable[[list[str]], Any],
-                 passages: list[str], work: Path | None = None) -> None:
+                 passages: list[str], work: Path | None = None,
+                 titles: Sequence[str] = ()) -> None:
         self.config, self.registry, self.store = config, registry, store
         self.index, self.judge, self.frozen, self.passages = index, judge, frozen, passages
+        self.titles = titles  # each passage's title: what the entity state leaves out
         self.row_of = {d: i for i, d in enumerate(index.doc_ids)}
         self.work = Path(work) if work is not None else Path(tempfile.mkdtemp(
             prefix="tttembed-chain-"))
@@ -77,12 +80,15 @@ class ChainLearner:
         there is something to learn and the served version loads, ``audit`` (the drift
         audit) is asked first: when it gives a reason (promotions frozen), nothing is
         learned."""
-        from tttembed.loop.chain_promote import served_checkpoint, train_and_check
+        from tttembed.loop.chain.promote import served_checkpoint, train_and_check
 
         traffic = self.traffic()
         train = [s for s in traffic.searches if not held_out(s.question)]
-        limit = majority([s.max_seq_length for s in train], 256)
+        limit = majority([s.max_seq_length for s in train], DEFAULT_MAX_SEQ_LENGTH)
         train = [s for s in train if s.max_seq_length == limit]
+        # the form the served version answered with (its states are compared as served);
+        # the candidate learns text states of the chains it reached (what it records)
+        form = majority([s.form for s in train], TEXT)
         questions = list(dict.fromkeys(s.question for s in train))
         relevant = relevant_rows(questions, train, judged_pairs(self.store),
                                  labels(self.store), self.row_of)
@@ -93,7 +99,7 @@ class ChainLearner:
             why = audit()
             if why:
                 return ChainCycle(None, False, why)
-            return train_and_check(self, train, relevant, limit)
+            return train_and_check(self, train, relevant, limit, form)
         except TTTEmbedError as exc:
             # said once, by the loop (``chain cycle: ...``)
             return ChainCycle(None, False, " ".join(str(exc).split()), failed=True)

@@ -1,4 +1,4 @@
-"""What the chain learner reads and decides with (:mod:`tttembed.loop.chain_learn`): the
+"""What the chain learner reads and decides with (:mod:`tttembed.loop.chain.learn`): the
 stored chain searches read back (:func:`read_traffic`), the questions held out by text
 (:func:`held_out`), the pairs to judge next (:func:`pending`), each question's relevant
 passages (:func:`relevant_rows`) and a cycle's record (:class:`ChainCycle`)."""
@@ -9,13 +9,16 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from tttembed.chain.forms import TEXT
 from tttembed.chain.traffic import hop_rows, logged_chain
 from tttembed.core.errors import DataError
 from tttembed.loop.judge import Triple
 from tttembed.loop.rows import CHAIN_TASK
 from tttembed.loop.store import Store
+
+V = TypeVar("V", int, str)
 
 #: One question text in this many is held out of training (by the digest of its text).
 HOLD_OUT = 5
@@ -36,7 +39,8 @@ def held_out_questions(searches: Sequence[Served]) -> list[str]:
 @dataclass(frozen=True)
 class Served:
     """One stored chain search: its question, the version that served it, its chain (index
-    rows, hop order), its stored list (ids) and the server's state token limit."""
+    rows, hop order), its stored list (ids) and the states it was served with (token
+    limit and form)."""
 
     search_id: str
     question: str
@@ -44,6 +48,7 @@ class Served:
     rows: list[int]
     ids: tuple[str, ...]
     max_seq_length: int
+    form: str = TEXT
 
 
 @dataclass
@@ -73,7 +78,7 @@ def read_traffic(store: Store, row_of: dict[str, int]) -> ChainTraffic:
             out.skipped["a chain passage left the index"] += 1
             continue
         out.searches.append(Served(s.search_id, s.query, s.version, rows, s.ids,
-                                   logged.max_seq_length))
+                                   logged.max_seq_length, logged.form))
     return out
 
 
@@ -131,7 +136,7 @@ def relevant_rows(questions: Sequence[str], searches: Sequence[Served],
     return out
 
 
-def majority(values: Sequence[int], default: int) -> int:
+def majority(values: Sequence[V], default: V) -> V:
     """The most common of ``values`` (``default`` when none)."""
     return Counter(values).most_common(1)[0][0] if values else default
 
