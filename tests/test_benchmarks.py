@@ -273,8 +273,9 @@ def test_the_chain_loop_benchmark_writes_its_json(tmp_path, env, chain_tiny):
     assert {"c5_untrained", "c5_end", "c5_per_version", "pairs_paid", "ledger_paid",
             "promotions", "test_questions"} <= set(got)
     assert got["test_questions"] == 3 and 0 <= got["c5_untrained"] <= 100
-    # the memory the learner's cycle held, and the whole process's peak
-    assert 0 < got["learner_peak_rss_mb"] <= got["peak_rss_mb"]
+    # the learner ran as its own process (as deployed): its peak, and this process's
+    assert got["learner_peak_rss_mb"] > 0 and got["peak_rss_mb"] > 0
+    assert all(r["learner_rss_mb"] > 0 for r in got["per_round"])
     paid = got["ledger_paid"] + got["drift_rescored"]  # re-scores: paid, not in the ledger
     assert got["pairs_paid"] == paid == got["judge_answered"] <= 40, got
     assert got["c5_end"] == (got["c5_per_version"][got["promotions"][-1]]["c5"]

@@ -162,8 +162,8 @@ def test_both_budget_figures_are_labelled_in_the_status(tmp_path):
                                      audit_share=0.2))
     status = loop_status(reg, store)
     assert status["budget"] == {"paid_by_this_loop": 3, "rewards_in_ledger": len(QUERIES),
-                                "judge_budget": 100, "left": 97, "audit_share": 0.2,
-                                "audit_cap": 20, "audit_pairs": 0}
+                                "judge_budget": 100, "left": 97, "reasked_after_kill": 0,
+                                "audit_share": 0.2, "audit_cap": 20, "audit_pairs": 0}
     page = render_dashboard(status)
     assert "paid by this loop" in page and "rewards in the ledger" in page
     store.close()

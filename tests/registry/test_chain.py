@@ -123,8 +123,9 @@ def test_a_server_serves_and_follows_the_promoted_chain_version(
             assert got["version"] == "v1" and got["encoder"] == str(reg)
             assert [(d["id"], d["score"]) for d in got["data"]] == want[qid]
         health = httpx.get(f"{url}/healthz").json()
+        # the states the checkpoint was trained on (its record: 48-token text)
         assert health["chain"] == {"encoder": str(reg), "version": "v1", "steps": 3,
-                                   "max_seq_length": 256, "error": None}
+                                   "max_seq_length": 48, "state": "text", "error": None}
         assert states("promote", reg, "v2").exit_code == 0
         deadline = time.monotonic() + 20
         while ask(CHAINS[0][1])["version"] != "v2":

@@ -17,50 +17,27 @@ from tests.serve.conftest import running
 pytestmark = pytest.mark.slow
 
 
-def test_served_chains_equal_chain_search_on_hotpotqa_dev(tmp_path, minilm):
+@pytest.mark.parametrize(("form", "n"), [(None, 200), ("entities", 50), ("text", 50)],
+                         ids=["default-200", "entities-50", "text-50"])
+def test_served_chains_equal_chain_search_on_hotpotqa_dev(tmp_path, minilm, form, n):
+    """Served = offline on HotpotQA dev at the untrained encoder's default (the entity
+    state) on every question, and with each state form named on 50 of them."""
     from tttembed.cli.chain import app
     from tttembed.serve import create_app
 
     data = shared_dataset("hotpotqa_dev200")
     out, idx = tmp_path / "run.jsonl", tmp_path / "idx"
+    named = [] if form is None else ["--chain-state", form]
     res = CliRunner().invoke(app, ["search", str(data), "--index", str(idx), "--out",
-                                   str(out), "--quiet", "--json"], catch_exceptions=False)
+                                   str(out), "--quiet", "--json", "--max-questions", str(n),
+                                   *named], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     want = {r["query_id"]: [x["doc_id"] for x in r["results"]]
             for r in map(json.loads, out.read_text().splitlines())}
     chains = [json.loads(line) for line in (data / "chains_test.jsonl").read_text()
-              .splitlines()]
-    assert len(chains) == len(want) == 200
-    with running(create_app(index=str(idx), chain="base", embedder=minilm)) as url:
-        def ask(chain: dict) -> list[str]:
-            r = httpx.post(f"{url}/v1/chain/search", json={
-                "question": chain["question"], "max_hops": 2, "top_k": 100}, timeout=300)
-            assert r.status_code == 200, r.text
-            return [d["id"] for d in r.json()["data"]]
-
-        with ThreadPoolExecutor(8) as pool:
-            got = dict(zip((c["qid"] for c in chains), pool.map(ask, chains)))
-    same = sum(got[q] == want[q] for q in want)
-    assert same == len(want), f"{len(want) - same} of {len(want)} rankings differ"
-
-
-def test_served_entity_chains_equal_chain_search_on_50_hotpotqa_questions(tmp_path, minilm):
-    """The entity state (``--chain-state entities``), served = offline on 50 questions."""
-    from tttembed.cli.chain import app
-    from tttembed.serve import create_app
-
-    data = shared_dataset("hotpotqa_dev200")
-    out, idx = tmp_path / "run.jsonl", tmp_path / "idx"
-    res = CliRunner().invoke(app, ["search", str(data), "--index", str(idx), "--out",
-                                   str(out), "--quiet", "--json", "--max-questions", "50",
-                                   "--chain-state", "entities"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    want = {r["query_id"]: [x["doc_id"] for x in r["results"]]
-            for r in map(json.loads, out.read_text().splitlines())}
-    chains = [json.loads(line) for line in (data / "chains_test.jsonl").read_text()
-              .splitlines()][:50]
-    assert len(want) == 50 and set(want) == {c["qid"] for c in chains}
-    app_ = create_app(index=str(idx), chain="base", chain_state="entities", embedder=minilm)
+              .splitlines()][:n]
+    assert len(want) == n and set(want) == {c["qid"] for c in chains}
+    app_ = create_app(index=str(idx), chain="base", chain_state=form, embedder=minilm)
     with running(app_) as url:
         def ask(chain: dict) -> list[str]:
             r = httpx.post(f"{url}/v1/chain/search", json={
@@ -71,4 +48,4 @@ def test_served_entity_chains_equal_chain_search_on_50_hotpotqa_questions(tmp_pa
         with ThreadPoolExecutor(8) as pool:
             got = dict(zip((c["qid"] for c in chains), pool.map(ask, chains)))
     same = sum(got[q] == want[q] for q in want)
-    assert same == 50, f"{50 - same} of 50 rankings differ"
+    assert same == n, f"{n - same} of {n} rankings differ"
