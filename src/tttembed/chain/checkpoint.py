@@ -82,7 +82,8 @@ def load_encoder(path: PathLike | None, *, base: str = DEFAULT_EMBEDDER,
     checkpoint must have been trained against the same passage index (embedder and
     corpus; ``transfer``: the same embedder, any corpus, as a transfer evaluation asks).
     ``max_seq_length`` None: the limit the checkpoint was trained with."""
-    max_seq_length = state_settings(path, max_seq_length).max_seq_length
+    if max_seq_length is None:  # a caller that resolved it already reads no manifest again
+        max_seq_length = trained_settings(path).max_seq_length
     if path is None:
         return LoraQueryEncoder(load_base_model(base, max_seq_length=max_seq_length))
     manifest = read_checkpoint_manifest(path)

@@ -18,7 +18,7 @@ form builds its states with the same :class:`~tttembed.chain.states.StateTexts`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tttembed.core.errors import ConfigError
@@ -73,6 +73,13 @@ def entity_words(title: str, text: str, n: int = ENTITY_WORDS) -> str:
     return " ".join(out)
 
 
+def row_titles(corpus: Mapping[str, Mapping[str, str]], doc_ids: Sequence[str]
+               ) -> list[str]:
+    """The title of each index row (``doc_ids``' documents in ``corpus``; "" for none):
+    what the entity form leaves out of its passage."""
+    return [corpus[d].get("title", "") for d in doc_ids]
+
+
 def form_passages(passages: Sequence[str], titles: Sequence[str], form: str,
                   n: int = ENTITY_WORDS) -> Sequence[str]:
     """The passages (index rows, each its title and text joined) a state of ``form``
@@ -87,5 +94,5 @@ def form_passages(passages: Sequence[str], titles: Sequence[str], form: str,
 
 
 __all__ = ["DEFAULT_MAX_SEQ_LENGTH", "ENTITIES", "ENTITY_WORDS", "FORMS", "STOP_WORDS", "TEXT",
-           "UNTRAINED_FORM", "StateSettings", "check_form", "entity_words",
+           "UNTRAINED_FORM", "StateSettings", "check_form", "entity_words", "row_titles",
            "form_passages"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tttembed.chain.forms import DEFAULT_MAX_SEQ_LENGTH, TEXT, form_passages
+from tttembed.chain.forms import DEFAULT_MAX_SEQ_LENGTH, TEXT, form_passages, row_titles
 from tttembed.chain.search import Encode
 from tttembed.chain.states import StateTexts, TokenBudget
 from tttembed.core.errors import ConfigError, StateMismatch
@@ -112,7 +112,7 @@ def chain_task(chains: Sequence[Chain], corpus: dict[str, dict[str, str]], doc_i
                             "index from this dataset's corpus")
     passages = [doc_text(corpus[d]) for d in doc_ids]
     return ChainTask(list(chains), [[row[d] for d in c.chain] for c in chains], passages,
-                     [corpus[d].get("title", "") for d in doc_ids])
+                     row_titles(corpus, doc_ids))
 
 
 def frozen_embedder(spec: str = DEFAULT_EMBEDDER) -> SentenceTransformerEmbedder:

@@ -21,10 +21,11 @@ from tttembed.cli.eval import eval_command
 from tttembed.cli.index import index
 from tttembed.cli.inspect import index_show, state_app
 from tttembed.cli.learn import learn, rerank
-from tttembed.cli.loop import loop, states_app
+from tttembed.cli.loop import loop
 from tttembed.cli.pairs import app as pairs_app
 from tttembed.cli.search import search
 from tttembed.cli.serve import serve
+from tttembed.cli.states import states_app
 from tttembed.cli.store import app as store_app
 
 #: command -> {old spelling: new spelling, or None for "now the positional argument"}

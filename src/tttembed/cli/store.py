@@ -13,7 +13,7 @@ import typer
 
 from tttembed.cli._common import console, emit_json, handle_errors
 from tttembed.cli._options import JsonOpt
-from tttembed.cli.loop import DirArg, states_app
+from tttembed.cli.states import DirArg, states_app
 
 app = typer.Typer(help="The feedback store: what it holds, retention, forgetting a user.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tttembed.chain.forms import TEXT, StateSettings, check_form, form_passages
+from tttembed.chain.forms import TEXT, StateSettings, check_form, form_passages, row_titles
 from tttembed.chain.online import DEFAULT_STEPS, QuestionTexts, chain_run
 from tttembed.chain.search import Encode
 from tttembed.chain.setup import DEFAULT_MAX_SEQ_LENGTH
@@ -311,8 +311,7 @@ class ChainService:
             check_form(form)
         self.source = ChainSource(spec, index, engine, registry_cache, max_seq_length, form)
         self.worker = ChainWorker(index, engine, model, passages,
-                                  [docs[d].get("title", "") for d in index.doc_ids],
-                                  max_batch, max_wait_ms)
+                                  row_titles(docs, index.doc_ids), max_batch, max_wait_ms)
 
 
 __all__ = ["BASE", "Ask", "ChainEncoder", "ChainService", "ChainSource", "ChainWorker",

@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+from tttembed.chain.forms import row_titles
 from tttembed.core.errors import ConfigError
 from tttembed.core.http import for_command
 from tttembed.core.io import now_utc
@@ -150,8 +151,8 @@ class ChainLoop:
 
         passages = [doc_text(corpus[d]) for d in self.index.doc_ids]
         self.learner = ChainLearner(config, self.registry, self.store, self.index,
-                                    self.judge, frozen, passages, titles=[
-                                        corpus[d].get("title", "") for d in self.index.doc_ids])
+                                    self.judge, frozen, passages,
+                                    titles=row_titles(corpus, self.index.doc_ids))
         self.auditor = Auditor(config, scorer, corpus, self.store, self.index, embedder,
                                task=CHAIN_TASK)
         self.auditor.prepare()  # a wrong --audit fails here, before paying
